@@ -1,0 +1,205 @@
+"""The candidate format: a self-contained Triton file that can stand in for a kernel.
+
+A candidate is a plain Python file that imports only ``triton``, ``triton.language``
+(and its ``math``/``extra.libdevice``) and ``math``. It defines an entry point
+
+    def run(<the kernel's runtime arguments, in order>, *, stream=None): ...
+
+called exactly as the compiled model calls the kernel it replaces: tensors for
+pointer arguments, Python ints for sizes. ``run`` chooses the grid and launch
+options and launches its ``@triton.jit`` function(s) on the current stream.
+
+:func:`render_dump` writes a compiler kernel in this format (Inductor's helpers
+inlined, its launch configuration and grid spelled out), so an unedited dump
+reproduces the compiler's output bit for bit and editing a dump gives a candidate.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+import importlib.util
+import inspect
+import re
+import sys
+import textwrap
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from .capture import find_kernel_def
+from .errors import CandidateError, CaptureError
+from .records import KernelInfo
+
+ENTRY_POINT = "run"
+# Module names a kernel body may use, as Inductor imports them.
+_KERNEL_GLOBALS = {"tl", "triton", "tl_math", "libdevice", "triton_helpers", "math"}
+
+
+def _helper_name(name: str) -> str:
+    """Inlined helpers keep their names unless they would shadow a Python builtin."""
+    return f"{name}_" if hasattr(builtins, name) else name
+
+
+def _helpers_source(names: set[str]) -> list[str]:
+    """Source of Inductor's ``triton_helpers`` functions (and what they call), renamed for a dump."""
+    import torch._inductor.runtime.triton_helpers as helpers
+
+    ordered: list[str] = []
+    constants: dict[str, str] = {}
+    pending = sorted(names)
+    seen: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        obj = getattr(helpers, name, None)
+        fn = getattr(obj, "fn", None)
+        if fn is None:
+            raise CaptureError(f"Inductor helper triton_helpers.{name} is not a Triton function; cannot inline it")
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                value = getattr(helpers, node.id, None)
+                if node.id == "math":
+                    node.id = "tl_math"  # triton_helpers imports tl.math as `math`
+                elif getattr(value, "fn", None) is not None and node.id != name:
+                    pending.append(node.id)
+                    node.id = _helper_name(node.id)
+                elif value is not None and hasattr(value, "value") and node.id not in _KERNEL_GLOBALS:
+                    constants[node.id] = f"{node.id} = tl.constexpr({getattr(value, 'value')!r})"
+        func = tree.body[0]
+        assert isinstance(func, ast.FunctionDef)
+        func.name = _helper_name(name)
+        func.decorator_list = [ast.parse("triton.jit", mode="eval").body]
+        ordered.append(ast.unparse(tree))
+    # Callees were appended after callers; Python resolves globals at call time, but
+    # reading top-down is easier with callees first.
+    return [*constants.values(), *reversed(ordered)]
+
+
+def render_dump(info: KernelInfo, model_id: str) -> str:
+    """The compiler kernel ``info`` as a candidate file."""
+    source = info.source
+    func = find_kernel_def(source)
+    lines = source.splitlines()
+    body = "\n".join(lines[func.lineno - 1 : func.end_lineno])
+    params = {a.arg for a in func.args.args}
+    nodes = [n for stmt in func.body for n in ast.walk(stmt)]  # not the decorators
+    assigned = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    loads = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    unknown = sorted(loads - params - assigned - _KERNEL_GLOBALS - set(dir(builtins)))
+    if unknown:
+        raise CaptureError(f"kernel {info.name} uses module-level names {unknown}; it cannot be dumped")
+    helper_names = set(re.findall(r"\btriton_helpers\.(\w+)", body))
+    body = re.sub(r"\btriton_helpers\.(\w+)", lambda m: _helper_name(m.group(1)), body)
+    helpers = _helpers_source(helper_names) if helper_names else []
+
+    kernel = func.name
+    runtime = [a.name for a in info.args]
+    launch = info.launch
+    written = ", ".join(info.written_args) or "none"
+    signature = ", ".join(runtime)
+    call = ", ".join([*runtime, *(f"{k}={k}" for k in launch.kwargs)])
+    opts = {}
+    if launch.num_warps is not None:
+        opts["num_warps"] = launch.num_warps
+    if launch.num_stages is not None:
+        opts["num_stages"] = launch.num_stages
+    opts.update(launch.options)
+    launch_opts = "".join(f", {k}={v!r}" for k, v in opts.items())
+    out = [
+        f'"""kernelopt candidate: `{info.name}` of model `{model_id}`.',
+        "",
+        f"Dumped from the kernel Inductor generated (fingerprint {info.fingerprint}).",
+        f"Entry point: `{ENTRY_POINT}({signature})`, called as the compiled model calls",
+        f"the kernel. It writes: {written}. Edit the kernel, the grid or the launch",
+        "options; keep the entry point's arguments.",
+        '"""',
+        "import triton",
+        "import triton.language as tl",
+        "from triton.language import math as tl_math",
+        "from triton.language.extra import libdevice",
+        "",
+    ]
+    for helper in helpers:
+        out += ["", helper, ""]
+    out += [
+        "",
+        "@triton.jit",
+        body,
+        "",
+        "",
+        f"def {ENTRY_POINT}({signature}, *, stream=None):",
+        f'    """Launch `{kernel}` with the configuration Inductor chose."""',
+    ]
+    out += [f"    {k} = {v}" for k, v in launch.kwargs.items()]
+    out += [f"    {line}" for line in launch.grid_prefix]
+    out += [f"    grid = ({', '.join(launch.grid)})", f"    {kernel}[grid]({call}{launch_opts})", ""]
+    text = "\n".join(out)
+    ast.parse(text)  # a dump that does not parse is our bug, not the user's
+    return text
+
+
+def write_dumps(infos: list[KernelInfo], model_id: str, folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for info in infos:
+        path = folder / f"{info.name}.py"
+        path.write_text(render_dump(info, model_id))
+        paths.append(path)
+    return paths
+
+
+# --- loading ---------------------------------------------------------------------------
+
+def load_candidate(path: str | Path, source: str | None = None) -> ModuleType:
+    """Import a candidate file (or ``source`` under that path's name) as a fresh module."""
+    path = Path(path)
+    if source is None:
+        try:
+            source = path.read_text()
+        except OSError as exc:
+            raise CandidateError(f"{path}: cannot read ({exc.strerror})") from exc
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    stem = re.sub(r"\W", "_", path.stem)
+    name = f"kernelopt_candidate_{stem}_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    # Triton reads a jit function's source through inspect/linecache, so the module
+    # must come from a real file; a temp copy keeps edited-in-memory sources working.
+    if not path.is_file() or path.read_text() != source:
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="kernelopt-candidate-"))
+        path = folder / f"{name}.py"
+        path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise CandidateError(f"{path}: importing failed: {type(exc).__name__}: {exc}") from exc
+    if not callable(getattr(module, ENTRY_POINT, None)):
+        raise CandidateError(f"{path}: no entry point `{ENTRY_POINT}(...)`")
+    return module
+
+
+class CandidateKernel:
+    """Adapter with the ``.run(*args, stream=...)`` call convention of an Inductor kernel."""
+
+    def __init__(self, module: ModuleType, label: str):
+        self.module = module
+        self.label = label
+        self._run = getattr(module, ENTRY_POINT)
+
+    def run(self, *args: Any, stream: Any = None, **_: Any) -> Any:
+        return self._run(*args, stream=stream)
+
+    def __repr__(self) -> str:
+        return f"CandidateKernel({self.label})"

@@ -1,0 +1,335 @@
+"""Capture: compile a problem with Inductor and open up what it generated.
+
+For every compiled graph (graph breaks make several) Inductor writes one Python
+*wrapper* module whose ``call()`` launches Triton kernels through module globals
+(``triton_poi_fused_add_0.run(buf0, arg0_1, 1024, stream=...)``) and calls vendor
+libraries (``extern_kernels.addmm(...)``). We record every wrapper module Inductor
+loads while the model is compiled, then read from it:
+
+* each Triton kernel: its source (the file Inductor wrote), the launch
+  configuration it picked, the arguments it is called with (recorded on one real
+  run: shape, stride, dtype, the value range of integer tensors) and which of them
+  it writes (from ``tl.store``/``tl.atomic_*`` in its source);
+* each extern call in ``call()``.
+
+The wrapper's globals are the swap points: :mod:`pytest_kernelopt.swap` replaces a
+kernel global with a candidate and puts the original back.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Iterator
+
+from .errors import CaptureError, ProblemError
+from .problem import Problem
+from .records import ArgInfo, CaptureSummary, ExternCallInfo, KernelInfo, LaunchConfig
+
+_KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.triton\('(\w+)'", re.M)
+_EXTERN_CALL = re.compile(r"\b(extern_kernels\.\w+|torch\.ops\.\w+\.\w+(?:\.\w+)?|aten\.\w+(?:\.\w+)?)\(")
+
+
+@dataclass
+class KernelHandle:
+    """A Triton kernel inside a live wrapper module: where to swap it, and what it is."""
+
+    info: KernelInfo
+    module: ModuleType = field(repr=False)
+    attr: str
+    original: Any = field(repr=False)
+
+
+@dataclass
+class CompiledModel:
+    """A problem compiled by Inductor, with its kernels opened up."""
+
+    problem: Problem
+    device: str
+    model: Any = field(repr=False)
+    compiled: Any = field(repr=False)
+    graphs: list[ModuleType] = field(repr=False)
+    kernels: dict[str, KernelHandle]
+    externs: list[ExternCallInfo]
+
+    def __call__(self, *inputs: Any) -> Any:
+        import torch
+
+        with torch.no_grad():
+            return self.compiled(*inputs)
+
+    def kernel(self, name: str) -> KernelHandle:
+        from .errors import UsageError
+
+        try:
+            return self.kernels[name]
+        except KeyError:
+            known = ", ".join(self.kernels) or "none"
+            raise UsageError(f"{self.problem.path}: no Triton kernel named {name!r} (kernels: {known})") from None
+
+    def summary(self) -> CaptureSummary:
+        return CaptureSummary(
+            model=self.problem.id,
+            device=self.device,
+            graphs=len(self.graphs),
+            kernels=[h.info for h in self.kernels.values()],
+            externs=self.externs,
+        )
+
+
+# --- fingerprint and source analysis ---------------------------------------------------
+
+def find_kernel_def(source: str, name: str | None = None) -> ast.FunctionDef:
+    """The ``@triton.jit`` function named ``name`` (or the last jit function) in ``source``."""
+    tree = ast.parse(source)
+    found = None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in node.decorator_list):
+            if name is None or node.name == name:
+                found = node
+    if found is None:
+        raise CaptureError(f"no @triton.jit function {name or ''} in kernel source".replace("  ", " "))
+    return found
+
+
+def fingerprint(source: str, name: str | None = None) -> str:
+    """Hash of the kernel's normalized source: stable across runs and processes.
+
+    Decorators (they carry file paths and backend hashes), comments, formatting and
+    the function's own name do not enter it.
+    """
+    node = find_kernel_def(source, name)
+    clone = ast.FunctionDef(
+        name="kernel", args=node.args, body=node.body, decorator_list=[], returns=None, type_comment=None, type_params=[]
+    )
+    normalized = ast.unparse(ast.fix_missing_locations(clone))
+    return hashlib.sha256(normalized.encode()).hexdigest()[:16]
+
+
+def _root_name(node: ast.AST) -> str | None:
+    """``in_out_ptr0`` for ``in_out_ptr0 + (x0 + 16*x1)``."""
+    while True:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.BinOp):
+            node = node.left if _root_name(node.left) else node.right
+            continue
+        if isinstance(node, ast.Attribute):  # block pointers: ptr.advance(...)
+            node = node.value
+            continue
+        if isinstance(node, ast.Call):
+            node = node.args[0] if node.args else node.func
+            continue
+        return None
+
+
+def written_args(source: str, name: str | None = None) -> set[str]:
+    """Arguments a kernel writes: the pointer operands of ``tl.store`` and ``tl.atomic_*``."""
+    node = find_kernel_def(source, name)
+    params = {a.arg for a in node.args.args}
+    # Follow simple aliases: ``ptr = out_ptr0 + offs`` then ``tl.store(ptr, ...)``.
+    alias: dict[str, str] = {}
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and isinstance(sub.targets[0], ast.Name):
+            root = _root_name(sub.value)
+            if root in params or root in alias:
+                alias[sub.targets[0].id] = alias.get(root, root)
+    written: set[str] = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+            fn = sub.func.attr
+            if (fn == "store" or fn.startswith("atomic_")) and sub.args:
+                root = _root_name(sub.args[0])
+                root = alias.get(root, root)
+                if root in params:
+                    written.add(root)
+    return written
+
+
+def extern_calls(wrapper_source: str, graph: int, start: int = 0) -> list[ExternCallInfo]:
+    """Vendor-library and aten calls made by a wrapper's ``call()``."""
+    # ``call`` is a top-level function or a method of a ``Runner`` class depending on
+    # the torch version; scan the module without its kernel sources (triple-quoted)
+    # and without the benchmarking helpers at its end.
+    body = re.sub(r"'''.*?'''", "", wrapper_source, flags=re.S)
+    body = re.split(r"^def (?:get_args|benchmark_compiled_module)\(", body, maxsplit=1, flags=re.M)[0]
+    calls = []
+    for i, m in enumerate(_EXTERN_CALL.finditer(body)):
+        target = m.group(1)
+        short = target.split(".")[1] if target.startswith(("extern_kernels", "aten")) else target.split(".")[2]
+        calls.append(ExternCallInfo(name=f"{short}_{start + i}", graph=graph, target=target, args=_call_args(body, m.end())))
+    return calls
+
+
+def _call_args(text: str, start: int) -> list[str]:
+    """Top-level comma-separated arguments of the call whose ``(`` ends at ``start``."""
+    depth, current, args = 0, [], []
+    for ch in text[start:]:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            if depth == 0:
+                break
+            depth -= 1
+        if ch == "," and depth == 0:
+            args.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    if "".join(current).strip():
+        args.append("".join(current).strip())
+    return args
+
+
+# --- launch configuration --------------------------------------------------------------
+
+def launch_config(autotuner: Any, interpreted: bool) -> LaunchConfig:
+    """The configuration the kernel runs with: after autotuning, the winner."""
+    from torch._inductor.runtime.triton_heuristics import GridExpr
+
+    if interpreted or not getattr(autotuner, "launchers", None):
+        cfg = autotuner.configs[0]  # what Inductor's interpreter path launches with
+    else:
+        cfg = autotuner.launchers[0].config
+    meta = autotuner.triton_meta
+    options: dict[str, Any] = {}
+    if "enable_fp_fusion" in meta:
+        options["enable_fp_fusion"] = bool(meta["enable_fp_fusion"])
+    if meta.get("launch_pdl"):
+        options["launch_pdl"] = True
+    if meta.get("disable_ftz"):
+        options["enable_reflect_ftz"] = False
+    grid = GridExpr.from_meta(autotuner.inductor_meta, cfg)
+    return LaunchConfig(
+        kwargs={k: int(v) for k, v in cfg.kwargs.items()},
+        num_warps=getattr(cfg, "num_warps", None),
+        num_stages=getattr(cfg, "num_stages", None),
+        options=options,
+        grid=[str(grid.x_grid), str(grid.y_grid), str(grid.z_grid)],
+        grid_prefix=list(grid.prefix),
+    )
+
+
+def describe_value(name: str, value: Any, written: bool) -> ArgInfo:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        info = ArgInfo(
+            name=name, kind="tensor", written=written, shape=list(value.shape), stride=list(value.stride()),
+            dtype=str(value.dtype).removeprefix("torch."),
+        )
+        if not value.is_floating_point() and not value.is_complex() and value.numel() and value.dtype != torch.bool:
+            info.min, info.max = int(value.min()), int(value.max())
+        return info
+    for kind, typ in (("bool", bool), ("int", int), ("float", float)):
+        if isinstance(value, typ):
+            return ArgInfo(name=name, kind=kind, value=value)  # type: ignore[arg-type]
+    if value is None:
+        return ArgInfo(name=name, kind="none")
+    return ArgInfo(name=name, kind="other")
+
+
+# --- compiling -------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _record_wrapper_modules() -> Iterator[list[ModuleType]]:
+    """Collect the modules Inductor loads from generated code while the block runs."""
+    from torch._inductor.codecache import PyCodeCache
+
+    loaded: list[ModuleType] = []
+    original = PyCodeCache.__dict__["load_by_key_path"]
+
+    def load_by_key_path(cls: Any, *args: Any, **kwargs: Any) -> ModuleType:
+        module = original.__func__(cls, *args, **kwargs)
+        loaded.append(module)
+        return module
+
+    PyCodeCache.load_by_key_path = classmethod(load_by_key_path)  # type: ignore[method-assign]
+    try:
+        yield loaded
+    finally:
+        PyCodeCache.load_by_key_path = original  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _record_kernel_args() -> Iterator[dict[int, tuple[Any, ...]]]:
+    """First-call arguments of every Triton kernel launched while the block runs, by kernel id."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    seen: dict[int, tuple[Any, ...]] = {}
+    original = CachingAutotuner.run
+
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if id(self) not in seen:
+            # Describe the inputs before the launch and the outputs' layout; values
+            # of written arguments are not needed.
+            seen[id(self)] = tuple(describe_value("", a, False) for a in args)
+        return original(self, *args, **kwargs)
+
+    CachingAutotuner.run = run  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        CachingAutotuner.run = original  # type: ignore[method-assign]
+
+
+def compile_problem(problem: Problem, device: str, seed: int = 0, mode: str | None = None) -> CompiledModel:
+    """Compile ``problem`` for ``device`` in inference mode and open up every graph.
+
+    ``device`` must come from :func:`pytest_kernelopt.config.resolve_device` (which
+    switches on interpreter mode for ``cpu``).
+    """
+    import torch
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    model = problem.build_model(device)
+    inputs = problem.make_inputs(seed, device)
+    compiled = torch.compile(model, backend="inductor", mode=mode)
+    try:
+        with _record_wrapper_modules() as loaded, _record_kernel_args() as seen, torch.no_grad():
+            compiled(*inputs)
+    except (ProblemError, CaptureError):
+        raise
+    except Exception as exc:
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ProblemError(problem.path, f"compiling or running the model failed: {type(exc).__name__}: {cause}") from exc
+    # Wrapper modules define ``call``; kernel modules do not. (``async_compile`` is
+    # deleted from the wrapper once its kernels are ready, so it cannot be the test.)
+    graphs = [m for m in loaded if callable(getattr(m, "call", None)) and getattr(m, "__file__", None)]
+    kernels: dict[str, KernelHandle] = {}
+    externs: list[ExternCallInfo] = []
+    interpreted = device == "cpu"
+    for index, module in enumerate(graphs):
+        source = Path(module.__file__).read_text()
+        externs += extern_calls(source, index, start=len(externs))
+        for attr, kernel_name in _KERNEL_DEF.findall(source):
+            autotuner = getattr(module, attr)
+            if not hasattr(autotuner, "triton_meta"):
+                raise CaptureError(f"{problem.path}: kernel {attr} is a {type(autotuner).__name__}, not an Inductor Triton kernel")
+            kernel_source = Path(autotuner.filename).read_text()
+            name = attr if attr not in kernels else f"{attr}__g{index}"
+            cfg = launch_config(autotuner, interpreted)
+            writes = written_args(kernel_source, kernel_name)
+            arg_names = [a for a in autotuner.fn.arg_names if a not in cfg.kwargs]
+            observed = seen.get(id(autotuner), ())
+            args = []
+            for i, arg in enumerate(arg_names):
+                info = observed[i].model_copy(update={"name": arg}) if i < len(observed) else ArgInfo(name=arg)
+                info.written = arg in writes
+                if info.written:  # recorded before the launch: the range of garbage
+                    info.min = info.max = None
+                args.append(info)
+            info = KernelInfo(
+                name=name, graph=index, fingerprint=fingerprint(kernel_source, kernel_name), args=args,
+                launch=cfg, source=kernel_source,
+            )
+            kernels[name] = KernelHandle(info=info, module=module, attr=attr, original=autotuner)
+    return CompiledModel(
+        problem=problem, device=device, model=model, compiled=compiled, graphs=graphs, kernels=kernels, externs=externs
+    )

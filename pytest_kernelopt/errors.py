@@ -1,0 +1,37 @@
+"""One exception hierarchy; the CLI and the plugin turn each into one line and an exit code."""
+
+from __future__ import annotations
+
+
+class KerneloptError(Exception):
+    """Base of every error this tool raises on purpose. ``exit_code`` is what the CLI returns."""
+
+    exit_code = 2
+
+
+class UsageError(KerneloptError):
+    """Bad input: a missing file, an unknown kernel name, a bad option value."""
+
+
+class ProblemError(KerneloptError):
+    """A problem file that cannot be loaded, run or compiled."""
+
+    def __init__(self, path: object, cause: str):
+        self.path, self.cause = str(path), cause
+        super().__init__(f"{self.path}: {cause}")
+
+
+class CaptureError(KerneloptError):
+    """The compiled model could not be opened (no wrapper module, unsupported kernel kind)."""
+
+
+class CandidateError(KerneloptError):
+    """A candidate file that cannot be loaded or launched."""
+
+
+class StoreError(KerneloptError):
+    """A corrupt or inconsistent kernel store (manifest, version files)."""
+
+
+class InterpreterUnsupported(KerneloptError):
+    """Something a kernel needs that interpreter mode does not provide (names the function)."""

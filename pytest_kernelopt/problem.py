@@ -1,0 +1,100 @@
+"""KernelBench-format problem files: ``class Model``, ``get_inputs()``, ``get_init_inputs()``.
+
+A problem's id is its file's stem. Weights come from a fixed seed and inputs from
+a seed of the caller's choosing, both drawn on the CPU and then moved, so the same
+seed gives the same numbers on every device.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from .errors import ProblemError
+
+WEIGHT_SEED = 0
+
+
+def _where(exc: BaseException, path: Path) -> str:
+    """``line N`` of the innermost frame inside the problem file, if any."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]
+    return f" (line {frames[-1].lineno})" if frames else ""
+
+
+@dataclass
+class Problem:
+    path: Path
+    module: ModuleType = field(repr=False)
+
+    @property
+    def id(self) -> str:
+        return self.path.stem
+
+    def build_model(self, device: str = "cpu") -> Any:
+        """The model in eval mode on ``device``, weights drawn from a fixed seed."""
+        import torch
+
+        torch.manual_seed(WEIGHT_SEED)
+        try:
+            init = list(self.module.get_init_inputs())
+            model = self.module.Model(*init)
+        except Exception as exc:  # a user's file: any error is theirs to see in one line
+            raise ProblemError(self.path, f"Model(*get_init_inputs()) failed{_where(exc, self.path)}: {exc!r}") from exc
+        if not isinstance(model, torch.nn.Module):
+            raise ProblemError(self.path, "Model is not a torch.nn.Module")
+        return model.to(device).eval()
+
+    def make_inputs(self, seed: int, device: str = "cpu") -> list[Any]:
+        """``get_inputs()`` under ``seed``: a list of tensors on ``device``."""
+        import torch
+
+        torch.manual_seed(seed)
+        try:
+            inputs = self.module.get_inputs()
+        except Exception as exc:
+            raise ProblemError(self.path, f"get_inputs() failed{_where(exc, self.path)}: {exc!r}") from exc
+        if not isinstance(inputs, (list, tuple)) or not inputs:
+            raise ProblemError(self.path, f"get_inputs() must return a non-empty list of tensors, not {type(inputs).__name__}")
+        bad = [i for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor)]
+        if bad:
+            raise ProblemError(self.path, f"get_inputs() item {bad[0]} is a {type(inputs[bad[0]]).__name__}, not a tensor")
+        return [x.to(device) for x in inputs]
+
+
+def load_problem(path: str | Path) -> Problem:
+    """Import a problem file; any defect gives a ProblemError naming the file and the cause."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise ProblemError(path, "no such file")
+    if path.suffix != ".py":
+        raise ProblemError(path, "a problem file must be a .py file")
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:8]
+    name = f"kernelopt_problem_{path.stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        source = path.read_text()
+        compile(source, str(path), "exec")
+    except SyntaxError as exc:
+        raise ProblemError(path, f"syntax error at line {exc.lineno}: {exc.msg}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProblemError(path, f"cannot read: {exc}") from exc
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise ProblemError(path, f"importing failed{_where(exc, path)}: {exc!r}") from exc
+    for attr in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(module, attr):
+            raise ProblemError(path, f"not a problem file: no `{attr}` defined")
+    if not isinstance(module.Model, type):
+        raise ProblemError(path, "`Model` must be a class")
+    return Problem(path=path, module=module)

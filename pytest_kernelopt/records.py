@@ -1,0 +1,113 @@
+"""Typed records that cross a stage boundary or touch disk, serialized in one place.
+
+Every record carries ``schema_version``; readers refuse a version they do not know
+instead of guessing. JSON is written with :func:`dump_json` and read with
+:func:`load_json` so that every file the tool writes looks the same.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+SCHEMA_VERSION = 1
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- capture ---------------------------------------------------------------------------
+
+class ArgInfo(Record):
+    """One argument of a Triton kernel as the compiled model passes it."""
+
+    name: str
+    kind: Literal["tensor", "int", "float", "bool", "none", "other"] = "other"
+    written: bool = False
+    shape: list[int] | None = None
+    stride: list[int] | None = None
+    dtype: str | None = None
+    # For integer tensors: the observed value range (index kernels).
+    min: int | None = None
+    max: int | None = None
+    value: int | float | bool | None = None
+
+
+class LaunchConfig(Record):
+    """The launch configuration Inductor chose for a kernel (after autotuning)."""
+
+    kwargs: dict[str, int] = Field(default_factory=dict)
+    num_warps: int | None = None
+    num_stages: int | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+    grid: list[str] = Field(default_factory=lambda: ["1", "1", "1"])
+    grid_prefix: list[str] = Field(default_factory=list)
+
+
+class KernelInfo(Record):
+    """A Triton kernel of a compiled graph."""
+
+    name: str
+    kind: Literal["triton"] = "triton"
+    graph: int
+    fingerprint: str
+    args: list[ArgInfo]
+    launch: LaunchConfig
+    source: str = Field(repr=False)
+
+    @property
+    def written_args(self) -> list[str]:
+        return [a.name for a in self.args if a.written]
+
+
+class ExternCallInfo(Record):
+    """A call into a vendor library or an aten fallback (left alone by this tool)."""
+
+    name: str
+    kind: Literal["extern"] = "extern"
+    graph: int
+    target: str
+    args: list[str] = Field(default_factory=list)
+
+
+class CaptureSummary(Record):
+    """What ``kernelopt kernels --json`` prints: the kernels and extern calls of a model."""
+
+    schema_version: int = SCHEMA_VERSION
+    model: str
+    device: str
+    graphs: int
+    kernels: list[KernelInfo]
+    externs: list[ExternCallInfo]
+
+
+# --- serialization ---------------------------------------------------------------------
+
+R = TypeVar("R", bound=BaseModel)
+
+
+def dump_json(record: BaseModel, **kwargs: Any) -> str:
+    return record.model_dump_json(indent=2, **kwargs) + "\n"
+
+
+def load_json(cls: type[R], path: Path) -> R:
+    """Read a record from ``path``; a broken file raises StoreError naming it."""
+    from .errors import StoreError
+
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read ({exc.strerror})") from exc
+    try:
+        record = cls.model_validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "<root>"
+        raise StoreError(f"{path}: invalid {cls.__name__} ({where}: {first['msg']})") from exc
+    version = getattr(record, "schema_version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise StoreError(f"{path}: schema_version {version} is not supported (this tool reads {SCHEMA_VERSION})")
+    return record
