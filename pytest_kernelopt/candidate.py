@@ -83,18 +83,26 @@ def _helpers_source(names: set[str]) -> list[str]:
 def render_dump(info: KernelInfo, model_id: str) -> str:
     """The compiler kernel ``info`` as a candidate file."""
     source = info.source
-    func = find_kernel_def(source)
+    func = find_kernel_def(source, info.function)
     lines = source.splitlines()
     body = "\n".join(lines[func.lineno - 1 : func.end_lineno])
+    # Other @triton.jit functions of Inductor's kernel module (scan combine functions).
+    local_fns = [
+        node for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef) and node is not func and node.name != func.name
+        and any("jit" in ast.unparse(d) for d in node.decorator_list)
+    ]
+    local_src = ["\n".join(lines[n.lineno - 1 : n.end_lineno]) for n in local_fns]
     params = {a.arg for a in func.args.args}
     nodes = [n for stmt in func.body for n in ast.walk(stmt)]  # not the decorators
     assigned = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     loads = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    unknown = sorted(loads - params - assigned - _KERNEL_GLOBALS - set(dir(builtins)))
+    unknown = sorted(loads - params - assigned - _KERNEL_GLOBALS - set(dir(builtins)) - {n.name for n in local_fns})
     if unknown:
         raise CaptureError(f"kernel {info.name} uses module-level names {unknown}; it cannot be dumped")
-    helper_names = set(re.findall(r"\btriton_helpers\.(\w+)", body))
-    body = re.sub(r"\btriton_helpers\.(\w+)", lambda m: _helper_name(m.group(1)), body)
+    helper_names = set(re.findall(r"\btriton_helpers\.(\w+)", "\n".join([body, *local_src])))
+    body, *local_src = [re.sub(r"\btriton_helpers\.(\w+)", lambda m: _helper_name(m.group(1)), text)
+                        for text in (body, *local_src)]
     helpers = _helpers_source(helper_names) if helper_names else []
 
     kernel = func.name
@@ -126,6 +134,8 @@ def render_dump(info: KernelInfo, model_id: str) -> str:
     ]
     for helper in helpers:
         out += ["", helper, ""]
+    for text in local_src:
+        out += ["", "@triton.jit", text, ""]
     out += [
         "",
         "@triton.jit",

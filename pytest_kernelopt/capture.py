@@ -128,8 +128,8 @@ def _root_name(node: ast.AST) -> str | None:
         return None
 
 
-def written_args(source: str, name: str | None = None) -> set[str]:
-    """Arguments a kernel writes: the pointer operands of ``tl.store`` and ``tl.atomic_*``."""
+def pointer_uses(source: str, name: str | None = None) -> tuple[set[str], set[str]]:
+    """(read, written) kernel arguments: pointer operands of ``tl.load`` and of ``tl.store``/``tl.atomic_*``."""
     node = find_kernel_def(source, name)
     params = {a.arg for a in node.args.args}
     # Follow simple aliases: ``ptr = out_ptr0 + offs`` then ``tl.store(ptr, ...)``.
@@ -138,17 +138,29 @@ def written_args(source: str, name: str | None = None) -> set[str]:
         if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and isinstance(sub.targets[0], ast.Name):
             root = _root_name(sub.value)
             if root in params or root in alias:
-                alias[sub.targets[0].id] = alias.get(root, root)
+                alias[sub.targets[0].id] = alias.get(root, root)  # type: ignore[arg-type]
+    read: set[str] = set()
     written: set[str] = set()
     for sub in ast.walk(node):
-        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.args:
             fn = sub.func.attr
-            if (fn == "store" or fn.startswith("atomic_")) and sub.args:
-                root = _root_name(sub.args[0])
-                root = alias.get(root, root)
-                if root in params:
-                    written.add(root)
-    return written
+            root = _root_name(sub.args[0])
+            root = alias.get(root, root)  # type: ignore[arg-type]
+            if root not in params:
+                continue
+            if fn == "load":
+                read.add(root)  # type: ignore[arg-type]
+            elif fn == "store":
+                written.add(root)  # type: ignore[arg-type]
+            elif fn.startswith("atomic_"):
+                read.add(root)  # type: ignore[arg-type]
+                written.add(root)  # type: ignore[arg-type]
+    return read, written
+
+
+def written_args(source: str, name: str | None = None) -> set[str]:
+    """Arguments a kernel writes."""
+    return pointer_uses(source, name)[1]
 
 
 def extern_calls(wrapper_source: str, graph: int, start: int = 0) -> list[ExternCallInfo]:
@@ -315,18 +327,18 @@ def compile_problem(problem: Problem, device: str, seed: int = 0, mode: str | No
             kernel_source = Path(autotuner.filename).read_text()
             name = attr if attr not in kernels else f"{attr}__g{index}"
             cfg = launch_config(autotuner, interpreted)
-            writes = written_args(kernel_source, kernel_name)
+            reads, writes = pointer_uses(kernel_source, kernel_name)
             arg_names = [a for a in autotuner.fn.arg_names if a not in cfg.kwargs]
             observed = seen.get(id(autotuner), ())
             args = []
             for i, arg in enumerate(arg_names):
                 info = observed[i].model_copy(update={"name": arg}) if i < len(observed) else ArgInfo(name=arg)
-                info.written = arg in writes
+                info.read, info.written = arg in reads, arg in writes
                 if info.written:  # recorded before the launch: the range of garbage
                     info.min = info.max = None
                 args.append(info)
             info = KernelInfo(
-                name=name, graph=index, fingerprint=fingerprint(kernel_source, kernel_name), args=args,
+                name=name, function=kernel_name, graph=index, fingerprint=fingerprint(kernel_source, kernel_name), args=args,
                 launch=cfg, source=kernel_source,
             )
             kernels[name] = KernelHandle(info=info, module=module, attr=attr, original=autotuner)

@@ -26,6 +26,7 @@ class ArgInfo(Record):
 
     name: str
     kind: Literal["tensor", "int", "float", "bool", "none", "other"] = "other"
+    read: bool = False
     written: bool = False
     shape: list[int] | None = None
     stride: list[int] | None = None
@@ -52,6 +53,9 @@ class KernelInfo(Record):
 
     name: str
     kind: Literal["triton"] = "triton"
+    # The @triton.jit function's name in Inductor's source (``name`` may carry a
+    # ``__g<graph>`` suffix when two graphs use the same kernel name).
+    function: str
     graph: int
     fingerprint: str
     args: list[ArgInfo]
@@ -111,3 +115,72 @@ def load_json(cls: type[R], path: Path) -> R:
     if version != SCHEMA_VERSION:
         raise StoreError(f"{path}: schema_version {version} is not supported (this tool reads {SCHEMA_VERSION})")
     return record
+
+
+# --- cascade ---------------------------------------------------------------------------
+
+StageName = Literal["static", "kernel", "model", "speed"]
+STAGES: tuple[StageName, ...] = ("static", "kernel", "model", "speed")
+
+
+class StageResult(Record):
+    name: StageName
+    # None: not measured (speed in interpreter mode) or not reached.
+    passed: bool | None
+    detail: str = ""
+    seconds: float = 0.0
+
+
+class SeedErrors(Record):
+    """Errors of one seed. Kernel stage: against the compiler kernel. Model stage: max abs
+    error against eager (``vs_eager``) and against the float64 reference, for the
+    candidate and for the compiled baseline; ``scale`` is max |reference|."""
+
+    seed: int
+    vs_eager: float | None = None
+    candidate_vs_fp64: float | None = None
+    baseline_vs_fp64: float | None = None
+    kernel_max_abs: float | None = None
+    kernel_max_rel: float | None = None
+    scale: float | None = None
+
+
+class Timing(Record):
+    """Paired timings, baseline vs candidate (milliseconds, medians) and the speedup with its 95% CI."""
+
+    baseline_ms: float
+    candidate_ms: float
+    speedup: float
+    ci_low: float
+    ci_high: float
+    pairs: int
+
+
+class Environment(Record):
+    device: str
+    gpu: str | None = None
+    torch: str
+    triton: str
+    cuda: str | None = None
+    driver: str | None = None
+    python: str
+
+
+class Verdict(Record):
+    """What the cascade decided for one candidate."""
+
+    schema_version: int = SCHEMA_VERSION
+    model: str
+    kernel: str
+    candidate: str
+    candidate_sha256: str
+    status: Literal["accepted", "correct", "rejected"]
+    reason: str | None = None
+    stages: list[StageResult] = Field(default_factory=list)
+    seeds: list[int] = Field(default_factory=list)
+    errors: list[SeedErrors] = Field(default_factory=list)
+    model_timing: Timing | None = None
+    kernel_timing: Timing | None = None
+    speed_measured: bool = False
+    environment: Environment | None = None
+    wall_seconds: float = 0.0

@@ -1,0 +1,81 @@
+"""Numbers only: medians, distribution-free confidence intervals, the "faster" decision.
+
+Timings come in interleaved pairs (baseline, candidate) measured back to back, so
+each pair gives one speedup ratio ``baseline / candidate`` that shares the
+machine's state of that moment. The median of those ratios is the speedup; its
+95% confidence interval comes from order statistics (the binomial distribution of
+how many ratios fall below the true median), which assumes nothing about the
+shape of the timing distribution.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import median
+from typing import Sequence
+
+from pydantic import BaseModel
+
+
+class SpeedEstimate(BaseModel):
+    """Speedup of a candidate over the baseline from paired timings."""
+
+    speedup: float
+    ci_low: float
+    ci_high: float
+    pairs: int
+    baseline_ms: float
+    candidate_ms: float
+
+    def faster(self, min_gain: float) -> bool:
+        """Faster beyond noise: the whole interval above 1 and the median gain at least ``min_gain``."""
+        return self.ci_low > 1.0 and self.speedup >= 1.0 + min_gain
+
+    def slower(self, max_loss: float = 0.0) -> bool:
+        """Slower beyond noise: the whole interval below 1 (by more than ``max_loss``)."""
+        return self.ci_high < 1.0 - max_loss
+
+
+def _binom_cdf(k: int, n: int) -> float:
+    """P(X <= k) for X ~ Binomial(n, 1/2)."""
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2.0**n
+
+
+def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int]:
+    """0-based ranks (lo, hi) of the sorted sample bounding the median with ``confidence``.
+
+    The widest-possible interval (min, max) is returned when ``n`` is too small to
+    reach the confidence level.
+    """
+    if n < 1:
+        raise ValueError("need at least one sample")
+    alpha = 1.0 - confidence
+    # 1-based ranks [k, n-k+1] cover the median with probability 1 - 2 P(X <= k-1).
+    best = 0
+    for k in range(1, n // 2 + 1):
+        if 2 * _binom_cdf(k - 1, n) <= alpha:
+            best = k
+        else:
+            break
+    if best == 0:
+        return 0, n - 1
+    return best - 1, n - best
+
+
+def median_ci(samples: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(median, ci_low, ci_high) of ``samples``."""
+    ordered = sorted(samples)
+    lo, hi = median_ci_ranks(len(ordered), confidence)
+    return median(ordered), ordered[lo], ordered[hi]
+
+
+def speed_estimate(baseline: Sequence[float], candidate: Sequence[float], confidence: float = 0.95) -> SpeedEstimate:
+    """Paired speedup estimate from interleaved timings (milliseconds)."""
+    if len(baseline) != len(candidate) or not baseline:
+        raise ValueError("baseline and candidate need the same, non-zero number of timings")
+    ratios = [b / c for b, c in zip(baseline, candidate) if c > 0]
+    mid, low, high = median_ci(ratios, confidence)
+    return SpeedEstimate(
+        speedup=mid, ci_low=low, ci_high=high, pairs=len(ratios),
+        baseline_ms=median(baseline), candidate_ms=median(candidate),
+    )
