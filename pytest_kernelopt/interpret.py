@@ -7,6 +7,12 @@ interpreter lacks are filled in here:
 * Inductor stamps every kernel with a hash of the active Triton backend, and no
   backend is active on a CPU-only machine (torch 2.13 / triton 3.7.1: "0 active
   drivers"). We hash the Triton version alone instead.
+* Reductions and scans with a custom combine function (Inductor's ``max2``,
+  ``welford``, argmax, cumsum of a fused expression) run element by element in
+  Python in the interpreter: a softmax over 8x128 took 9 s (triton 3.7.1). We
+  run them as a vectorized pairwise tree (reduce) and a Hillis-Steele scan, calling
+  the same combine function on whole arrays. Combining order changes, as it does
+  on a GPU; compiler kernel and candidate share this path, so they stay comparable.
 * Inductor calls ``triton.language.extra.libdevice`` math (``libdevice.exp``,
   ``.rsqrt``, ...), whose functions are empty stubs that only a GPU backend
   resolves; under the interpreter they return ``None``. We give each function a
@@ -46,6 +52,7 @@ def enable() -> None:
 
     torch_triton.triton_hash_with_backend = backend_hash
     _patch_libdevice()
+    _patch_reduce_scan()
     _enabled = True
 
 
@@ -178,6 +185,71 @@ def _patch_libdevice() -> None:
             setattr(libdevice, name, _wrap(name, fn, kind))
         else:
             setattr(libdevice, name, _unsupported(name))
+
+
+# --- reductions and scans -------------------------------------------------------------
+
+def _combine(op: Any, lhs: list[Any], rhs: list[Any], dtypes: list[Any]) -> list[Any]:
+    """Apply the combine function of ``op`` to whole arrays (elementwise)."""
+    import numpy as np
+
+    # Triton block shapes must be powers of two: pad the leading axis (with copies of
+    # its last row, discarded afterwards).
+    n = lhs[0].shape[0]
+    m = 1 << max(n - 1, 0).bit_length()
+    if m != n:
+        pad = [(0, m - n)] + [(0, 0)] * (lhs[0].ndim - 1)
+        lhs = [np.pad(a, pad, mode="edge") for a in lhs]
+        rhs = [np.pad(b, pad, mode="edge") for b in rhs]
+    args = [op.to_tensor(a, d) for a, d in zip(lhs, dtypes)] + [op.to_tensor(b, d) for b, d in zip(rhs, dtypes)]
+    out = op.combine_fn.fn(*args)
+    out = out if isinstance(out, tuple) else (out,)
+    shape = lhs[0].shape
+    return [np.broadcast_to(getattr(getattr(o, "handle", None), "data", o), shape).astype(a.dtype)[:n]
+            for o, a in zip(out, lhs)]
+
+
+def _tree_reduce(self: Any, input: Any) -> list[Any]:
+    import numpy as np
+
+    original_axis = self.axis
+    input, axis = self.unravel(input, self.axis)
+    dtypes = [t.dtype for t in input]
+    data = [np.moveaxis(t.handle.data, axis, 0) for t in input]
+    while data[0].shape[0] > 1:
+        n = data[0].shape[0]
+        pairs = n // 2
+        merged = _combine(self, [d[0 : 2 * pairs : 2] for d in data], [d[1 : 2 * pairs : 2] for d in data], dtypes)
+        data = [np.concatenate([m, d[2 * pairs :]]) if n % 2 else m for m, d in zip(merged, data)]
+    out = []
+    for d, dtype in zip(data, dtypes):
+        d = d[0]
+        if self.keep_dims:
+            d = np.expand_dims(d, axis) if original_axis is not None else d.reshape((1,) * len(input[0].handle.data.shape))
+        elif original_axis is None:
+            d = d.item()
+        out.append(self.to_tensor(d, dtype))
+    return out
+
+
+def _vector_scan(self: Any, input: Any) -> list[Any]:
+    import numpy as np
+
+    dtypes = [t.dtype for t in input]
+    data = [np.moveaxis(t.handle.data, self.axis, 0).copy() for t in input]
+    n, step = data[0].shape[0], 1
+    while step < n:
+        merged = _combine(self, [d[: n - step] for d in data], [d[step:] for d in data], dtypes)
+        data = [np.concatenate([d[:step], m]) for d, m in zip(data, merged)]
+        step *= 2
+    return [self.to_tensor(np.moveaxis(d, 0, self.axis), dtype) for d, dtype in zip(data, dtypes)]
+
+
+def _patch_reduce_scan() -> None:
+    from triton.runtime import interpreter
+
+    interpreter.ReduceOps.generic_reduce = _tree_reduce
+    interpreter.ScanOps.generic_scan = _vector_scan
 
 
 def supported_libdevice() -> list[str]:
