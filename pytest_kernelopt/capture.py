@@ -290,16 +290,20 @@ def _record_kernel_args() -> Iterator[dict[int, tuple[Any, ...]]]:
         CachingAutotuner.run = original  # type: ignore[method-assign]
 
 
-def compile_problem(problem: Problem, device: str, seed: int = 0, mode: str | None = None) -> CompiledModel:
+def compile_problem(
+    problem: Problem, device: str, seed: int = 0, mode: str | None = None, reset: bool = True
+) -> CompiledModel:
     """Compile ``problem`` for ``device`` in inference mode and open up every graph.
 
     ``device`` must come from :func:`pytest_kernelopt.config.resolve_device` (which
-    switches on interpreter mode for ``cpu``).
+    switches on interpreter mode for ``cpu``). ``reset`` clears Dynamo's caches
+    first; pass False to keep an earlier compiled model of this process working.
     """
     import torch
     import torch._dynamo
 
-    torch._dynamo.reset()
+    if reset:
+        torch._dynamo.reset()
     model = problem.build_model(device)
     inputs = problem.make_inputs(seed, device)
     compiled = torch.compile(model, backend="inductor", mode=mode)

@@ -332,6 +332,24 @@ def speed_stage(compiled: Any, replacements: dict[str, Any], kernel: str | None,
     return _timing(model), kernel_timing
 
 
+def base_speed(base: Any, compiled: Any, replacements: dict[str, Any], seed: int) -> Timing:
+    """The problem at the base revision (compiled) against this one with its replacements."""
+    from .swap import restore, swap
+    from .timing import paired_timings
+
+    base_inputs = base.problem.make_inputs(seed, base.device)
+    inputs = compiled.problem.make_inputs(seed, compiled.device)
+
+    def swap_in() -> None:
+        for name, rep in replacements.items():
+            swap(compiled, name, rep)
+
+    return _timing(paired_timings(
+        (lambda: None, lambda: base(*base_inputs), lambda: None),
+        (swap_in, lambda: compiled(*inputs), lambda: restore(compiled)),
+    ))
+
+
 def _timing(est: Any) -> Timing:
     return Timing(baseline_ms=est.baseline_ms, candidate_ms=est.candidate_ms, speedup=est.speedup,
                   ci_low=est.ci_low, ci_high=est.ci_high, pairs=est.pairs)

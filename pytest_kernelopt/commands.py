@@ -43,16 +43,20 @@ def cmd_verify_or_accept(args: argparse.Namespace) -> int:
     if not args.json:
         print(f"verifying {args.candidate} as {args.kernel} of {args.problem.stem} on {device} ...", file=sys.stderr)
     verdict = verify(args.problem, args.kernel, args.candidate, device, options)
-    stored = None
-    if args.command == "accept" and verdict.status != "rejected":
-        from .store import accept_verdict
+    if args.command == "verify":
+        print(verdict.model_dump_json(indent=2) if args.json else "\n".join(verdict_lines(verdict)))
+        return EXIT_REJECTED if verdict.status == "rejected" else EXIT_OK
+    from .store import accept_verdict
 
-        stored = accept_verdict(args.problem, args.kernel, args.candidate, verdict, allow_no_gain=args.allow_no_gain,
-                                proposed_by=args.proposed_by)
+    record, message = accept_verdict(args.problem, args.kernel, args.candidate, verdict,
+                                     allow_no_gain=args.allow_no_gain, proposed_by=args.proposed_by)
     if args.json:
-        print(verdict.model_dump_json(indent=2))
+        import json
+
+        out = json.loads(verdict.model_dump_json())
+        out["stored"] = record.model_dump(mode="json") if record else None
+        out["message"] = message
+        print(json.dumps(out, indent=2))
     else:
-        print("\n".join(verdict_lines(verdict)))
-        if stored is not None:
-            print(stored)
-    return EXIT_REJECTED if verdict.status == "rejected" else EXIT_OK
+        print("\n".join([*verdict_lines(verdict), message]))
+    return EXIT_OK if record is not None else EXIT_REJECTED

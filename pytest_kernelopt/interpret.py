@@ -40,6 +40,10 @@ def enable() -> None:
     if _enabled:
         return
     os.environ["TRITON_INTERPRET"] = "1"
+    import warnings
+
+    # Inductor warns that kernels for the CPU "will not be executable": the interpreter runs them.
+    warnings.filterwarnings("ignore", message="Could not find an active CPU backend")
     import torch._inductor.config as inductor_config
     import torch.utils._triton as torch_triton
 

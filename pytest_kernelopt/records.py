@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 SCHEMA_VERSION = 1
 
@@ -172,6 +172,8 @@ class Verdict(Record):
     schema_version: int = SCHEMA_VERSION
     model: str
     kernel: str
+    # Fingerprint of the compiler kernel the candidate replaces.
+    fingerprint: str | None = None
     candidate: str
     candidate_sha256: str
     status: Literal["accepted", "correct", "rejected"]
@@ -181,6 +183,11 @@ class Verdict(Record):
     errors: list[SeedErrors] = Field(default_factory=list)
     model_timing: Timing | None = None
     kernel_timing: Timing | None = None
+    # Gate with --kernelopt-base-ref: the problem at that revision (compiled) vs now.
+    base_timing: Timing | None = None
     speed_measured: bool = False
     environment: Environment | None = None
     wall_seconds: float = 0.0
+    # The compiler kernel as the worker captured it (not serialized): lets `accept`
+    # store the original without compiling the model again.
+    _kernel_info: KernelInfo | None = PrivateAttr(default=None)

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .records import StageResult, Verdict
+from .records import KernelInfo, StageResult, Verdict
 
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE", re.I)
 _SECRET_PREFIXES = ("ANTHROPIC_", "OPENAI_", "GITHUB_", "GH_", "AWS_", "GOOGLE_", "AZURE_", "HF_", "HUGGING", "GIT_ASKPASS", "SSH_")
@@ -41,6 +41,8 @@ class WorkerRequest(BaseModel):
     error_factor: float = 4.0
     min_gain: float = 0.02
     measure_speed: bool = True
+    # The gate's --kernelopt-base-ref: the problem file at that revision, timed against this one.
+    base_problem: str | None = None
 
 
 def worker_env(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -89,10 +91,17 @@ def run_worker(request: WorkerRequest, timeout: float, verdict: Verdict) -> Verd
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
         events = [json.loads(line) for line in events_path.read_text().splitlines() if line.strip()]
+        infos = {e["info"]["name"]: KernelInfo.model_validate(e["info"]) for e in events if e["event"] == "kernel"}
+        info = infos.get(request.kernel or "")
+        if info is not None:
+            verdict.fingerprint = info.fingerprint
+            verdict._kernel_info = info
         for event in events:
             if event["event"] == "verdict":
-                return Verdict.model_validate(event["verdict"]).model_copy(
+                final = Verdict.model_validate(event["verdict"]).model_copy(
                     update={"candidate": verdict.candidate, "candidate_sha256": verdict.candidate_sha256})
+                final._kernel_info = info
+                return final
             if event["event"] == "error":
                 cls = {"usage": UsageError}.get(event["kind"])
                 if cls is not None:
@@ -145,10 +154,12 @@ def run_stages(request: WorkerRequest, events: _Events) -> Verdict:
     problem = load_problem(request.problem)
     compiled = compile_problem(problem, device)
     for name in request.replacements:
-        compiled.kernel(name)  # unknown names are bad input, not a bad candidate
+        # Unknown names are bad input, not a bad candidate (raises UsageError).
+        events.emit("kernel", info=compiled.kernel(name).info.model_dump(mode="json"))
     label = request.kernel or "+".join(request.replacements)
-    verdict = Verdict(model=problem.id, kernel=label, candidate="", candidate_sha256="", status="rejected",
-                      seeds=request.seeds, environment=cascade.environment(device))
+    fingerprint = compiled.kernel(request.kernel).info.fingerprint if request.kernel else None
+    verdict = Verdict(model=problem.id, kernel=label, fingerprint=fingerprint, candidate="", candidate_sha256="",
+                      status="rejected", seeds=request.seeds, environment=cascade.environment(device))
 
     def stage(name: str, fn: Any) -> Any:
         events.emit("start", stage=name)
@@ -219,33 +230,34 @@ def run_stages(request: WorkerRequest, events: _Events) -> Verdict:
         verdict.status = "correct"
         return verdict
 
-    def speed() -> tuple[Any, str]:
+    def speed() -> tuple[bool, str]:
         model_t, kernel_t = cascade.speed_stage(compiled, candidates, request.kernel, request.seeds[0])
         verdict.model_timing, verdict.kernel_timing, verdict.speed_measured = model_t, kernel_t, True
-        text = (f"model {model_t.speedup:.3f}x [{model_t.ci_low:.3f}, {model_t.ci_high:.3f}] "
-                f"({model_t.baseline_ms * 1e3:.1f} -> {model_t.candidate_ms * 1e3:.1f} us, {model_t.pairs} pairs)")
+        text = f"model {_fmt(model_t)}"
         if kernel_t:
-            text += f"; kernel {kernel_t.speedup:.3f}x ({kernel_t.baseline_ms * 1e3:.1f} -> {kernel_t.candidate_ms * 1e3:.1f} us)"
-        return None, text
+            text += f"; kernel {_fmt(kernel_t)}"
+        if request.base_problem:
+            base = compile_problem(load_problem(request.base_problem), device, reset=False)
+            verdict.base_timing = cascade.base_speed(base, compiled, candidates, request.seeds[0])
+            text += f"; vs base revision {_fmt(verdict.base_timing)}"
+        faster = model_t.ci_low > 1.0 and model_t.speedup >= 1.0 + request.min_gain
+        if not faster:
+            text += f"; not faster beyond noise (needs the CI above 1 and a gain of at least {request.min_gain:.0%})"
+        return faster, text
 
     events.emit("start", stage="speed")
     t0 = time.monotonic()
-    speed()
-    est = verdict.model_timing
-    assert est is not None
-    faster = est.ci_low > 1.0 and est.speedup >= 1.0 + request.min_gain
+    faster, text = speed()
     verdict.status = "accepted" if faster else "correct"
-    detail_text = (f"model {est.speedup:.3f}x, 95% CI [{est.ci_low:.3f}, {est.ci_high:.3f}], "
-                   f"{est.baseline_ms * 1e3:.1f} -> {est.candidate_ms * 1e3:.1f} us over {est.pairs} pairs")
-    if verdict.kernel_timing:
-        kt = verdict.kernel_timing
-        detail_text += f"; kernel {kt.speedup:.3f}x ({kt.baseline_ms * 1e3:.1f} -> {kt.candidate_ms * 1e3:.1f} us)"
-    if not faster:
-        detail_text += f"; not faster beyond noise (needs CI above 1 and >= {request.min_gain:.0%} gain)"
-    result = StageResult(name="speed", passed=faster, detail=detail_text, seconds=time.monotonic() - t0)
+    result = StageResult(name="speed", passed=faster, detail=text, seconds=time.monotonic() - t0)
     verdict.stages.append(result)
     events.emit("stage", result=result.model_dump())
     return verdict
+
+
+def _fmt(t: Any) -> str:
+    return (f"{t.speedup:.3f}x, 95% CI [{t.ci_low:.3f}, {t.ci_high:.3f}], "
+            f"{t.baseline_ms * 1e3:.1f} -> {t.candidate_ms * 1e3:.1f} us over {t.pairs} pairs")
 
 
 def main(argv: list[str]) -> int:
