@@ -1,0 +1,146 @@
+"""Shared fixtures: interpreter mode, compiled example problems, the ``kernelopt`` command.
+
+Nothing here imports torch or triton at import time: a plain ``pytest`` run must stay
+light (the plugin's own tests check that), so heavy imports happen inside fixtures.
+
+Compiling a problem takes seconds even in interpreter mode, so every worker process
+compiles each example problem once (:class:`CompiledModels`) and the tests share it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TESTS = Path(__file__).parent
+REPO = TESTS.parent
+KERNELOPT = Path(sys.executable).with_name("kernelopt")  # the console script of this venv
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Inductor warns when it generates Triton for the CPU with no CPU backend present:
+    # interpreter mode runs those kernels anyway (torch 2.13, triton 3.7.1).
+    config.addinivalue_line("filterwarnings", "ignore:Could not find an active CPU backend:UserWarning")
+
+
+@pytest.fixture(scope="session")
+def interpreter() -> str:
+    """Interpreter mode for this worker; must run before any kernel is compiled or jitted."""
+    from pytest_kernelopt.config import resolve_device
+
+    return resolve_device("cpu")
+
+
+class CompiledModels:
+    """``compile_problem(load_problem(path), "cpu")``, once per problem and worker process."""
+
+    def __init__(self) -> None:
+        self._models: dict[Path, Any] = {}
+
+    def get(self, path: Path) -> Any:
+        """The compiled problem; its captured records are valid, but see :meth:`live`."""
+        path = Path(path).resolve()
+        if path not in self._models:
+            self._models[path] = self._compile(path)
+        return self._models[path]
+
+    def live(self, path: Path) -> Any:
+        """The compiled problem, recompiled if it no longer runs the kernels it captured.
+
+        ``compile_problem`` resets Dynamo by default, after which an earlier compiled
+        model silently recompiles on its next call and swapping its kernels has no
+        effect (torch 2.13). Tests that swap kernels need a model that is still live.
+        """
+        from pytest_kernelopt.capture import _record_wrapper_modules
+
+        compiled = self.get(path)
+        with _record_wrapper_modules() as loaded:
+            compiled(*compiled.problem.make_inputs(0))
+        if loaded:  # the call compiled afresh: the captured wrapper modules are no longer used
+            compiled = self._models[Path(path).resolve()] = self._compile(Path(path).resolve())
+        return compiled
+
+    @staticmethod
+    def _compile(path: Path) -> Any:
+        from pytest_kernelopt.capture import compile_problem
+        from pytest_kernelopt.problem import load_problem
+
+        # reset=False keeps the other problems compiled in this process live.
+        return compile_problem(load_problem(path), "cpu", reset=False)
+
+
+@pytest.fixture(scope="session")
+def compiled_models(interpreter: str) -> CompiledModels:
+    return CompiledModels()
+
+
+# --- the command line -------------------------------------------------------------------
+
+def run_kernelopt(*args: object, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``kernelopt`` command; never raises on a non-zero exit."""
+    return subprocess.run(
+        [str(KERNELOPT), *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture(scope="session")
+def kernelopt() -> Any:
+    """``kernelopt(*args, cwd=...)`` -> CompletedProcess of the installed command."""
+    return run_kernelopt
+
+
+@dataclass
+class KernelsListing:
+    """One ``kernelopt kernels PROBLEM --json --dump DIR`` run."""
+
+    result: subprocess.CompletedProcess[str]
+    dump_dir: Path
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return json.loads(self.result.stdout)
+
+
+@pytest.fixture(scope="session")
+def kernels_listing(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``kernels_listing(path)``: the ``--json --dump`` run of a problem, once per worker."""
+    runs: dict[Path, KernelsListing] = {}
+
+    def listing(path: Path) -> KernelsListing:
+        if path not in runs:
+            dump_dir = tmp_path_factory.mktemp(f"dump_{path.stem}")
+            runs[path] = KernelsListing(run_kernelopt("kernels", path, "--json", "--dump", dump_dir), dump_dir)
+        return runs[path]
+
+    return listing
+
+
+# --- editing candidates -----------------------------------------------------------------
+
+def add_to_last_store(source: str, amount: float = 1.0) -> str:
+    """``source`` with ``amount`` added to the value its last ``tl.store`` writes.
+
+    Gives a candidate that loads, launches and writes everything it should, but
+    writes wrong numbers: what a subtly broken agent proposal looks like.
+    """
+    lines = source.splitlines()
+    index = max(i for i, line in enumerate(lines) if "tl.store(" in line)
+    line = lines[index]
+    call = ast.parse(line.strip(), mode="eval").body
+    assert isinstance(call, ast.Call), line
+    call.args[1] = ast.BinOp(call.args[1], ast.Add(), ast.Constant(amount))
+    lines[index] = line[: len(line) - len(line.lstrip())] + ast.unparse(call)
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="session")
+def wrong_candidate() -> Any:
+    """``wrong_candidate(source)``: see :func:`add_to_last_store`."""
+    return add_to_last_store

@@ -1,0 +1,463 @@
+"""Adversarial tests of the verification cascade, end to end through ``kernelopt verify``.
+
+Each candidate is derived at test time from the compiler's own kernel, dumped once
+per session with ``kernelopt kernels --dump`` (kernel names depend on Inductor), by a
+small regex edit of the dump text. Every edit asserts that it changed the text, so a
+test cannot silently verify the unedited dump. Everything runs in interpreter mode
+(``--device cpu``): the speed stage reports "not measured" and a correct candidate's
+verdict is "correct".
+
+Problems used: ``elementwise_chain`` (one pointwise kernel writing ``out_ptr0``, the
+fastest to verify) and ``sum_reduce`` (one reduction kernel writing ``in_out_ptr0``)
+for the reduction-order case.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_kernelopt.worker import worker_env
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBLEMS = ROOT / "tests" / "problems"
+STAGES = ["static", "kernel", "model", "speed"]
+SEEDS = "2"  # two seeds: enough for every case below (the stale-cache case needs >= 2)
+
+
+# --- running the command line ------------------------------------------------------------
+
+def kernelopt(*args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest_kernelopt.cli", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+@dataclass
+class Dump:
+    problem: Path
+    kernel: str
+    source: str
+    written: str  # the pointer argument the kernel writes (out_ptr0 / in_out_ptr0)
+
+
+@dataclass
+class Result:
+    code: int
+    verdict: dict[str, Any] | None
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def __str__(self) -> str:
+        if self.verdict is None:
+            return f"exit {self.code}\nstdout: {self.stdout[-2000:]}\nstderr: {self.stderr[-2000:]}"
+        stages = [(s["name"], s["passed"], s["detail"][:300]) for s in self.verdict["stages"]]
+        return (f"exit {self.code}, status {self.verdict['status']}, reason {self.verdict['reason']!r}\n"
+                f"stages {stages}\nstderr: {self.stderr[-1000:]}")
+
+    @property
+    def failed_stages(self) -> list[str]:
+        assert self.verdict is not None
+        return [s["name"] for s in self.verdict["stages"] if s["passed"] is False]
+
+
+def _dump(tmp_path_factory: pytest.TempPathFactory, problem: str) -> Dump:
+    folder = tmp_path_factory.mktemp(f"dump-{problem}")
+    path = PROBLEMS / f"{problem}.py"
+    proc = kernelopt("kernels", str(path), "--device", "cpu", "--json", "--dump", str(folder))
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    triton = [r for r in rows if r.get("kind") == "triton"]
+    files = sorted(folder.glob("*.py"))
+    assert len(triton) == 1 and len(files) == 1, (rows, files)
+    kernel = files[0].stem
+    assert kernel == triton[0]["name"]
+    source = files[0].read_text()
+    store = _store_match(source)
+    return Dump(problem=path, kernel=kernel, source=source, written=store["ptr"])
+
+
+@pytest.fixture(scope="session")
+def pointwise(tmp_path_factory: pytest.TempPathFactory) -> Dump:
+    dump = _dump(tmp_path_factory, "elementwise_chain")
+    assert dump.written == "out_ptr0"
+    return dump
+
+
+@pytest.fixture(scope="session")
+def reduction(tmp_path_factory: pytest.TempPathFactory) -> Dump:
+    dump = _dump(tmp_path_factory, "sum_reduce")
+    assert "tl.sum(" in dump.source
+    return dump
+
+
+def verify(dump: Dump, source: str, tmp_path: Path, *extra: str, seeds: str = SEEDS, timeout: float = 240,
+           kernel: str | None = None, env: dict[str, str] | None = None) -> Result:
+    candidate = tmp_path / "candidate.py"
+    candidate.write_text(source)
+    started = time.monotonic()
+    proc = kernelopt("verify", str(dump.problem), "--kernel", kernel or dump.kernel, "--candidate", str(candidate),
+                     "--device", "cpu", "--seeds", seeds, "--timeout", str(timeout), "--json", *extra,
+                     timeout=timeout + 120, env=env)
+    seconds = time.monotonic() - started
+    verdict = json.loads(proc.stdout) if proc.returncode in (0, 1) and proc.stdout.strip() else None
+    result = Result(proc.returncode, verdict, proc.stdout, proc.stderr, seconds)
+    if os.environ.get("CASCADE_LOG"):  # TEMP
+        with open(os.environ["CASCADE_LOG"], "a") as f:
+            f.write(f"=== {os.environ.get('PYTEST_CURRENT_TEST')} {seconds:.1f}s wall={verdict and verdict.get('wall_seconds')}\n{result}\n")
+    return result
+
+
+def assert_rejected(result: Result, stage: str, *words: str) -> dict[str, Any]:
+    """Rejected (exit 1) at ``stage``: the stages before it passed, it failed, nothing ran after it."""
+    assert result.code == 1, result
+    verdict = result.verdict
+    assert verdict is not None and verdict["status"] == "rejected", result
+    names = [s["name"] for s in verdict["stages"]]
+    assert names == STAGES[: STAGES.index(stage) + 1], result
+    assert all(s["passed"] is True for s in verdict["stages"][:-1]), result
+    assert verdict["stages"][-1]["passed"] is False, result
+    reason = verdict["reason"] or ""
+    assert reason.startswith(f"{stage}:"), result
+    for word in words:
+        assert word.lower() in reason.lower(), f"{word!r} not in the reason\n{result}"
+    return verdict
+
+
+def assert_correct(result: Result) -> dict[str, Any]:
+    assert result.code == 0, result
+    verdict = result.verdict
+    assert verdict is not None and verdict["status"] == "correct" and not verdict["reason"], result
+    stages = {s["name"]: s for s in verdict["stages"]}
+    assert [s["name"] for s in verdict["stages"]] == STAGES, result
+    assert all(stages[name]["passed"] is True for name in ("static", "kernel", "model")), result
+    assert stages["speed"]["passed"] is None and "not measured" in stages["speed"]["detail"], result
+    return verdict
+
+
+# --- editing dumps -----------------------------------------------------------------------
+
+_STORE = re.compile(r"^(?P<indent>[ \t]+)tl\.store\((?P<ptr>\w+) \+ \((?P<index>[^()]*)\), (?P<value>\w+), "
+                    r"(?P<mask>\w+)\)[ \t]*$", re.M)
+_LOAD = re.compile(r"^[ \t]+(?P<name>\w+) = tl\.load\(in_ptr0 \+ \((?P<index>[^()]*)\), (?P<mask>[\w &]+)[,)]", re.M)
+
+
+def _store_match(source: str) -> dict[str, str]:
+    matches = list(_STORE.finditer(source))
+    assert len(matches) == 1, f"expected one tl.store in the dump:\n{source}"
+    return matches[0].groupdict()
+
+
+def edit(source: str, pattern: str, replacement: str, count: int = 1) -> str:
+    """``re.sub`` that must change the text."""
+    new, n = re.subn(pattern, replacement, source, count=count, flags=re.M)
+    assert n >= 1 and new != source, f"edit {pattern!r} did not apply"
+    return new
+
+
+def replace_store(source: str, line: str) -> str:
+    """Replace the store line by ``line`` (formatted with the store's parts; may hold several lines)."""
+    store = _store_match(source)
+    indent = store["indent"]
+    text = "\n".join(indent + part for part in line.format(**store).splitlines())
+    return edit(source, _STORE.pattern, text.replace("\\", "\\\\"))
+
+
+def before_store(source: str, line: str) -> str:
+    return replace_store(source, line + "\ntl.store({ptr} + ({index}), {value}, {mask})")
+
+
+def in_run(source: str, lines: str) -> str:
+    """Insert ``lines`` at the top of the host entry point ``run`` (after its docstring)."""
+    body = "".join(f"    {line}\n" for line in lines.splitlines())
+    return edit(source, r'^(def run\(.*\):\n    """.*"""\n)', lambda m: m.group(1) + body)  # type: ignore[arg-type]
+
+
+def module_level(source: str, lines: str) -> str:
+    """Add ``lines`` after the imports."""
+    return edit(source, r"^(from triton\.language\.extra import libdevice\n)", lambda m: m.group(1) + lines + "\n")  # type: ignore[arg-type]
+
+
+def first_load(source: str) -> dict[str, str]:
+    match = _LOAD.search(source)
+    assert match, "no tl.load(in_ptr0 + (...), mask) in the dump"
+    return match.groupdict()
+
+
+def kernel_body_start(source: str, dump: Dump, lines: str) -> str:
+    """Insert ``lines`` as the first statements of the Triton kernel."""
+    body = "".join(f"    {line}\n" for line in lines.splitlines())
+    return edit(source, rf"^(def {dump.kernel}\(.*\):\n)", lambda m: m.group(1) + body)  # type: ignore[arg-type]
+
+
+slow = pytest.mark.slow
+
+
+# --- the unedited dump ---------------------------------------------------------------------
+
+@slow
+def test_unedited_dump_is_correct(pointwise: Dump, tmp_path: Path) -> None:
+    # With secrets in the caller's environment: the worker must still run normally.
+    env = {**os.environ, "ANTHROPIC_API_KEY": "sk-ant-test", "GITHUB_TOKEN": "ghp_test"}
+    verdict = assert_correct(verify(pointwise, pointwise.source, tmp_path, env=env))
+    assert verdict["seeds"] == [1, 2]
+    for row in verdict["errors"]:
+        assert row["kernel_max_abs"] == 0.0  # bit for bit the compiler kernel
+        assert row["candidate_vs_fp64"] == row["baseline_vs_fp64"]
+
+
+# --- kernel stage: outputs ---------------------------------------------------------------
+
+@slow
+def test_dropped_store_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
+    source = replace_store(pointwise.source, "pass")
+    assert "tl.store" not in source
+    assert_rejected(verify(pointwise, source, tmp_path), "kernel", "NaN", pointwise.written)
+
+
+@slow
+@pytest.mark.parametrize("how", ["last element", "last program"])
+def test_partial_write_is_rejected(pointwise: Dump, tmp_path: Path, how: str) -> None:
+    source = pointwise.source
+    if how == "last element":
+        # Shrink the numel in the store mask by one: only the very last element stays unwritten.
+        source = replace_store(source, "tl.store({ptr} + ({index}), {value}, {mask} & (xindex < xnumel - 1))")
+    else:
+        # Several programs (a smaller block); the last program does not store.
+        source = edit(source, r"^    XBLOCK = \d+$", "    XBLOCK = 64")
+        source = edit(source, r"^    grid = \(.*\)$", "    grid = (triton.cdiv(xnumel, XBLOCK), 1, 1)")
+        source = replace_store(source, "tl.store({ptr} + ({index}), {value}, "
+                                       "{mask} & (tl.program_id(0) < tl.num_programs(0) - 1))")
+    assert_rejected(verify(pointwise, source, tmp_path), "kernel", "NaN", pointwise.written)
+
+
+@slow
+def test_write_into_an_input_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
+    load = first_load(pointwise.source)
+    # The output is right; the input it read is changed afterwards.
+    source = replace_store(pointwise.source, "tl.store({ptr} + ({index}), {value}, {mask})\n"
+                           f"tl.store(in_ptr0 + ({load['index']}), {load['name']} + 1.0, {load['mask']})")
+    assert_rejected(verify(pointwise, source, tmp_path), "kernel", "in_ptr0", "read-only",
+                    "only reads")
+
+
+@slow
+@pytest.mark.parametrize("how", ["load", "store"])
+def test_out_of_range_access_is_rejected(pointwise: Dump, tmp_path: Path, how: str) -> None:
+    load = first_load(pointwise.source)
+    if how == "load":
+        # Unmasked load a million elements past the input.
+        source = edit(pointwise.source, rf"tl\.load\(in_ptr0 \+ \({re.escape(load['index'])}\), {load['mask']}",
+                      f"tl.load(in_ptr0 + ({load['index']}) + 1000000")
+    else:
+        # The output is stored a million elements too far.
+        source = replace_store(pointwise.source, "tl.store({ptr} + ({index}) + 1000000, {value}, {mask})")
+    result = verify(pointwise, source, tmp_path)
+    # Garbage read (a mismatch) or a crash of the worker (signal): either way the kernel stage,
+    # and this process is still here to see it.
+    assert_rejected(result, "kernel")
+
+
+@slow
+def test_nan_injected_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
+    source = before_store(pointwise.source, '{value} = tl.where(xindex == 0, float("nan"), {value})')
+    assert_rejected(verify(pointwise, source, tmp_path), "kernel", "NaN", pointwise.written)
+
+
+# --- precision -----------------------------------------------------------------------------
+
+@slow
+def test_fp16_round_trip_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
+    source = before_store(pointwise.source, "{value} = {value}.to(tl.float16).to(tl.float32)")
+    result = verify(pointwise, source, tmp_path)
+    assert result.verdict is not None and result.failed_stages in (["kernel"], ["model"]), result
+    assert_rejected(result, result.failed_stages[0])
+
+
+@slow
+def test_fp16_round_trip_is_correct_with_reduced_precision(pointwise: Dump, tmp_path: Path) -> None:
+    source = before_store(pointwise.source, "{value} = {value}.to(tl.float16).to(tl.float32)")
+    verdict = assert_correct(verify(pointwise, source, tmp_path, "--allow-reduced-precision"))
+    assert any(row["kernel_max_abs"] > 0 for row in verdict["errors"])  # it did lose precision
+
+
+@slow
+def test_small_bias_passes_kernel_but_not_model(pointwise: Dump, tmp_path: Path) -> None:
+    # 5e-5 relative: inside the kernel stage's rtol (1e-4) but far beyond what the compiled
+    # model's own error (a few ulp against float64) allows.
+    source = before_store(pointwise.source, "{value} = {value} * 1.00005")
+    assert_rejected(verify(pointwise, source, tmp_path), "model", "exceeds")
+
+
+@slow
+def test_reduction_reordered_is_kept(reduction: Dump, tmp_path: Path) -> None:
+    # Sum the reduction sequentially, last element first, instead of tl.sum's tree: a real
+    # reorder of the additions (each step adds one element to the running sum).
+    source = edit(reduction.source, r"^(?P<indent>[ \t]+)(?P<out>\w+) = tl\.sum\((?P<x>\w+), 1\)\[:, None\]"
+                                    r"\.to\(tl\.float32\)$",
+                  "\\g<indent>acc = tl.zeros([XBLOCK, 1], tl.float32)\n"
+                  "\\g<indent>for r in range(R0_BLOCK - 1, -1, -1):\n"
+                  "\\g<indent>    acc += tl.sum(tl.where(r0_index == r, \\g<x>, 0.0), 1)[:, None]\n"
+                  "\\g<indent>\\g<out> = acc")
+    verdict = assert_correct(verify(reduction, source, tmp_path))
+    assert any(row["kernel_max_abs"] > 0 for row in verdict["errors"]), "the reorder changed no bit"
+
+
+# --- hidden state --------------------------------------------------------------------------
+
+@slow
+def test_module_level_cache_is_rejected_statically(pointwise: Dump, tmp_path: Path) -> None:
+    source = module_level(pointwise.source, "_CACHE = {}")
+    source = in_run(source, "key = (in_ptr0.data_ptr(), out_ptr0.data_ptr())\n"
+                            "if key in _CACHE:\n"
+                            "    return\n"
+                            "_CACHE[key] = True")
+    assert_rejected(verify(pointwise, source, tmp_path), "static", "_CACHE", "mutable")
+
+
+@slow
+def test_mutable_default_cache_is_rejected_statically(pointwise: Dump, tmp_path: Path) -> None:
+    source = edit(pointwise.source, r"^def run\((.*), \*, stream=None\):", r"def run(\1, *, stream=None, _seen=[]):")
+    source = in_run(source, "if len(_seen) > 1:\n"
+                            "    return\n"
+                            "_seen += [1]")
+    assert_rejected(verify(pointwise, source, tmp_path), "static", "default")
+
+
+@slow
+def test_cache_in_device_code_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
+    # Interpreter mode runs @triton.jit code as Python, where a kernel can keep state on its
+    # own function object; the static rules do not forbid method calls or item assignment in
+    # device code (a GPU compile would refuse them). A result cached on the first call and
+    # replayed afterwards must still be caught: the second seed gets the first seed's result.
+    source = before_store(pointwise.source, f"{{value}} = {pointwise.kernel}.kwargs.setdefault('_kernelopt_cache', {{value}})")
+    result = verify(pointwise, source, tmp_path)
+    assert result.verdict is not None and result.failed_stages in (["static"], ["kernel"]), result
+    assert_rejected(result, result.failed_stages[0])
+
+
+# --- isolation: hangs and exceptions ------------------------------------------------------
+
+@slow
+@pytest.mark.parametrize("where", ["host", "device"])
+def test_hang_times_out(pointwise: Dump, tmp_path: Path, where: str) -> None:
+    if where == "host":
+        source = in_run(pointwise.source, "while True:\n    pass")
+    else:
+        source = kernel_body_start(pointwise.source, pointwise, "while True:\n    pass")
+    timeout = 25
+    result = verify(pointwise, source, tmp_path, timeout=timeout)
+    verdict = assert_rejected(result, "kernel", f"timed out after {timeout} s")
+    assert timeout <= verdict["wall_seconds"] < timeout + 15, result
+    assert result.seconds < timeout + 30
+
+
+@slow
+@pytest.mark.parametrize("where", ["host", "device"])
+def test_exception_is_rejected(pointwise: Dump, tmp_path: Path, where: str) -> None:
+    if where == "host":
+        # (Calling an exception class is not allowed in host code; a failed assert raises too.)
+        source = in_run(pointwise.source, 'assert xnumel < 0, "boom"')
+        words = ["AssertionError", "boom"]
+    else:
+        source = kernel_body_start(pointwise.source, pointwise, 'raise RuntimeError("boom")')
+        words = ["RuntimeError", "boom"]
+    assert_rejected(verify(pointwise, source, tmp_path), "kernel", "raised", *words)
+
+
+@slow
+def test_bare_exception_class_in_host_code_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
+    source = in_run(pointwise.source, "raise RuntimeError")
+    assert_rejected(verify(pointwise, source, tmp_path), "kernel", "raised", "RuntimeError")
+
+
+# --- static stage ------------------------------------------------------------------------
+
+@slow
+def test_syntax_error_is_rejected_statically(pointwise: Dump, tmp_path: Path) -> None:
+    source = edit(pointwise.source, r"^def run\(", "def run((")
+    assert_rejected(verify(pointwise, source, tmp_path), "static", "syntax error")
+
+
+@slow
+def test_wrong_entry_point_signature_is_rejected_statically(pointwise: Dump, tmp_path: Path) -> None:
+    # Two arguments swapped in `run` (and at the launch, so the file is self-consistent).
+    source = edit(pointwise.source, r"^def run\(in_ptr0, in_ptr1, ", "def run(in_ptr1, in_ptr0, ")
+    assert_rejected(verify(pointwise, source, tmp_path), "static", "entry point")
+
+
+@slow
+def test_environment_read_is_rejected_statically(pointwise: Dump, tmp_path: Path) -> None:
+    source = module_level(pointwise.source, "import os")
+    source = in_run(source, 'home = os.environ.get("HOME")')
+    assert_rejected(verify(pointwise, source, tmp_path), "static", "os")
+
+
+@slow
+@pytest.mark.parametrize("trick, imports, words", [
+    ("stream = triton.runtime.driver.active.get_current_stream()", "", ["triton.runtime"]),
+    ("t0 = time.perf_counter()", "import time", ["time"]),
+    ("ms = triton.testing.do_bench(run)", "", ["triton.testing"]),
+])
+def test_stream_and_timer_tricks_are_rejected_statically(pointwise: Dump, tmp_path: Path, trick: str, imports: str,
+                                                         words: list[str]) -> None:
+    source = module_level(pointwise.source, imports) if imports else pointwise.source
+    source = in_run(source, trick)
+    assert_rejected(verify(pointwise, source, tmp_path), "static", *words)
+
+
+@slow
+def test_device_timer_is_rejected_statically(pointwise: Dump, tmp_path: Path) -> None:
+    source = kernel_body_start(pointwise.source, pointwise, "t0 = tl.extra.cuda.globaltimer()")
+    assert_rejected(verify(pointwise, source, tmp_path), "static", "globaltimer")
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+def _usage_error(result: Result, *words: str) -> None:
+    assert result.code == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kernelopt: error: "), result
+    for word in words:
+        assert word in lines[0], result
+
+
+@slow
+def test_unknown_kernel_is_bad_input(pointwise: Dump, tmp_path: Path) -> None:
+    result = verify(pointwise, pointwise.source, tmp_path, kernel="triton_no_such_kernel_0")
+    _usage_error(result, "triton_no_such_kernel_0")
+
+
+@slow
+def test_missing_candidate_is_bad_input(pointwise: Dump, tmp_path: Path) -> None:
+    missing = tmp_path / "missing.py"
+    proc = kernelopt("verify", str(pointwise.problem), "--kernel", pointwise.kernel, "--candidate", str(missing),
+                     "--device", "cpu", "--json")
+    _usage_error(Result(proc.returncode, None, proc.stdout, proc.stderr, 0.0), "missing.py")
+
+
+@slow
+def test_not_a_problem_file_is_bad_input(pointwise: Dump, tmp_path: Path) -> None:
+    not_problem = tmp_path / "not_a_problem.py"
+    not_problem.write_text("x = 1\n")
+    candidate = tmp_path / "candidate.py"
+    candidate.write_text(pointwise.source)
+    proc = kernelopt("verify", str(not_problem), "--kernel", pointwise.kernel, "--candidate", str(candidate),
+                     "--device", "cpu", "--json")
+    _usage_error(Result(proc.returncode, None, proc.stdout, proc.stderr, 0.0), "not_a_problem.py")
+
+
+# --- secrets ------------------------------------------------------------------------------
+
+def test_worker_environment_has_no_secrets() -> None:
+    env = worker_env({"ANTHROPIC_API_KEY": "x", "GITHUB_TOKEN": "y", "PATH": "/bin", "HOME": "/root"})
+    assert env == {"PATH": "/bin", "HOME": "/root"}

@@ -1,0 +1,299 @@
+"""Problem files: loading, seeded inputs and weights, and one clear error per defect."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_kernelopt.errors import ProblemError
+from pytest_kernelopt.problem import load_problem
+
+PROBLEMS = Path(__file__).parent / "problems"
+EXAMPLES = sorted(PROBLEMS.glob("*.py"))
+WEIGHTED = ["conv_relu_bias", "elementwise_chain", "gather_rows", "linear_gelu", "rms_norm", "small_mlp_graph_break"]
+
+examples = pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+
+
+def write_problem(folder: Path, source: str, name: str = "bad_problem") -> Path:
+    path = folder / f"{name}.py"
+    path.write_text(textwrap.dedent(source).lstrip())
+    return path
+
+
+def line_of(path: Path, text: str) -> int:
+    """1-based number of the first line of ``path`` containing ``text``."""
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def test_example_problems_are_all_here():
+    assert len(EXAMPLES) == 10
+
+
+# --- the example problems ---------------------------------------------------------------
+
+@examples
+def test_example_loads_and_runs_eagerly(path):
+    import torch
+
+    problem = load_problem(path)
+    model = problem.build_model()
+    inputs = problem.make_inputs(0)
+
+    assert problem.id == path.stem
+    assert isinstance(model, torch.nn.Module) and not model.training
+    assert inputs and all(isinstance(x, torch.Tensor) for x in inputs)
+    with torch.no_grad():
+        assert isinstance(model(*inputs), torch.Tensor)
+
+
+@examples
+def test_inputs_depend_on_the_seed_only(path):
+    import torch
+
+    problem = load_problem(path)
+    first = problem.make_inputs(0)
+    torch.rand(1000)  # whatever ran before must not matter
+    again = problem.make_inputs(0)
+    other = problem.make_inputs(1)
+
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert any(not torch.equal(a, b) for a, b in zip(first, other, strict=True))
+
+
+@pytest.mark.parametrize("name", WEIGHTED)
+def test_weights_are_deterministic(name):
+    import torch
+
+    problem = load_problem(PROBLEMS / f"{name}.py")
+    torch.manual_seed(123)
+    first = problem.build_model().state_dict()
+    torch.manual_seed(456)
+    second = problem.build_model().state_dict()
+
+    assert first, f"{name} has no weights"
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+# --- defective problem files ------------------------------------------------------------
+
+HEADER = """
+import torch
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x + 1
+
+def get_init_inputs():
+    return []
+"""
+
+# name -> (source, what must go wrong, fragments of the message, a line the message names)
+BAD_FILES = {
+    "syntax_error": (
+        """
+        import torch
+
+        class Model(torch.nn.Module):
+            def forward(self, x)
+                return x
+        """,
+        "load", ["syntax error"], "def forward(self, x)",
+    ),
+    "import_raises": (
+        """
+        import torch
+
+        TABLE = {"a": 1}
+        SIZE = TABLE["b"]
+        """,
+        "load", ["importing failed", "KeyError", "'b'"], 'SIZE = TABLE["b"]',
+    ),
+    "no_model": (
+        """
+        import torch
+
+        def get_inputs():
+            return [torch.randn(4)]
+
+        def get_init_inputs():
+            return []
+        """,
+        "load", ["no `Model`"], None,
+    ),
+    "no_get_inputs": (HEADER, "load", ["no `get_inputs`"], None),
+    "model_not_a_class": (
+        """
+        import torch
+
+        Model = torch.nn.Linear(4, 4)
+
+        def get_inputs():
+            return [torch.randn(4)]
+
+        def get_init_inputs():
+            return []
+        """,
+        "load", ["`Model` must be a class"], None,
+    ),
+    "inputs_not_a_list": (HEADER + "\ndef get_inputs():\n    return torch.randn(4)\n",
+                          "inputs", ["get_inputs()", "list", "Tensor"], None),
+    "inputs_hold_a_number": (HEADER + "\ndef get_inputs():\n    return [torch.randn(4), 3]\n",
+                             "inputs", ["get_inputs()", "item 1", "int", "not a tensor"], None),
+    "inputs_empty": (HEADER + "\ndef get_inputs():\n    return []\n", "inputs", ["non-empty"], None),
+    "get_inputs_raises": (
+        HEADER + "\ndef get_inputs():\n    return [torch.randn(4, -1)]\n",
+        "inputs", ["get_inputs() failed", "RuntimeError"], "torch.randn(4, -1)",
+    ),
+    "init_raises": (
+        """
+        import torch
+
+        class Model(torch.nn.Module):
+            def __init__(self, size):
+                super().__init__()
+                raise ValueError(f"size {size} is not supported")
+
+        def get_inputs():
+            return [torch.randn(4)]
+
+        def get_init_inputs():
+            return [7]
+        """,
+        "model", ["Model(*get_init_inputs()) failed", "ValueError", "size 7 is not supported"], "raise ValueError",
+    ),
+    "model_not_a_module": (
+        """
+        import torch
+
+        class Model:
+            def __call__(self, x):
+                return x
+
+        def get_inputs():
+            return [torch.randn(4)]
+
+        def get_init_inputs():
+            return []
+        """,
+        "model", ["not a torch.nn.Module"], None,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", BAD_FILES)
+def test_bad_file_gives_problem_error_naming_file_and_cause(name, tmp_path):
+    source, stage, fragments, line = BAD_FILES[name]
+    path = write_problem(tmp_path, source, name)
+
+    with pytest.raises(ProblemError) as info:
+        problem = load_problem(path)
+        if stage == "inputs":
+            problem.make_inputs(0)
+        elif stage == "model":
+            problem.build_model()
+    message = str(info.value)
+
+    assert message.startswith(f"{path}: ")
+    assert info.value.path == str(path)
+    for fragment in fragments:
+        assert fragment in message
+    if line is not None:
+        assert f"line {line_of(path, line)}" in message
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "missing.py"
+    with pytest.raises(ProblemError, match="no such file") as info:
+        load_problem(path)
+    assert str(path) in str(info.value)
+
+
+def test_not_a_python_file(tmp_path):
+    path = tmp_path / "model.txt"
+    path.write_text(HEADER)
+    with pytest.raises(ProblemError, match=r"\.py file") as info:
+        load_problem(path)
+    assert str(path) in str(info.value)
+
+
+def test_failed_import_can_be_fixed_and_reloaded(tmp_path):
+    path = write_problem(tmp_path, HEADER + "\nBROKEN = 1 / 0\n")
+    with pytest.raises(ProblemError, match="ZeroDivisionError"):
+        load_problem(path)
+    write_problem(tmp_path, HEADER + "\ndef get_inputs():\n    return [torch.randn(4)]\n")
+    assert load_problem(path).make_inputs(0)[0].shape == (4,)
+
+
+# --- models that load but do not compile or run -----------------------------------------
+
+FORWARD_RAISES = """
+import torch
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        raise ValueError("forward is broken")
+
+def get_inputs():
+    return [torch.randn(4)]
+
+def get_init_inputs():
+    return []
+"""
+
+SHAPE_MISMATCH = """
+import torch
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(3, 5))
+
+    def forward(self, x):
+        return x @ self.weight
+
+def get_inputs():
+    return [torch.randn(4, 4)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.slow
+def test_forward_raising_gives_problem_error(tmp_path, interpreter):
+    from pytest_kernelopt.capture import compile_problem
+
+    path = write_problem(tmp_path, FORWARD_RAISES)
+    with pytest.raises(ProblemError) as info:
+        compile_problem(load_problem(path), interpreter)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ")
+    assert "ValueError" in message and "forward is broken" in message
+
+
+@pytest.mark.slow
+def test_shape_mismatch_gives_problem_error(tmp_path, interpreter):
+    from pytest_kernelopt.capture import compile_problem
+
+    path = write_problem(tmp_path, SHAPE_MISMATCH)
+    with pytest.raises(ProblemError) as info:
+        compile_problem(load_problem(path), interpreter)
+    assert str(info.value).startswith(f"{path}: ")
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="capture.compile_problem keeps only the first line of Dynamo's "
+                   "TorchRuntimeError ('RuntimeError when making fake tensor call'): the shape error is lost")
+def test_shape_mismatch_message_names_the_cause(tmp_path, interpreter):
+    from pytest_kernelopt.capture import compile_problem
+
+    path = write_problem(tmp_path, SHAPE_MISMATCH)
+    with pytest.raises(ProblemError) as info:
+        compile_problem(load_problem(path), interpreter)
+    message = str(info.value)
+    assert "[4, 4]" in message or f"line {line_of(path, 'x @ self.weight')}" in message
