@@ -299,7 +299,20 @@ def model_stage(
 
 # --- speed stage -------------------------------------------------------------------------
 
+def _steps(prepare_a: Callable[[], None], run_a: Callable[[], object], cleanup_a: Callable[[], None],
+           prepare_b: Callable[[], None], run_b: Callable[[], object], cleanup_b: Callable[[], None]) -> tuple[Any, Any, str]:
+    """Timing steps for A and B: CUDA-graph replays when both capture, else eager calls."""
+    from .timing import graphed
+
+    a = graphed(prepare_a, run_a, cleanup_a)
+    b = graphed(prepare_b, run_b, cleanup_b) if a is not None else None
+    if a is not None and b is not None:
+        return a, b, "cuda-graph"
+    return (prepare_a, run_a, cleanup_a), (prepare_b, run_b, cleanup_b), "eager"
+
+
 def speed_stage(compiled: Any, replacements: dict[str, Any], kernel: str | None, seed: int) -> tuple[Timing, Timing | None]:
+    """Model (and kernel) time, baseline vs candidate, paired and interleaved."""
     from .swap import restore, swap
     from .timing import paired_timings
 
@@ -315,21 +328,21 @@ def speed_stage(compiled: Any, replacements: dict[str, Any], kernel: str | None,
             restore(compiled, name)
 
     run_model = lambda: compiled(*inputs)  # noqa: E731
-    model = paired_timings((nothing, run_model, nothing), (swap_in, run_model, swap_out))
+    a, b, method = _steps(nothing, run_model, nothing, swap_in, run_model, swap_out)
+    model = _timing(paired_timings(a, b), method)
     kernel_timing = None
     if kernel is not None:
         import torch
 
         handle = compiled.kernel(kernel)
         call = record_calls(compiled, kernel, inputs)[0]
-        args = [a.clone() if isinstance(a, torch.Tensor) else a for a in call]
-        stream = _stream(compiled.device)
+        args = [x.clone() if isinstance(x, torch.Tensor) else x for x in call]
         rep = replacements[kernel]
-        kernel_timing = _timing(paired_timings(
-            (nothing, lambda: handle.original.run(*args, stream=stream), nothing),
-            (nothing, lambda: rep.run(*args, stream=stream), nothing),
-        ))
-    return _timing(model), kernel_timing
+        # The stream is read at call time: under graph capture it is the capture stream.
+        a, b, method = _steps(nothing, lambda: handle.original.run(*args, stream=_stream(compiled.device)), nothing,
+                              nothing, lambda: rep.run(*args, stream=_stream(compiled.device)), nothing)
+        kernel_timing = _timing(paired_timings(a, b), method)
+    return model, kernel_timing
 
 
 def base_speed(base: Any, compiled: Any, replacements: dict[str, Any], seed: int) -> Timing:
@@ -344,15 +357,14 @@ def base_speed(base: Any, compiled: Any, replacements: dict[str, Any], seed: int
         for name, rep in replacements.items():
             swap(compiled, name, rep)
 
-    return _timing(paired_timings(
-        (lambda: None, lambda: base(*base_inputs), lambda: None),
-        (swap_in, lambda: compiled(*inputs), lambda: restore(compiled)),
-    ))
+    a, b, method = _steps(lambda: None, lambda: base(*base_inputs), lambda: None,
+                          swap_in, lambda: compiled(*inputs), lambda: restore(compiled))
+    return _timing(paired_timings(a, b), method)
 
 
-def _timing(est: Any) -> Timing:
+def _timing(est: Any, method: str) -> Timing:
     return Timing(baseline_ms=est.baseline_ms, candidate_ms=est.candidate_ms, speedup=est.speedup,
-                  ci_low=est.ci_low, ci_high=est.ci_high, pairs=est.pairs)
+                  ci_low=est.ci_low, ci_high=est.ci_high, pairs=est.pairs, method=method)
 
 
 # --- orchestration -----------------------------------------------------------------------

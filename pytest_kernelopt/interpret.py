@@ -90,7 +90,7 @@ def _numpy_table() -> dict[str, tuple[Callable[..., Any], str]]:
     def erfinv(x):
         # NumPy has no erfinv: Newton steps on erf from a rational first guess.
         w = -np.log((1.0 - x) * (1.0 + x))
-        y = np.sign(x) * np.sqrt(np.sqrt((2 / (np.pi * 0.147) + w / 2) ** 2 - w / 0.147) - (2 / (np.pi * 0.147) + w / 2))
+        y = np.sign(x) * np.sqrt(np.sqrt((2 / (np.pi * 0.147) - w / 2) ** 2 + w / 0.147) - (2 / (np.pi * 0.147) - w / 2))
         for _ in range(3):
             y = y - (erf(y) - x) / (2 / np.sqrt(np.pi) * np.exp(-y * y))
         return y.astype(x.dtype)

@@ -154,6 +154,9 @@ class Timing(Record):
     ci_low: float
     ci_high: float
     pairs: int
+    # "cuda-graph": replays of the captured model (GPU time, host launch cost excluded);
+    # "eager": plain calls (when the model cannot be captured).
+    method: Literal["cuda-graph", "eager"] = "eager"
 
 
 class Environment(Record):

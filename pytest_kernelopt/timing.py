@@ -16,6 +16,37 @@ from .stats import SpeedEstimate, speed_estimate
 Step = tuple[Callable[[], None], Callable[[], object], Callable[[], None]]  # (before, timed, after)
 
 
+def graphed(prepare: Callable[[], None], fn: Callable[[], object], cleanup: Callable[[], None]) -> Step | None:
+    """A step that replays ``fn`` captured as a CUDA graph (None when it cannot be captured).
+
+    Replays time what the GPU does for the whole model: host-side launch cost,
+    which on the H200 machine was 8-13 us per kernel for Inductor's launcher and
+    more for a candidate's (torch 2.11, triton 3.6), drops out, so small
+    launch-bound models are judged on their kernels.
+    """
+    import torch
+
+    try:
+        prepare()
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    fn()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                fn()
+        finally:
+            cleanup()
+        torch.cuda.synchronize()
+    except Exception:
+        torch.cuda.synchronize()
+        return None
+    return (lambda: None, graph.replay, lambda: None)
+
+
 def _l2_flush_buffer():  # type: ignore[no-untyped-def]
     import torch
 

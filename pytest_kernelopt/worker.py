@@ -257,7 +257,7 @@ def run_stages(request: WorkerRequest, events: _Events) -> Verdict:
 
 def _fmt(t: Any) -> str:
     return (f"{t.speedup:.3f}x, 95% CI [{t.ci_low:.3f}, {t.ci_high:.3f}], "
-            f"{t.baseline_ms * 1e3:.1f} -> {t.candidate_ms * 1e3:.1f} us over {t.pairs} pairs")
+            f"{t.baseline_ms * 1e3:.1f} -> {t.candidate_ms * 1e3:.1f} us over {t.pairs} pairs ({t.method})")
 
 
 def main(argv: list[str]) -> int:

@@ -28,6 +28,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # Inductor warns when it generates Triton for the CPU with no CPU backend present:
     # interpreter mode runs those kernels anyway (torch 2.13, triton 3.7.1).
     config.addinivalue_line("filterwarnings", "ignore:Could not find an active CPU backend:UserWarning")
+    # Emitted by ``import torch`` itself (torch 2.13); nothing a test here can act on.
+    config.addinivalue_line("filterwarnings", "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 
 
 @pytest.fixture(scope="session")

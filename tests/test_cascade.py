@@ -110,11 +110,7 @@ def verify(dump: Dump, source: str, tmp_path: Path, *extra: str, seeds: str = SE
                      timeout=timeout + 120, env=env)
     seconds = time.monotonic() - started
     verdict = json.loads(proc.stdout) if proc.returncode in (0, 1) and proc.stdout.strip() else None
-    result = Result(proc.returncode, verdict, proc.stdout, proc.stderr, seconds)
-    if os.environ.get("CASCADE_LOG"):  # TEMP
-        with open(os.environ["CASCADE_LOG"], "a") as f:
-            f.write(f"=== {os.environ.get('PYTEST_CURRENT_TEST')} {seconds:.1f}s wall={verdict and verdict.get('wall_seconds')}\n{result}\n")
-    return result
+    return Result(proc.returncode, verdict, proc.stdout, proc.stderr, seconds)
 
 
 def assert_rejected(result: Result, stage: str, *words: str) -> dict[str, Any]:

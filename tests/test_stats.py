@@ -1,0 +1,132 @@
+"""Stats: the distribution-free median interval and the faster/slower decision on paired timings."""
+
+from __future__ import annotations
+
+import math
+import random
+from fractions import Fraction
+from statistics import median
+
+import pytest
+
+from pytest_kernelopt.stats import median_ci, median_ci_ranks, speed_estimate
+
+
+def coverage(n: int, lo: int) -> Fraction:
+    """P(sorted[lo] <= true median <= sorted[n-1-lo]) for n samples: 1 - 2 P(Binomial(n, 1/2) <= lo)."""
+    tail = sum(math.comb(n, i) for i in range(lo + 1))
+    return 1 - 2 * Fraction(tail, 2**n)
+
+
+# --- median_ci_ranks --------------------------------------------------------------------
+
+@pytest.mark.parametrize("n, ranks", [(20, (5, 14)), (100, (39, 60))])
+def test_published_ranks(n, ranks):
+    assert median_ci_ranks(n) == ranks
+
+
+def test_ranks_are_the_narrowest_interval_reaching_95_percent():
+    for n in range(6, 121):
+        lo, hi = median_ci_ranks(n)
+
+        assert hi == n - 1 - lo, n  # symmetric
+        assert coverage(n, lo) >= Fraction(95, 100), n
+        assert lo + 1 > hi - 1 or coverage(n, lo + 1) < Fraction(95, 100), n
+
+
+@pytest.mark.parametrize("n", range(1, 6))
+def test_too_few_samples_give_the_whole_range(n):
+    assert median_ci_ranks(n) == (0, n - 1)
+
+
+def test_higher_confidence_widens_the_interval():
+    lo95, hi95 = median_ci_ranks(100, 0.95)
+    lo99, hi99 = median_ci_ranks(100, 0.99)
+    assert lo99 < lo95 and hi99 > hi95
+    assert coverage(100, lo99) >= Fraction(99, 100)
+
+
+def test_no_samples_is_an_error():
+    with pytest.raises(ValueError):
+        median_ci_ranks(0)
+
+
+def test_median_ci_reads_the_sorted_sample():
+    samples = [float(v) for v in random.Random(0).sample(range(100), 20)]
+    ordered = sorted(samples)
+
+    assert median_ci(samples) == (median(samples), ordered[5], ordered[14])
+
+
+# --- speed_estimate on synthetic paired timings -----------------------------------------
+
+def paired(ratio: float, pairs: int = 60, noise: float = 0.03, drift: float = 0.0, seed: int = 0):
+    """(baseline, candidate) timings in ms; the candidate takes ``ratio`` times as long.
+
+    ``noise`` is independent per timing; ``drift`` is a machine-wide factor shared by
+    the two timings of a pair (clock changes, other jobs), which pairing cancels.
+    """
+    rng = random.Random(seed)
+    baseline, candidate = [], []
+    for _ in range(pairs):
+        shared = math.exp(rng.gauss(0, drift))
+        baseline.append(2.0 * shared * math.exp(rng.gauss(0, noise)))
+        candidate.append(2.0 * ratio * shared * math.exp(rng.gauss(0, noise)))
+    return baseline, candidate
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_identical_distributions_are_neither_faster_nor_slower(seed):
+    estimate = speed_estimate(*paired(1.0, seed=seed))
+
+    assert estimate.ci_low <= 1.0 <= estimate.ci_high
+    assert not estimate.faster(0.02)
+    assert not estimate.slower()
+
+
+def test_ten_percent_faster_is_faster():
+    estimate = speed_estimate(*paired(1 / 1.10))
+
+    assert estimate.faster(0.02)
+    assert not estimate.slower()
+    assert estimate.speedup == pytest.approx(1.10, rel=0.02)
+    assert estimate.ci_low > 1.0
+
+
+def test_five_percent_slower_is_slower():
+    estimate = speed_estimate(*paired(1.05))
+
+    assert estimate.slower()
+    assert not estimate.faster(0.0)
+    assert estimate.speedup == pytest.approx(1 / 1.05, rel=0.02)
+
+
+def test_a_real_but_small_gain_is_not_enough():
+    estimate = speed_estimate(*paired(1 / 1.01, noise=0.002))
+
+    assert estimate.ci_low > 1.0  # faster beyond noise ...
+    assert not estimate.faster(0.02)  # ... but by less than the required gain
+    assert estimate.faster(0.005)
+
+
+def test_pairing_cancels_machine_drift():
+    # Pair-to-pair drift (about 30%) far larger than the 5% gain.
+    estimate = speed_estimate(*paired(1 / 1.05, drift=0.3, noise=0.01))
+
+    assert estimate.faster(0.02)
+
+
+def test_estimate_reports_medians_and_pairs():
+    baseline, candidate = paired(1 / 1.10, pairs=21)
+    estimate = speed_estimate(baseline, candidate)
+
+    assert estimate.pairs == 21
+    assert estimate.baseline_ms == median(baseline)
+    assert estimate.candidate_ms == median(candidate)
+    assert estimate.speedup == median(b / c for b, c in zip(baseline, candidate))
+
+
+@pytest.mark.parametrize("baseline, candidate", [([], []), ([1.0, 2.0], [1.0])])
+def test_unpaired_timings_are_an_error(baseline, candidate):
+    with pytest.raises(ValueError):
+        speed_estimate(baseline, candidate)
