@@ -57,6 +57,9 @@ class GateSession:
         self.base_ref = config.getoption("kernelopt_base_ref")
         self.seeds = config.getoption("kernelopt_seeds")
         self.timeout = config.getoption("kernelopt_timeout")
+        # Slower "beyond noise" must also be slower by more than this: an unedited dump
+        # measured 0.996x with a CI entirely below 1 on the H200 (20 of 20 runs).
+        self.max_slowdown = config.getoption("kernelopt_max_slowdown")
         self.device: str | None = None
         self.problems: dict[str, _Problem] = {}
 
@@ -140,7 +143,7 @@ class GateSession:
             item.prop("status", "rejected")
             raise GateFailure(f"{path}: rejected at {verdict.reason}")
         timing = verdict.model_timing
-        if timing is not None and timing.ci_high < 1.0:
+        if timing is not None and timing.ci_high < 1.0 - self.max_slowdown:
             item.prop("status", "slower")
             raise GateFailure(f"{path}: slower than the compiler kernel: model {timing.speedup:.3f}x "
                               f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])")
@@ -189,14 +192,14 @@ class GateSession:
         if verdict.status == "rejected":
             raise GateFailure(f"{problem.id} with committed kernels: rejected at {verdict.reason}")
         timing = verdict.model_timing
-        if replacements and timing is not None and timing.ci_high < 1.0:
+        if replacements and timing is not None and timing.ci_high < 1.0 - self.max_slowdown:
             raise GateFailure(f"{problem.id}: committed kernels make the model slower: {timing.speedup:.3f}x "
                               f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])")
         base = verdict.base_timing
         if base is not None:
             item.prop("vs_base_speedup", round(base.speedup, 4))
             item.prop("vs_base_ci", [round(base.ci_low, 4), round(base.ci_high, 4)])
-            if base.ci_high < 1.0:
+            if base.ci_high < 1.0 - self.max_slowdown:
                 raise GateFailure(f"{problem.id}: slower than at {self.base_ref}: {base.speedup:.3f}x "
                                   f"(95% CI [{base.ci_low:.3f}, {base.ci_high:.3f}])")
 

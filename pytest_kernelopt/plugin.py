@@ -24,6 +24,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kernelopt-strict", action="store_true", help="fail stale kernels instead of reporting them")
     group.addoption("--kernelopt-base-ref", metavar="REF", default=None,
                     help="also compare each model with its problem file at git revision REF, measured side by side")
+    group.addoption("--kernelopt-max-slowdown", type=float, default=0.01, metavar="FRACTION",
+                    help="fail only when the 95%% CI's upper bound is below 1 - FRACTION (default 0.01)")
     group.addoption("--kernelopt-seeds", type=int, default=3, help="input seeds per check (default 3)")
     group.addoption("--kernelopt-timeout", type=float, default=600.0, help="seconds per isolated check (default 600)")
 
