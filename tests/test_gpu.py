@@ -1,0 +1,62 @@
+"""GPU-only checks (marked `gpu`; skipped without CUDA): the capture / dump / swap round trip
+on the GPU-sized example problems, and the speed stage on an unedited dump."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+PROBLEMS = sorted((Path(__file__).parent / "problems").glob("*.py"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cuda() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+
+
+@pytest.mark.parametrize("path", PROBLEMS, ids=[p.stem for p in PROBLEMS])
+def test_round_trip_large(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from pytest_kernelopt.candidate import render_dump
+    from pytest_kernelopt.capture import compile_problem
+    from pytest_kernelopt.config import resolve_device
+    from pytest_kernelopt.problem import load_problem
+    from pytest_kernelopt.swap import candidate_kernel, swapped
+
+    monkeypatch.setenv("KERNELOPT_SIZE", "large")
+    compiled = compile_problem(load_problem(path), resolve_device("cuda"))
+    assert compiled.kernels
+    inputs = compiled.problem.make_inputs(1, "cuda")
+    ref = compiled(*inputs).clone()
+    dumps = {}
+    for name, handle in compiled.kernels.items():
+        file = tmp_path / f"{name}.py"
+        file.write_text(render_dump(handle.info, compiled.problem.id))
+        dumps[name] = candidate_kernel(file)
+        with swapped(compiled, {name: dumps[name]}):
+            assert torch.equal(compiled(*inputs), ref), name
+    with swapped(compiled, dumps):
+        assert torch.equal(compiled(*inputs), ref)
+    assert torch.equal(compiled(*inputs), ref)
+
+
+def test_speed_stage_does_not_call_a_dump_faster(tmp_path: Path) -> None:
+    from pytest_kernelopt.candidate import render_dump
+    from pytest_kernelopt.capture import compile_problem
+    from pytest_kernelopt.cascade import speed_stage
+    from pytest_kernelopt.problem import load_problem
+    from pytest_kernelopt.swap import candidate_kernel
+
+    compiled = compile_problem(load_problem(PROBLEMS[0].parent / "softmax_rows.py"), "cuda")
+    name, handle = next(iter(compiled.kernels.items()))
+    file = tmp_path / "dump.py"
+    file.write_text(render_dump(handle.info, compiled.problem.id))
+    model, kernel = speed_stage(compiled, {name: candidate_kernel(file)}, name, seed=1)
+    assert not (model.ci_low > 1.0 and model.speedup >= 1.02)
+    assert kernel is not None and 0.9 < kernel.speedup < 1.1
