@@ -9,7 +9,8 @@ Correctness rules (also in the README):
 * kernel stage: the compiler kernel's real arguments are recorded from a model
   run on each seed; compiler kernel and candidate run on identical copies, with
   every argument the kernel only writes poisoned first (NaN, or the integer
-  dtype's maximum) so unwritten elements show. Every argument is compared
+  dtype's maximum) so unwritten elements show, and a second time pre-filled with
+  random values from an unpredictable seed. Every argument is compared
   afterwards, inputs included. NaN/Inf positions must match; finite values must
   agree within ``atol + rtol * |expected|`` (fp32: rtol 1e-4, atol 1e-5 x the
   tensor's largest magnitude). Integer and bool tensors must match exactly.
@@ -29,12 +30,13 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .records import SeedErrors, StageResult, Timing, Verdict
+from .records import SeedErrors, Timing, Verdict
 
 
 @dataclass
@@ -129,15 +131,33 @@ def record_calls(compiled: Any, name: str, inputs: list[Any]) -> list[tuple[Any,
     return calls
 
 
-def _poison(t: Any) -> None:
+def _prefill(t: Any, mode: str, fills: dict[int, Any], index: int) -> None:
+    """Fill an output-only argument before a launch.
+
+    ``nan``: NaN (floats) or the dtype's maximum (integers), so unwritten elements show.
+    ``random``: values drawn from an unpredictable seed, the same for the compiler
+    kernel and the candidate: a candidate cannot recognise the harness by its fill
+    (for instance skip its work when the output is not NaN).
+    """
     import torch
 
-    if t.dtype.is_floating_point:
-        t.fill_(float("nan"))
-    elif t.dtype == torch.bool:
-        t.fill_(True)
-    else:
-        t.fill_(torch.iinfo(t.dtype).max)
+    if mode == "nan":
+        if t.dtype.is_floating_point:
+            t.fill_(float("nan"))
+        elif t.dtype == torch.bool:
+            t.fill_(True)
+        else:
+            t.fill_(torch.iinfo(t.dtype).max)
+        return
+    if index not in fills:
+        gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
+        if t.dtype.is_floating_point:
+            fills[index] = torch.randn(t.shape, generator=gen).to(t.dtype)
+        elif t.dtype == torch.bool:
+            fills[index] = torch.randint(0, 2, t.shape, generator=gen).bool()
+        else:
+            fills[index] = torch.randint(-100, 100, t.shape, generator=gen).to(t.dtype)
+    t.copy_(fills[index])
 
 
 def _stream(device: str) -> Any:
@@ -165,13 +185,14 @@ def kernel_stage(compiled: Any, name: str, candidate: Any, seeds: list[int], rto
         if not calls:
             raise StageFailure(f"kernel {name} was not launched by the model on seed {seed}")
         worst_abs, worst_rel = 0.0, 0.0
-        for n, call in enumerate(calls):
+        for call, mode in [(call, mode) for call in calls for mode in ("nan", "random")]:
             runs = []
+            fills: dict[int, Any] = {}
             for kernel in (handle.original, candidate):
                 args = [a.clone() if isinstance(a, torch.Tensor) else a for a in call]
                 for i, a in enumerate(args):
                     if isinstance(a, torch.Tensor) and i < len(poison) and poison[i]:
-                        _poison(a)
+                        _prefill(a, mode, fills, i)
                 try:
                     kernel.run(*args, stream=_stream(compiled.device))
                     _sync(compiled.device)
@@ -184,6 +205,7 @@ def kernel_stage(compiled: Any, name: str, candidate: Any, seeds: list[int], rto
                 if not isinstance(expected, torch.Tensor):
                     continue
                 label = infos[i].name if i < len(infos) else f"argument {i}"
+                label += "" if mode == "nan" else " (outputs pre-filled with random values)"
                 role = "written" if i < len(infos) and infos[i].written else "read-only"
                 rtol = rtol_override or _RTOL.get(str(expected.dtype).removeprefix("torch."), 1e-4)
                 try:
@@ -399,7 +421,6 @@ def sha256(text: str) -> str:
 def verify(problem: Path, kernel: str, candidate: Path, device: str, options: CascadeOptions) -> Verdict:
     """Run the whole cascade on one candidate. Never raises for a bad candidate: rejects it."""
     from .errors import UsageError
-    from .static import check_candidate
     from .worker import WorkerRequest, run_worker
 
     try:
@@ -409,13 +430,8 @@ def verify(problem: Path, kernel: str, candidate: Path, device: str, options: Ca
     started = time.monotonic()
     verdict = Verdict(model=Path(problem).stem, kernel=kernel, candidate=str(candidate), candidate_sha256=sha256(source),
                       status="rejected")
-    report = check_candidate(source)
-    if not report.ok:
-        verdict.stages = [StageResult(name="static", passed=False, detail="; ".join(report.problems),
-                                      seconds=time.monotonic() - started)]
-        verdict.reason = f"static: {report.problems[0]}"
-        verdict.wall_seconds = time.monotonic() - started
-        return verdict
+    # The worker runs the static stage before it imports the candidate, after it has
+    # checked the kernel name (an unknown name is bad input, exit 2, whatever the file).
     seeds = list(range(options.first_seed, options.first_seed + options.seeds))
     request = WorkerRequest(
         problem=str(Path(problem).resolve()), device=device, kernel=kernel,

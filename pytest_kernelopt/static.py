@@ -107,6 +107,8 @@ HOST_METHODS = frozenset({"stride", "size", "numel", "dim", "data_ptr", "is_cont
 HOST_BUILTINS = frozenset({
     "max", "min", "abs", "int", "float", "len", "range", "tuple", "bool", "round", "divmod",
     "isinstance", "sum", "any", "all", "zip", "enumerate", "pow",
+    # Guards such as ``raise ValueError("xnumel must be a multiple of 4")``.
+    "RuntimeError", "ValueError", "TypeError", "AssertionError", "NotImplementedError", "IndexError",
 })
 
 # Statements and expressions that are rejected wherever they appear.
@@ -216,6 +218,7 @@ class _Frame:
     params: set[str]
     local_names: set[str]  # names bound in this function's own scope
     local_defs: set[str]  # functions defined in it and never rebound (host code may call them)
+    aliases: set[str] = field(default_factory=set)  # host code: names bound to an argument
 
 
 def _scope_nodes(func: ast.FunctionDef) -> list[ast.AST]:
@@ -510,13 +513,36 @@ class _Checker(ast.NodeVisitor):
     def visit_Subscript(self, node: ast.Subscript) -> None:
         if self.kind == "host" and not isinstance(node.ctx, ast.Load):
             self.add(node, f"assignment to item '{_short(node)}' in host code is not allowed (torch compute)")
+        elif self.kind == "host" and isinstance(node.value, ast.Name) and node.value.id in self._tensor_like():
+            # Reading tensor values on the host (``out_ptr0[0, 0]``) lets a candidate see
+            # what the harness put in its outputs and behave differently.
+            self.add(node, f"reading values of argument '{node.value.id}' in host code is not allowed")
         self.generic_visit(node)
 
+    def visit_Assign(self, node: ast.Assign) -> None:
+        # Track host-code aliases of arguments (``o = out_ptr0``) for the checks above.
+        if self.kind == "host" and isinstance(node.value, ast.Name) and node.value.id in self._tensor_like():
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    self.frames[0].aliases.add(target.id)
+        self.generic_visit(node)
+
+    def _tensor_like(self) -> set[str]:
+        """Names that may hold the top-level host function's arguments (tensors), as seen from here.
+
+        Parameters of a nested function (a grid callable's ``meta``) are its own.
+        """
+        if not self.frames:
+            return set()
+        names = self.frames[0].params | self.frames[0].aliases
+        return names - self.frames[-1].params if len(self.frames) > 1 else names
+
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
-        if self.kind == "host" and isinstance(node.target, ast.Name) and self.frames \
-                and node.target.id in self.frames[-1].params:
-            self.add(node, f"in-place update of argument '{node.target.id}' in host code "
-                           "is not allowed (torch compute)")
+        # ``x += ...`` on a tensor (or an alias of one) is in-place torch compute; host
+        # launch code has no need for augmented assignment at all.
+        if self.kind == "host":
+            self.add(node, f"augmented assignment '{_short(node)}' in host code is not allowed "
+                           "(in-place torch compute on an argument or an alias of one)")
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:

@@ -34,10 +34,24 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def interpreter() -> str:
-    """Interpreter mode for this worker; must run before any kernel is compiled or jitted."""
+    """Interpreter mode for this worker process (the device string, "cpu")."""
     from pytest_kernelopt.config import resolve_device
 
     return resolve_device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def _interpreter_before_triton(request: pytest.FixtureRequest) -> None:
+    """Switch interpreter mode on before any test can import triton.
+
+    Triton decides at import whether its own ``@jit`` helpers are interpreted, so
+    once anything imports it first (running ``small_mlp_graph_break`` eagerly does,
+    through ``torch._dynamo``), interpreted kernels fail with "Cannot call
+    @triton.jit'd outside of the scope of a kernel" (triton 3.7.1). GPU tests are
+    left alone.
+    """
+    if request.node.get_closest_marker("gpu") is None:
+        request.getfixturevalue("interpreter")
 
 
 class CompiledModels:

@@ -69,6 +69,10 @@ def test_kernel_records(path, compiled_models):
                 assert arg.kind == "int" and isinstance(arg.value, int), (name, arg)
                 assert not (arg.read or arg.written), (name, arg)
         assert all(a.kind == "tensor" for a in info.args if a.written), name
+    # Every example ends in a Triton kernel: one of them writes a tensor of the output's shape.
+    output = compiled(*compiled.problem.make_inputs(0))
+    written = [a.shape for h in compiled.kernels.values() for a in h.info.args if a.written]
+    assert list(output.shape) in written
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -36,7 +36,8 @@ SEEDS = "2"  # two seeds: enough for every case below (the stale-cache case need
 
 # --- running the command line ------------------------------------------------------------
 
-def kernelopt(*args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``kernelopt ARGS`` in a subprocess (this interpreter's package), from the repository root."""
     return subprocess.run([sys.executable, "-m", "pytest_kernelopt.cli", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, env=env)
 
@@ -71,12 +72,13 @@ class Result:
 
 
 def _dump(tmp_path_factory: pytest.TempPathFactory, problem: str) -> Dump:
+    """The one Triton kernel of ``problem``, from ``kernelopt kernels --device cpu --json --dump``."""
     folder = tmp_path_factory.mktemp(f"dump-{problem}")
     path = PROBLEMS / f"{problem}.py"
-    proc = kernelopt("kernels", str(path), "--device", "cpu", "--json", "--dump", str(folder))
+    proc = cli("kernels", str(path), "--device", "cpu", "--json", "--dump", str(folder))
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
-    triton = [r for r in rows if r.get("kind") == "triton"]
+    triton = [row for row in rows if row.get("kind") == "triton"]
     files = sorted(folder.glob("*.py"))
     assert len(triton) == 1 and len(files) == 1, (rows, files)
     kernel = files[0].stem
@@ -105,9 +107,9 @@ def verify(dump: Dump, source: str, tmp_path: Path, *extra: str, seeds: str = SE
     candidate = tmp_path / "candidate.py"
     candidate.write_text(source)
     started = time.monotonic()
-    proc = kernelopt("verify", str(dump.problem), "--kernel", kernel or dump.kernel, "--candidate", str(candidate),
-                     "--device", "cpu", "--seeds", seeds, "--timeout", str(timeout), "--json", *extra,
-                     timeout=timeout + 120, env=env)
+    proc = cli("verify", str(dump.problem), "--kernel", kernel or dump.kernel, "--candidate", str(candidate),
+               "--device", "cpu", "--seeds", seeds, "--timeout", str(timeout), "--json", *extra,
+               timeout=timeout + 120, env=env)
     seconds = time.monotonic() - started
     verdict = json.loads(proc.stdout) if proc.returncode in (0, 1) and proc.stdout.strip() else None
     return Result(proc.returncode, verdict, proc.stdout, proc.stderr, seconds)
@@ -153,7 +155,7 @@ def _store_match(source: str) -> dict[str, str]:
     return matches[0].groupdict()
 
 
-def edit(source: str, pattern: str, replacement: str, count: int = 1) -> str:
+def edit(source: str, pattern: str, replacement: str | Callable[[re.Match[str]], str], count: int = 1) -> str:
     """``re.sub`` that must change the text."""
     new, n = re.subn(pattern, replacement, source, count=count, flags=re.M)
     assert n >= 1 and new != source, f"edit {pattern!r} did not apply"
@@ -165,7 +167,7 @@ def replace_store(source: str, line: str) -> str:
     store = _store_match(source)
     indent = store["indent"]
     text = "\n".join(indent + part for part in line.format(**store).splitlines())
-    return edit(source, _STORE.pattern, text.replace("\\", "\\\\"))
+    return edit(source, _STORE.pattern, lambda m: text)
 
 
 def before_store(source: str, line: str) -> str:
@@ -175,12 +177,12 @@ def before_store(source: str, line: str) -> str:
 def in_run(source: str, lines: str) -> str:
     """Insert ``lines`` at the top of the host entry point ``run`` (after its docstring)."""
     body = "".join(f"    {line}\n" for line in lines.splitlines())
-    return edit(source, r'^(def run\(.*\):\n    """.*"""\n)', lambda m: m.group(1) + body)  # type: ignore[arg-type]
+    return edit(source, r'^(def run\(.*\):\n    """.*"""\n)', lambda m: m.group(1) + body)
 
 
 def module_level(source: str, lines: str) -> str:
     """Add ``lines`` after the imports."""
-    return edit(source, r"^(from triton\.language\.extra import libdevice\n)", lambda m: m.group(1) + lines + "\n")  # type: ignore[arg-type]
+    return edit(source, r"^(from triton\.language\.extra import libdevice\n)", lambda m: m.group(1) + lines + "\n")
 
 
 def first_load(source: str) -> dict[str, str]:
@@ -192,10 +194,40 @@ def first_load(source: str) -> dict[str, str]:
 def kernel_body_start(source: str, dump: Dump, lines: str) -> str:
     """Insert ``lines`` as the first statements of the Triton kernel."""
     body = "".join(f"    {line}\n" for line in lines.splitlines())
-    return edit(source, rf"^(def {dump.kernel}\(.*\):\n)", lambda m: m.group(1) + body)  # type: ignore[arg-type]
+    return edit(source, rf"^(def {dump.kernel}\(.*\):\n)", lambda m: m.group(1) + body)
 
 
 slow = pytest.mark.slow
+
+# The slowest tests come first, so that pytest-xdist does not end on one of them alone.
+
+
+# --- isolation: a hang -------------------------------------------------------------------
+
+@slow
+def test_hang_times_out(pointwise: Dump, tmp_path: Path) -> None:
+    source = in_run(pointwise.source, "while True:\n    pass")
+    timeout = 25  # the worker compiles the model (~5-15 s on a busy machine) before the kernel stage starts
+    result = verify(pointwise, source, tmp_path, timeout=timeout)
+    verdict = assert_rejected(result, "kernel", f"timed out after {timeout} s")
+    assert timeout <= verdict["wall_seconds"] < timeout + 10, result
+    assert result.seconds < timeout + 30, result  # this process was never stuck
+
+
+# --- a reordered reduction is kept ----------------------------------------------------------
+
+@slow
+def test_reduction_reordered_is_kept(reduction: Dump, tmp_path: Path) -> None:
+    # Sum the two halves of the reduction separately, then add them: a real reorder of the
+    # additions (it changes the last bits of the result, checked below).
+    source = edit(reduction.source, r"^(?P<indent>[ \t]+)(?P<out>\w+) = tl\.sum\((?P<x>\w+), 1\)\[:, None\]"
+                                    r"\.to\(tl\.float32\)$",
+                  "\\g<indent>half = R0_BLOCK // 2\n"
+                  "\\g<indent>lo = tl.sum(tl.where(r0_index < half, \\g<x>, 0.0), 1)[:, None]\n"
+                  "\\g<indent>hi = tl.sum(tl.where(r0_index >= half, \\g<x>, 0.0), 1)[:, None]\n"
+                  "\\g<indent>\\g<out> = (lo + hi).to(tl.float32)")
+    verdict = assert_correct(verify(reduction, source, tmp_path))
+    assert any(row["kernel_max_abs"] > 0 for row in verdict["errors"]), "the reorder changed no bit"
 
 
 # --- the unedited dump ---------------------------------------------------------------------
@@ -211,7 +243,7 @@ def test_unedited_dump_is_correct(pointwise: Dump, tmp_path: Path) -> None:
         assert row["candidate_vs_fp64"] == row["baseline_vs_fp64"]
 
 
-# --- kernel stage: outputs ---------------------------------------------------------------
+# --- kernel stage: what is written ----------------------------------------------------------
 
 @slow
 def test_dropped_store_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
@@ -227,13 +259,15 @@ def test_partial_write_is_rejected(pointwise: Dump, tmp_path: Path, how: str) ->
     if how == "last element":
         # Shrink the numel in the store mask by one: only the very last element stays unwritten.
         source = replace_store(source, "tl.store({ptr} + ({index}), {value}, {mask} & (xindex < xnumel - 1))")
+        missing = "1 element(s)"
     else:
         # Several programs (a smaller block); the last program does not store.
         source = edit(source, r"^    XBLOCK = \d+$", "    XBLOCK = 64")
         source = edit(source, r"^    grid = \(.*\)$", "    grid = (triton.cdiv(xnumel, XBLOCK), 1, 1)")
         source = replace_store(source, "tl.store({ptr} + ({index}), {value}, "
                                        "{mask} & (tl.program_id(0) < tl.num_programs(0) - 1))")
-    assert_rejected(verify(pointwise, source, tmp_path), "kernel", "NaN", pointwise.written)
+        missing = "64 element(s)"
+    assert_rejected(verify(pointwise, source, tmp_path), "kernel", "NaN", pointwise.written, missing)
 
 
 @slow
@@ -242,12 +276,11 @@ def test_write_into_an_input_is_rejected(pointwise: Dump, tmp_path: Path) -> Non
     # The output is right; the input it read is changed afterwards.
     source = replace_store(pointwise.source, "tl.store({ptr} + ({index}), {value}, {mask})\n"
                            f"tl.store(in_ptr0 + ({load['index']}), {load['name']} + 1.0, {load['mask']})")
-    assert_rejected(verify(pointwise, source, tmp_path), "kernel", "in_ptr0", "read-only",
-                    "only reads")
+    assert_rejected(verify(pointwise, source, tmp_path), "kernel", "in_ptr0", "read-only", "only reads")
 
 
 @slow
-@pytest.mark.parametrize("how", ["load", "store"])
+@pytest.mark.parametrize("how", ["load", "extra store"])
 def test_out_of_range_access_is_rejected(pointwise: Dump, tmp_path: Path, how: str) -> None:
     load = first_load(pointwise.source)
     if how == "load":
@@ -255,11 +288,12 @@ def test_out_of_range_access_is_rejected(pointwise: Dump, tmp_path: Path, how: s
         source = edit(pointwise.source, rf"tl\.load\(in_ptr0 \+ \({re.escape(load['index'])}\), {load['mask']}",
                       f"tl.load(in_ptr0 + ({load['index']}) + 1000000")
     else:
-        # The output is stored a million elements too far.
-        source = replace_store(pointwise.source, "tl.store({ptr} + ({index}) + 1000000, {value}, {mask})")
+        # The right output, and a second copy stored a million elements past the end.
+        source = replace_store(pointwise.source, "tl.store({ptr} + ({index}), {value}, {mask})\n"
+                                                 "tl.store({ptr} + ({index}) + 1000000, {value}, {mask})")
     result = verify(pointwise, source, tmp_path)
-    # Garbage read (a mismatch) or a crash of the worker (signal): either way the kernel stage,
-    # and this process is still here to see it.
+    # A garbage read (a mismatch) or a crash of the worker (SIGSEGV in interpreter mode): either
+    # way the kernel stage, and this process is still here to see it.
     assert_rejected(result, "kernel")
 
 
@@ -267,6 +301,21 @@ def test_out_of_range_access_is_rejected(pointwise: Dump, tmp_path: Path, how: s
 def test_nan_injected_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
     source = before_store(pointwise.source, '{value} = tl.where(xindex == 0, float("nan"), {value})')
     assert_rejected(verify(pointwise, source, tmp_path), "kernel", "NaN", pointwise.written)
+
+
+@slow
+def test_skipping_the_launch_when_the_output_is_not_poisoned_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
+    # The kernel stage fills the outputs with NaN; a model run hands the kernel a recycled
+    # buffer, possibly holding the previous (right) result. This candidate only does its work
+    # when the output looks poisoned. Reading a tensor value in host code passes the static rules.
+    source = in_run(pointwise.source, f"if {pointwise.written}[0, 0] == {pointwise.written}[0, 0]:\n    return")
+    result = verify(pointwise, source, tmp_path)
+    assert result.verdict is not None and result.failed_stages in (["static"], ["kernel"], ["model"]), result
+    assert_rejected(result, result.failed_stages[0])
+    if result.failed_stages == ["model"]:
+        # Caught only because this CPU allocator's recycled buffer held garbage; on a GPU the
+        # caching allocator may hand back the baseline run's output, and the cheat would pass.
+        pytest.xfail("known gap: static and kernel stages pass a candidate that skips work on non-NaN outputs")
 
 
 # --- precision -----------------------------------------------------------------------------
@@ -288,24 +337,10 @@ def test_fp16_round_trip_is_correct_with_reduced_precision(pointwise: Dump, tmp_
 
 @slow
 def test_small_bias_passes_kernel_but_not_model(pointwise: Dump, tmp_path: Path) -> None:
-    # 5e-5 relative: inside the kernel stage's rtol (1e-4) but far beyond what the compiled
-    # model's own error (a few ulp against float64) allows.
+    # 5e-5 relative: inside the kernel stage's rtol (1e-4), far beyond what the compiled model's
+    # own error against float64 (a few ulp) allows.
     source = before_store(pointwise.source, "{value} = {value} * 1.00005")
     assert_rejected(verify(pointwise, source, tmp_path), "model", "exceeds")
-
-
-@slow
-def test_reduction_reordered_is_kept(reduction: Dump, tmp_path: Path) -> None:
-    # Sum the reduction sequentially, last element first, instead of tl.sum's tree: a real
-    # reorder of the additions (each step adds one element to the running sum).
-    source = edit(reduction.source, r"^(?P<indent>[ \t]+)(?P<out>\w+) = tl\.sum\((?P<x>\w+), 1\)\[:, None\]"
-                                    r"\.to\(tl\.float32\)$",
-                  "\\g<indent>acc = tl.zeros([XBLOCK, 1], tl.float32)\n"
-                  "\\g<indent>for r in range(R0_BLOCK - 1, -1, -1):\n"
-                  "\\g<indent>    acc += tl.sum(tl.where(r0_index == r, \\g<x>, 0.0), 1)[:, None]\n"
-                  "\\g<indent>\\g<out> = acc")
-    verdict = assert_correct(verify(reduction, source, tmp_path))
-    assert any(row["kernel_max_abs"] > 0 for row in verdict["errors"]), "the reorder changed no bit"
 
 
 # --- hidden state --------------------------------------------------------------------------
@@ -331,52 +366,35 @@ def test_mutable_default_cache_is_rejected_statically(pointwise: Dump, tmp_path:
 
 @slow
 def test_cache_in_device_code_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
-    # Interpreter mode runs @triton.jit code as Python, where a kernel can keep state on its
-    # own function object; the static rules do not forbid method calls or item assignment in
-    # device code (a GPU compile would refuse them). A result cached on the first call and
-    # replayed afterwards must still be caught: the second seed gets the first seed's result.
-    source = before_store(pointwise.source, f"{{value}} = {pointwise.kernel}.kwargs.setdefault('_kernelopt_cache', {{value}})")
+    # Interpreter mode runs @triton.jit code as Python, where a kernel can keep state on its own
+    # function object: the static rules allow method calls in device code (a GPU compile would
+    # refuse this one). A result cached on the first call and replayed afterwards must still be
+    # caught: the second seed gets the first seed's result.
+    source = before_store(pointwise.source,
+                          f"{{value}} = {pointwise.kernel}.kwargs.setdefault('_kernelopt_cache', {{value}})")
     result = verify(pointwise, source, tmp_path)
     assert result.verdict is not None and result.failed_stages in (["static"], ["kernel"]), result
     assert_rejected(result, result.failed_stages[0])
 
 
-# --- isolation: hangs and exceptions ------------------------------------------------------
+# --- exceptions ---------------------------------------------------------------------------
 
 @slow
-@pytest.mark.parametrize("where", ["host", "device"])
-def test_hang_times_out(pointwise: Dump, tmp_path: Path, where: str) -> None:
-    if where == "host":
-        source = in_run(pointwise.source, "while True:\n    pass")
-    else:
-        source = kernel_body_start(pointwise.source, pointwise, "while True:\n    pass")
-    timeout = 25
-    result = verify(pointwise, source, tmp_path, timeout=timeout)
-    verdict = assert_rejected(result, "kernel", f"timed out after {timeout} s")
-    assert timeout <= verdict["wall_seconds"] < timeout + 15, result
-    assert result.seconds < timeout + 30
-
-
-@slow
-@pytest.mark.parametrize("where", ["host", "device"])
-def test_exception_is_rejected(pointwise: Dump, tmp_path: Path, where: str) -> None:
-    if where == "host":
-        # (Calling an exception class is not allowed in host code; a failed assert raises too.)
-        source = in_run(pointwise.source, 'assert xnumel < 0, "boom"')
-        words = ["AssertionError", "boom"]
-    else:
-        source = kernel_body_start(pointwise.source, pointwise, 'raise RuntimeError("boom")')
-        words = ["RuntimeError", "boom"]
-    assert_rejected(verify(pointwise, source, tmp_path), "kernel", "raised", *words)
-
-
-@slow
-def test_bare_exception_class_in_host_code_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
-    source = in_run(pointwise.source, "raise RuntimeError")
-    assert_rejected(verify(pointwise, source, tmp_path), "kernel", "raised", "RuntimeError")
+def test_exception_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
+    # (`raise RuntimeError("boom")` does not get this far: the static rules reject calling any
+    # class but a few builtins in host code. A failing assert raises just the same.)
+    source = in_run(pointwise.source, 'assert xnumel < 0, "boom"')
+    assert_rejected(verify(pointwise, source, tmp_path), "kernel", "raised", "AssertionError", "boom")
 
 
 # --- static stage ------------------------------------------------------------------------
+
+@slow
+def test_wrong_entry_point_signature_is_rejected_statically(pointwise: Dump, tmp_path: Path) -> None:
+    # Two arguments swapped (checked in the worker, which knows the kernel's arguments).
+    source = edit(pointwise.source, r"^def run\(in_ptr0, in_ptr1, ", "def run(in_ptr1, in_ptr0, ")
+    assert_rejected(verify(pointwise, source, tmp_path), "static", "entry point", "in_ptr0, in_ptr1")
+
 
 @slow
 def test_syntax_error_is_rejected_statically(pointwise: Dump, tmp_path: Path) -> None:
@@ -385,36 +403,41 @@ def test_syntax_error_is_rejected_statically(pointwise: Dump, tmp_path: Path) ->
 
 
 @slow
-def test_wrong_entry_point_signature_is_rejected_statically(pointwise: Dump, tmp_path: Path) -> None:
-    # Two arguments swapped in `run` (and at the launch, so the file is self-consistent).
-    source = edit(pointwise.source, r"^def run\(in_ptr0, in_ptr1, ", "def run(in_ptr1, in_ptr0, ")
-    assert_rejected(verify(pointwise, source, tmp_path), "static", "entry point")
-
-
-@slow
 def test_environment_read_is_rejected_statically(pointwise: Dump, tmp_path: Path) -> None:
     source = module_level(pointwise.source, "import os")
     source = in_run(source, 'home = os.environ.get("HOME")')
-    assert_rejected(verify(pointwise, source, tmp_path), "static", "os")
+    assert_rejected(verify(pointwise, source, tmp_path), "static", "import of 'os'")
 
 
 @slow
-@pytest.mark.parametrize("trick, imports, words", [
-    ("stream = triton.runtime.driver.active.get_current_stream()", "", ["triton.runtime"]),
-    ("t0 = time.perf_counter()", "import time", ["time"]),
-    ("ms = triton.testing.do_bench(run)", "", ["triton.testing"]),
-])
-def test_stream_and_timer_tricks_are_rejected_statically(pointwise: Dump, tmp_path: Path, trick: str, imports: str,
-                                                         words: list[str]) -> None:
-    source = module_level(pointwise.source, imports) if imports else pointwise.source
-    source = in_run(source, trick)
-    assert_rejected(verify(pointwise, source, tmp_path), "static", *words)
+def test_stream_and_timer_tricks_are_rejected_statically(pointwise: Dump, tmp_path: Path) -> None:
+    # Four tricks in one candidate (one CLI run); the static stage lists each problem found.
+    source = module_level(pointwise.source, "import time")
+    source = in_run(source, "stream = triton.runtime.driver.active.get_current_stream()\n"
+                            "t0 = time.perf_counter()\n"
+                            "ms = triton.testing.do_bench(run)")
+    source = kernel_body_start(source, pointwise, "t1 = tl.extra.cuda.globaltimer()")
+    verdict = assert_rejected(verify(pointwise, source, tmp_path), "static")
+    detail = verdict["stages"][0]["detail"]
+    for word in ("import of 'time'", "'triton.runtime'", "'triton.testing'", "'globaltimer'"):
+        assert word in detail, detail
 
 
 @slow
-def test_device_timer_is_rejected_statically(pointwise: Dump, tmp_path: Path) -> None:
-    source = kernel_body_start(pointwise.source, pointwise, "t0 = tl.extra.cuda.globaltimer()")
-    assert_rejected(verify(pointwise, source, tmp_path), "static", "globaltimer")
+def test_torch_compute_through_an_alias_is_rejected_statically(pointwise: Dump) -> None:
+    from pytest_kernelopt.static import check_candidate
+
+    # (In process: the end-to-end verify of this candidate says "correct" today.)
+    source = edit(pointwise.source, r"^(    \w+\[grid\]\(.*\)\n)",
+                  lambda m: m.group(1) + f"    o = {pointwise.written}\n    o += in_ptr0 * 0.0\n")
+    signature = re.search(r"^def run\((.*), \*, stream=None\):", source, re.M)
+    assert signature is not None
+    assert check_candidate(pointwise.source, entry_args=signature.group(1).split(", ")).ok
+    report = check_candidate(source, entry_args=signature.group(1).split(", "))
+    if report.ok:
+        pytest.xfail("bug: static.py's rule against in-place updates of arguments in host code (visit_AugAssign) "
+                     "only looks at the parameter's own name; through an alias `o = out_ptr0; o += ...` torch "
+                     "computes (part of) the output, and the whole cascade says correct")
 
 
 # --- bad input ------------------------------------------------------------------------------
@@ -436,8 +459,8 @@ def test_unknown_kernel_is_bad_input(pointwise: Dump, tmp_path: Path) -> None:
 @slow
 def test_missing_candidate_is_bad_input(pointwise: Dump, tmp_path: Path) -> None:
     missing = tmp_path / "missing.py"
-    proc = kernelopt("verify", str(pointwise.problem), "--kernel", pointwise.kernel, "--candidate", str(missing),
-                     "--device", "cpu", "--json")
+    proc = cli("verify", str(pointwise.problem), "--kernel", pointwise.kernel, "--candidate", str(missing),
+               "--device", "cpu", "--json")
     _usage_error(Result(proc.returncode, None, proc.stdout, proc.stderr, 0.0), "missing.py")
 
 
@@ -447,8 +470,8 @@ def test_not_a_problem_file_is_bad_input(pointwise: Dump, tmp_path: Path) -> Non
     not_problem.write_text("x = 1\n")
     candidate = tmp_path / "candidate.py"
     candidate.write_text(pointwise.source)
-    proc = kernelopt("verify", str(not_problem), "--kernel", pointwise.kernel, "--candidate", str(candidate),
-                     "--device", "cpu", "--json")
+    proc = cli("verify", str(not_problem), "--kernel", pointwise.kernel, "--candidate", str(candidate),
+               "--device", "cpu", "--json")
     _usage_error(Result(proc.returncode, None, proc.stdout, proc.stderr, 0.0), "not_a_problem.py")
 
 
