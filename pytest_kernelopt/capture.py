@@ -56,6 +56,7 @@ class CompiledModel:
     graphs: list[ModuleType] = field(repr=False)
     kernels: dict[str, KernelHandle]
     externs: list[ExternCallInfo]
+    generation: int = 0
 
     def __call__(self, *inputs: Any) -> Any:
         import torch
@@ -111,56 +112,76 @@ def fingerprint(source: str, name: str | None = None) -> str:
     return hashlib.sha256(normalized.encode()).hexdigest()[:16]
 
 
-def _root_name(node: ast.AST) -> str | None:
-    """``in_out_ptr0`` for ``in_out_ptr0 + (x0 + 16*x1)``."""
-    while True:
-        if isinstance(node, ast.Name):
-            return node.id
-        if isinstance(node, ast.BinOp):
-            node = node.left if _root_name(node.left) else node.right
-            continue
-        if isinstance(node, ast.Attribute):  # block pointers: ptr.advance(...)
-            node = node.value
-            continue
-        if isinstance(node, ast.Call):
-            node = node.args[0] if node.args else node.func
-            continue
-        return None
+def _pointer_operand(call: ast.Call) -> ast.AST | None:
+    """The pointer of ``tl.load/store/atomic_*(ptr, ...)``, positional or ``pointer=``."""
+    if call.args:
+        return call.args[0]
+    for kw in call.keywords:
+        if kw.arg in ("pointer", "ptr"):
+            return kw.value
+    return None
 
 
-def pointer_uses(source: str, name: str | None = None) -> tuple[set[str], set[str]]:
-    """(read, written) kernel arguments: pointer operands of ``tl.load`` and of ``tl.store``/``tl.atomic_*``."""
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def pointer_uses(
+    source: str, name: str | None = None, pointers: set[str] | None = None
+) -> tuple[set[str], set[str]]:
+    """(read, written) kernel arguments: the pointers under ``tl.load`` and ``tl.store``/``tl.atomic_*``.
+
+    A pointer expression may combine several names (``offs + out_ptr0``); every
+    pointer argument in it counts. ``pointers`` (the arguments typed ``*dtype`` in
+    Inductor's signature) keeps integer arguments used in address arithmetic
+    (strides) out; without it every argument in the expression counts. Simple
+    aliases (``p = out_ptr0 + offs``, ``bp = tl.make_block_ptr(base=out_ptr0, ...)``)
+    are followed.
+    """
     node = find_kernel_def(source, name)
-    params = {a.arg for a in node.args.args}
-    # Follow simple aliases: ``ptr = out_ptr0 + offs`` then ``tl.store(ptr, ...)``.
-    alias: dict[str, str] = {}
+    params = {a.arg for a in node.args.args if not (a.annotation and "constexpr" in ast.unparse(a.annotation))}
+    if pointers is not None:
+        candidates = params & pointers
+    else:  # no signature: Inductor and most hand-written kernels name pointers *ptr*
+        named = {p for p in params if "ptr" in p}
+        candidates = named or params
+    alias: dict[str, set[str]] = {}
+
+    def roots(expr: ast.AST) -> set[str]:
+        found: set[str] = set()
+        for n in _names(expr):
+            if n in candidates:
+                found.add(n)
+            found |= alias.get(n, set())
+        return found
+
     for sub in ast.walk(node):
         if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and isinstance(sub.targets[0], ast.Name):
-            root = _root_name(sub.value)
-            if root in params or root in alias:
-                alias[sub.targets[0].id] = alias.get(root, root)  # type: ignore[arg-type]
+            found = roots(sub.value)
+            if found:
+                alias[sub.targets[0].id] = alias.get(sub.targets[0].id, set()) | found
     read: set[str] = set()
     written: set[str] = set()
     for sub in ast.walk(node):
-        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.args:
-            fn = sub.func.attr
-            root = _root_name(sub.args[0])
-            root = alias.get(root, root)  # type: ignore[arg-type]
-            if root not in params:
-                continue
-            if fn == "load":
-                read.add(root)  # type: ignore[arg-type]
-            elif fn == "store":
-                written.add(root)  # type: ignore[arg-type]
-            elif fn.startswith("atomic_"):
-                read.add(root)  # type: ignore[arg-type]
-                written.add(root)  # type: ignore[arg-type]
+        if not (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)):
+            continue
+        fn = sub.func.attr
+        if fn not in ("load", "store") and not fn.startswith("atomic_"):
+            continue
+        operand = _pointer_operand(sub)
+        if operand is None:
+            continue
+        found = roots(operand)
+        if fn in ("load",) or fn.startswith("atomic_"):
+            read |= found
+        if fn in ("store",) or fn.startswith("atomic_"):
+            written |= found
     return read, written
 
 
-def written_args(source: str, name: str | None = None) -> set[str]:
+def written_args(source: str, name: str | None = None, pointers: set[str] | None = None) -> set[str]:
     """Arguments a kernel writes."""
-    return pointer_uses(source, name)[1]
+    return pointer_uses(source, name, pointers)[1]
 
 
 def extern_calls(wrapper_source: str, graph: int, start: int = 0) -> list[ExternCallInfo]:
@@ -302,10 +323,22 @@ def compile_problem(
     import torch
     import torch._dynamo
 
+    global _generation
     if reset:
         torch._dynamo.reset()
+        _generation += 1
     model = problem.build_model(device)
     inputs = problem.make_inputs(seed, device)
+    # Eager first: a model that is broken by itself gets its own error and line,
+    # not Dynamo's fake-tensor message.
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    except Exception as exc:
+        from .problem import _where
+
+        raise ProblemError(problem.path, f"the model fails in eager mode{_where(exc, problem.path)}: "
+                                         f"{type(exc).__name__}: {_first_line(exc)}") from exc
     compiled = torch.compile(model, backend="inductor", mode=mode)
     try:
         with _record_wrapper_modules() as loaded, _record_kernel_args() as seen, torch.no_grad():
@@ -313,8 +346,8 @@ def compile_problem(
     except (ProblemError, CaptureError):
         raise
     except Exception as exc:
-        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ProblemError(problem.path, f"compiling or running the model failed: {type(exc).__name__}: {cause}") from exc
+        raise ProblemError(problem.path, f"compiling or running the model failed: {type(exc).__name__}: "
+                                         f"{_first_line(exc)}") from exc
     # Wrapper modules define ``call``; kernel modules do not. (``async_compile`` is
     # deleted from the wrapper once its kernels are ready, so it cannot be the test.)
     graphs = [m for m in loaded if callable(getattr(m, "call", None)) and getattr(m, "__file__", None)]
@@ -331,7 +364,9 @@ def compile_problem(
             kernel_source = Path(autotuner.filename).read_text()
             name = attr if attr not in kernels else f"{attr}__g{index}"
             cfg = launch_config(autotuner, interpreted)
-            reads, writes = pointer_uses(kernel_source, kernel_name)
+            signature = autotuner.triton_meta.get("signature", {})
+            pointers = {k for k, v in signature.items() if str(v).startswith("*")} or None
+            reads, writes = pointer_uses(kernel_source, kernel_name, pointers)
             arg_names = [a for a in autotuner.fn.arg_names if a not in cfg.kwargs]
             observed = seen.get(id(autotuner), ())
             args = []
@@ -347,5 +382,20 @@ def compile_problem(
             )
             kernels[name] = KernelHandle(info=info, module=module, attr=attr, original=autotuner)
     return CompiledModel(
-        problem=problem, device=device, model=model, compiled=compiled, graphs=graphs, kernels=kernels, externs=externs
+        problem=problem, device=device, model=model, compiled=compiled, graphs=graphs, kernels=kernels, externs=externs,
+        generation=_generation,
     )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# Bumped by every compile that resets Dynamo: a CompiledModel from an earlier
+# generation would be recompiled on its next call, so swapping into it has no effect.
+_generation = 0
+
+
+def is_current(compiled: CompiledModel) -> bool:
+    return compiled.generation == _generation

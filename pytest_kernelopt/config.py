@@ -58,6 +58,10 @@ def load_config(start: Path | None = None) -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{pyproject}: not valid TOML ({exc})") from exc
     section = data.get("tool", {}).get("kernelopt", {})
+    if not isinstance(section, dict):
+        raise UsageError(f"{pyproject}: [tool.kernelopt] must be a table")
+    if "root" in section:
+        raise UsageError(f"{pyproject}: [tool.kernelopt] root: unknown key (paths are relative to pyproject.toml)")
     try:
         return Config(**section, root=pyproject.parent)
     except ValidationError as exc:

@@ -57,6 +57,7 @@ def enable() -> None:
     torch_triton.triton_hash_with_backend = backend_hash
     _patch_libdevice()
     _patch_reduce_scan()
+    _reinterpret_imported_helpers()
     _enabled = True
 
 
@@ -85,7 +86,11 @@ def _numpy_table() -> dict[str, tuple[Callable[..., Any], str]]:
     def lgamma(x):
         import math
 
-        return np.vectorize(math.lgamma, otypes=[x.dtype])(x)
+        def one(v: float) -> float:
+            # math.lgamma raises at the poles (0, -1, ...); CUDA and torch return inf.
+            return math.inf if v <= 0 and v == math.floor(v) else math.lgamma(v)
+
+        return np.vectorize(one, otypes=[x.dtype])(x)
 
     def erfinv(x):
         # NumPy has no erfinv: Newton steps on erf from a rational first guess.
@@ -99,7 +104,10 @@ def _numpy_table() -> dict[str, tuple[Callable[..., Any], str]]:
         return np.frexp(x)[1] - 1
 
     def rint(x):
-        return np.rint(x)
+        return np.rint(x)  # halves to even, like CUDA's rint/nearbyint
+
+    def round_half_away(x):
+        return np.sign(x) * np.floor(np.abs(x) + 0.5)  # CUDA's round: halves away from zero
 
     return {
         "exp": (np.exp, "same"), "exp2": (np.exp2, "same"), "expm1": (np.expm1, "same"),
@@ -113,7 +121,7 @@ def _numpy_table() -> dict[str, tuple[Callable[..., Any], str]]:
         "asinh": (np.arcsinh, "same"), "acosh": (np.arccosh, "same"), "atanh": (np.arctanh, "same"),
         "fast_tanhf": (np.tanh, "same"),
         "floor": (np.floor, "same"), "ceil": (np.ceil, "same"), "trunc": (np.trunc, "same"),
-        "nearbyint": (rint, "same"), "rint": (rint, "same"), "round": (rint, "same"),
+        "nearbyint": (rint, "same"), "rint": (rint, "same"), "round": (round_half_away, "same"),
         "abs": (np.abs, "same"), "fabs": (np.abs, "same"),
         "llrint": (lambda x: np.rint(x).astype(np.int64), "int64"),
         "ilogb": (ilogb, "int32"),
@@ -189,6 +197,36 @@ def _patch_libdevice() -> None:
             setattr(libdevice, name, _wrap(name, fn, kind))
         else:
             setattr(libdevice, name, _unsupported(name))
+
+
+def _reinterpret_imported_helpers() -> None:
+    """Re-create @triton.jit helpers that were decorated before interpreter mode was on.
+
+    ``@triton.jit`` reads TRITON_INTERPRET when it decorates. If something imported
+    Inductor's ``triton_helpers`` (or Triton's standard library) first, e.g. a user's
+    conftest importing ``torch._dynamo``, their functions are compiled-mode JIT
+    functions, which an interpreted kernel cannot call ("Cannot call @triton.jit'd
+    outside of the scope of a kernel", torch 2.13 / triton 3.7.1). Reloading the
+    modules re-decorates them; kernels look helpers up through the module object.
+    """
+    import importlib
+    import sys
+
+    from triton.runtime.jit import JITFunction
+
+    names = ["triton.language.standard", "triton.language.math", "torch._inductor.runtime.triton_helpers"]
+    for name in names:
+        module = sys.modules.get(name)
+        if module is not None and any(isinstance(v, JITFunction) and type(v) is JITFunction for v in vars(module).values()):
+            importlib.reload(module)
+    import triton.language as tl
+
+    # triton.language re-exports the standard library's functions by name.
+    standard = sys.modules.get("triton.language.standard")
+    if standard is not None:
+        for key, value in vars(standard).items():
+            if isinstance(getattr(tl, key, None), JITFunction):
+                setattr(tl, key, value)
 
 
 # --- reductions and scans -------------------------------------------------------------

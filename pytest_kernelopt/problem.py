@@ -89,7 +89,7 @@ def load_problem(path: str | Path) -> Problem:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a user's file: sys.exit() at import is a defect too
         sys.modules.pop(name, None)
         raise ProblemError(path, f"importing failed{_where(exc, path)}: {exc!r}") from exc
     for attr in ("Model", "get_inputs", "get_init_inputs"):

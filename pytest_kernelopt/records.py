@@ -78,7 +78,7 @@ class ExternCallInfo(Record):
 
 
 class CaptureSummary(Record):
-    """What ``kernelopt kernels --json`` prints: the kernels and extern calls of a model."""
+    """The kernels and extern calls of a compiled model (``kernels --json`` prints the two lists, concatenated)."""
 
     schema_version: int = SCHEMA_VERSION
     model: str

@@ -17,6 +17,12 @@ from .capture import CompiledModel
 
 def swap(compiled: CompiledModel, name: str, replacement: Any) -> None:
     """Make kernel ``name`` of ``compiled`` launch ``replacement.run`` instead."""
+    from .capture import is_current
+    from .errors import CaptureError
+
+    if not is_current(compiled):
+        raise CaptureError(f"{compiled.problem.id}: this compiled model was invalidated by a later compile_problem() "
+                           "(Dynamo reset); swapping into it would have no effect")
     handle = compiled.kernel(name)
     setattr(handle.module, handle.attr, replacement)
 

@@ -196,13 +196,10 @@ POINTER_USES = [
     pytest.param(
         "tl.store(offs + out_ptr0, tl.load(in_ptr0 + offs, mask), mask)", IO, {"in_ptr0"}, {"out_ptr0"},
         id="offset_first",
-        marks=pytest.mark.xfail(strict=True, reason="capture._root_name follows the left operand: "
-                                "`offs + out_ptr0` is taken as a store to BLOCK (the root of offs)"),
     ),
     pytest.param(
         "tl.store(pointer=out_ptr0 + offs, value=tl.load(in_ptr0 + offs, mask), mask=mask)", IO, {"in_ptr0"}, {"out_ptr0"},
         id="keyword_arguments",
-        marks=pytest.mark.xfail(strict=True, reason="capture.pointer_uses reads only positional arguments"),
     ),
 ]
 

@@ -220,8 +220,6 @@ def test_not_a_python_file(tmp_path):
     assert str(path) in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, raises=SystemExit, reason="problem.load_problem catches Exception only: "
-                   "sys.exit() at import ends `kernelopt` silently with the file's exit status")
 def test_exit_at_import_is_a_problem_error(tmp_path):
     path = write_problem(tmp_path, "import sys\n\nsys.exit(3)\n")
     with pytest.raises(ProblemError, match="SystemExit"):
@@ -295,8 +293,6 @@ def test_shape_mismatch_gives_problem_error(tmp_path, interpreter):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="capture.compile_problem keeps only the first line of Dynamo's "
-                   "TorchRuntimeError ('RuntimeError when making fake tensor call'): the shape error is lost")
 def test_shape_mismatch_message_names_the_cause(tmp_path, interpreter):
     from pytest_kernelopt.capture import compile_problem
 
