@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from .cascade import measurable
 from .errors import KerneloptError
 
 PREFIX = "kernelopt_"
@@ -143,7 +144,7 @@ class GateSession:
             item.prop("status", "rejected")
             raise GateFailure(f"{path}: rejected at {verdict.reason}")
         timing = verdict.model_timing
-        if timing is not None and timing.ci_high < 1.0 - self.max_slowdown:
+        if timing is not None and measurable(timing) and timing.ci_high < 1.0 - self.max_slowdown:
             item.prop("status", "slower")
             raise GateFailure(f"{path}: slower than the compiler kernel: model {timing.speedup:.3f}x "
                               f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])")
@@ -192,14 +193,14 @@ class GateSession:
         if verdict.status == "rejected":
             raise GateFailure(f"{problem.id} with committed kernels: rejected at {verdict.reason}")
         timing = verdict.model_timing
-        if replacements and timing is not None and timing.ci_high < 1.0 - self.max_slowdown:
+        if replacements and timing is not None and measurable(timing) and timing.ci_high < 1.0 - self.max_slowdown:
             raise GateFailure(f"{problem.id}: committed kernels make the model slower: {timing.speedup:.3f}x "
                               f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])")
         base = verdict.base_timing
         if base is not None:
             item.prop("vs_base_speedup", round(base.speedup, 4))
             item.prop("vs_base_ci", [round(base.ci_low, 4), round(base.ci_high, 4)])
-            if base.ci_high < 1.0 - self.max_slowdown:
+            if measurable(base) and base.ci_high < 1.0 - self.max_slowdown:
                 raise GateFailure(f"{problem.id}: slower than at {self.base_ref}: {base.speedup:.3f}x "
                                   f"(95% CI [{base.ci_low:.3f}, {base.ci_high:.3f}])")
 

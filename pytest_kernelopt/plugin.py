@@ -50,9 +50,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # Runs in the controller under xdist too: figures travel in user_properties.
-    from .gate import record_report
+    if any(key.startswith("kernelopt_") for key, _ in report.user_properties):
+        from .gate import record_report
 
-    record_report(report)
+        record_report(report)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

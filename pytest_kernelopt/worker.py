@@ -40,6 +40,7 @@ class WorkerRequest(BaseModel):
     allow_reduced_precision: bool = False
     error_factor: float = 4.0
     min_gain: float = 0.02
+    min_model_us: float = 20.0
     measure_speed: bool = True
     # The gate's --kernelopt-base-ref: the problem file at that revision, timed against this one.
     base_problem: str | None = None
@@ -230,7 +231,7 @@ def run_stages(request: WorkerRequest, events: _Events) -> Verdict:
         verdict.status = "correct"
         return verdict
 
-    def speed() -> tuple[bool, str]:
+    def speed() -> tuple[bool | None, str]:
         model_t, kernel_t = cascade.speed_stage(compiled, candidates, request.kernel, request.seeds[0])
         verdict.model_timing, verdict.kernel_timing, verdict.speed_measured = model_t, kernel_t, True
         text = f"model {_fmt(model_t)}"
@@ -240,15 +241,13 @@ def run_stages(request: WorkerRequest, events: _Events) -> Verdict:
             base = compile_problem(load_problem(request.base_problem), device, reset=False)
             verdict.base_timing = cascade.base_speed(base, compiled, candidates, request.seeds[0])
             text += f"; vs base revision {_fmt(verdict.base_timing)}"
-        faster = model_t.ci_low > 1.0 and model_t.speedup >= 1.0 + request.min_gain
-        if not faster:
-            text += f"; not faster beyond noise (needs the CI above 1 and a gain of at least {request.min_gain:.0%})"
-        return faster, text
+        faster, why = cascade.judge_speed(model_t, request.min_gain, request.min_model_us)
+        return faster, f"{text}; {why}" if why else text
 
     events.emit("start", stage="speed")
     t0 = time.monotonic()
     faster, text = speed()
-    verdict.status = "accepted" if faster else "correct"
+    verdict.status = "accepted" if faster is True else "correct"
     result = StageResult(name="speed", passed=faster, detail=text, seconds=time.monotonic() - t0)
     verdict.stages.append(result)
     events.emit("stage", result=result.model_dump())

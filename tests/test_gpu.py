@@ -46,17 +46,22 @@ def test_round_trip_large(path: Path, tmp_path: Path, monkeypatch: pytest.Monkey
     assert torch.equal(compiled(*inputs), ref)
 
 
-def test_speed_stage_does_not_call_a_dump_faster(tmp_path: Path) -> None:
+@pytest.mark.parametrize("size", ["small", "large"])
+def test_speed_stage_does_not_call_a_dump_faster(size: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.capture import compile_problem
-    from pytest_kernelopt.cascade import speed_stage
+    from pytest_kernelopt.cascade import judge_speed, speed_stage
     from pytest_kernelopt.problem import load_problem
     from pytest_kernelopt.swap import candidate_kernel
 
+    # Small: a ~6 us model, below the speed stage's floor (on the H200 its dump measured
+    # 1.036x [1.028, 1.044] as graph replays); large: tens of microseconds and more.
+    monkeypatch.setenv("KERNELOPT_SIZE", size)
     compiled = compile_problem(load_problem(PROBLEMS[0].parent / "softmax_rows.py"), "cuda")
     name, handle = next(iter(compiled.kernels.items()))
     file = tmp_path / "dump.py"
     file.write_text(render_dump(handle.info, compiled.problem.id))
     model, kernel = speed_stage(compiled, {name: candidate_kernel(file)}, name, seed=1)
-    assert not (model.ci_low > 1.0 and model.speedup >= 1.02)
-    assert kernel is not None and 0.9 < kernel.speedup < 1.1
+    assert judge_speed(model, 0.02)[0] is not True
+    if size == "large":
+        assert kernel is not None and 0.95 < kernel.speedup < 1.05

@@ -130,3 +130,27 @@ def test_estimate_reports_medians_and_pairs():
 def test_unpaired_timings_are_an_error(baseline, candidate):
     with pytest.raises(ValueError):
         speed_estimate(baseline, candidate)
+
+
+def _timing(baseline_us: float, speedup: float, low: float, high: float):
+    from pytest_kernelopt.records import Timing
+
+    return Timing(baseline_ms=baseline_us / 1e3, candidate_ms=baseline_us / speedup / 1e3, speedup=speedup,
+                  ci_low=low, ci_high=high, pairs=100, method="cuda-graph")
+
+
+@pytest.mark.parametrize(
+    "baseline_us, speedup, low, high, expected",
+    [
+        (100.0, 1.10, 1.05, 1.15, True),    # clearly faster
+        (100.0, 1.01, 1.005, 1.02, False),  # beyond noise but under the 2% gain
+        (100.0, 1.05, 0.99, 1.10, False),   # interval includes 1
+        (5.7, 1.036, 1.028, 1.044, None),   # a 5.7 us model: below the floor, not judged
+    ],
+)
+def test_judge_speed(baseline_us, speedup, low, high, expected):
+    from pytest_kernelopt.cascade import judge_speed
+
+    decision, why = judge_speed(_timing(baseline_us, speedup, low, high), min_gain=0.02)
+    assert decision is expected
+    assert (why == "") == (expected is True)
