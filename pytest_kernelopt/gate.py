@@ -196,6 +196,7 @@ class GateSession:
         if replacements and timing is not None and measurable(timing) and timing.ci_high < 1.0 - self.max_slowdown:
             raise GateFailure(f"{problem.id}: committed kernels make the model slower: {timing.speedup:.3f}x "
                               f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])")
+        self._check_recorded(item, problem.id, verdict)
         base = verdict.base_timing
         if base is not None:
             item.prop("vs_base_speedup", round(base.speedup, 4))
@@ -203,6 +204,26 @@ class GateSession:
             if measurable(base) and base.ci_high < 1.0 - self.max_slowdown:
                 raise GateFailure(f"{problem.id}: slower than at {self.base_ref}: {base.speedup:.3f}x "
                                   f"(95% CI [{base.ci_low:.3f}, {base.ci_high:.3f}])")
+
+    def _check_recorded(self, item: ModelItem, model: str, verdict: Any) -> None:
+        """Compare the measured speedup with the one recorded in kernels/<model>/model.json for this environment."""
+        from .store import environment_key
+
+        timing = verdict.model_timing
+        if timing is None or verdict.environment is None or not measurable(timing):
+            return
+        try:
+            recorded = self.store.model_record(model).baselines.get(environment_key(verdict.environment))
+        except KerneloptError as exc:
+            raise GateFailure(str(exc)) from exc
+        if recorded is None or recorded.timing is None:
+            return
+        item.prop("recorded_speedup", round(recorded.timing.speedup, 4))
+        if timing.ci_high < recorded.timing.speedup * (1.0 - self.max_slowdown):
+            raise GateFailure(
+                f"{model}: speedup over the compiled model regressed: now {timing.speedup:.3f}x (95% CI "
+                f"[{timing.ci_low:.3f}, {timing.ci_high:.3f}]), recorded {recorded.timing.speedup:.3f}x on "
+                f"{recorded.measured:%Y-%m-%d} in this environment")
 
     def _base_problem(self, path: Path) -> str | None:
         """The problem file as it is at ``--kernelopt-base-ref``, in a temp folder (None if it did not exist)."""

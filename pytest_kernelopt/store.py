@@ -260,5 +260,11 @@ def accept_verdict(
         original_source=render_dump(info, loaded.id), source=source, evidence=evidence,
         provenance=provenance or Provenance(proposed_by=proposed_by), environment=verdict.environment,
     )
+    if verdict.environment is not None:
+        worst = max((e.candidate_vs_fp64 or 0.0 for e in verdict.errors), default=None)
+        store.save_baseline(loaded.id, ModelBaseline(
+            environment=verdict.environment, measured=record.created, kernels={kernel: record.version},
+            timing=verdict.model_timing, worst_error_vs_fp64=worst,
+        ))
     where = store.kernel_dir(loaded.id, kernel) / record.file
     return record, f"stored as {where} (active)"

@@ -39,6 +39,9 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     accepted = _cli("accept", "problems/elementwise_chain.py", "--kernel", kernel, "--candidate", f"dumps/{kernel}.py",
                     "--seeds", "2", cwd=repo)
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    record = json.loads((repo / "kernels" / "elementwise_chain" / "model.json").read_text())
+    (baseline,) = record["baselines"].values()  # one environment: this CPU, interpreter mode
+    assert baseline["kernels"] == {kernel: 1} and baseline["timing"] is None
     (repo / "kernel_name").write_text(kernel)
     return repo
 
