@@ -163,6 +163,7 @@ def run_stages(request: WorkerRequest, events: _Events) -> Verdict:
                       status="rejected", seeds=request.seeds, environment=cascade.environment(device))
 
     def stage(name: str, fn: Any) -> Any:
+        """Run one stage: ``fn`` returns (value, detail) or, for speed, (passed, detail)."""
         events.emit("start", stage=name)
         t0 = time.monotonic()
         try:
@@ -174,7 +175,8 @@ def run_stages(request: WorkerRequest, events: _Events) -> Verdict:
             verdict.reason = f"{name}: {failure.detail}"
             events.emit("stage", result=result.model_dump())
             raise
-        result = StageResult(name=name, passed=True, detail=detail, seconds=time.monotonic() - t0)
+        passed = value if name == "speed" else True
+        result = StageResult(name=name, passed=passed, detail=detail, seconds=time.monotonic() - t0)
         verdict.stages.append(result)
         events.emit("stage", result=result.model_dump())
         return value
@@ -196,7 +198,7 @@ def run_stages(request: WorkerRequest, events: _Events) -> Verdict:
                 raise cascade.StageFailure(f"{Path(path).name}: {exc}") from exc
         return None, "parses; entry point matches; only allowed imports and constructs"
 
-    rtol = cascade._REDUCED_RTOL if request.allow_reduced_precision else None
+    rtol = cascade.REDUCED_PRECISION_RTOL if request.allow_reduced_precision else None
 
     def kernel() -> tuple[list[Any], str]:
         assert request.kernel is not None
@@ -244,13 +246,8 @@ def run_stages(request: WorkerRequest, events: _Events) -> Verdict:
         faster, why = cascade.judge_speed(model_t, request.min_gain, request.min_model_us)
         return faster, f"{text}; {why}" if why else text
 
-    events.emit("start", stage="speed")
-    t0 = time.monotonic()
-    faster, text = speed()
+    faster = stage("speed", speed)
     verdict.status = "accepted" if faster is True else "correct"
-    result = StageResult(name="speed", passed=faster, detail=text, seconds=time.monotonic() - t0)
-    verdict.stages.append(result)
-    events.emit("stage", result=result.model_dump())
     return verdict
 
 
