@@ -151,7 +151,6 @@ class GateSession:
         item.prop("status", "committed")
 
     def check_model(self, item: ModelItem) -> None:
-        from .cascade import sha256  # noqa: F401  (keeps import cost in the worker-free path low)
         from .records import Verdict
         from .worker import WorkerRequest, run_worker
 

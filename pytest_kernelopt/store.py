@@ -137,13 +137,6 @@ class KernelStore:
     def kernel_dir(self, model: str, kernel: str) -> Path:
         return self.root / model / kernel
 
-    def models(self) -> list[str]:
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir()) if self.root.is_dir() else []
-
-    def kernels(self, model: str) -> list[str]:
-        folder = self.root / model
-        return sorted(p.name for p in folder.iterdir() if (p / MANIFEST).exists()) if folder.is_dir() else []
-
     def manifest(self, model: str, kernel: str) -> Manifest | None:
         """The manifest, None when nothing is committed; a broken one raises StoreError naming the file."""
         path = self.kernel_dir(model, kernel) / MANIFEST
