@@ -1,17 +1,26 @@
-"""``[tool.kernelopt]`` in the user's pyproject.toml, and device selection."""
+"""``[tool.kernelopt]`` in the user's pyproject.toml, and device selection.
+
+Settings belong to the project that holds the problem files: the nearest
+pyproject.toml *with a ``[tool.kernelopt]`` table*, searched upwards from the
+problem file (command line) or from pytest's rootdir (plugin). Without one, the
+defaults apply, rooted at the nearest pyproject.toml's folder (else the start
+folder). Relative paths in the settings are relative to the file they are in.
+"""
 
 from __future__ import annotations
 
 import glob
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from .errors import UsageError
 
 Device = Literal["auto", "cuda", "cpu"]
+DEVICES: tuple[str, ...] = ("auto", "cuda", "cpu")
+SECTION = "[tool.kernelopt]"
 
 
 class Config(BaseModel):
@@ -22,10 +31,17 @@ class Config(BaseModel):
     device: Device = "auto"
     # Where relative paths are taken from: the folder holding pyproject.toml.
     root: Path = Path(".")
+    # The file the settings were read from; None: defaults.
+    source: Path | None = None
 
     @property
     def kernels_path(self) -> Path:
         return (self.root / self.kernels_dir).resolve()
+
+    def describe(self) -> str:
+        """One line: where the settings came from and where the kernel store is."""
+        origin = f"settings from {self.source} {SECTION}" if self.source else f"default settings (root {self.root})"
+        return f"{origin}; kernel store {self.kernels_path}"
 
     def problem_files(self, globs: list[str] | None = None) -> list[Path]:
         """Problem files matched by ``globs`` (default: the configured ones), sorted, no duplicates."""
@@ -40,6 +56,7 @@ class Config(BaseModel):
 
 
 def find_pyproject(start: Path) -> Path | None:
+    """The nearest pyproject.toml at or above ``start``, with or without settings."""
     for folder in [start, *start.parents]:
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
@@ -47,27 +64,85 @@ def find_pyproject(start: Path) -> Path | None:
     return None
 
 
-def load_config(start: Path | None = None) -> Config:
-    """Read ``[tool.kernelopt]`` from the nearest pyproject.toml at or above ``start``."""
-    start = (start or Path.cwd()).resolve()
-    pyproject = find_pyproject(start)
-    if pyproject is None:
-        return Config(root=start)
+def _read_section(pyproject: Path) -> dict[str, Any] | None:
+    """``[tool.kernelopt]`` of ``pyproject`` (None when it has none); unreadable or invalid TOML is a UsageError."""
     try:
-        data = tomllib.loads(pyproject.read_text())
+        text = pyproject.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise UsageError(f"{pyproject}: cannot read ({why})") from exc
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{pyproject}: not valid TOML ({exc})") from exc
-    section = data.get("tool", {}).get("kernelopt", {})
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict) or "kernelopt" not in tool:
+        return None
+    section = tool["kernelopt"]
     if not isinstance(section, dict):
-        raise UsageError(f"{pyproject}: [tool.kernelopt] must be a table")
-    if "root" in section:
-        raise UsageError(f"{pyproject}: [tool.kernelopt] root: unknown key (paths are relative to pyproject.toml)")
-    try:
-        return Config(**section, root=pyproject.parent)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(p) for p in first["loc"])
-        raise UsageError(f"{pyproject}: [tool.kernelopt] {key}: {first['msg']}") from exc
+        raise UsageError(f"{pyproject}: {SECTION} must be a table, not {type(section).__name__}")
+    return section
+
+
+def _validated(pyproject: Path, section: dict[str, Any]) -> Config:
+    """One line naming the file and the key for anything but the documented settings and types."""
+    def bad(key: str, why: str) -> UsageError:
+        return UsageError(f"{pyproject}: {SECTION} {key}: {why}")
+
+    for key, value in section.items():
+        if key == "device":
+            if value not in DEVICES:
+                raise bad(key, f"must be one of {', '.join(DEVICES)}, not {value!r}")
+        elif key == "kernels_dir":
+            if not isinstance(value, str) or not value.strip():
+                raise bad(key, f"must be a non-empty string (a folder relative to pyproject.toml), not {value!r}")
+        elif key == "problems":
+            if isinstance(value, str):  # not iterated by character
+                raise bad(key, f"must be a list of glob strings, not a string (write problems = [{value!r}])")
+            if not isinstance(value, list):
+                raise bad(key, f"must be a list of glob strings, not {type(value).__name__}")
+            for i, item in enumerate(value):
+                if not isinstance(item, str) or not item.strip():
+                    raise bad(f"{key}[{i}]", f"must be a non-empty glob string, not {item!r}")
+        else:
+            raise bad(key, f"unknown key (known: device, kernels_dir, problems; paths are relative to {pyproject.name})")
+    return Config(**section, root=pyproject.parent, source=pyproject)
+
+
+def _settings_from(start: Path) -> Config:
+    nearest: Path | None = None
+    for folder in [start, *start.parents]:
+        pyproject = folder / "pyproject.toml"
+        if not pyproject.is_file():
+            continue
+        nearest = nearest or pyproject
+        section = _read_section(pyproject)
+        if section is not None:
+            return _validated(pyproject, section)
+    return Config(root=nearest.parent if nearest else start)
+
+
+def load_config(start: Path | None = None) -> Config:
+    """Settings for the project at ``start`` (default: the current folder; the plugin passes pytest's rootdir):
+    the nearest pyproject.toml with a ``[tool.kernelopt]`` table at or above it."""
+    return _settings_from((start or Path.cwd()).resolve())
+
+
+def config_for_problem(problem: Path, *, config: Path | None = None) -> Config:
+    """Settings for the project that holds ``problem``, wherever the command runs from.
+
+    ``config``, a pyproject.toml given explicitly, wins (it must exist and be readable);
+    otherwise the nearest pyproject.toml with a ``[tool.kernelopt]`` table above the
+    problem file's folder; else defaults rooted at the nearest pyproject.toml's folder,
+    else at the problem's folder.
+    """
+    if config is not None:
+        path = Path(config).resolve()
+        if not path.is_file():
+            raise UsageError(f"{config}: config file {'is not a file' if path.exists() else 'does not exist'}")
+        section = _read_section(path)
+        return _validated(path, section) if section is not None else Config(root=path.parent)
+    return _settings_from(Path(problem).resolve().parent)
 
 
 def resolve_device(requested: str) -> str:
@@ -76,7 +151,7 @@ def resolve_device(requested: str) -> str:
     Choosing ``cpu`` switches this process to interpreter mode; call this before any
     Triton kernel is compiled.
     """
-    if requested not in ("auto", "cuda", "cpu"):
+    if requested not in DEVICES:
         raise UsageError(f"--device must be auto, cuda or cpu, not {requested!r}")
     import torch
 

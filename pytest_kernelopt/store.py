@@ -2,28 +2,37 @@
 
 Layout (a contract, documented in the README)::
 
-    kernels/<model id>/model.json                  model-level baselines per environment
-    kernels/<model id>/<kernel name>/original.py   the compiler's kernel (candidate format) at the first accept
-    kernels/<model id>/<kernel name>/v1.py, v2.py  accepted versions, never overwritten or renumbered
-    kernels/<model id>/<kernel name>/manifest.json fingerprint, active version, evidence, provenance
+    kernels/<model id>/model.json                      model-level baselines per environment
+    kernels/<model id>/<kernel>/original.py            the compiler's kernel (candidate format) at the first accept
+    kernels/<model id>/<kernel>/original-<fp>.py       the compiler's kernel at the first accept after it changed
+                                                       to fingerprint <fp> (original.py is never overwritten)
+    kernels/<model id>/<kernel>/v1.py, v2.py           accepted versions, never overwritten or renumbered
+    kernels/<model id>/<kernel>/manifest.json          fingerprint, original file, active version, evidence, provenance
 
-Writes are atomic (temp file + rename); version numbers are allocated under an
-exclusive lock and version files are created with O_EXCL, so concurrent accepts
-into the same kernel get distinct versions and lose nothing. Nothing read from the
-store is trusted as a result: the gate re-verifies every active version.
+Every inconsistency is a :class:`StoreError` naming the file: a folder with version
+files but no manifest, a manifest or model record that does not parse, a version
+file whose bytes differ from the sha256 recorded at accept, a name that would leave
+the store. Writes are atomic (temp file + rename); version numbers are allocated
+under an exclusive lock on the kernel's folder and version files are created with
+O_EXCL, so concurrent accepts into the same kernel get distinct versions and lose
+nothing; a failed accept removes the files it created. Nothing read from the store
+is trusted as a result: the gate re-verifies every active version.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
+import re
 import tempfile
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Iterator, Literal, TypeVar
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from .errors import StoreError
 from .records import (
@@ -41,6 +50,18 @@ from .records import (
 MANIFEST = "manifest.json"
 ORIGINAL = "original.py"
 MODEL_RECORD = "model.json"
+
+# Model ids (problem file stems) and kernel names become folder names.
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+_VERSION_FILE = re.compile(r"v[1-9][0-9]*\.py")
+# Fingerprints become part of a file name (original-<fingerprint>.py); ours are 16 hex digits.
+_FINGERPRINT = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_ORIGINAL_FILE = re.compile(r"original(-[A-Za-z0-9_-]{1,64})?\.py")
+
+
+def sha256_text(text: str) -> str:
+    """The sha256 recorded for a version: of its UTF-8 bytes, exactly as written to disk."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class Evidence(Record):
@@ -67,12 +88,38 @@ class Provenance(Record):
 
 
 class VersionRecord(Record):
-    version: int
+    version: int = Field(ge=1)
+    # Always ``v<version>.py``: a manifest is read from the user's repo, so a file name
+    # such as ``../../x.py`` must not lead outside the kernel's folder.
     file: str
     sha256: str
     created: datetime
     evidence: Evidence
     provenance: Provenance
+    # The compiler kernel this version replaces and its original file (None in
+    # manifests written before these were recorded).
+    fingerprint: str | None = None
+    original: str | None = None
+
+    @field_validator("file")
+    @classmethod
+    def _file_name(cls, value: str) -> str:
+        if not _VERSION_FILE.fullmatch(value):
+            raise ValueError(f"{value!r} is not a version file name (v<number>.py)")
+        return value
+
+    @field_validator("original")
+    @classmethod
+    def _original_name(cls, value: str | None) -> str | None:
+        if value is not None and not _ORIGINAL_FILE.fullmatch(value):
+            raise ValueError(f"{value!r} is not an original file name (original.py or original-<fingerprint>.py)")
+        return value
+
+    @model_validator(mode="after")
+    def _file_matches_version(self) -> VersionRecord:
+        if self.file != f"v{self.version}.py":
+            raise ValueError(f"version {self.version} must be stored as v{self.version}.py, not {self.file}")
+        return self
 
 
 class Manifest(Record):
@@ -82,10 +129,30 @@ class Manifest(Record):
     # Fingerprint of the compiler kernel the versions replace: when the compiler
     # generates something else, the stored versions are stale.
     fingerprint: str
+    # The compiler's kernel for ``fingerprint``, in candidate format. Manifests written
+    # before re-accepts kept one original per fingerprint have none: original.py.
+    original: str = ORIGINAL
     active: int | None = None
     args: list[ArgInfo] = Field(default_factory=list)
     environment: Environment | None = None
     versions: list[VersionRecord] = Field(default_factory=list)
+
+    @field_validator("original")
+    @classmethod
+    def _original_name(cls, value: str) -> str:
+        if not _ORIGINAL_FILE.fullmatch(value):
+            raise ValueError(f"{value!r} is not an original file name (original.py or original-<fingerprint>.py)")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Manifest:
+        numbers = [v.version for v in self.versions]
+        duplicates = sorted({n for n in numbers if numbers.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"version {duplicates[0]} is recorded twice")
+        if self.active is not None and self.active not in numbers:
+            raise ValueError(f"active version {self.active} is not recorded in versions")
+        return self
 
     def version(self, number: int) -> VersionRecord:
         for v in self.versions:
@@ -108,156 +175,368 @@ class ModelRecord(Record):
     baselines: dict[str, ModelBaseline] = Field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ActiveVersion:
+    """The active version of a kernel, read once and checked against its recorded sha256.
+
+    ``source`` is exactly the text that was checked: run and verify it, do not read
+    ``path`` again (it may have changed since).
+    """
+
+    manifest: Manifest
+    record: VersionRecord
+    path: Path
+    source: str
+
+
+@dataclass(frozen=True)
+class AcceptOutcome:
+    """What an accept did. ``stored``: a new version file was written. ``active``: ``record``
+    is the kernel's active version. ``message``: one line for the user."""
+
+    record: VersionRecord | None
+    stored: bool
+    active: bool
+    message: str
+
+
 def environment_key(env: Environment) -> str:
     """Baselines are kept per GPU and software stack."""
     return f"{env.gpu or env.device}|torch {env.torch}|triton {env.triton}"
 
 
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
 def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write ``text`` to ``path`` through a temp file and a rename; any failure is a StoreError naming ``path``
+    and leaves neither a temp file nor a partly written ``path``."""
+    tmp: str | None = None
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        tmp = None
+    except OSError as exc:
+        raise StoreError(f"cannot write {path}: {_why(exc)}") from exc
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _create_exclusive(path: Path, text: str) -> None:
+    """Create ``path`` holding ``text``; FileExistsError if it exists, StoreError on any other failure
+    (and then ``path`` is removed again)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
         raise
+    except OSError as exc:
+        raise StoreError(f"cannot write {path}: {_why(exc)}") from exc
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise StoreError(f"cannot write {path}: {_why(exc)}") from exc
+
+
+_R = TypeVar("_R", Manifest, ModelRecord)
+
+
+def _load(cls: type[_R], path: Path) -> _R:
+    """load_json, plus: a file that is not UTF-8 is a StoreError naming it too."""
+    try:
+        return load_json(cls, path)
+    except UnicodeDecodeError as exc:
+        raise StoreError(f"{path}: invalid {cls.__name__} (not UTF-8 text)") from exc
 
 
 class KernelStore:
     """``kernels/`` of one repo."""
 
     def __init__(self, root: Path):
-        self.root = Path(root)
+        self.root = Path(root).absolute()
+
+    # --- paths -----------------------------------------------------------------------
+
+    def _inside(self, path: Path, what: str) -> Path:
+        root = self.root.resolve()
+        if not path.resolve().is_relative_to(root):
+            raise StoreError(f"{path}: {what} resolves to {path.resolve()}, outside the kernel store {root}")
+        return path
+
+    def model_dir(self, model: str) -> Path:
+        """``kernels/<model>``; a model id that is not a plain folder name is a StoreError naming it."""
+        _check_name(model, "model id")
+        return self._inside(self.root / model, f"model {model!r}")
 
     def kernel_dir(self, model: str, kernel: str) -> Path:
-        return self.root / model / kernel
+        """``kernels/<model>/<kernel>``; names that are not plain folder names are a StoreError naming them."""
+        _check_name(kernel, "kernel name")
+        return self._inside(self.model_dir(model) / kernel, f"kernel {model}/{kernel}")
+
+    # --- reading ---------------------------------------------------------------------
 
     def manifest(self, model: str, kernel: str) -> Manifest | None:
-        """The manifest, None when nothing is committed; a broken one raises StoreError naming the file."""
-        path = self.kernel_dir(model, kernel) / MANIFEST
-        if not path.exists():
+        """The manifest; None when nothing is committed for the kernel.
+
+        A broken manifest, or a folder with version or original files but no manifest,
+        raises StoreError naming the file or folder.
+        """
+        folder = self.kernel_dir(model, kernel)
+        if not folder.is_dir():
             return None
-        manifest = load_json(Manifest, path)
+        with self._locked(folder, shared=True):
+            return self._read_manifest(model, kernel)
+
+    def active_file(self, model: str, kernel: str) -> ActiveVersion | None:
+        """The active version, read once and checked against the sha256 recorded at accept.
+
+        None when nothing is committed or no version is active. A missing file, or one
+        whose bytes differ from the recorded sha256, raises StoreError naming it.
+        """
+        folder = self.kernel_dir(model, kernel)
+        if not folder.is_dir():
+            return None
+        with self._locked(folder, shared=True):
+            manifest = self._read_manifest(model, kernel)
+            if manifest is None or manifest.active is None:
+                return None
+            record = manifest.version(manifest.active)
+            path, source = self._read_version(folder, record, active=True)
+        return ActiveVersion(manifest=manifest, record=record, path=path, source=source)
+
+    def check(self, model: str, kernel: str) -> Manifest | None:
+        """Check the whole kernel folder: the manifest, every recorded version file against
+        its sha256, the original file of the current fingerprint. Returns the manifest
+        (None when nothing is committed); the first inconsistency raises StoreError."""
+        folder = self.kernel_dir(model, kernel)
+        if not folder.is_dir():
+            return None
+        with self._locked(folder, shared=True):
+            manifest = self._read_manifest(model, kernel)
+            if manifest is None:
+                return None
+            for record in manifest.versions:
+                self._read_version(folder, record, active=record.version == manifest.active)
+            originals = {manifest.original} | {v.original for v in manifest.versions if v.original}
+            for name in sorted(originals):
+                if not (folder / name).is_file():
+                    raise StoreError(f"{folder / name}: original file recorded in {folder / MANIFEST} is missing")
+        return manifest
+
+    def model_record(self, model: str) -> ModelRecord:
+        """``kernels/<model>/model.json`` (empty when absent); a broken one raises StoreError naming it."""
+        path = self.model_dir(model) / MODEL_RECORD
+        if not path.exists():
+            return ModelRecord(model=model)
+        record = _load(ModelRecord, path)
+        if record.model != model:
+            raise StoreError(f"{path}: records model {record.model}, not {model}")
+        return record
+
+    def _read_manifest(self, model: str, kernel: str) -> Manifest | None:
+        """The manifest, read without locking (the caller holds the folder's lock)."""
+        folder = self.kernel_dir(model, kernel)
+        path = folder / MANIFEST
+        if not path.exists():
+            stored = sorted(p.name for p in folder.glob("*.py")
+                            if _VERSION_FILE.fullmatch(p.name) or _ORIGINAL_FILE.fullmatch(p.name))
+            if stored:
+                raise StoreError(f"{folder}: {MANIFEST} is missing but the folder holds {', '.join(stored)}; "
+                                 f"restore {MANIFEST} (e.g. from git) or remove the folder")
+            return None
+        manifest = _load(Manifest, path)
         if (manifest.model, manifest.kernel) != (model, kernel):
             raise StoreError(f"{path}: records {manifest.model}/{manifest.kernel}, not {model}/{kernel}")
         return manifest
 
-    def active_file(self, model: str, kernel: str) -> tuple[Manifest, Path] | None:
-        manifest = self.manifest(model, kernel)
-        if manifest is None or manifest.active is None:
-            return None
-        record = manifest.version(manifest.active)
-        path = self.kernel_dir(model, kernel) / record.file
-        if not path.is_file():
-            raise StoreError(f"{path}: active version file is missing")
-        return manifest, path
+    def _read_version(self, folder: Path, record: VersionRecord, *, active: bool) -> tuple[Path, str]:
+        path = folder / record.file
+        what = "active version file" if active else "version file"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError as exc:
+            raise StoreError(f"{path}: {what} is missing (recorded in {folder / MANIFEST})") from exc
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot read {what} ({_why(exc)})") from exc
+        if hashlib.sha256(data).hexdigest() != record.sha256:
+            raise StoreError(f"{path}: contents differ from the sha256 recorded at accept (edited by hand?); "
+                             f"restore it (e.g. from git) or accept the edited file as a new version")
+        try:
+            return path, data.decode("utf-8")
+        except UnicodeDecodeError as exc:  # only if the recorded sha256 was of non-UTF-8 bytes
+            raise StoreError(f"{path}: not UTF-8 text") from exc
 
     @contextlib.contextmanager
-    def _locked(self, folder: Path) -> Iterator[None]:
+    def _locked(self, folder: Path, *, shared: bool = False) -> Iterator[None]:
         # Lock the folder itself (Linux/macOS allow flock on a directory) so that no
-        # lock file ends up in the user's repo.
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder, os.O_RDONLY)
+        # lock file ends up in the user's repo. Readers take it shared so that they never
+        # see an accept half done (a version file whose manifest is not written yet).
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            if not shared:
+                folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(folder, os.O_RDONLY)
+        except OSError as exc:
+            raise StoreError(f"cannot {'open' if shared else 'create'} {folder}: {_why(exc)}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
             yield
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
+    # --- writing ---------------------------------------------------------------------
+
     def add_version(
         self, *, model: str, kernel: str, fingerprint: str, args: list[ArgInfo], original_source: str, source: str,
         evidence: Evidence, provenance: Provenance, environment: Environment | None,
-    ) -> VersionRecord:
-        """Store ``source`` as the next version and make it active."""
-        import hashlib
+    ) -> AcceptOutcome:
+        """Store ``source`` as the next version and make it active.
 
+        Bytes already stored as a version are not stored again (``stored`` is False and
+        the existing record is returned, active or not). When ``fingerprint`` differs
+        from the manifest's (the compiler kernel changed), the new compiler kernel is
+        kept as ``original-<fingerprint>.py``; no original file is ever overwritten. On
+        any failure the files this call created are removed and StoreError is raised.
+        """
+        if not _FINGERPRINT.fullmatch(fingerprint):
+            raise StoreError(f"{model}/{kernel}: fingerprint {fingerprint!r} cannot be stored (letters, digits, _ and -)")
         folder = self.kernel_dir(model, kernel)
+        digest = sha256_text(source)
+        created: list[Path] = []
         with self._locked(folder):
-            manifest = self.manifest(model, kernel)
+            manifest = self._read_manifest(model, kernel)
             if manifest is None:
                 manifest = Manifest(model=model, kernel=kernel, fingerprint=fingerprint, args=args)
-            if manifest.fingerprint != fingerprint:
-                # The compiler kernel changed since the stored versions were accepted:
-                # they replace something that no longer exists. Start over from the new one.
-                manifest.fingerprint, manifest.args = fingerprint, args
-                atomic_write(folder / ORIGINAL, original_source)
-            if not (folder / ORIGINAL).exists():
-                atomic_write(folder / ORIGINAL, original_source)
-            number = max([v.version for v in manifest.versions] + [0]) + 1
-            while True:  # O_EXCL: a version file is never overwritten, even by a hand-made one
-                path = folder / f"v{number}.py"
-                try:
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                    break
-                except FileExistsError:
-                    number += 1
-            with os.fdopen(fd, "w") as f:
-                f.write(source)
-            record = VersionRecord(
-                version=number, file=path.name, sha256=hashlib.sha256(source.encode()).hexdigest(),
-                created=datetime.now(timezone.utc), evidence=evidence, provenance=provenance,
-            )
-            manifest.versions.append(record)
-            manifest.active = number
-            manifest.environment = environment
-            atomic_write(folder / MANIFEST, dump_json(manifest))
-        return record
+            for existing in manifest.versions:
+                if existing.sha256 == digest:
+                    active = existing.version == manifest.active
+                    return AcceptOutcome(
+                        record=existing, stored=False, active=active,
+                        message=f"already stored as v{existing.version} ({'active' if active else 'not active'}) "
+                                f"in {folder / existing.file}; nothing stored",
+                    )
+            try:
+                original = self._original_for(folder, manifest, fingerprint, original_source, created)
+                number = max([v.version for v in manifest.versions] + [0]) + 1
+                while True:  # O_EXCL: a version file is never overwritten, even by a hand-made one
+                    path = folder / f"v{number}.py"
+                    try:
+                        _create_exclusive(path, source)
+                        created.append(path)
+                        break
+                    except FileExistsError:
+                        number += 1
+                record = VersionRecord(
+                    version=number, file=path.name, sha256=digest, created=datetime.now(timezone.utc),
+                    evidence=evidence, provenance=provenance, fingerprint=fingerprint, original=original,
+                )
+                updated = Manifest(
+                    model=model, kernel=kernel, fingerprint=fingerprint, original=original,
+                    # A changed compiler kernel may take other arguments.
+                    args=manifest.args if manifest.fingerprint == fingerprint else args,
+                    active=number, environment=environment, versions=[*manifest.versions, record],
+                )
+                atomic_write(folder / MANIFEST, dump_json(updated))
+            except BaseException:
+                for leftover in reversed(created):
+                    with contextlib.suppress(OSError):
+                        leftover.unlink()
+                raise
+        return AcceptOutcome(record=record, stored=True, active=True,
+                             message=f"stored as {path} (v{number}, active)")
 
-    def model_record(self, model: str) -> ModelRecord:
-        path = self.root / model / MODEL_RECORD
-        return load_json(ModelRecord, path) if path.exists() else ModelRecord(model=model)
+    def _original_for(self, folder: Path, manifest: Manifest, fingerprint: str, source: str,
+                      created: list[Path]) -> str:
+        """The original file for ``fingerprint``, created if there is none yet (never overwritten)."""
+        if manifest.versions and manifest.fingerprint == fingerprint:
+            name = manifest.original
+            if not (folder / name).is_file():
+                raise StoreError(f"{folder / name}: original file recorded in {folder / MANIFEST} is missing; "
+                                 f"restore it (e.g. from git) before accepting")
+            return name
+        earlier = [v.original for v in manifest.versions if v.fingerprint == fingerprint and v.original]
+        if earlier and (folder / earlier[-1]).is_file():
+            return earlier[-1]  # the compiler went back to a kernel it generated before
+        name = ORIGINAL if not manifest.versions and not (folder / ORIGINAL).exists() else f"original-{fingerprint}.py"
+        try:
+            _create_exclusive(folder / name, source)
+            created.append(folder / name)
+        except FileExistsError:
+            pass  # kept from an earlier accept of this fingerprint: the compiler's kernel at that first accept
+        return name
 
     def save_baseline(self, model: str, baseline: ModelBaseline) -> None:
-        folder = self.root / model
+        folder = self.model_dir(model)
         with self._locked(folder):
             record = self.model_record(model)
             record.baselines[environment_key(baseline.environment)] = baseline
             atomic_write(folder / MODEL_RECORD, dump_json(record))
 
 
-def accept_verdict(
-    problem: Path, kernel: str, candidate: Path, verdict: Verdict, *, allow_no_gain: bool = False,
-    proposed_by: str = "human", provenance: Provenance | None = None, kernels_dir: Path | None = None,
-) -> tuple[VersionRecord | None, str]:
-    """Store a verified candidate; returns (record or None, one line for the user)."""
+def _check_name(name: str, what: str) -> None:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise StoreError(f"{what} {name!r} cannot name a folder in the kernel store "
+                         f"(letters, digits, _ . + -, not starting with . or -)")
+
+
+def accept_verdict(store: KernelStore, model: str, kernel: str, source: str, verdict: Verdict, *,
+                   allow_no_gain: bool = False, provenance: Provenance | None = None) -> AcceptOutcome:
+    """Store ``source``, the candidate ``verdict`` judged, as the next active version of ``model``/``kernel``.
+
+    ``source`` is the text that was verified (never read again from disk); when the
+    verdict records a sha256 of the candidate, ``source`` must match it. Rejected
+    candidates, and on a GPU candidates that are correct but not faster (unless
+    ``allow_no_gain``), are not stored; bytes already stored are not stored twice.
+    """
     from .candidate import render_dump
-    from .cascade import sha256
-    from .config import load_config
-    from .problem import load_problem
 
     if verdict.status == "rejected":
-        return None, "not stored: rejected"
+        return AcceptOutcome(None, stored=False, active=False,
+                             message=f"not stored: rejected{f' at {verdict.reason}' if verdict.reason else ''}")
     if verdict.speed_measured and verdict.status != "accepted" and not allow_no_gain:
-        return None, "not stored: correct but not faster beyond noise (use --allow-no-gain to store it anyway)"
-    store = KernelStore(kernels_dir or load_config().kernels_path)
-    loaded = load_problem(problem)
+        return AcceptOutcome(None, stored=False, active=False, message=(
+            "not stored: correct but not faster beyond noise (use --allow-no-gain to store it anyway)"))
+    if (verdict.model, verdict.kernel) != (model, kernel):
+        raise StoreError(f"{model}/{kernel}: the verdict is for {verdict.model}/{verdict.kernel}; not stored")
     info = verdict._kernel_info
     if info is None:
-        raise StoreError(f"{problem}: the verdict carries no kernel record for {kernel}; not stored")
+        raise StoreError(f"{model}/{kernel}: the verdict carries no kernel record; not stored")
+    if info.name != kernel or (verdict.fingerprint is not None and verdict.fingerprint != info.fingerprint):
+        raise StoreError(f"{model}/{kernel}: the verdict's kernel record is for {info.name} "
+                         f"(fingerprint {info.fingerprint}), not {kernel} (fingerprint {verdict.fingerprint}); not stored")
+    if verdict.candidate_sha256 and sha256_text(source) != verdict.candidate_sha256:
+        raise StoreError(f"{verdict.candidate or f'{model}/{kernel}'}: the source to store is not the one that was "
+                         f"verified (sha256 differs); not stored")
+    store.model_record(model)  # a broken model.json fails before anything is written
     evidence = Evidence(
         status="accepted" if verdict.status == "accepted" else "correct", speed_measured=verdict.speed_measured,
         model_timing=verdict.model_timing, kernel_timing=verdict.kernel_timing, errors=verdict.errors,
         seeds=verdict.seeds, environment=verdict.environment,
     )
-    source = Path(candidate).read_text()
-    if sha256(source) != verdict.candidate_sha256:
-        raise StoreError(f"{candidate}: changed while it was being verified; not stored")
-    record = store.add_version(
-        model=loaded.id, kernel=kernel, fingerprint=info.fingerprint, args=info.args,
-        original_source=render_dump(info, loaded.id), source=source, evidence=evidence,
-        provenance=provenance or Provenance(proposed_by=proposed_by), environment=verdict.environment,
+    outcome = store.add_version(
+        model=model, kernel=kernel, fingerprint=info.fingerprint, args=info.args,
+        original_source=render_dump(info, model), source=source, evidence=evidence,
+        provenance=provenance or Provenance(), environment=verdict.environment,
     )
-    if verdict.environment is not None:
+    if outcome.stored and outcome.record is not None and verdict.environment is not None:
         worst = max((e.candidate_vs_fp64 or 0.0 for e in verdict.errors), default=None)
-        store.save_baseline(loaded.id, ModelBaseline(
-            environment=verdict.environment, measured=record.created, kernels={kernel: record.version},
-            timing=verdict.model_timing, worst_error_vs_fp64=worst,
-        ))
-    where = store.kernel_dir(loaded.id, kernel) / record.file
-    return record, f"stored as {where} (active)"
+        try:
+            store.save_baseline(model, ModelBaseline(
+                environment=verdict.environment, measured=outcome.record.created,
+                kernels={kernel: outcome.record.version}, timing=verdict.model_timing, worst_error_vs_fp64=worst,
+            ))
+        except StoreError as exc:
+            raise StoreError(f"{exc} ({outcome.message}, but its model baseline was not recorded)") from exc
+    return outcome
