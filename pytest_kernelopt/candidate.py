@@ -19,7 +19,6 @@ from __future__ import annotations
 import ast
 import builtins
 import hashlib
-import importlib.util
 import inspect
 import os
 import re
@@ -167,39 +166,49 @@ def write_dumps(infos: list[KernelInfo], model_id: str, folder: Path) -> list[Pa
 
 # --- loading ---------------------------------------------------------------------------
 
+def load_candidate_source(source: str, label: str, sha256: str | None = None) -> ModuleType:
+    """A fresh module made from exactly ``source``: compiled from the text, never imported.
+
+    Nothing goes through the import system, so no ``__pycache__`` beside a candidate
+    (or anywhere) can run instead of the bytes that were checked. Triton reads a jit
+    function's source through ``inspect``/``linecache``; the text is registered there
+    under a name unique to its hash, which no file on disk can shadow.
+    """
+    import linecache
+    import types
+
+    digest = sha256 or hashlib.sha256(source.encode()).hexdigest()
+    if hashlib.sha256(source.encode()).hexdigest() != digest:
+        raise CandidateError(f"{label}: the source does not match its recorded sha256")
+    stem = re.sub(r"\W", "_", Path(label).stem)[:40]
+    name = f"kernelopt_candidate_{stem}_{digest[:12]}"
+    filename = f"<kernelopt-candidate {digest}>"
+    lines = source.splitlines(keepends=True)
+    # mtime None: linecache.checkcache() never drops the entry (there is no file to check).
+    linecache.cache[filename] = (len(source), None, lines, filename)
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    sys.modules[name] = module  # Triton resolves a jit function's globals through its module
+    try:
+        code = compile(source, filename, "exec", dont_inherit=True)
+        exec(code, module.__dict__)  # noqa: S102 - the candidate passed the static stage first
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise CandidateError(f"{label}: loading failed: {type(exc).__name__}: {exc}") from exc
+    if not callable(getattr(module, ENTRY_POINT, None)):
+        raise CandidateError(f"{label}: no entry point `{ENTRY_POINT}(...)`")
+    return module
+
+
 def load_candidate(path: str | Path, source: str | None = None) -> ModuleType:
-    """Import a candidate file (or ``source`` under that path's name) as a fresh module."""
+    """Load a candidate file (or ``source`` under that path's name) as a fresh module."""
     path = Path(path)
     if source is None:
         try:
             source = path.read_text()
         except OSError as exc:
             raise CandidateError(f"{path}: cannot read ({exc.strerror})") from exc
-    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
-    stem = re.sub(r"\W", "_", path.stem)
-    name = f"kernelopt_candidate_{stem}_{digest}"
-    if name in sys.modules:
-        return sys.modules[name]
-    # Triton reads a jit function's source through inspect/linecache, so the module
-    # must come from a real file; a temp copy keeps edited-in-memory sources working.
-    if not path.is_file() or path.read_text() != source:
-        import tempfile
-
-        folder = Path(tempfile.mkdtemp(prefix="kernelopt-candidate-"))
-        path = folder / f"{name}.py"
-        path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        sys.modules.pop(name, None)
-        raise CandidateError(f"{path}: importing failed: {type(exc).__name__}: {exc}") from exc
-    if not callable(getattr(module, ENTRY_POINT, None)):
-        raise CandidateError(f"{path}: no entry point `{ENTRY_POINT}(...)`")
-    return module
+    return load_candidate_source(source, str(path))
 
 
 class CandidateKernel:

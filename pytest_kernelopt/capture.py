@@ -57,6 +57,8 @@ class CompiledModel:
     kernels: dict[str, KernelHandle]
     externs: list[ExternCallInfo]
     generation: int = 0
+    # Peak device memory of one eager call, inputs and weights included (CUDA only).
+    eager_peak_bytes: int | None = None
 
     def __call__(self, *inputs: Any) -> Any:
         import torch
@@ -312,13 +314,18 @@ def _record_kernel_args() -> Iterator[dict[int, tuple[Any, ...]]]:
 
 
 def compile_problem(
-    problem: Problem, device: str, seed: int = 0, mode: str | None = None, reset: bool = True
+    problem: Problem, device: str, seed: int = 0, mode: str | None = None, reset: bool = True,
+    inputs: list[Any] | None = None, measure_eager_peak: bool = False,
 ) -> CompiledModel:
     """Compile ``problem`` for ``device`` in inference mode and open up every graph.
 
     ``device`` must come from :func:`pytest_kernelopt.config.resolve_device` (which
     switches on interpreter mode for ``cpu``). ``reset`` clears Dynamo's caches
     first; pass False to keep an earlier compiled model of this process working.
+    ``inputs`` (default: drawn under ``seed``) are what the model is compiled and
+    captured with. ``measure_eager_peak`` records the eager call's peak device memory
+    (inputs and weights included) in ``eager_peak_bytes``; reset torch's peak
+    counter before drawing the inputs for that figure to mean anything.
     """
     import torch
     import torch._dynamo
@@ -328,12 +335,16 @@ def compile_problem(
         torch._dynamo.reset()
         _generation += 1
     model = problem.build_model(device)
-    inputs = problem.make_inputs(seed, device)
+    if inputs is None:
+        inputs = problem.make_inputs(seed, device)
     # Eager first: a model that is broken by itself gets its own error and line,
     # not Dynamo's fake-tensor message.
     try:
         with torch.no_grad():
             model(*inputs)
+        eager_peak = int(torch.cuda.max_memory_allocated()) if measure_eager_peak and device == "cuda" else None
+    except torch.OutOfMemoryError:
+        raise
     except Exception as exc:
         from .problem import _where
 
@@ -344,6 +355,8 @@ def compile_problem(
         with _record_wrapper_modules() as loaded, _record_kernel_args() as seen, torch.no_grad():
             compiled(*inputs)
     except (ProblemError, CaptureError):
+        raise
+    except torch.OutOfMemoryError:
         raise
     except Exception as exc:
         raise ProblemError(problem.path, f"compiling or running the model failed: {type(exc).__name__}: "
@@ -383,7 +396,7 @@ def compile_problem(
             kernels[name] = KernelHandle(info=info, module=module, attr=attr, original=autotuner)
     return CompiledModel(
         problem=problem, device=device, model=model, compiled=compiled, graphs=graphs, kernels=kernels, externs=externs,
-        generation=_generation,
+        generation=_generation, eager_peak_bytes=eager_peak,
     )
 
 

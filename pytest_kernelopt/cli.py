@@ -1,59 +1,114 @@
 """The ``kernelopt`` command line.
 
 Exit codes (a contract, documented in the README):
-    0  success (verify/accept: the candidate is correct, or accepted)
-    1  verify/accept: the candidate was rejected
-    2  bad input: missing file, not a problem file, unknown kernel, bad option
+    0  success (verify: every candidate correct or accepted; accept: stored, or already stored)
+    1  verify/accept: a candidate was rejected (accept: or correct but not stored)
+    2  bad input (missing file, not a problem file, unknown kernel, bad option or setting), or
+       the verifier itself could not judge (not enough GPU memory, its worker failed to open
+       the problem); one line ``kernelopt: error: ...`` on stderr
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
 import warnings
 from pathlib import Path
-from typing import Sequence
+from typing import Any, NoReturn, Sequence
 
-from .errors import KerneloptError
+from .errors import KerneloptError, UsageError
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
 
+SETTINGS_HELP = ("Settings come from [tool.kernelopt] in the nearest pyproject.toml above the problem file "
+                 "(or --config); options given here win.")
 
-def _add_device(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default=None,
-                   help="where to run (default: [tool.kernelopt] device, else auto: cuda if present, else cpu interpreter mode)")
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the documented one-line error and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"kernelopt: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive, finite number of seconds, not {text!r}")
+    return value
+
+
+def _seeds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 1000, not {text}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kernelopt", description="Find, verify and keep faster Triton kernels for torch.compile'd models.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    from importlib.metadata import PackageNotFoundError, version
 
-    k = sub.add_parser("kernels", help="list the Triton kernels and extern calls of a compiled problem")
-    k.add_argument("problem", type=Path)
-    _add_device(k)
+    try:
+        own = version("pytest-kernelopt")
+    except PackageNotFoundError:  # running from a checkout that is not installed
+        own = "unknown"
+    parser = _Parser(prog="kernelopt", description="Find, verify and keep faster Triton kernels for torch.compile'd "
+                                                   "models.", epilog=SETTINGS_HELP)
+    parser.add_argument("--version", action="version", version=f"kernelopt {own}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    k = sub.add_parser("kernels", help="list the Triton kernels and extern calls of a compiled problem",
+                       epilog=SETTINGS_HELP)
+    _add_problem(k)
     k.add_argument("--json", action="store_true", help="print a JSON list of kernels and extern calls")
     k.add_argument("--dump", type=Path, metavar="DIR", help="write each Triton kernel to DIR/<kernel>.py in candidate format")
 
-    v = sub.add_parser("verify", help="run the verification cascade on a candidate kernel")
-    _add_candidate_args(v)
+    v = sub.add_parser("verify", help="run the verification cascade on candidate kernels (one session)",
+                       epilog=SETTINGS_HELP)
+    _add_candidate_args(v, several=True)
 
-    a = sub.add_parser("accept", help="verify a candidate and store it as the next version of the kernel")
-    _add_candidate_args(a)
+    a = sub.add_parser("accept", help="verify a candidate and store it as the next version of the kernel",
+                       epilog=SETTINGS_HELP)
+    _add_candidate_args(a, several=False)
     a.add_argument("--allow-no-gain", action="store_true", help="on a GPU, store a correct candidate that is not faster")
     a.add_argument("--proposed-by", default="human", help="provenance recorded in the manifest (default: human)")
+    a.add_argument("--kernels-dir", type=Path, metavar="DIR",
+                   help="the kernel store (default: [tool.kernelopt] kernels_dir of the problem's project)")
     return parser
 
 
-def _add_candidate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("problem", type=Path)
+def _add_problem(p: argparse.ArgumentParser) -> None:
+    p.add_argument("problem", type=Path, help="a KernelBench-format problem file (class Model, get_inputs, "
+                                              "get_init_inputs)")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default=None,
+                   help="where to run (default: [tool.kernelopt] device, else auto: cuda if present, else cpu "
+                        "interpreter mode)")
+    p.add_argument("--config", type=Path, metavar="PYPROJECT",
+                   help="read [tool.kernelopt] from this pyproject.toml instead of the problem's project")
+
+
+def _add_candidate_args(p: argparse.ArgumentParser, several: bool) -> None:
+    _add_problem(p)
     p.add_argument("--kernel", required=True, help="name of the compiler kernel to replace (see `kernelopt kernels`)")
-    p.add_argument("--candidate", required=True, type=Path, help="candidate file (see README: candidate format)")
-    _add_device(p)
-    p.add_argument("--seeds", type=int, default=3, help="input seeds for the kernel and model stages (default 3)")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds the isolated worker may take (default 300)")
+    p.add_argument("--candidate", required=True, type=Path, nargs="+" if several else None, metavar="FILE",
+                   help="candidate file(s) (see README: candidate format)" if several else
+                        "candidate file (see README: candidate format)")
+    p.add_argument("--seeds", type=_seeds, default=3, help="input seeds for the kernel and model stages (default 3)")
+    p.add_argument("--timeout", type=_seconds, default=300.0,
+                   help="seconds each candidate's checks may take in the isolated worker (default 300)")
     p.add_argument("--allow-reduced-precision", action="store_true",
                    help="accept candidates that compute in fp16/bf16/TF32 where the compiler kernel did not")
-    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.add_argument("--json", action="store_true",
+                   help="print the verdict as JSON (verify with several candidates: a list)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,30 +117,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "kernels":
             return cmd_kernels(args)
-        if args.command in ("verify", "accept"):
-            from .commands import cmd_verify_or_accept
-
-            return cmd_verify_or_accept(args)
+        return cmd_verify_or_accept(args)
     except KerneloptError as exc:
         print(f"kernelopt: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("kernelopt: interrupted", file=sys.stderr)
         return 130
-    return EXIT_USAGE
 
 
-def _device(args: argparse.Namespace) -> str:
-    from .config import load_config, resolve_device
+def _settings(args: argparse.Namespace) -> Any:
+    from .config import config_for_problem
 
-    return resolve_device(args.device or load_config().device)
+    return config_for_problem(args.problem, config=args.config)
+
+
+def _device(args: argparse.Namespace, settings: Any) -> str:
+    from .config import resolve_device
+
+    return resolve_device(args.device or settings.device)
 
 
 def cmd_kernels(args: argparse.Namespace) -> int:
     from .problem import load_problem
 
     problem = load_problem(args.problem)  # bad file: exit 2 before torch compiles anything
-    device = _device(args)
+    device = _device(args, _settings(args))
     from .capture import compile_problem
 
     compiled = compile_problem(problem, device)
@@ -95,10 +152,8 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
         paths = write_dumps(summary.kernels, problem.id, args.dump)
         if not args.json:
-            print(f"wrote {len(paths)} candidate file(s) to {args.dump}", file=sys.stderr)
+            print(f"wrote {len(paths)} candidate file(s) to {args.dump.resolve()}", file=sys.stderr)
     if args.json:
-        import json
-
         rows = [k.model_dump(exclude={"source"}) for k in summary.kernels] + [e.model_dump() for e in summary.externs]
         print(json.dumps(rows, indent=2))
         return EXIT_OK
@@ -106,6 +161,70 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
     print_table(kernels_table(summary))
     return EXIT_OK
+
+
+def verdict_lines(verdict: Any) -> list[str]:
+    """One line per stage, then the verdict."""
+    marks = {True: "pass", False: "FAIL", None: "skip"}
+    lines = [f"{s.name:<7} {marks[s.passed]:<4} {s.seconds:6.1f}s  {s.detail}" for s in verdict.stages]
+    if verdict.reference == "eager":
+        lines.append(f"note: judged against the fp32 eager model, not float64 ({verdict.reference_note})")
+    tail = f"verdict: {verdict.status}"
+    if verdict.reason:
+        tail += f" ({verdict.reason})"
+    lines.append(tail)
+    return lines
+
+
+def cmd_verify_or_accept(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from .problem import load_problem
+    from .verify import VerifyOptions, VerifySession, read_candidate
+
+    candidates = args.candidate if isinstance(args.candidate, list) else [args.candidate]
+    sources = [read_candidate(c) for c in candidates]  # read once: these bytes run and are stored
+    problem = load_problem(args.problem)  # a bad problem file is exit 2 before any worker starts
+    settings = _settings(args)
+    device = _device(args, settings)
+    try:
+        options = VerifyOptions(seeds=args.seeds, timeout=args.timeout,
+                                allow_reduced_precision=args.allow_reduced_precision)
+    except ValidationError as exc:
+        raise UsageError(f"bad option: {exc.errors()[0]['msg']}") from exc
+    say = (lambda text: None) if args.json else (lambda text: print(text, file=sys.stderr))
+    say(f"settings: {settings.describe()}")
+    verdicts = []
+    with VerifySession(problem.path, device, options, progress=say) as session:
+        for source in sources:
+            say(f"verifying {source.label} as {args.kernel} of {problem.id} on {device} ...")
+            verdicts.append(session.verify(args.kernel, source))
+            if not args.json and args.command == "verify":
+                print("\n".join(verdict_lines(verdicts[-1])), flush=True)
+    if args.command == "verify":
+        if args.json:
+            payload = [json.loads(v.model_dump_json()) for v in verdicts]
+            print(json.dumps(payload if len(payload) > 1 else payload[0], indent=2))
+        return EXIT_REJECTED if any(v.status == "rejected" for v in verdicts) else EXIT_OK
+    return _accept(args, settings, problem.id, verdicts[0])
+
+
+def _accept(args: argparse.Namespace, settings: Any, model: str, verdict: Any) -> int:
+    from .store import KernelStore, Provenance, accept_verdict
+
+    store = KernelStore((args.kernels_dir or settings.kernels_path).resolve())
+    outcome = accept_verdict(store, model, args.kernel, verdict._source, verdict, allow_no_gain=args.allow_no_gain,
+                             provenance=Provenance(proposed_by=args.proposed_by))
+    if args.json:
+        out = json.loads(verdict.model_dump_json())
+        out["stored"] = outcome.record.model_dump(mode="json") if outcome.stored and outcome.record else None
+        out["message"] = outcome.message
+        print(json.dumps(out, indent=2))
+    else:
+        print("\n".join([*verdict_lines(verdict), outcome.message]))
+    if outcome.stored or (outcome.record is not None and verdict.status != "rejected"):
+        return EXIT_OK  # stored now, or these very bytes were stored before
+    return EXIT_REJECTED
 
 
 if __name__ == "__main__":  # pragma: no cover

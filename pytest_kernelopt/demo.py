@@ -2,8 +2,8 @@
 
 For each problem in ``tests/problems/``: compile and capture (Triton kernels and
 extern calls), dump every Triton kernel as a candidate file under
-``out/demo/<problem>/``, verify the first dump through the cascade in an isolated
-worker (it must come out correct), and verify a deliberately broken copy (its
+``out/demo/<problem>/``, verify the first dump through the cascade in one verification
+session (an isolated worker) (it must come out correct), and verify a deliberately broken copy (its
 stored value scaled by 1.001: a 0.1% error), which must be rejected. Prints a
 table last. Without a GPU everything runs in interpreter mode and speed is
 reported as not measured.
@@ -34,8 +34,8 @@ def break_candidate(source: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     from .candidate import write_dumps
     from .capture import compile_problem
-    from .cascade import CascadeOptions, verify
     from .config import resolve_device
+    from .verify import VerifyOptions, VerifySession
     from .problem import load_problem
 
     root = Path(__file__).resolve().parent.parent
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     table = Table(title="kernelopt demo")
     for col in ("problem", "graphs", "triton", "extern", "dump verified", "0.1% error", "seconds"):
         table.add_column(col)
-    options = CascadeOptions(seeds=2, timeout=600)
+    options = VerifyOptions(seeds=2, timeout=600)
     failures = 0
     for path in paths:
         t0 = time.monotonic()
@@ -59,10 +59,13 @@ def main(argv: list[str] | None = None) -> int:
         first = files[0]
         broken = first.with_name(first.stem + "_broken.py")
         broken.write_text(break_candidate(first.read_text()))
-        with console.status(f"{problem.id}: verifying {first.name}"):
-            good = verify(path, infos[0].name, first, device, options)
-        with console.status(f"{problem.id}: verifying a 0.1% wrong copy"):
-            bad = verify(path, infos[0].name, broken, device, options)
+        with VerifySession(path, device, options) as session:
+            with console.status(f"{problem.id}: opening a verification session"):
+                session.open()
+            with console.status(f"{problem.id}: verifying {first.name}"):
+                good = session.verify(infos[0].name, first)
+            with console.status(f"{problem.id}: verifying a 0.1% wrong copy"):
+                bad = session.verify(infos[0].name, broken)
         ok = good.status != "rejected" and bad.status == "rejected"
         failures += not ok
         failed_stage = next((s.name for s in bad.stages if s.passed is False), "-")

@@ -35,3 +35,8 @@ class StoreError(KerneloptError):
 
 class InterpreterUnsupported(KerneloptError):
     """Something a kernel needs that interpreter mode does not provide (names the function)."""
+
+
+class VerifierError(KerneloptError):
+    """The verifier itself could not judge (out of GPU memory, its worker failed while
+    opening the problem): never a verdict on the candidate."""

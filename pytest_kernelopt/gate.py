@@ -27,7 +27,6 @@ from typing import Any
 
 import pytest
 
-from .cascade import measurable
 from .errors import KerneloptError
 
 PREFIX = "kernelopt_"
@@ -63,6 +62,8 @@ class GateSession:
         self.max_slowdown = config.getoption("kernelopt_max_slowdown")
         self.device: str | None = None
         self.problems: dict[str, _Problem] = {}
+        self._sessions: dict[str, Any] = {}
+        self._policy: Any = None
 
     @property
     def store(self) -> Any:
@@ -109,13 +110,28 @@ class GateSession:
     # --- checks --------------------------------------------------------------------
 
     def _options(self) -> Any:
-        from .cascade import CascadeOptions
+        from .verify import SpeedPolicy, VerifyOptions
 
-        return CascadeOptions(seeds=self.seeds, timeout=self.timeout)
+        return VerifyOptions(seeds=self.seeds, timeout=self.timeout, speed=SpeedPolicy(max_slowdown=self.max_slowdown))
+
+    @property
+    def policy(self) -> Any:
+        return self._options().speed
+
+    def session(self, problem: _Problem) -> Any:
+        """One verification session per problem: compiled once, shared by its kernel and model items."""
+        from .verify import VerifySession
+
+        if problem.id not in self._sessions:
+            self._sessions[problem.id] = VerifySession(problem.path, self.device or "cpu", self._options())
+        return self._sessions[problem.id]
+
+    def close(self) -> None:
+        for session in self._sessions.values():
+            session.close()
+        self._sessions.clear()
 
     def check_kernel(self, item: KernelItem) -> None:
-        from .cascade import verify
-
         problem, kernel = item.problem, item.name
         if problem.error:
             raise GateFailure(problem.error)
@@ -138,22 +154,19 @@ class GateSession:
             if self.strict:
                 raise GateFailure(message)
             pytest.skip(message)
-        verdict = verify(problem.path, kernel, path, self.device or "cpu", self._options())
+        verdict = self.session(problem).verify(kernel, path)
         self._figures(item, verdict)
         if verdict.status == "rejected":
             item.prop("status", "rejected")
             raise GateFailure(f"{path}: rejected at {verdict.reason}")
         timing = verdict.model_timing
-        if timing is not None and measurable(timing) and timing.ci_high < 1.0 - self.max_slowdown:
+        if self.policy.slower(timing):
             item.prop("status", "slower")
             raise GateFailure(f"{path}: slower than the compiler kernel: model {timing.speedup:.3f}x "
                               f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])")
         item.prop("status", "committed")
 
     def check_model(self, item: ModelItem) -> None:
-        from .records import Verdict
-        from .worker import WorkerRequest, run_worker
-
         problem = item.problem
         if problem.error:
             raise GateFailure(problem.error)
@@ -181,18 +194,12 @@ class GateSession:
             item.prop("status", "baseline")
             return
         base_problem = self._base_problem(problem.path) if self.base_ref else None
-        request = WorkerRequest(
-            problem=str(problem.path), device=self.device or "cpu", kernel=None, replacements=replacements,
-            seeds=list(range(1, 1 + self.seeds)), base_problem=base_problem,
-        )
-        label = "+".join(replacements) or "compiler"
-        verdict = run_worker(request, self.timeout, Verdict(model=problem.id, kernel=label, candidate="committed kernels",
-                                                            candidate_sha256="", status="rejected"))
+        verdict = self.session(problem).verify_model(replacements, base_problem=base_problem)
         self._figures(item, verdict)
         if verdict.status == "rejected":
             raise GateFailure(f"{problem.id} with committed kernels: rejected at {verdict.reason}")
         timing = verdict.model_timing
-        if replacements and timing is not None and measurable(timing) and timing.ci_high < 1.0 - self.max_slowdown:
+        if replacements and self.policy.slower(timing):
             raise GateFailure(f"{problem.id}: committed kernels make the model slower: {timing.speedup:.3f}x "
                               f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])")
         self._check_recorded(item, problem.id, verdict)
@@ -200,7 +207,7 @@ class GateSession:
         if base is not None:
             item.prop("vs_base_speedup", round(base.speedup, 4))
             item.prop("vs_base_ci", [round(base.ci_low, 4), round(base.ci_high, 4)])
-            if measurable(base) and base.ci_high < 1.0 - self.max_slowdown:
+            if self.policy.slower(base):
                 raise GateFailure(f"{problem.id}: slower than at {self.base_ref}: {base.speedup:.3f}x "
                                   f"(95% CI [{base.ci_low:.3f}, {base.ci_high:.3f}])")
 
@@ -209,7 +216,7 @@ class GateSession:
         from .store import environment_key
 
         timing = verdict.model_timing
-        if timing is None or verdict.environment is None or not measurable(timing):
+        if timing is None or verdict.environment is None or not self.policy.measurable(timing):
             return
         try:
             recorded = self.store.model_record(model).baselines.get(environment_key(verdict.environment))
@@ -218,7 +225,7 @@ class GateSession:
         if recorded is None or recorded.timing is None:
             return
         item.prop("recorded_speedup", round(recorded.timing.speedup, 4))
-        if timing.ci_high < recorded.timing.speedup * (1.0 - self.max_slowdown):
+        if self.policy.regressed(timing, recorded.timing.speedup):
             raise GateFailure(
                 f"{model}: speedup over the compiled model regressed: now {timing.speedup:.3f}x (95% CI "
                 f"[{timing.ci_low:.3f}, {timing.ci_high:.3f}]), recorded {recorded.timing.speedup:.3f}x on "

@@ -48,6 +48,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         items.extend(gate.collect(session))
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if (gate := _gate(session.config)) is not None:
+        gate.close()  # stop the verification workers
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # Runs in the controller under xdist too: figures travel in user_properties.
     if any(key.startswith("kernelopt_") for key, _ in report.user_properties):

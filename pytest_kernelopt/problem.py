@@ -1,8 +1,11 @@
 """KernelBench-format problem files: ``class Model``, ``get_inputs()``, ``get_init_inputs()``.
 
-A problem's id is its file's stem. Weights come from a fixed seed and inputs from
-a seed of the caller's choosing, both drawn on the CPU and then moved, so the same
-seed gives the same numbers on every device.
+A problem's id is its file's stem. Weights come from a fixed seed, drawn on the CPU
+and then moved (the same weights on every device). Inputs come from a seed of the
+caller's choosing and are drawn on the device the model runs on (``get_inputs()``
+runs under ``torch.device(device)``): drawing 2^31 numbers on the CPU took longer
+than verifying a candidate, and full-size inputs never pass through host memory.
+The same seed gives the same inputs on the same kind of device.
 """
 
 from __future__ import annotations
@@ -51,12 +54,15 @@ class Problem:
         return model.to(device).eval()
 
     def make_inputs(self, seed: int, device: str = "cpu") -> list[Any]:
-        """``get_inputs()`` under ``seed``: a list of tensors on ``device``."""
+        """``get_inputs()`` under ``seed``, drawn on ``device``: a list of tensors there."""
         import torch
 
         torch.manual_seed(seed)
         try:
-            inputs = self.module.get_inputs()
+            with torch.device(device):
+                inputs = self.module.get_inputs()
+        except torch.OutOfMemoryError:
+            raise
         except Exception as exc:
             raise ProblemError(self.path, f"get_inputs() failed{_where(exc, self.path)}: {exc!r}") from exc
         if not isinstance(inputs, (list, tuple)) or not inputs:

@@ -129,6 +129,8 @@ class StageResult(Record):
     passed: bool | None
     detail: str = ""
     seconds: float = 0.0
+    # Peak GPU memory allocated during the stage (GiB); None on the CPU.
+    peak_gib: float | None = None
 
 
 class SeedErrors(Record):
@@ -191,6 +193,14 @@ class Verdict(Record):
     speed_measured: bool = False
     environment: Environment | None = None
     wall_seconds: float = 0.0
-    # The compiler kernel as the worker captured it (not serialized): lets `accept`
-    # store the original without compiling the model again.
+    # The judge of the model stage: "float64" (a float64 copy of the eager model) or
+    # "eager" when that could not be built or run; ``reference_note`` says why.
+    reference: Literal["float64", "eager"] | None = None
+    reference_note: str | None = None
+    # GPU memory: the eager model's own peak, and the verifier's peak so far (GiB).
+    eager_peak_gib: float | None = None
+    peak_gib: float | None = None
+    # The compiler kernel as the worker captured it, and the exact candidate text that
+    # was verified (not serialized): `accept` stores these bytes, never a re-read file.
     _kernel_info: KernelInfo | None = PrivateAttr(default=None)
+    _source: str | None = PrivateAttr(default=None)

@@ -27,14 +27,6 @@ class SpeedEstimate(BaseModel):
     baseline_ms: float
     candidate_ms: float
 
-    def faster(self, min_gain: float) -> bool:
-        """Faster beyond noise: the whole interval above 1 and the median gain at least ``min_gain``."""
-        return self.ci_low > 1.0 and self.speedup >= 1.0 + min_gain
-
-    def slower(self, max_loss: float = 0.0) -> bool:
-        """Slower beyond noise: the whole interval below 1 (by more than ``max_loss``)."""
-        return self.ci_high < 1.0 - max_loss
-
 
 def _binom_cdf(k: int, n: int) -> float:
     """P(X <= k) for X ~ Binomial(n, 1/2)."""

@@ -1,0 +1,1 @@
+"""Measuring: paired GPU timings (:mod:`.timing`) and the statistics behind every ratio (:mod:`.stats`)."""

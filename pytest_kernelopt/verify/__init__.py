@@ -1,0 +1,276 @@
+"""The verifier: one entry point for the CLI, the gate, tuning and benchmarks.
+
+A :class:`VerifySession` opens a problem once (an isolated worker starts, compiles
+the model, draws the inputs of every seed, computes the compiled baseline and the
+float64 reference) and then judges many candidates against it::
+
+    with VerifySession("models/softmax.py", device="cuda") as session:
+        for path in candidates:
+            verdict = session.verify("triton_per_fused_softmax_0", path)
+
+Each candidate is read once here, hashed, statically checked (stage 1, in this
+process: parsed, never run) and sent as those exact bytes to the worker for the
+kernel, model and speed stages. A candidate that crashes the worker, hangs past the
+time limit or corrupts the CUDA context is rejected, and the session starts a fresh
+worker for the next one. The verifier's own failures (out of memory, a problem
+that does not compile) raise :class:`~pytest_kernelopt.errors.KerneloptError`
+subclasses: they are never blamed on a candidate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import KerneloptError, ProblemError, UsageError, VerifierError
+from ..records import SeedErrors, StageResult, Verdict
+from .options import SpeedPolicy, VerifyOptions
+from .protocol import CandidateSource, CheckDone, CheckRequest, Failure, Opened, OpenRequest, StageDone, StageStarted
+
+__all__ = ["SpeedPolicy", "VerifyOptions", "VerifySession", "read_candidate", "verify"]
+
+GIB = float(1 << 30)
+
+
+def read_candidate(path: str | Path) -> CandidateSource:
+    """Read a candidate file once; what is hashed here is what runs and what is stored."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read candidate ({exc.strerror or exc})") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: candidate is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    return CandidateSource(label=str(path), source=text, sha256=hashlib.sha256(data).hexdigest())
+
+
+def source_of(text: str, label: str) -> CandidateSource:
+    return CandidateSource(label=label, source=text, sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
+class VerifySession:
+    """A problem compiled once in an isolated worker; candidates verified one after another."""
+
+    def __init__(self, problem: str | Path, device: str, options: VerifyOptions | None = None, *,
+                 progress: Callable[[str], None] | None = None):
+        self.problem = Path(problem).resolve()
+        self.device = device
+        self.options = options or VerifyOptions()
+        self.progress = progress or (lambda _: None)
+        self._worker: Any = None
+        self._opened: Opened | None = None
+        self.restarts = 0
+
+    # --- lifecycle -----------------------------------------------------------------
+
+    def __enter__(self) -> VerifySession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
+    def open(self) -> Opened:
+        """Start the worker and prepare the problem (again, after a candidate killed the last worker)."""
+        from .worker import WorkerExited, WorkerProcess
+
+        if self._worker is not None and self._worker.alive and self._opened is not None:
+            return self._opened
+        if self._worker is not None:
+            self._worker.close()
+            self.restarts += 1
+        self.progress(f"opening {self.problem.name}: starting the worker, compiling, preparing "
+                      f"{self.options.seeds} seed(s)")
+        self._worker = worker = WorkerProcess()
+        limit = self.options.open_timeout
+        try:
+            worker.send(OpenRequest(problem=str(self.problem), device=self.device, seeds=self.options.seed_list))
+            reply = worker.receive(limit)
+        except WorkerExited as exc:
+            self.close()
+            raise VerifierError(f"{self.problem}: the verifier's worker failed while opening the problem ({exc})") from exc
+        if reply is None:
+            self.close()
+            raise VerifierError(f"{self.problem}: opening the problem (compiling it, drawing inputs, computing the "
+                                f"float64 reference) took longer than {limit:g} s; no candidate ran")
+        if isinstance(reply, Failure):
+            self.close()
+            raise _failure(reply, self.problem)
+        assert isinstance(reply, Opened)
+        self._opened = reply
+        return reply
+
+    @property
+    def opened(self) -> Opened:
+        return self._opened or self.open()
+
+    @property
+    def kernels(self) -> dict[str, Any]:
+        return {k.name: k for k in self.opened.kernels}
+
+    def kernel_info(self, name: str) -> Any:
+        kernels = self.kernels
+        if name not in kernels:
+            known = ", ".join(kernels) or "none"
+            raise UsageError(f"{self.problem}: no Triton kernel named {name!r} (kernels: {known})")
+        return kernels[name]
+
+    # --- checks --------------------------------------------------------------------
+
+    def verify(self, kernel: str, candidate: str | Path | CandidateSource) -> Verdict:
+        """The whole cascade for one candidate of ``kernel``."""
+        source = candidate if isinstance(candidate, CandidateSource) else read_candidate(candidate)
+        return self._check(kernel, {kernel: source}, None)
+
+    def verify_model(self, replacements: dict[str, str | Path | CandidateSource],
+                     base_problem: str | Path | None = None) -> Verdict:
+        """The model with every replacement swapped in (the gate's model item): model and speed stages."""
+        sources = {k: v if isinstance(v, CandidateSource) else read_candidate(v) for k, v in replacements.items()}
+        return self._check(None, sources, None if base_problem is None else str(base_problem))
+
+    def _check(self, kernel: str | None, sources: dict[str, CandidateSource], base_problem: str | None) -> Verdict:
+        from .static import check_candidate
+        from .worker import WorkerExited
+
+        started = time.monotonic()
+        opened = self.open()
+        for name in sources:
+            self.kernel_info(name)  # unknown names are bad input, whatever the file
+        label = kernel or "+".join(sources) or "compiler"
+        only = sources[kernel] if kernel else None
+        verdict = Verdict(
+            model=self.problem.stem, kernel=label,
+            fingerprint=self.kernel_info(kernel).fingerprint if kernel else None,
+            candidate=only.label if only else "committed kernels",
+            candidate_sha256=only.sha256 if only else "",
+            status="rejected", seeds=self.options.seed_list, environment=opened.environment,
+            reference=opened.reference, reference_note=opened.reference_note,
+            eager_peak_gib=_gib(opened.eager_peak_bytes), peak_gib=_gib(opened.peak_bytes),
+        )
+        if only is not None:
+            verdict._kernel_info = self.kernel_info(kernel)  # type: ignore[arg-type]
+            verdict._source = only.source
+
+        # Stage 1, here: parsed, never run.
+        t0 = time.monotonic()
+        problems = []
+        for name, src in sources.items():
+            entry = [a.name for a in self.kernel_info(name).args]
+            problems += [f"{Path(src.label).name}: {p}" for p in check_candidate(src.source, entry_args=entry).problems]
+        if problems:
+            return self._finish(verdict, [StageResult(name="static", passed=False, detail="; ".join(problems),
+                                                      seconds=time.monotonic() - t0)], started)
+        stages = [StageResult(name="static", passed=True, seconds=time.monotonic() - t0,
+                              detail="parses; entry point matches; only allowed imports and constructs")]
+
+        # Stages 2-4, in the worker.
+        request = CheckRequest(
+            kernel=kernel, replacements=sources, allow_reduced_precision=self.options.allow_reduced_precision,
+            error_factor=self.options.error_factor, measure_speed=self.options.measure_speed,
+            model_seconds=self.options.model_seconds, kernel_seconds=self.options.kernel_seconds,
+            base_problem=base_problem,
+        )
+        limit = self.options.timeout
+        deadline = time.monotonic() + limit
+        current, stage_t0 = "kernel" if kernel else "model", time.monotonic()
+        worker = self._worker
+        try:
+            worker.send(request)
+            while True:
+                reply = worker.receive(max(0.0, deadline - time.monotonic()))
+                if reply is None:
+                    worker.kill()
+                    elapsed = time.monotonic() - stage_t0
+                    stages.append(StageResult(name=current, passed=False, seconds=elapsed,
+                                              detail=f"timed out after {limit:g} s (the candidate's checks' limit)"))
+                    break
+                if isinstance(reply, StageStarted):
+                    current, stage_t0 = reply.stage, time.monotonic()
+                elif isinstance(reply, StageDone):
+                    stages.append(reply.result)
+                    self._merge(verdict, reply)
+                elif isinstance(reply, CheckDone):
+                    verdict.peak_gib = _gib(reply.peak_bytes) or verdict.peak_gib
+                    break
+                elif isinstance(reply, Failure):
+                    if reply.kind == "memory":
+                        raise _failure(reply, self.problem)
+                    worker.kill()
+                    raise _failure(reply, self.problem)
+        except WorkerExited as exc:
+            stages.append(StageResult(name=current, passed=False, seconds=time.monotonic() - stage_t0,
+                                      detail=str(exc)))
+        return self._finish(verdict, stages, started)
+
+    @staticmethod
+    def _merge(verdict: Verdict, done: StageDone) -> None:
+        if done.result.name == "kernel":
+            verdict.errors = list(done.errors)
+        elif done.errors:
+            kernel_rows = {r.seed: r for r in verdict.errors}
+            merged = []
+            for row in done.errors:
+                k = kernel_rows.get(row.seed)
+                if k is not None:
+                    row = row.model_copy(update={"kernel_max_abs": k.kernel_max_abs, "kernel_max_rel": k.kernel_max_rel})
+                merged.append(row)
+            verdict.errors = merged
+        for key in ("model_timing", "kernel_timing", "base_timing"):
+            value = getattr(done, key)
+            if value is not None:
+                setattr(verdict, key, value)
+        if done.model_timing is not None:
+            verdict.speed_measured = True
+
+    def _finish(self, verdict: Verdict, stages: list[StageResult], started: float) -> Verdict:
+        policy = self.options.speed
+        failed = next((s for s in stages if s.passed is False), None)
+        if failed is not None:
+            verdict.status, verdict.reason = "rejected", f"{failed.name}: {failed.detail}"
+        elif verdict.model_timing is not None:
+            faster, why = policy.judge(verdict.model_timing)
+            speed = next(s for s in stages if s.name == "speed")
+            speed.passed = faster
+            if why:
+                speed.detail = f"{speed.detail}; {why}"
+            verdict.status = "accepted" if faster else "correct"
+        else:
+            why = "interpreter mode" if self.device != "cuda" else "speed measurement switched off"
+            stages.append(StageResult(name="speed", passed=None, detail=f"not measured: {why}"))
+            verdict.status = "correct"
+        verdict.stages = stages
+        verdict.wall_seconds = time.monotonic() - started
+        return verdict
+
+
+def _gib(value: int | None) -> float | None:
+    return None if value is None else round(value / GIB, 3)
+
+
+def _failure(reply: Failure, problem: Path) -> KerneloptError:
+    if reply.kind == "usage":
+        return UsageError(reply.message)
+    if reply.kind == "problem":
+        return ProblemError(problem, reply.message)
+    if reply.kind == "memory":
+        return VerifierError(f"{problem}: {reply.message}")
+    return VerifierError(f"{problem}: the verifier failed: {reply.message}")
+
+
+def verify(problem: str | Path, kernel: str, candidate: str | Path | CandidateSource, device: str,
+           options: VerifyOptions | None = None) -> Verdict:
+    """One candidate in a session of its own (tests and one-off calls)."""
+    with VerifySession(problem, device, options) as session:
+        return session.verify(kernel, candidate)
+
+
+def seed_errors_worst(errors: list[SeedErrors]) -> float | None:
+    return max((e.candidate_vs_fp64 or 0.0 for e in errors), default=None)

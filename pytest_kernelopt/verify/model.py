@@ -1,0 +1,215 @@
+"""Stage 3: the whole model with the candidate swapped in, against a float64 reference.
+
+The judge is a float64 copy of the eager model, run once per seed when the session
+opens. The candidate's max error against it may not exceed ``error_factor`` times
+the compiled baseline's error, plus a floor of 4 ulp of the output dtype times the
+output's scale: a reordered reduction passes; an fp16/bf16 round trip or TF32
+where the compiler used fp32 fails (``allow_reduced_precision`` puts the floor at
+bf16's). NaN/Inf positions must match the compiled baseline's; integer outputs
+must equal it.
+
+What is kept per seed is small: the reference rounded to the output's dtype
+(float64 itself when that fits in 256 MiB) with the largest rounding residue, the
+compiled baseline's error and the output's scale, and the baseline's NaN/Inf mask
+only when it has any. The check ``|candidate - ref_hi| + max residue <= allowed``
+is therefore conservative by at most half an ulp of the scale.
+
+If the float64 reference cannot be built or run (a model that does not support
+float64, or not enough memory even on the CPU), the fp32 eager model is the judge
+and every verdict says so (``reference: "eager"`` and ``reference_note``).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..records import SeedErrors
+from .options import ULP_FLOOR
+from .pipeline import Prepared, StageFailure
+from .tensors import any_nonfinite, chunks
+
+EXACT_REFERENCE_BYTES = 256 << 20
+
+
+def flatten(out: Any) -> list[Any]:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [t for item in out for t in flatten(item)]
+    if isinstance(out, dict):
+        return [t for key in sorted(out) for t in flatten(out[key])]
+    return []
+
+
+@dataclass
+class OutputReference:
+    shape: tuple[int, ...]
+    dtype: Any
+    floating: bool
+    exact: Any = None  # integer outputs: the compiled baseline's values
+    ref_hi: Any = None  # the reference, rounded to ref_hi's dtype
+    residue: float = 0.0  # max |reference - ref_hi|
+    baseline_err: float = 0.0  # max |baseline - reference| over finite elements
+    scale: float = 0.0  # max |reference| over finite elements
+    nonfinite: Any = None  # the baseline's NaN/Inf mask (None: all finite)
+
+
+@dataclass
+class SeedReference:
+    outputs: list[OutputReference] = field(default_factory=list)
+
+
+def _max_err(a: Any, ref: Any) -> float:
+    """Max |a - ref| over elements finite in both, in chunks."""
+    import torch
+
+    worst = 0.0
+    for x, r in chunks(a, ref):
+        x, r = x.double(), r.double()
+        finite = torch.isfinite(x) & torch.isfinite(r)
+        if bool(finite.any()):
+            worst = max(worst, float((x[finite] - r[finite]).abs().max()))
+    return worst
+
+
+def _scale(ref: Any) -> float:
+    import torch
+
+    worst = 0.0
+    for (r,) in chunks(ref):
+        finite = torch.isfinite(r)
+        if bool(finite.any()):
+            worst = max(worst, float(r[finite].double().abs().max()))
+    return worst
+
+
+def _eps(dtype: Any) -> float:
+    import torch
+
+    return float(torch.finfo(dtype).eps) if dtype.is_floating_point else 0.0
+
+
+def _float64_outputs(model: Any, inputs: list[Any], device: str) -> list[Any]:
+    """The model in float64 on ``device``; raises whatever goes wrong."""
+    import torch
+
+    model64 = copy.deepcopy(model).to(device).double()
+    with torch.no_grad():
+        out = flatten(model64(*[x.to(device).double() if x.is_floating_point() else x.to(device) for x in inputs]))
+    del model64
+    return out
+
+
+def build_references(compiled: Any, inputs: dict[int, list[Any]]) -> tuple[dict[int, SeedReference], str, str | None]:
+    """Per seed: the compiled baseline's outputs judged against float64 (or, failing that, eager).
+
+    Returns (references, "float64" | "eager", why not float64).
+    """
+    import torch
+
+    kind, note = "float64", None
+    refs: dict[int, SeedReference] = {}
+    for seed, xs in inputs.items():
+        with torch.no_grad():
+            base = [t.clone() for t in flatten(compiled(*xs))]
+        reference = None
+        if kind == "float64":
+            try:
+                reference = _float64_outputs(compiled.model, xs, compiled.device)
+            except torch.OutOfMemoryError:
+                torch.cuda.empty_cache()
+                try:  # not enough device memory: the same in float64 on the CPU, slower
+                    reference = _float64_outputs(compiled.model, xs, "cpu")
+                    note = "float64 reference computed on the CPU (not enough GPU memory)"
+                except Exception as exc:  # noqa: BLE001 - any failure falls back, and says so
+                    kind, note = "eager", f"float64 reference failed on the CPU too: {type(exc).__name__}: {_short(exc)}"
+            except Exception as exc:  # noqa: BLE001 - a model that has no float64 path
+                kind, note = "eager", f"float64 reference failed: {type(exc).__name__}: {_short(exc)}"
+            if reference is not None and len(reference) != len(base):
+                kind, note = "eager", f"the float64 model returned {len(reference)} tensors, the compiled one {len(base)}"
+                reference = None
+        if reference is None:
+            with torch.no_grad():
+                reference = flatten(compiled.model(*xs))
+        refs[seed] = SeedReference([_output_reference(b, r.to(b.device)) for b, r in zip(base, reference)])
+        del base, reference
+    return refs, kind, note
+
+
+def _output_reference(base: Any, ref: Any) -> OutputReference:
+    import torch
+
+    out = OutputReference(shape=tuple(base.shape), dtype=base.dtype, floating=base.dtype.is_floating_point)
+    if not out.floating:
+        out.exact = base
+        return out
+    if ref.numel() * 8 <= EXACT_REFERENCE_BYTES:
+        out.ref_hi = ref.double()
+    else:
+        hi_dtype = base.dtype if base.dtype in (torch.float32, torch.float64) else torch.float32
+        out.ref_hi = ref.to(hi_dtype)
+        out.residue = _max_err(out.ref_hi, ref)
+    out.baseline_err = _max_err(base, ref)
+    out.scale = _scale(ref)
+    if any_nonfinite(base):
+        out.nonfinite = ~torch.isfinite(base)
+    return out
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else ""
+
+
+def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: float,
+                reduced_precision: bool) -> list[SeedErrors]:
+    import torch
+
+    from ..swap import swapped
+
+    compiled = prepared.compiled
+    rows = []
+    for seed in prepared.seeds:
+        try:
+            with swapped(compiled, candidates), torch.no_grad():
+                outs = flatten(compiled(*prepared.inputs[seed]))
+                if prepared.device == "cuda":
+                    torch.cuda.synchronize()
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:
+            raise StageFailure(f"model raised with the candidate on seed {seed}: {type(exc).__name__}: {_short(exc)}") from exc
+        ref = prepared.references[seed].outputs
+        if len(outs) != len(ref):
+            raise StageFailure(f"seed {seed}: the model returned {len(outs)} tensors instead of {len(ref)}")
+        row = SeedErrors(seed=seed, candidate_vs_fp64=0.0, baseline_vs_fp64=0.0, scale=0.0)
+        for k, (c, r) in enumerate(zip(outs, ref)):
+            what = f"seed {seed}, output {k}"
+            if tuple(c.shape) != r.shape or c.dtype != r.dtype:
+                raise StageFailure(f"{what}: shape/dtype changed")
+            if not r.floating:
+                if not torch.equal(c, r.exact):
+                    raise StageFailure(f"{what}: integer output differs from the compiled baseline")
+                continue
+            cand_nonfinite = any_nonfinite(c)
+            if r.nonfinite is None and cand_nonfinite:
+                raise StageFailure(f"{what}: NaN/Inf where the compiled baseline is finite")
+            if r.nonfinite is not None and not torch.equal(~torch.isfinite(c), r.nonfinite):
+                raise StageFailure(f"{what}: NaN/Inf positions differ from the compiled baseline")
+            err = _max_err(c, r.ref_hi)
+            eps = 2.0**-8 if reduced_precision else _eps(c.dtype)
+            allowed = error_factor * r.baseline_err + ULP_FLOOR * eps * r.scale + 1e-30
+            row.candidate_vs_fp64 = max(row.candidate_vs_fp64 or 0.0, err)
+            row.baseline_vs_fp64 = max(row.baseline_vs_fp64 or 0.0, r.baseline_err)
+            row.scale = max(row.scale or 0.0, r.scale)
+            if err + r.residue > allowed:
+                raise StageFailure(
+                    f"{what}: error against the reference {err:.3g} exceeds {error_factor:g} x the compiled "
+                    f"baseline's {r.baseline_err:.3g} + floor (allowed {allowed:.3g})", errors=[row])
+        del outs
+        rows.append(row)
+    return rows

@@ -1,0 +1,101 @@
+"""Every default of the verifier, and the one rule that says "faster" or "slower".
+
+:class:`VerifyOptions` is what callers (CLI, gate, tune, bench) configure;
+:class:`SpeedPolicy` is the single speed rule every one of them asks: the verdict's
+``accepted``, the gate's "slower than the compiler's kernel" and "regressed
+against the recorded speedup" all come from it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..records import Timing
+
+# Kernel stage: relative tolerance by dtype (atol is a tenth of it times the tensor's
+# largest magnitude). With --allow-reduced-precision every float gets bf16's.
+KERNEL_RTOL = {"float64": 1e-9, "float32": 1e-4, "float16": 2e-3, "bfloat16": 1.6e-2}
+REDUCED_PRECISION_RTOL = 1.6e-2
+# Model stage: the candidate's error against float64 may be this many times the
+# compiled baseline's, plus ``ULP_FLOOR`` units in the last place of the output's scale.
+ERROR_FACTOR = 4.0
+ULP_FLOOR = 4.0
+
+
+class SpeedPolicy(BaseModel):
+    """When a measured model speedup counts as faster, slower or a regression.
+
+    * too short to judge: the compiled model runs under ``min_model_us``. On the H200
+      the unedited dump of a 5.7 us model measured 1.036x, 95% CI [1.028, 1.044], as
+      CUDA-graph replays: below that scale, sub-microsecond differences between two
+      builds of the same kernel decide, not the kernel's work.
+    * faster: the whole 95% interval above 1 and the median gain at least ``min_gain``.
+    * slower: the whole interval below ``1 - max_slowdown``. An unedited dump measured
+      0.996x with its interval entirely below 1 in 15 of 20 runs (H200), hence a
+      tolerance of 1% by default.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min_gain: float = Field(0.02, ge=0.0, lt=1.0)
+    max_slowdown: float = Field(0.01, ge=0.0, lt=1.0)
+    min_model_us: float = Field(20.0, ge=0.0)
+
+    def measurable(self, t: Timing) -> bool:
+        return t.baseline_ms * 1e3 >= self.min_model_us
+
+    def judge(self, t: Timing) -> tuple[bool | None, str]:
+        """(faster?, why not). None: too short to judge."""
+        if not self.measurable(t):
+            return None, (f"too short to judge: the model runs in {t.baseline_ms * 1e3:.1f} us "
+                          f"(floor {self.min_model_us:g} us)")
+        if t.ci_low > 1.0 and t.speedup >= 1.0 + self.min_gain:
+            return True, ""
+        return False, f"not faster beyond noise (needs the 95% CI above 1 and a gain of at least {self.min_gain:.0%})"
+
+    def slower(self, t: Timing | None) -> bool:
+        """Slower than the baseline beyond noise and beyond the tolerated slowdown."""
+        return t is not None and self.measurable(t) and t.ci_high < 1.0 - self.max_slowdown
+
+    def regressed(self, t: Timing | None, recorded_speedup: float) -> bool:
+        """Below a speedup recorded earlier (in the same environment) beyond noise and tolerance."""
+        return t is not None and self.measurable(t) and t.ci_high < recorded_speedup * (1.0 - self.max_slowdown)
+
+
+class VerifyOptions(BaseModel):
+    """How a candidate is verified. Every default of the cascade lives here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seeds: int = Field(3, ge=1, le=1000)
+    first_seed: int = Field(1, ge=0)
+    # Seconds one candidate's checks may take in the worker (kernel, model, speed).
+    timeout: float = 300.0
+    # Seconds opening a session may take: starting the worker, compiling the problem,
+    # drawing inputs and computing the float64 reference. Not a candidate's fault.
+    open_timeout: float = 1800.0
+    allow_reduced_precision: bool = False
+    error_factor: float = Field(ERROR_FACTOR, gt=0.0)
+    measure_speed: bool = True
+    speed: SpeedPolicy = SpeedPolicy()
+    # Target seconds of paired timing for the model and for the kernel alone.
+    model_seconds: float = Field(2.0, gt=0.0)
+    kernel_seconds: float = Field(1.0, gt=0.0)
+
+    @field_validator("timeout", "open_timeout")
+    @classmethod
+    def _finite_positive(cls, value: float) -> float:
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError("must be a positive number of seconds")
+        return value
+
+    @property
+    def seed_list(self) -> list[int]:
+        return list(range(self.first_seed, self.first_seed + self.seeds))
+
+    def kernel_rtol(self, dtype: str) -> float:
+        if self.allow_reduced_precision:
+            return REDUCED_PRECISION_RTOL
+        return KERNEL_RTOL.get(dtype, 1e-4)

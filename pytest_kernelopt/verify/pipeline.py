@@ -1,0 +1,306 @@
+"""The cascade's stage order, and the worker's side of a verification session.
+
+Stages run in order and stop at the first failure; the compiler's kernel stays in
+place whenever a candidate fails:
+
+1. ``static`` (:mod:`.static`, in the parent: the candidate is parsed, never run);
+2. ``kernel`` (:mod:`.kernel`): the candidate against the compiler's kernel on the
+   model's real arguments, every argument compared;
+3. ``model`` (:mod:`.model`): the whole model with the candidate swapped in,
+   against a float64 reference;
+4. ``speed`` (:mod:`.speed`, GPU only): paired, L2-flushed timings of the model
+   (and the kernel alone); the parent judges them with the one speed policy.
+
+Stages 2-4 run here, in the worker, against a :class:`Prepared` problem: compiled
+once, with the inputs of every seed drawn once, the compiled baseline's outputs
+and the float64 reference computed once, and checksums of everything a candidate
+may only read. Many candidates are then checked against it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..records import SeedErrors, StageResult
+from .protocol import CheckDone, CheckRequest, Opened, OpenRequest, StageDone, StageStarted
+
+STAGES = ("static", "kernel", "model", "speed")
+GIB = float(1 << 30)
+
+
+class StageFailure(Exception):
+    """The candidate failed a stage; ``detail`` says where and how."""
+
+    def __init__(self, detail: str, errors: list[SeedErrors] | None = None):
+        super().__init__(detail)
+        self.detail = detail
+        self.errors = errors or []
+
+
+class VerifierOutOfMemory(Exception):
+    """The verifier's own bookkeeping does not fit on the device: never the candidate's fault."""
+
+
+def out_of_memory(exc: BaseException, what: str) -> VerifierOutOfMemory:
+    import re
+
+    import torch
+
+    held = torch.cuda.memory_allocated() if torch.cuda.is_available() else 0
+    asked = 0
+    m = re.search(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB)", str(exc))
+    if m:
+        asked = float(m.group(1)) * {"GiB": 1 << 30, "MiB": 1 << 20, "KiB": 1 << 10}[m.group(2)]
+    total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0
+    return VerifierOutOfMemory(
+        f"not enough GPU memory to verify at this size ({what}): needed about {(held + asked) / GIB:.1f} GiB "
+        f"of {total / GIB:.1f} GiB")
+
+
+@dataclass
+class Prepared:
+    """A problem compiled once in the worker, with everything per seed that checks reuse."""
+
+    compiled: Any
+    device: str
+    seeds: list[int]
+    inputs: dict[int, list[Any]]
+    references: dict[int, Any]  # seed -> model.SeedReference
+    integrity: dict[int, Any] = field(default_factory=dict)  # seed -> checksums of inputs
+    weights: Any = None  # checksums of the model's parameters and buffers
+    base: dict[str, Any] = field(default_factory=dict)  # base-revision problems, compiled
+
+    def draw(self, seed: int) -> list[Any]:
+        return self.compiled.problem.make_inputs(seed, self.device)
+
+    def restore_if_changed(self) -> list[str]:
+        """Checksum the inputs of every seed and the model's weights; re-draw what changed.
+
+        Returns what had changed: a candidate wrote where it may only read.
+        """
+        from .tensors import checksum
+
+        changed = []
+        for seed in self.seeds:
+            if [checksum(x) for x in self.inputs[seed]] != self.integrity[seed]:
+                changed.append(f"the inputs of seed {seed}")
+                self.inputs[seed] = self.draw(seed)
+        if self.weights is not None and _weight_sums(self.compiled.model) != self.weights:
+            changed.append("the model's weights")
+            self.compiled.model.load_state_dict(self.pristine_state())
+        return changed
+
+    def pristine_state(self) -> dict[str, Any]:
+        fresh = self.compiled.problem.build_model(self.device)
+        return fresh.state_dict()
+
+
+def _weight_sums(model: Any) -> list[Any]:
+    from .tensors import checksum
+
+    return [checksum(t) for t in [*model.parameters(), *model.buffers()]]
+
+
+def _peak() -> int | None:
+    import torch
+
+    return int(torch.cuda.max_memory_allocated()) if torch.cuda.is_available() else None
+
+
+def _reset_peak() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
+class _PeakTracker:
+    """The verifier's overall peak survives the per-stage resets of torch's counter."""
+
+    overall = 0
+
+    @classmethod
+    def stage(cls) -> int | None:
+        peak = _peak()
+        if peak is not None:
+            cls.overall = max(cls.overall, peak)
+        return peak
+
+
+def environment(device: str) -> Any:
+    import platform
+    import subprocess
+
+    import torch
+    import triton
+
+    from ..records import Environment
+
+    env = Environment(device=device, torch=torch.__version__, triton=triton.__version__, python=platform.python_version())
+    if device == "cuda":
+        env.gpu = torch.cuda.get_device_name()
+        env.cuda = torch.version.cuda
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=10)
+            env.driver = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+        except (OSError, subprocess.SubprocessError):
+            env.driver = None
+    return env
+
+
+def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
+    """Compile the problem once and prepare every seed (inputs, baseline, reference)."""
+    import torch
+
+    from ..capture import compile_problem
+    from ..config import resolve_device
+    from ..problem import load_problem
+    from . import model as model_stage
+    from .tensors import checksum
+
+    started = time.monotonic()
+    device = resolve_device(request.device)
+    problem = load_problem(request.problem)
+    seeds = list(request.seeds)
+    try:
+        # The eager model's own peak, measured with nothing else of ours on the device.
+        _reset_peak()
+        first = problem.make_inputs(seeds[0], device)
+        compiled = compile_problem(problem, device, inputs=first, measure_eager_peak=True)
+        eager_peak = compiled.eager_peak_bytes
+        _PeakTracker.stage()
+        inputs = {seeds[0]: first}
+        for seed in seeds[1:]:
+            inputs[seed] = problem.make_inputs(seed, device)
+        references, kind, note = model_stage.build_references(compiled, inputs)
+    except torch.OutOfMemoryError as exc:
+        raise out_of_memory(exc, "preparing the problem") from exc
+    prepared = Prepared(compiled=compiled, device=device, seeds=seeds, inputs=inputs, references=references)
+    prepared.integrity = {seed: [checksum(x) for x in inputs[seed]] for seed in seeds}
+    prepared.weights = _weight_sums(compiled.model)
+    summary = compiled.summary()
+    opened = Opened(
+        device=device, graphs=summary.graphs, kernels=summary.kernels, externs=summary.externs,
+        environment=environment(device), seconds=time.monotonic() - started, reference=kind, reference_note=note,
+        eager_peak_bytes=eager_peak, peak_bytes=_PeakTracker.stage(),
+    )
+    return prepared, opened
+
+
+def healthy(prepared: Prepared) -> bool:
+    """Whether the device still works after a check (an illegal access poisons the context)."""
+    if prepared.device != "cuda":
+        return True
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+        torch.ones(1, device="cuda").add_(1).item()
+        return True
+    except Exception:  # any CUDA error here means the context is gone
+        return False
+
+
+def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], None]) -> None:
+    """Stages 2-4 for one candidate (or a set of committed kernels), in order."""
+    import torch
+
+    from ..candidate import load_candidate_source
+    from ..swap import CandidateKernel
+    from . import kernel as kernel_stage
+    from . import model as model_stage
+    from . import speed as speed_stage
+
+    candidates: dict[str, Any] = {}
+
+    def stage(name: str, fn: Callable[[], tuple[str, dict[str, Any]]]) -> bool:
+        emit(StageStarted(stage=name))
+        _reset_peak()
+        t0 = time.monotonic()
+        figures: dict[str, Any] = {}
+        try:
+            detail, figures = fn()
+            passed: bool | None = True if name != "speed" else None
+        except StageFailure as failure:
+            detail, passed = failure.detail, False
+            figures = {"errors": failure.errors}
+        except torch.OutOfMemoryError as exc:
+            raise out_of_memory(exc, f"{name} stage") from exc
+        except Exception as exc:
+            if _raised_in_candidate(exc):
+                detail, passed = f"the candidate raised: {type(exc).__name__}: {_first_line(exc)}", False
+            elif not healthy(prepared):  # the candidate broke the device: its failure
+                detail, passed = f"the device failed after the candidate ran: {type(exc).__name__}: {_first_line(exc)}", False
+            else:
+                raise
+        changed = prepared.restore_if_changed()
+        if changed and passed is not False:
+            detail, passed = f"the candidate wrote into {' and '.join(changed)}, which it may only read", False
+        peak = _PeakTracker.stage()
+        result = StageResult(name=name, passed=passed, detail=detail, seconds=time.monotonic() - t0,
+                             peak_gib=None if peak is None else round(peak / GIB, 3))
+        emit(StageDone(result=result, peak_bytes=peak, **figures))
+        return passed is not False
+
+    def stages() -> None:
+        for name, cand in request.replacements.items():
+            try:
+                module = load_candidate_source(cand.source, cand.label, cand.sha256)
+                candidates[name] = CandidateKernel(module, label=cand.label)
+            except Exception as exc:
+                def fail(exc: Exception = exc, label: str = cand.label) -> tuple[str, dict[str, Any]]:
+                    raise StageFailure(f"{label}: {type(exc).__name__}: {_first_line(exc)}")
+                stage("kernel" if request.kernel else "model", fail)
+                return
+        if request.kernel is not None:
+            def kernel() -> tuple[str, dict[str, Any]]:
+                rows = kernel_stage.kernel_stage(prepared, request.kernel, candidates[request.kernel],
+                                                 request.allow_reduced_precision)
+                worst = max((r.kernel_max_rel or 0.0) for r in rows)
+                return (f"{len(rows)} seed(s): every argument matches the compiler kernel "
+                        f"(max rel error {worst:.2g})"), {"errors": rows}
+            if not stage("kernel", kernel):
+                return
+
+        def model() -> tuple[str, dict[str, Any]]:
+            rows = model_stage.model_stage(prepared, candidates, request.error_factor, request.allow_reduced_precision)
+            worst = max(rows, key=lambda r: r.candidate_vs_fp64 or 0.0)
+            return (f"{len(rows)} seed(s): error vs reference {worst.candidate_vs_fp64:.3g} "
+                    f"(compiled baseline {worst.baseline_vs_fp64:.3g}, scale {worst.scale:.3g})"), {"errors": rows}
+        if not stage("model", model):
+            return
+        if prepared.device != "cuda" or not request.measure_speed:
+            return
+
+        def speed() -> tuple[str, dict[str, Any]]:
+            model_t, kernel_t = speed_stage.speed_stage(prepared, candidates, request.kernel,
+                                                        request.model_seconds, request.kernel_seconds)
+            figures: dict[str, Any] = {"model_timing": model_t, "kernel_timing": kernel_t}
+            text = f"model {speed_stage.describe(model_t)}"
+            if kernel_t:
+                text += f"; kernel {speed_stage.describe(kernel_t)}"
+            if request.base_problem:
+                figures["base_timing"] = base_t = speed_stage.base_speed(prepared, candidates, request.base_problem,
+                                                                         request.model_seconds)
+                text += f"; vs base revision {speed_stage.describe(base_t)}"
+            return text, figures
+        stage("speed", speed)
+
+    stages()  # an exception here (out of memory, our own bug) is the verifier's, sent as a Failure
+    emit(CheckDone(peak_bytes=_PeakTracker.overall or None))
+
+
+def _raised_in_candidate(exc: BaseException) -> bool:
+    """Whether a frame of the traceback is candidate code (its file name is set by the loader)."""
+    import traceback
+
+    return any(f.filename.startswith("<kernelopt-candidate") for f in traceback.extract_tb(exc.__traceback__))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else ""
+

@@ -1,0 +1,116 @@
+"""Typed messages between the verifier (parent) and its isolated worker process.
+
+One JSON object per line over a pair of pipes that only the two processes hold
+(never a file in the worker's folder). The parent sends :class:`OpenRequest` once,
+then one :class:`CheckRequest` per candidate; the worker answers with
+:class:`Opened`, then for each check a series of :class:`StageStarted` /
+:class:`StageDone` and a final :class:`CheckDone`, or a :class:`Failure` when the
+verifier itself cannot go on (out of memory, a problem that fails to compile). The
+verdict is assembled by the parent from these figures; the worker never sends one.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from ..records import Environment, ExternCallInfo, KernelInfo, SeedErrors, StageResult, Timing
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- parent -> worker ------------------------------------------------------------------
+
+class CandidateSource(Message):
+    """A candidate's bytes as the parent read and hashed them: what runs is exactly this."""
+
+    label: str
+    source: str
+    sha256: str
+
+
+class OpenRequest(Message):
+    type: Literal["open"] = "open"
+    problem: str
+    device: str
+    seeds: list[int]
+
+
+class CheckRequest(Message):
+    type: Literal["check"] = "check"
+    # The kernel whose kernel-level stage runs; None: model-level check of all replacements.
+    kernel: str | None
+    replacements: dict[str, CandidateSource]
+    allow_reduced_precision: bool = False
+    error_factor: float = 4.0
+    measure_speed: bool = True
+    model_seconds: float = 2.0
+    kernel_seconds: float = 1.0
+    # The gate's --kernelopt-base-ref: the problem file at that revision, timed against this one.
+    base_problem: str | None = None
+
+
+class CloseRequest(Message):
+    type: Literal["close"] = "close"
+
+
+Request = Annotated[Union[OpenRequest, CheckRequest, CloseRequest], Field(discriminator="type")]
+
+
+# --- worker -> parent ------------------------------------------------------------------
+
+class Opened(Message):
+    type: Literal["opened"] = "opened"
+    device: str
+    graphs: int
+    kernels: list[KernelInfo]
+    externs: list[ExternCallInfo]
+    environment: Environment
+    seconds: float
+    # "float64": a float64 copy of the eager model is the judge; "eager": it could not
+    # be built or run (``reference_note`` says why) and the fp32 eager model is.
+    reference: Literal["float64", "eager"]
+    reference_note: str | None = None
+    eager_peak_bytes: int | None = None
+    peak_bytes: int | None = None
+
+
+class StageStarted(Message):
+    type: Literal["start"] = "start"
+    stage: str
+
+
+class StageDone(Message):
+    type: Literal["stage"] = "stage"
+    result: StageResult
+    errors: list[SeedErrors] = Field(default_factory=list)
+    model_timing: Timing | None = None
+    kernel_timing: Timing | None = None
+    base_timing: Timing | None = None
+    peak_bytes: int | None = None
+
+
+class CheckDone(Message):
+    type: Literal["done"] = "done"
+    peak_bytes: int | None = None
+
+
+class Failure(Message):
+    """The verifier (not the candidate) cannot go on."""
+
+    type: Literal["error"] = "error"
+    kind: Literal["usage", "problem", "memory", "internal"]
+    message: str
+
+
+Reply = Annotated[Union[Opened, StageStarted, StageDone, CheckDone, Failure], Field(discriminator="type")]
+
+REQUEST = TypeAdapter(Request)
+REPLY = TypeAdapter(Reply)
+
+
+def encode(message: Message) -> bytes:
+    return message.model_dump_json().encode() + b"\n"

@@ -1,0 +1,122 @@
+"""Tensor bookkeeping that works at full size: chunked walks, checksums, fills.
+
+A verifier that upcasts an 8 GiB fp32 tensor to float64, or compares two with
+``(a - b).abs()``, needs 16-32 GiB of scratch on top of the model. Everything here
+walks tensors in views of at most ``CHUNK`` elements, so the scratch stays at a
+few hundred MiB whatever the size.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator
+
+CHUNK = 1 << 25  # elements per step: 256 MiB of float64 scratch at most
+
+
+def chunks(*tensors: Any, limit: int = CHUNK) -> Iterator[tuple[Any, ...]]:
+    """Matching flat views (or flat copies of strided pieces) of same-shaped tensors."""
+    first = tensors[0]
+    if first.numel() == 0:
+        return
+    if all(t.is_contiguous() for t in tensors):
+        flats = [t.reshape(-1) for t in tensors]
+        n = flats[0].numel()
+        for start in range(0, n, limit):
+            yield tuple(f[start:start + limit] for f in flats)
+        return
+    if first.dim() <= 1 or first.numel() <= limit:
+        yield tuple(t.reshape(-1) for t in tensors)  # one small strided piece: a copy
+        return
+    rows = max(1, limit // max(1, first[0].numel()))
+    for start in range(0, first.shape[0], rows):
+        pieces = [t[start:start + rows] for t in tensors]
+        if pieces[0][0].numel() > limit:
+            for row in range(pieces[0].shape[0]):
+                yield from chunks(*(p[row] for p in pieces), limit=limit)
+        else:
+            yield tuple(p.reshape(-1) for p in pieces)
+
+
+def _int_view(flat: Any) -> Any:
+    import torch
+
+    raw = flat.contiguous().view(torch.uint8)
+    if raw.numel() % 4 == 0:
+        return raw.view(torch.int32)
+    return raw
+
+
+# Random per process: a candidate cannot know the weights to forge a matching checksum.
+_WEIGHTS = [int.from_bytes(os.urandom(7), "little") | 1 for _ in range(64)]
+
+
+def checksum(t: Any) -> tuple[int, int, int]:
+    """Three 64-bit sums over the tensor's bytes: plain, squared, and weighted per chunk.
+
+    Used to notice that something wrote into a tensor it should only read, without
+    holding a copy of it (model inputs can be 8 GiB). Not cryptographic: the chunk
+    weights are random per process, so a change that keeps all three sums is not
+    something a candidate can aim for.
+    """
+    import torch
+
+    acc = None
+    for i, (flat,) in enumerate(chunks(t.detach())):
+        x = _int_view(flat).to(torch.int64)
+        plain = x.sum()
+        part = torch.stack([plain, (x * x).sum(), plain * _WEIGHTS[i % len(_WEIGHTS)] + i])
+        acc = part if acc is None else acc + part
+    if acc is None:
+        return 0, 0, 0
+    s1, s2, s3 = (int(v) for v in acc.tolist())
+    mask = (1 << 64) - 1
+    return s1 & mask, s2 & mask, s3 & mask
+
+
+def poison(t: Any) -> None:
+    """NaN for floats, the dtype's maximum for integers, True for bools: unwritten elements show."""
+    import torch
+
+    if t.dtype.is_floating_point or t.dtype.is_complex:
+        t.fill_(float("nan"))
+    elif t.dtype == torch.bool:
+        t.fill_(True)
+    else:
+        t.fill_(torch.iinfo(t.dtype).max)
+
+
+def random_fill(t: Any, seed: int) -> None:
+    """Fill ``t`` in place from ``seed``: the same values every time for the same seed.
+
+    Drawn on the tensor's own device, in place, so no second copy is held.
+    """
+    import torch
+
+    gen = torch.Generator(device=t.device).manual_seed(seed)
+    if t.dtype.is_floating_point:
+        try:
+            t.normal_(generator=gen)
+            return
+        except (RuntimeError, NotImplementedError):  # fp8 and friends: draw in fp32, chunk by chunk
+            for (flat,) in chunks(t):
+                flat.copy_(torch.randn(flat.shape, generator=gen, device=t.device).to(t.dtype))
+            return
+    if t.dtype == torch.bool:
+        t.random_(0, 2, generator=gen)
+        return
+    t.random_(-100, 100, generator=gen)
+
+
+def nonfinite(t: Any) -> Any:
+    import torch
+
+    return ~torch.isfinite(t)
+
+
+def any_nonfinite(t: Any) -> bool:
+    import torch
+
+    if not t.dtype.is_floating_point:
+        return False
+    return any(bool((~torch.isfinite(flat)).any()) for (flat,) in chunks(t))
