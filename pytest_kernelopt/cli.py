@@ -222,8 +222,8 @@ def _accept(args: argparse.Namespace, settings: Any, model: str, verdict: Any) -
         print(json.dumps(out, indent=2))
     else:
         print("\n".join([*verdict_lines(verdict), outcome.message]))
-    if outcome.stored or (outcome.record is not None and verdict.status != "rejected"):
-        return EXIT_OK  # stored now, or these very bytes were stored before
+    if outcome.stored or (outcome.record is not None and outcome.active):
+        return EXIT_OK  # stored now, or these very bytes are already the active version
     return EXIT_REJECTED
 
 

@@ -145,7 +145,7 @@ class GateSession:
         if found is None:
             item.prop("status", "baseline")
             return
-        manifest, path = found
+        manifest, path = found.manifest, found.path
         item.prop("version", manifest.active)
         if manifest.fingerprint != info.fingerprint:
             item.prop("status", "stale")
@@ -154,7 +154,10 @@ class GateSession:
             if self.strict:
                 raise GateFailure(message)
             pytest.skip(message)
-        verdict = self.session(problem).verify(kernel, path)
+        from .verify import source_of
+
+        # The bytes the store just checked against its sha256 are the bytes verified.
+        verdict = self.session(problem).verify(kernel, source_of(found.source, str(path)))
         self._figures(item, verdict)
         if verdict.status == "rejected":
             item.prop("status", "rejected")
@@ -180,11 +183,12 @@ class GateSession:
                 continue
             if found is None:
                 continue
-            manifest, path = found
-            if manifest.fingerprint != problem.compiled.kernel(kernel).info.fingerprint:
+            if found.manifest.fingerprint != problem.compiled.kernel(kernel).info.fingerprint:
                 stale.append(kernel)
             else:
-                replacements[kernel] = str(path)
+                from .verify import source_of
+
+                replacements[kernel] = source_of(found.source, str(found.path))
         item.prop("kernels", len(problem.kernels))
         item.prop("committed", len(replacements))
         item.prop("stale", len(stale))

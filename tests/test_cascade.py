@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import pytest
 
-from pytest_kernelopt.worker import worker_env
+from pytest_kernelopt.verify.worker import worker_env
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEMS = ROOT / "tests" / "problems"
@@ -406,7 +406,7 @@ def test_syntax_error_is_rejected_statically(pointwise: Dump, tmp_path: Path) ->
 def test_environment_read_is_rejected_statically(pointwise: Dump, tmp_path: Path) -> None:
     source = module_level(pointwise.source, "import os")
     source = in_run(source, 'home = os.environ.get("HOME")')
-    assert_rejected(verify(pointwise, source, tmp_path), "static", "import of 'os'")
+    assert_rejected(verify(pointwise, source, tmp_path), "static", "'import os'")
 
 
 @slow
@@ -419,13 +419,13 @@ def test_stream_and_timer_tricks_are_rejected_statically(pointwise: Dump, tmp_pa
     source = kernel_body_start(source, pointwise, "t1 = tl.extra.cuda.globaltimer()")
     verdict = assert_rejected(verify(pointwise, source, tmp_path), "static")
     detail = verdict["stages"][0]["detail"]
-    for word in ("import of 'time'", "'triton.runtime'", "'triton.testing'", "'globaltimer'"):
+    for word in ("'import time'", "triton.runtime", "triton.testing", "globaltimer"):
         assert word in detail, detail
 
 
 @slow
 def test_torch_compute_through_an_alias_is_rejected_statically(pointwise: Dump) -> None:
-    from pytest_kernelopt.static import check_candidate
+    from pytest_kernelopt.verify.static import check_candidate
 
     # (In process: the end-to-end verify of this candidate says "correct" today.)
     source = edit(pointwise.source, r"^(    \w+\[grid\]\(.*\)\n)",

@@ -15,6 +15,8 @@ import pytest
 from pytest_kernelopt.config import load_config, resolve_device
 from pytest_kernelopt.errors import UsageError
 
+REPO = Path(__file__).resolve().parent.parent
+
 PROBLEMS = Path(__file__).parent / "problems"
 
 
@@ -158,13 +160,26 @@ def test_device_comes_from_pyproject(kernelopt, tmp_path):
     if cuda_available():
         pytest.skip("a CUDA device is present")
     (tmp_path / "pyproject.toml").write_text('[tool.kernelopt]\ndevice = "cuda"\n')
-    assert_one_error_line(kernelopt("kernels", PROBLEMS / "linear_gelu.py", cwd=tmp_path), "cuda")
+    problem = tmp_path / "models" / "linear_gelu.py"
+    problem.parent.mkdir()
+    problem.write_text((PROBLEMS / "linear_gelu.py").read_text())
+    # Settings come from the problem's project, wherever the command runs.
+    assert_one_error_line(kernelopt("kernels", problem, cwd=REPO.parent), "cuda")
 
 
 def test_invalid_pyproject_is_one_error_line(kernelopt, tmp_path):
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text('[tool.kernelopt]\ndevice = "gpu"\n')
-    assert_one_error_line(kernelopt("kernels", PROBLEMS / "linear_gelu.py", cwd=tmp_path), str(pyproject), "device")
+    problem = tmp_path / "linear_gelu.py"
+    problem.write_text((PROBLEMS / "linear_gelu.py").read_text())
+    assert_one_error_line(kernelopt("kernels", problem), str(pyproject), "device")
+
+
+def test_config_option_names_the_settings_file(kernelopt, tmp_path):
+    pyproject = tmp_path / "elsewhere.toml"
+    pyproject.write_text('[tool.kernelopt]\ndevice = "gpu"\n')
+    assert_one_error_line(kernelopt("kernels", PROBLEMS / "linear_gelu.py", "--config", pyproject), str(pyproject),
+                          "device")
 
 
 # --- [tool.kernelopt] --------------------------------------------------------------------

@@ -93,6 +93,28 @@ def test_hand_edit_of_committed_kernel_blocks(repo: Path, pytester: pytest.Pytes
     result = _gate(pytester)
     result.assert_outcomes(failed=2)
     out = result.stdout.str()
+    # The store notices the edit before anything runs: the file no longer has the recorded sha256.
+    assert out.count("differ from the sha256 recorded at accept") >= 2, out
+    assert result.ret == 1
+
+
+@pytest.mark.slow
+def test_edit_recorded_in_the_manifest_is_still_reverified(repo: Path, pytester: pytest.Pytester) -> None:
+    """Nothing recorded is trusted: an edit with a matching sha256 in the manifest is caught by the cascade."""
+    import hashlib
+
+    folder = _kernel_dir(repo)
+    version = folder / "v1.py"
+    source = version.read_text()
+    edited = re.sub(r"(tl\.store\([^\n]*?,\s*)(tmp\d+)(\s*,)", r"\1\2 * 1.001\3", source, count=1)
+    assert edited != source
+    version.write_text(edited)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["versions"][0]["sha256"] = hashlib.sha256(edited.encode()).hexdigest()
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    result = _gate(pytester)
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
     assert "rejected at kernel" in out and "rejected at model" in out
     assert result.ret == 1
 

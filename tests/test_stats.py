@@ -9,7 +9,9 @@ from statistics import median
 
 import pytest
 
-from pytest_kernelopt.stats import median_ci, median_ci_ranks, speed_estimate
+from pytest_kernelopt.measure.stats import median_ci, median_ci_ranks, speed_estimate
+from pytest_kernelopt.records import Timing
+from pytest_kernelopt.verify.options import SpeedPolicy
 
 
 def coverage(n: int, lo: int) -> Fraction:
@@ -75,20 +77,34 @@ def paired(ratio: float, pairs: int = 60, noise: float = 0.03, drift: float = 0.
     return baseline, candidate
 
 
+def as_timing(estimate) -> Timing:
+    """A paired estimate of a 1 ms model, as the speed stage reports it."""
+    return Timing(baseline_ms=estimate.baseline_ms, candidate_ms=estimate.candidate_ms, speedup=estimate.speedup,
+                  ci_low=estimate.ci_low, ci_high=estimate.ci_high, pairs=estimate.pairs, method="cuda-graph")
+
+
+def faster(estimate, min_gain: float) -> bool:
+    return SpeedPolicy(min_gain=min_gain).judge(as_timing(estimate))[0] is True
+
+
+def slower(estimate, max_slowdown: float = 0.0) -> bool:
+    return SpeedPolicy(max_slowdown=max_slowdown).slower(as_timing(estimate))
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_identical_distributions_are_neither_faster_nor_slower(seed):
     estimate = speed_estimate(*paired(1.0, seed=seed))
 
     assert estimate.ci_low <= 1.0 <= estimate.ci_high
-    assert not estimate.faster(0.02)
-    assert not estimate.slower()
+    assert not faster(estimate, 0.02)
+    assert not slower(estimate)
 
 
 def test_ten_percent_faster_is_faster():
     estimate = speed_estimate(*paired(1 / 1.10))
 
-    assert estimate.faster(0.02)
-    assert not estimate.slower()
+    assert faster(estimate, 0.02)
+    assert not slower(estimate)
     assert estimate.speedup == pytest.approx(1.10, rel=0.02)
     assert estimate.ci_low > 1.0
 
@@ -96,8 +112,8 @@ def test_ten_percent_faster_is_faster():
 def test_five_percent_slower_is_slower():
     estimate = speed_estimate(*paired(1.05))
 
-    assert estimate.slower()
-    assert not estimate.faster(0.0)
+    assert slower(estimate)
+    assert not faster(estimate, 0.0)
     assert estimate.speedup == pytest.approx(1 / 1.05, rel=0.02)
 
 
@@ -105,15 +121,15 @@ def test_a_real_but_small_gain_is_not_enough():
     estimate = speed_estimate(*paired(1 / 1.01, noise=0.002))
 
     assert estimate.ci_low > 1.0  # faster beyond noise ...
-    assert not estimate.faster(0.02)  # ... but by less than the required gain
-    assert estimate.faster(0.005)
+    assert not faster(estimate, 0.02)  # ... but by less than the required gain
+    assert faster(estimate, 0.005)
 
 
 def test_pairing_cancels_machine_drift():
     # Pair-to-pair drift (about 30%) far larger than the 5% gain.
     estimate = speed_estimate(*paired(1 / 1.05, drift=0.3, noise=0.01))
 
-    assert estimate.faster(0.02)
+    assert faster(estimate, 0.02)
 
 
 def test_estimate_reports_medians_and_pairs():
@@ -133,8 +149,6 @@ def test_unpaired_timings_are_an_error(baseline, candidate):
 
 
 def _timing(baseline_us: float, speedup: float, low: float, high: float):
-    from pytest_kernelopt.records import Timing
-
     return Timing(baseline_ms=baseline_us / 1e3, candidate_ms=baseline_us / speedup / 1e3, speedup=speedup,
                   ci_low=low, ci_high=high, pairs=100, method="cuda-graph")
 
@@ -149,8 +163,22 @@ def _timing(baseline_us: float, speedup: float, low: float, high: float):
     ],
 )
 def test_judge_speed(baseline_us, speedup, low, high, expected):
-    from pytest_kernelopt.cascade import judge_speed
-
-    decision, why = judge_speed(_timing(baseline_us, speedup, low, high), min_gain=0.02)
+    decision, why = SpeedPolicy(min_gain=0.02).judge(_timing(baseline_us, speedup, low, high))
     assert decision is expected
     assert (why == "") == (expected is True)
+
+
+@pytest.mark.parametrize(
+    "baseline_us, speedup, low, high, recorded, slower_, regressed",
+    [
+        (100.0, 0.996, 0.990, 0.999, 1.0, False, False),  # below 1, but within the tolerated 1%
+        (100.0, 0.95, 0.94, 0.96, 1.0, True, True),       # 5% slower beyond noise
+        (100.0, 1.30, 1.29, 1.31, 1.50, False, True),     # faster than the compiler, but lost its recorded 1.5x
+        (5.7, 0.50, 0.40, 0.60, 1.0, False, False),       # too short to judge: never "slower"
+    ],
+)
+def test_one_policy_for_slower_and_regressed(baseline_us, speedup, low, high, recorded, slower_, regressed):
+    policy = SpeedPolicy(max_slowdown=0.01)
+    timing = _timing(baseline_us, speedup, low, high)
+    assert policy.slower(timing) is slower_
+    assert policy.regressed(timing, recorded) is regressed
