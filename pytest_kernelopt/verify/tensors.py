@@ -14,8 +14,9 @@ from typing import Any, Iterator
 CHUNK = 1 << 25  # elements per step: 256 MiB of float64 scratch at most
 
 
-def chunks(*tensors: Any, limit: int = CHUNK) -> Iterator[tuple[Any, ...]]:
+def chunks(*tensors: Any, limit: int | None = None) -> Iterator[tuple[Any, ...]]:
     """Matching flat views (or flat copies of strided pieces) of same-shaped tensors."""
+    limit = limit or CHUNK
     first = tensors[0]
     if first.numel() == 0:
         return

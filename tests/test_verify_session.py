@@ -1,0 +1,254 @@
+"""Verification sessions: one compile, many candidates; restarts; verifier failures; full-size bookkeeping.
+
+Sessions run in interpreter mode on ``elementwise_chain`` (one pointwise kernel, the
+fastest example to compile). The chunked comparison helpers are tested on small
+tensors with a small chunk size, so every chunk boundary is crossed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBLEM = ROOT / "tests" / "problems" / "elementwise_chain.py"
+
+
+@pytest.fixture(scope="module")
+def dump(compiled_models, tmp_path_factory) -> tuple[str, Path]:
+    """(kernel name, unedited dump file) of elementwise_chain."""
+    from pytest_kernelopt.candidate import render_dump
+
+    compiled = compiled_models.get(PROBLEM)
+    (name, handle), = compiled.kernels.items()
+    path = tmp_path_factory.mktemp("session") / f"{name}.py"
+    path.write_text(render_dump(handle.info, compiled.problem.id))
+    return name, path
+
+
+def _edit(source: str, old: str, new: str) -> str:
+    edited = source.replace(old, new, 1)
+    assert edited != source, old
+    return edited
+
+
+def _broken(source: str) -> str:
+    """The last tl.store writes its value times 1.001."""
+    return re.sub(r"(tl\.store\([^\n]*?,\s*)(tmp\d+)(\s*,)", r"\1\2 * 1.001\3", source, count=1)
+
+
+def _hanging(source: str) -> str:
+    """Device code that never ends (interpreter mode runs it as Python)."""
+    lines = source.splitlines()
+    at = next(i for i, line in enumerate(lines) if "xoffset = tl.program_id(0)" in line)
+    indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
+    lines[at:at] = [f"{indent}spin = 0", f"{indent}while spin >= 0:", f"{indent}    spin = spin + 1"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.slow
+def test_one_session_verifies_many_candidates_and_survives_a_hang(dump, tmp_path, interpreter):
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession, source_of
+
+    name, path = dump
+    good = path.read_text()
+    with VerifySession(PROBLEM, interpreter, VerifyOptions(seeds=2, timeout=20)) as session:
+        t0 = time.monotonic()
+        first = session.verify(name, path)
+        opened = time.monotonic() - t0
+        assert first.status == "correct", first.reason
+        assert first.reference == "float64" and first.reference_note is None
+        broken = session.verify(name, source_of(_broken(good), "broken.py"))
+        assert broken.status == "rejected" and broken.reason.startswith("kernel:"), broken.reason
+        t0 = time.monotonic()
+        hung = session.verify(name, source_of(_hanging(good), "hang.py"))
+        assert hung.status == "rejected", hung.reason
+        assert "timed out after 20 s" in hung.reason
+        assert time.monotonic() - t0 < 60
+        # The session starts a fresh worker and goes on: the dump is still correct.
+        again = session.verify(name, path)
+        assert again.status == "correct", again.reason
+        assert session.restarts == 1
+        t0 = time.monotonic()
+        session.verify(name, path)
+        further = time.monotonic() - t0
+    # A further candidate does not pay for starting the worker and compiling again.
+    assert further < opened, (further, opened)
+
+
+@pytest.mark.slow
+def test_verified_bytes_are_the_bytes_read(dump, tmp_path, interpreter):
+    """What runs is what was read and hashed: later edits of the file and stale bytecode do not count."""
+    import hashlib
+
+    from pytest_kernelopt.verify import VerifyOptions, read_candidate, verify
+
+    name, path = dump
+    candidate = tmp_path / "candidate.py"
+    candidate.write_text(path.read_text())
+    source = read_candidate(candidate)
+    candidate.write_text(_broken(path.read_text()))  # swapped after reading
+    cache = tmp_path / "__pycache__"
+    cache.mkdir()
+    (cache / f"candidate.cpython-{sys.version_info[0]}{sys.version_info[1]}.pyc").write_bytes(b"\x00" * 64)
+    verdict = verify(PROBLEM, name, source, interpreter, VerifyOptions(seeds=1))
+    assert verdict.status == "correct", verdict.reason
+    assert verdict.candidate_sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert verdict._source == path.read_text()
+
+
+@pytest.mark.slow
+def test_opening_too_slowly_is_the_verifiers_failure(dump, interpreter):
+    from pytest_kernelopt.errors import VerifierError
+    from pytest_kernelopt.verify import VerifyOptions, verify
+
+    name, path = dump
+    with pytest.raises(VerifierError, match="no candidate ran"):
+        verify(PROBLEM, name, path, interpreter, VerifyOptions(open_timeout=0.5))
+
+
+FP64_HOSTILE = '''
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        # .float() pins fp32: a float64 copy of this model fails (float input, double weight).
+        return torch.softmax(self.lin(x.float()) * 2.0, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(4, 16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.slow
+def test_a_missing_float64_reference_is_never_silent(tmp_path, interpreter):
+    """The verdict says the judge was the fp32 eager model, and why."""
+    from pytest_kernelopt.capture import compile_problem
+    from pytest_kernelopt.candidate import render_dump
+    from pytest_kernelopt.problem import load_problem
+    from pytest_kernelopt.verify import VerifyOptions, verify
+
+    problem = tmp_path / "fp32_pinned.py"
+    problem.write_text(FP64_HOSTILE)
+    compiled = compile_problem(load_problem(problem), interpreter, reset=False)
+    name, handle = next(iter(compiled.kernels.items()))
+    candidate = tmp_path / "cand.py"
+    candidate.write_text(render_dump(handle.info, "fp32_pinned"))
+    verdict = verify(problem, name, candidate, interpreter, VerifyOptions(seeds=1))
+    assert verdict.status == "correct", verdict.reason
+    assert verdict.reference == "eager"
+    assert "float64 reference failed" in verdict.reference_note and "RuntimeError" in verdict.reference_note
+
+
+@pytest.mark.slow
+def test_cli_verifies_several_candidates_in_one_session(dump, tmp_path):
+    name, path = dump
+    broken = tmp_path / "broken.py"
+    broken.write_text(_broken(path.read_text()))
+    proc = subprocess.run([sys.executable, "-m", "pytest_kernelopt.cli", "verify", str(PROBLEM), "--kernel", name,
+                           "--candidate", str(path), str(broken), "--device", "cpu", "--seeds", "1", "--json"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 1, proc.stderr  # one of them is rejected
+    verdicts = json.loads(proc.stdout)
+    assert [v["status"] for v in verdicts] == ["correct", "rejected"]
+    assert verdicts[0]["candidate"] == str(path) and verdicts[1]["candidate"] == str(broken)
+    assert proc.stderr.count("opening elementwise_chain.py") == 0  # --json: nothing but JSON is printed ...
+    assert proc.stdout.lstrip().startswith("[")
+
+
+# --- full-size bookkeeping, at small sizes with small chunks ------------------------------
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    from pytest_kernelopt.verify import tensors
+
+    monkeypatch.setattr(tensors, "CHUNK", 64)
+
+
+def test_compare_finds_one_bad_element_in_the_last_chunk(small_chunks):
+    import torch
+
+    from pytest_kernelopt.verify.kernel import compare
+    from pytest_kernelopt.verify.pipeline import StageFailure
+
+    expected = torch.randn(1000, dtype=torch.float32)
+    assert compare(expected, expected.clone(), 1e-4, "x") == (0.0, 0.0)
+    actual = expected.clone()
+    actual[999] += 1.0
+    with pytest.raises(StageFailure, match="1 of 1000 element"):
+        compare(expected, actual, 1e-4, "x")
+    actual = expected.clone()
+    actual[700] = float("nan")
+    with pytest.raises(StageFailure, match="NaN at flat index 700"):
+        compare(expected, actual, 1e-4, "x")
+
+
+def test_compare_walks_strided_tensors(small_chunks):
+    import torch
+
+    from pytest_kernelopt.verify.kernel import compare
+    from pytest_kernelopt.verify.pipeline import StageFailure
+    from pytest_kernelopt.verify.tensors import chunks
+
+    base = torch.randn(40, 30)
+    expected = base.t()  # not contiguous, 1200 elements
+    assert sum(p[0].numel() for p in chunks(expected)) == 1200
+    actual = expected.clone()
+    actual[29, 39] = 5.0
+    with pytest.raises(StageFailure):
+        compare(expected, actual, 1e-4, "x")
+    ints = torch.arange(1000).reshape(10, 100)
+    other = ints.clone()
+    other[9, 99] = -1
+    with pytest.raises(StageFailure, match="flat index 999"):
+        compare(ints, other, 0.0, "i")
+
+
+def test_checksum_notices_one_changed_element(small_chunks):
+    import torch
+
+    from pytest_kernelopt.verify.tensors import checksum
+
+    x = torch.randn(5000)
+    before = checksum(x)
+    assert checksum(x.clone()) == before
+    y = x.clone()
+    y[4321] = y[4321] + 1e-3
+    assert checksum(y) != before
+    swapped = x.clone()  # the same values in another order
+    swapped[0], swapped[4999] = x[4999].item(), x[0].item()
+    assert checksum(swapped) != before
+
+
+def test_reference_keeps_float64_only_when_small(monkeypatch):
+    import torch
+
+    from pytest_kernelopt.verify import model
+
+    ref = torch.randn(100, dtype=torch.float64)
+    base = ref.float()
+    small = model._output_reference(base, ref)
+    assert small.ref_hi.dtype == torch.float64 and small.residue == 0.0
+    monkeypatch.setattr(model, "EXACT_REFERENCE_BYTES", 64)
+    large = model._output_reference(base, ref)
+    assert large.ref_hi.dtype == torch.float32
+    assert 0 < large.residue <= float(ref.abs().max()) * 2**-24
+    assert large.nonfinite is None
+    base[3] = float("inf")
+    assert model._output_reference(base, ref).nonfinite.sum() == 1
