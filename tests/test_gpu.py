@@ -49,19 +49,15 @@ def test_round_trip_large(path: Path, tmp_path: Path, monkeypatch: pytest.Monkey
 @pytest.mark.parametrize("size", ["small", "large"])
 def test_speed_stage_does_not_call_a_dump_faster(size: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_kernelopt.candidate import render_dump
-    from pytest_kernelopt.capture import compile_problem
-    from pytest_kernelopt.cascade import judge_speed, speed_stage
-    from pytest_kernelopt.problem import load_problem
-    from pytest_kernelopt.swap import candidate_kernel
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession, source_of
 
     # Small: a ~6 us model, below the speed stage's floor (on the H200 its dump measured
     # 1.036x [1.028, 1.044] as graph replays); large: tens of microseconds and more.
     monkeypatch.setenv("KERNELOPT_SIZE", size)
-    compiled = compile_problem(load_problem(PROBLEMS[0].parent / "softmax_rows.py"), "cuda")
-    name, handle = next(iter(compiled.kernels.items()))
-    file = tmp_path / "dump.py"
-    file.write_text(render_dump(handle.info, compiled.problem.id))
-    model, kernel = speed_stage(compiled, {name: candidate_kernel(file)}, name, seed=1)
-    assert judge_speed(model, 0.02)[0] is not True
+    with VerifySession(PROBLEMS[0].parent / "softmax_rows.py", "cuda", VerifyOptions(seeds=1)) as session:
+        info = session.opened.kernels[0]
+        verdict = session.verify(info.name, source_of(render_dump(info, "softmax_rows"), "dump.py"))
+    assert verdict.status == "correct", verdict.reason
+    assert verdict.speed_measured and verdict.model_timing is not None
     if size == "large":
-        assert kernel is not None and 0.95 < kernel.speedup < 1.05
+        assert verdict.kernel_timing is not None and 0.95 < verdict.kernel_timing.speedup < 1.05

@@ -194,10 +194,13 @@ def kernel_stage(prepared: Prepared, name: str, candidate: Any, allow_reduced_pr
     rows = []
     for seed in prepared.seeds:
         checker = _Checker(handle.original, candidate, handle.info.args, seed, options, prepared.device)
+        inputs = prepared.inputs(seed)
         with swapped(compiled, {name: checker}):
-            compiled(*prepared.inputs[seed])
+            compiled(*inputs)
         if checker.failure is not None:
             raise checker.failure
+        prepared.check_inputs(seed, inputs)
+        del inputs
         if not checker.launches:
             raise StageFailure(f"kernel {name} was not launched by the model on seed {seed}")
         rows.append(SeedErrors(seed=seed, kernel_max_abs=checker.worst_abs, kernel_max_rel=checker.worst_rel))

@@ -104,16 +104,19 @@ def _float64_outputs(model: Any, inputs: list[Any], device: str) -> list[Any]:
     return out
 
 
-def build_references(compiled: Any, inputs: dict[int, list[Any]]) -> tuple[dict[int, SeedReference], str, str | None]:
+def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str, str | None]:
     """Per seed: the compiled baseline's outputs judged against float64 (or, failing that, eager).
 
+    One seed at a time, so only one seed's inputs and float64 copies are on the device.
     Returns (references, "float64" | "eager", why not float64).
     """
     import torch
 
+    compiled = prepared.compiled
     kind, note = "float64", None
     refs: dict[int, SeedReference] = {}
-    for seed, xs in inputs.items():
+    for seed in prepared.seeds:
+        xs = prepared.inputs(seed)
         with torch.no_grad():
             base = [t.clone() for t in flatten(compiled(*xs))]
         reference = None
@@ -136,7 +139,7 @@ def build_references(compiled: Any, inputs: dict[int, list[Any]]) -> tuple[dict[
             with torch.no_grad():
                 reference = flatten(compiled.model(*xs))
         refs[seed] = SeedReference([_output_reference(b, r.to(b.device)) for b, r in zip(base, reference)])
-        del base, reference
+        del base, reference, xs
     return refs, kind, note
 
 
@@ -174,15 +177,18 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
     compiled = prepared.compiled
     rows = []
     for seed in prepared.seeds:
+        inputs = prepared.inputs(seed)
         try:
             with swapped(compiled, candidates), torch.no_grad():
-                outs = flatten(compiled(*prepared.inputs[seed]))
+                outs = flatten(compiled(*inputs))
                 if prepared.device == "cuda":
                     torch.cuda.synchronize()
         except torch.OutOfMemoryError:
             raise
         except Exception as exc:
             raise StageFailure(f"model raised with the candidate on seed {seed}: {type(exc).__name__}: {_short(exc)}") from exc
+        prepared.check_inputs(seed, inputs)
+        del inputs
         ref = prepared.references[seed].outputs
         if len(outs) != len(ref):
             raise StageFailure(f"seed {seed}: the model returned {len(outs)} tensors instead of {len(ref)}")

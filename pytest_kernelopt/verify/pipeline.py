@@ -12,9 +12,9 @@ place whenever a candidate fails:
    (and the kernel alone); the parent judges them with the one speed policy.
 
 Stages 2-4 run here, in the worker, against a :class:`Prepared` problem: compiled
-once, with the inputs of every seed drawn once, the compiled baseline's outputs
-and the float64 reference computed once, and checksums of everything a candidate
-may only read. Many candidates are then checked against it.
+once, the compiled baseline's outputs and the float64 reference computed once per
+seed, and checksums of everything a candidate may only read (inputs, weights).
+Many candidates are then checked against it.
 """
 
 from __future__ import annotations
@@ -61,40 +61,49 @@ def out_of_memory(exc: BaseException, what: str) -> VerifierOutOfMemory:
 
 @dataclass
 class Prepared:
-    """A problem compiled once in the worker, with everything per seed that checks reuse."""
+    """A problem compiled once in the worker, with what checks of every seed reuse.
+
+    Inputs are not kept: they are drawn again for each use (on a GPU that takes
+    milliseconds, even at 8 GiB), so only one seed's inputs are ever on the device
+    and a candidate that writes into them cannot affect the next check. Their
+    checksums, taken when the session opened, show whether a run wrote into them.
+    """
 
     compiled: Any
     device: str
     seeds: list[int]
-    inputs: dict[int, list[Any]]
     references: dict[int, Any]  # seed -> model.SeedReference
-    integrity: dict[int, Any] = field(default_factory=dict)  # seed -> checksums of inputs
+    integrity: dict[int, Any] = field(default_factory=dict)  # seed -> checksums of the inputs as drawn
     weights: Any = None  # checksums of the model's parameters and buffers
     base: dict[str, Any] = field(default_factory=dict)  # base-revision problems, compiled
 
-    def draw(self, seed: int) -> list[Any]:
+    def inputs(self, seed: int) -> list[Any]:
         return self.compiled.problem.make_inputs(seed, self.device)
 
-    def restore_if_changed(self) -> list[str]:
-        """Checksum the inputs of every seed and the model's weights; re-draw what changed.
-
-        Returns what had changed: a candidate wrote where it may only read.
-        """
+    def check_inputs(self, seed: int, inputs: list[Any]) -> None:
+        """Raise StageFailure when a run wrote into the model's inputs (which it may only read)."""
         from .tensors import checksum
 
-        changed = []
-        for seed in self.seeds:
-            if [checksum(x) for x in self.inputs[seed]] != self.integrity[seed]:
-                changed.append(f"the inputs of seed {seed}")
-                self.inputs[seed] = self.draw(seed)
-        if self.weights is not None and _weight_sums(self.compiled.model) != self.weights:
-            changed.append("the model's weights")
-            self.compiled.model.load_state_dict(self.pristine_state())
-        return changed
+        if [checksum(x) for x in inputs] != self.integrity[seed]:
+            raise StageFailure(f"seed {seed}: the model's inputs changed during the run (the candidate wrote into "
+                               "memory it may only read)")
 
-    def pristine_state(self) -> dict[str, Any]:
+    def restore_weights_if_changed(self) -> bool:
+        """Whether something wrote into the model's weights; if so, they are put back."""
+        if self.weights is None or _weight_sums(self.compiled.model) == self.weights:
+            return False
         fresh = self.compiled.problem.build_model(self.device)
-        return fresh.state_dict()
+        with _no_grad():
+            for mine, theirs in zip([*self.compiled.model.parameters(), *self.compiled.model.buffers()],
+                                    [*fresh.parameters(), *fresh.buffers()]):
+                mine.copy_(theirs)
+        return True
+
+
+def _no_grad() -> Any:
+    import torch
+
+    return torch.no_grad()
 
 
 def _weight_sums(model: Any) -> list[Any]:
@@ -171,16 +180,17 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
         first = problem.make_inputs(seeds[0], device)
         compiled = compile_problem(problem, device, inputs=first, measure_eager_peak=True)
         eager_peak = compiled.eager_peak_bytes
+        del first
         _PeakTracker.stage()
-        inputs = {seeds[0]: first}
-        for seed in seeds[1:]:
-            inputs[seed] = problem.make_inputs(seed, device)
-        references, kind, note = model_stage.build_references(compiled, inputs)
+        prepared = Prepared(compiled=compiled, device=device, seeds=seeds, references={})
+        for seed in seeds:
+            inputs = prepared.inputs(seed)
+            prepared.integrity[seed] = [checksum(x) for x in inputs]
+            del inputs
+        prepared.references, kind, note = model_stage.build_references(prepared)
+        prepared.weights = _weight_sums(compiled.model)
     except torch.OutOfMemoryError as exc:
         raise out_of_memory(exc, "preparing the problem") from exc
-    prepared = Prepared(compiled=compiled, device=device, seeds=seeds, inputs=inputs, references=references)
-    prepared.integrity = {seed: [checksum(x) for x in inputs[seed]] for seed in seeds}
-    prepared.weights = _weight_sums(compiled.model)
     summary = compiled.summary()
     opened = Opened(
         device=device, graphs=summary.graphs, kernels=summary.kernels, externs=summary.externs,
@@ -236,9 +246,8 @@ def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], N
                 detail, passed = f"the device failed after the candidate ran: {type(exc).__name__}: {_first_line(exc)}", False
             else:
                 raise
-        changed = prepared.restore_if_changed()
-        if changed and passed is not False:
-            detail, passed = f"the candidate wrote into {' and '.join(changed)}, which it may only read", False
+        if prepared.restore_weights_if_changed() and passed is not False:
+            detail, passed = "the candidate wrote into the model's weights, which it may only read", False
         peak = _PeakTracker.stage()
         result = StageResult(name=name, passed=passed, detail=detail, seconds=time.monotonic() - t0,
                              peak_gib=None if peak is None else round(peak / GIB, 3))

@@ -87,7 +87,7 @@ def speed_stage(prepared: Prepared, replacements: dict[str, Any], kernel: str | 
     from ..swap import restore, swap
 
     compiled = prepared.compiled
-    inputs = prepared.inputs[prepared.seeds[0]]
+    inputs = prepared.inputs(prepared.seeds[0])
     nothing: Callable[[], None] = lambda: None
 
     def swap_in() -> None:
@@ -127,7 +127,7 @@ def base_speed(prepared: Prepared, replacements: dict[str, Any], base_problem: s
         base = prepared.base[base_problem] = compile_problem(load_problem(base_problem), prepared.device, reset=False)
     seed = prepared.seeds[0]
     base_inputs = base.problem.make_inputs(seed, base.device)
-    inputs = prepared.inputs[seed]
+    inputs = prepared.inputs(seed)
 
     def swap_in() -> None:
         for name, rep in replacements.items():
