@@ -155,12 +155,21 @@ def render_dump(info: KernelInfo, model_id: str) -> str:
 
 
 def write_dumps(infos: list[KernelInfo], model_id: str, folder: Path) -> list[Path]:
-    folder.mkdir(parents=True, exist_ok=True)
+    """Write each kernel to ``folder/<kernel>.py``; a folder that cannot be written is bad input."""
+    from .errors import UsageError
+
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--dump {folder}: exists and is not a folder")
     paths = []
-    for info in infos:
-        path = folder / f"{info.name}.py"
-        path.write_text(render_dump(info, model_id))
-        paths.append(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for info in infos:
+            path = folder / f"{info.name}.py"
+            path.write_text(render_dump(info, model_id))
+            paths.append(path)
+    except OSError as exc:
+        raise UsageError(f"--dump {folder}: cannot write ({exc.strerror or exc})") from exc
     return paths
 
 
