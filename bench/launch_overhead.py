@@ -33,7 +33,7 @@ def main(path: str) -> None:
 
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.capture import compile_problem
-    from pytest_kernelopt.cascade import record_calls
+    from pytest_kernelopt.verify.speed import first_launch
     from pytest_kernelopt.config import resolve_device
     from pytest_kernelopt.problem import load_problem
     from pytest_kernelopt.swap import candidate_kernel
@@ -47,7 +47,7 @@ def main(path: str) -> None:
         file = Path(tempfile.mkdtemp()) / f"{name}.py"
         file.write_text(render_dump(handle.info, problem.id))
         cand = candidate_kernel(file)
-        args = record_calls(compiled, name, inputs)[0]
+        args = first_launch(compiled, name, inputs)
         a = per_call_us(lambda: handle.original.run(*args, stream=stream))
         b = per_call_us(lambda: cand.run(*args, stream=stream))
         proxies = [(v._broken, len(v._kernels)) for v in cand._run.__globals__.values() if type(v).__name__ == "FastJIT"]

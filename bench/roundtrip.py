@@ -50,7 +50,7 @@ def main(paths: list[str]) -> None:
         speed = ""
         if device == "cuda":
             from pytest_kernelopt.swap import restore, swap
-            from pytest_kernelopt.timing import paired_timings
+            from pytest_kernelopt.measure.timing import paired_timings
 
             def swap_in() -> None:
                 for n, d in dumps.items():
