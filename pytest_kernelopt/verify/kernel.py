@@ -34,58 +34,78 @@ EXACT_COPY_BYTES = 256 << 20  # read-only arguments up to this size are compared
 def compare(expected: Any, actual: Any, rtol: float, what: str) -> tuple[float, float]:
     """Check ``actual`` against ``expected`` in chunks; returns (max abs, max rel) error.
 
-    Raises StageFailure naming ``what`` and the first offending index.
+    Figures accumulate on the device and are read once at the end (a synchronisation
+    per chunk cost seconds at 2^31 elements); only a failure walks the chunks again to
+    name the first offending index. Raises StageFailure naming ``what``.
     """
     import torch
 
     if expected.shape != actual.shape or expected.dtype != actual.dtype:
         raise StageFailure(f"{what}: shape/dtype changed ({actual.dtype}{list(actual.shape)})")
     if not expected.dtype.is_floating_point:
-        for offset, (e, a) in _offset_chunks(expected, actual):
-            diff = e != a
-            if bool(diff.any()):
-                i = int(diff.nonzero()[0, 0])
-                raise StageFailure(f"{what}: differs at flat index {offset + i}: expected {e[i].item()}, got {a[i].item()}")
+        differ = None
+        for e, a in chunks(expected, actual):
+            n = (e != a).sum()
+            differ = n if differ is None else differ + n
+        if differ is not None and int(differ):
+            offset, i = _first(expected, actual, lambda e, a: e != a)
+            e_flat, a_flat = _flat_at(expected, offset + i), _flat_at(actual, offset + i)
+            raise StageFailure(f"{what}: {int(differ)} element(s) differ, first at flat index {offset + i}: expected "
+                               f"{e_flat}, got {a_flat}")
         return 0.0, 0.0
-    # The largest finite magnitude sets atol; one pass for it, one for the errors.
-    scale = 0.0
-    for _, (e,) in _offset_chunks(expected):
-        finite = torch.isfinite(e)
-        if bool(finite.any()):
-            scale = max(scale, float(e[finite].double().abs().max()))
-    atol = rtol * 0.1 * max(scale, 1e-30)
-    max_abs = max_rel = 0.0
-    bad_total, checked = 0, 0
-    first_bad = None
-    for offset, (e, a) in _offset_chunks(expected, actual):
+    # The largest finite magnitude sets atol.
+    scale = torch.zeros((), dtype=torch.float64, device=expected.device)
+    for (e,) in chunks(expected):
+        e = e.double()
+        scale = torch.maximum(scale, torch.where(torch.isfinite(e), e.abs(), 0.0).max())
+    atol = rtol * 0.1 * max(float(scale), 1e-30)
+    zero = torch.zeros((), dtype=torch.float64, device=expected.device)
+    max_abs, max_rel, n_bad, n_odd = zero, zero, zero.long(), zero.long()
+    checked = 0
+    for e, a in chunks(expected, actual):
         e, a = e.double(), a.double()
-        for name, test in (("NaN", torch.isnan), ("Inf", torch.isinf)):
-            mismatch = test(e) != test(a)
-            if bool(mismatch.any()):
-                i = int(mismatch.nonzero()[0, 0])
-                count = int(mismatch.sum())
-                raise StageFailure(f"{what}: {name} at flat index {offset + i} in one output only (expected "
-                                   f"{e[i].item()}, got {a[i].item()}); {count} element(s) in this chunk")
-        inf = torch.isinf(e)
-        if bool((e[inf] != a[inf]).any()):
-            raise StageFailure(f"{what}: Inf of the wrong sign")
         finite = torch.isfinite(e)
-        e, a = e[finite], a[finite]
-        if not e.numel():
-            continue
-        err = (a - e).abs()
-        bad = err > atol + rtol * e.abs()
-        max_abs = max(max_abs, float(err.max()))
-        max_rel = max(max_rel, float((err / (e.abs() + atol)).max()))
-        checked += e.numel()
-        n_bad = int(bad.sum())
-        bad_total += n_bad
-        if n_bad and first_bad is None:
-            first_bad = offset
-    if bad_total:
-        raise StageFailure(f"{what}: {bad_total} of {checked} element(s) differ beyond rtol={rtol:g}: "
-                           f"max abs error {max_abs:.3g}, max rel error {max_rel:.3g}")
-    return max_abs, max_rel
+        # NaN/Inf must sit in the same places, Inf with the same sign.
+        odd = (torch.isnan(e) != torch.isnan(a)) | (torch.isinf(e) != torch.isinf(a)) | (torch.isinf(e) & (e != a))
+        err = torch.where(finite, (a - e).abs(), 0.0)
+        err = torch.where(torch.isnan(err), float("inf"), err)  # a NaN where a finite value was expected
+        magnitude = e.abs()
+        n_bad = n_bad + ((err > atol + rtol * torch.where(finite, magnitude, 0.0)) & finite).sum()
+        n_odd = n_odd + odd.sum()
+        max_abs = torch.maximum(max_abs, err.max())
+        max_rel = torch.maximum(max_rel, (err / torch.where(finite, magnitude + atol, 1.0)).max())
+        checked += int(e.numel())
+    bad, odd_count = int(n_bad), int(n_odd)
+    max_abs_f, max_rel_f = float(max_abs), float(max_rel)
+    if odd_count:
+        def is_odd(e: Any, a: Any) -> Any:
+            e, a = e.double(), a.double()
+            return (torch.isnan(e) != torch.isnan(a)) | (torch.isinf(e) != torch.isinf(a)) | (torch.isinf(e) & (e != a))
+        offset, i = _first(expected, actual, is_odd)
+        exp_v, act_v = _flat_at(expected, offset + i), _flat_at(actual, offset + i)
+        kind = "NaN" if (exp_v != exp_v) or (act_v != act_v) else "Inf"
+        raise StageFailure(f"{what}: {kind} at flat index {offset + i} in one output only (expected {exp_v}, got "
+                           f"{act_v}); {odd_count} element(s) with NaN/Inf in different places")
+    if bad:
+        raise StageFailure(f"{what}: {bad} of {checked} element(s) differ beyond rtol={rtol:g}: "
+                           f"max abs error {max_abs_f:.3g}, max rel error {max_rel_f:.3g}")
+    return max_abs_f, max_rel_f
+
+
+def _first(expected: Any, actual: Any, test: Any) -> tuple[int, int]:
+    """(chunk offset, index in chunk) of the first element where ``test`` holds."""
+    for offset, (e, a) in _offset_chunks(expected, actual):
+        hit = test(e, a)
+        if bool(hit.any()):
+            return offset, int(hit.nonzero()[0, 0])
+    return 0, 0
+
+
+def _flat_at(t: Any, index: int) -> Any:
+    for offset, (flat,) in _offset_chunks(t):
+        if index < offset + flat.numel():
+            return flat[index - offset].item()
+    return None
 
 
 def _offset_chunks(*tensors: Any) -> Any:

@@ -81,8 +81,8 @@ class VerifyOptions(BaseModel):
     measure_speed: bool = True
     speed: SpeedPolicy = SpeedPolicy()
     # Target seconds of paired timing for the model and for the kernel alone.
-    model_seconds: float = Field(2.0, gt=0.0)
-    kernel_seconds: float = Field(1.0, gt=0.0)
+    model_seconds: float = Field(1.0, gt=0.0)
+    kernel_seconds: float = Field(0.5, gt=0.0)
 
     @field_validator("timeout", "open_timeout")
     @classmethod

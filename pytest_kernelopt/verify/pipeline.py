@@ -299,6 +299,10 @@ def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], N
         stage("speed", speed)
 
     stages()  # an exception here (out of memory, our own bug) is the verifier's, sent as a Failure
+    candidates.clear()
+    import gc
+
+    gc.collect()  # graphs and launch records of the speed stage hold device memory through reference cycles
     emit(CheckDone(peak_bytes=_PeakTracker.overall or None))
 
 

@@ -47,8 +47,8 @@ class CheckRequest(Message):
     allow_reduced_precision: bool = False
     error_factor: float = 4.0
     measure_speed: bool = True
-    model_seconds: float = 2.0
-    kernel_seconds: float = 1.0
+    model_seconds: float = 1.0
+    kernel_seconds: float = 0.5
     # The gate's --kernelopt-base-ref: the problem file at that revision, timed against this one.
     base_problem: str | None = None
 

@@ -295,6 +295,9 @@ _EXPRESSION_NAMES = {
     ast.FormattedValue: "f-string", ast.List: "list",
 }
 
+# Annotations (also as strings): Triton reads tl.constexpr; the rest document.
+_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "tl.constexpr", "tl.tensor", "tl.dtype"})
+
 # Roles a name or attribute can play where it is used.
 VALUE, CALL, ATTR_ROOT, LAUNCH_ROOT, LAUNCH_ARG, TYPE, DECORATOR = (
     "value", "call", "attribute root", "launch root", "launch argument", "type", "decorator",
@@ -462,6 +465,9 @@ class _Checker:
             return
         if name in self.device_fns:
             self.add(func, f"entry point '{name}' must be a plain host function, not a Triton kernel")
+        if func.args.defaults and not (len(func.args.defaults) == 1 and self._entry_positional(func) != [
+                a.arg for a in func.args.args]):
+            self.add(func, f"entry point '{name}': the kernel's arguments may not have default values")
         names = self._entry_positional(func)
         if self.entry_args is not None and names != list(self.entry_args):
             self.add(func, f"entry point '{name}' parameters are ({', '.join(names)}); "
@@ -542,10 +548,9 @@ class _Checker:
 
     def _annotation(self, node: ast.expr) -> None:
         """Annotations: tl.constexpr/tl.tensor/tl.dtype, int/float/bool/str, or such a name as a string."""
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", node.value) and "__" not in node.value:
+        if isinstance(node, ast.Constant) and node.value in _ANNOTATIONS:  # a forward reference: 'bool'
             return
-        if isinstance(node, ast.Name) and node.id in {"int", "float", "bool", "str"}:
+        if isinstance(node, ast.Name) and node.id in _ANNOTATIONS:
             return
         member = self._module_member(node)
         if member is not None and member[0] == "triton.language" and member[1] in TL_TYPES and not member[2]:
@@ -577,7 +582,7 @@ class _Checker:
         device = self.kind == "device"
         if isinstance(stmt, ast.Expr):
             if isinstance(stmt.value, ast.Call):
-                self._call(stmt.value)
+                self._call(stmt.value, statement=True)
             elif not _is_docstring(stmt):
                 what = _EXPRESSION_NAMES.get(type(stmt.value))
                 self.add(stmt, f"expression statement '{_short(stmt)}' is not allowed (only calls"
@@ -603,7 +608,7 @@ class _Checker:
             if stmt.orelse:
                 self.add(stmt.orelse[0], "'for ... else' is not allowed")
             self._body(stmt.body)
-        elif isinstance(stmt, ast.While) and device:
+        elif isinstance(stmt, ast.While):  # (a host loop that never ends is the worker's time limit's job)
             self._expr(stmt.test)
             if stmt.orelse:
                 self.add(stmt.orelse[0], "'while ... else' is not allowed")
@@ -868,7 +873,7 @@ class _Checker:
         if why:
             self.add(node, f"'{spelled}' is not allowed ({why})")
 
-    def _call(self, node: ast.Call) -> None:
+    def _call(self, node: ast.Call, statement: bool = False) -> None:
         func = node.func
         for arg in node.args:
             if isinstance(arg, ast.Starred):
@@ -881,6 +886,9 @@ class _Checker:
         args = [a for a in node.args if not isinstance(a, ast.Starred)]
         keywords = [k for k in node.keywords if k.arg is not None]
         if isinstance(func, ast.Subscript):
+            if not statement and self.kind == "host":
+                # Triton returns the compiled kernel object: nothing host code should hold.
+                self.add(node, f"the result of the launch '{_short(func)}(...)' may not be used (a launch is a statement)")
             self._launch(node, func, args, keywords)
             return
         if self.kind == "device" and isinstance(func, ast.Attribute):
