@@ -58,6 +58,7 @@ def main(paths: list[Path]) -> None:
             cand = candidate_kernel(f"/tmp/{name}.py", source=src)
             args = first_launch(compiled, name, inputs)
             outs = []
+            torch.set_grad_enabled(False)
             for k in (tuner, cand):
                 a = [x.clone() if isinstance(x, torch.Tensor) else x for x in args]
                 k.run(*a, stream=torch.cuda.current_stream().cuda_stream)
@@ -66,10 +67,9 @@ def main(paths: list[Path]) -> None:
             same = all(torch.equal(x, y) for x, y in zip(*outs) if isinstance(x, torch.Tensor))
             rel = max((float(((x.double() - y.double()).abs() / (x.double().abs() + 1e-30)).nan_to_num(0).max())
                        for x, y in zip(*outs) if isinstance(x, torch.Tensor) and x.is_floating_point()), default=0.0)
-            jit = next(v for v in vars(cand.module).values() if hasattr(v, "device_caches") or hasattr(getattr(v, "fn", None), "device_caches"))
-            fn = jit if hasattr(jit, "device_caches") else jit.fn
+            fn = getattr(cand.module, handle.info.function)
             cache = fn.device_caches[torch.cuda.current_device()][0]
-            dump_kernel = next(iter(cache.values()))
+            dump_kernel = next(iter(cache.values()), None)
             dump_meta = _meta(dump_kernel)
             diff = {k: (ind_meta.get(k), dump_meta.get(k)) for k in set(ind_meta) | set(dump_meta)
                     if ind_meta.get(k) != dump_meta.get(k)}

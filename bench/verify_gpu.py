@@ -164,7 +164,7 @@ if __name__ == "__main__":
     part, folder = sys.argv[1], Path(sys.argv[2])
     folder.mkdir(parents=True, exist_ok=True)
     if part == "sessions":
-        sessions(folder, [Path(p) for p in sys.argv[3:]])
+        sessions(folder, [Path(p) for p in sys.argv[3:]], further=int(__import__("os").environ.get("FURTHER", "3")))
     elif part == "aa":
         aa(folder, Path(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 20)
     else:
