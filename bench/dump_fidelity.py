@@ -79,7 +79,7 @@ def main(paths: list[Path]) -> None:
             est = paired_timings((lambda: None, lambda: tuner.run(*a_args, stream=s().cuda_stream), lambda: None),
                                  (lambda: None, lambda: cand.run(*b_args, stream=s().cuda_stream), lambda: None),
                                  target_seconds=1.0)
-            rows.append((path.stem, name, len(tuner.configs), len(results), str(chosen.config), same, rel,
+            rows.append((path.stem, name, len(tuner.configs or []), len(results), str(chosen.config), same, rel,
                          f"{est.speedup:.3f} [{est.ci_low:.3f},{est.ci_high:.3f}] {est.baseline_ms*1e3:.1f}us", diff))
             print(rows[-1], flush=True)
         del compiled

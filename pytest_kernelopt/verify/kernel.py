@@ -28,7 +28,7 @@ from .options import VerifyOptions
 from .pipeline import Prepared, StageFailure
 from .tensors import checksum, chunks, poison, random_fill
 
-EXACT_COPY_BYTES = 256 << 20  # read-only arguments up to this size are compared exactly
+EXACT_COPY_BYTES = 16 << 20  # read-only arguments up to this size are compared exactly, larger by checksum
 
 
 def compare(expected: Any, actual: Any, rtol: float, what: str) -> tuple[float, float]:
