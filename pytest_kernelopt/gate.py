@@ -1,7 +1,8 @@
 """The CI gate behind ``pytest --kernelopt``.
 
-For every configured problem: one item per Triton kernel (``<model>::<kernel>``)
-and one per model (``<model>::model``).
+Every configured problem file is collected by pytest as a :class:`ProblemFile`
+(node id: its path relative to the rootdir) holding one item per Triton kernel
+(``problems/x.py::<kernel>``) and one per model (``problems/x.py::model``).
 
 * kernel item: a committed active version goes through the whole cascade in an
   isolated worker (correct, and on a GPU not slower than the compiler's kernel);
@@ -13,23 +14,37 @@ and one per model (``<model>::model``).
   with ``--kernelopt-base-ref`` also timed against the problem file at that git
   revision, compiled, side by side.
 
-Figures travel in ``user_properties`` (so junit XML and pytest-xdist carry them)
-and the terminal summary prints a table per model.
+Settings, options and the base revision are checked when pytest configures, before
+anything is compiled: a bad one is one line and pytest's usage exit (4). Figures
+travel in ``user_properties`` (so junit XML and pytest-xdist carry them) and the
+terminal summary prints a table per problem file.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
+import time
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
-from .errors import KerneloptError
+from .errors import KerneloptError, UsageError
 
 PREFIX = "kernelopt_"
+
+# What each verifier option must be, in the words of the gate's command line; the
+# check itself is VerifyOptions' / SpeedPolicy's (one rule, parsed once).
+_OPTION_RULES = {
+    "seeds": ("--kernelopt-seeds", "must be a whole number from 1 to 1000"),
+    "timeout": ("--kernelopt-timeout", "must be a positive, finite number of seconds"),
+    "max_slowdown": ("--kernelopt-max-slowdown", "must be a fraction from 0 up to, not including, 1"),
+}
 
 
 class GateFailure(Exception):
@@ -39,31 +54,144 @@ class GateFailure(Exception):
 @dataclass
 class _Problem:
     path: Path
-    id: str
+    id: str  # the kernel store's model id: the file's stem (kernels/<id>/)
     compiled: Any = None
     error: str | None = None
     kernels: list[str] = field(default_factory=list)
+    loaded: bool = False
+
+
+@contextmanager
+def _internal_warnings_ignored() -> Iterator[None]:
+    """Warnings that torch and triton raise from their own modules while the gate compiles and verifies.
+
+    Importing and compiling raised 14 DeprecationWarnings per gate run from inside torch
+    (``torch.jit.script_method``, torch 2.13): nothing a user of the gate can act on. The
+    user's own tests run outside this and keep every warning.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module=r"(torch|triton)(\.|$)")
+        yield
 
 
 class GateSession:
-    def __init__(self, config: pytest.Config):
-        from .config import load_config
+    """The gate's state for one pytest run; every hook of the plugin hands over to it."""
 
+    def __init__(self, config: pytest.Config):
         self.config = config
-        self.settings = load_config(Path(config.rootpath))
-        self.device_choice = config.getoption("kernelopt_device") or self.settings.device
-        self.globs = config.getoption("kernelopt_problems")
+        self.rootpath = Path(config.rootpath)
         self.strict = config.getoption("kernelopt_strict")
-        self.base_ref = config.getoption("kernelopt_base_ref")
-        self.seeds = config.getoption("kernelopt_seeds")
-        self.timeout = config.getoption("kernelopt_timeout")
-        # Slower "beyond noise" must also be slower by more than this: an unedited dump
-        # measured 0.996x with a CI entirely below 1 on the H200 (20 of 20 runs).
-        self.max_slowdown = config.getoption("kernelopt_max_slowdown")
-        self.device: str | None = None
-        self.problems: dict[str, _Problem] = {}
-        self._sessions: dict[str, Any] = {}
-        self._policy: Any = None
+        self.base_ref: str | None = config.getoption("kernelopt_base_ref")
+        self.base_commit: str | None = None
+        self._git_top: Path | None = None
+        self._sessions: dict[Path, Any] = {}
+        try:
+            self._configure()
+        except KerneloptError as exc:
+            raise pytest.UsageError(f"kernelopt: {exc}") from None
+
+    def _configure(self) -> None:
+        """Settings, options, problem files, base revision and device, cheapest first; nothing compiled."""
+        from .config import load_config, resolve_device
+
+        self.settings = load_config(self.rootpath)
+        self.options = self._verify_options()
+        self.problems = self._problem_files()
+        if self.base_ref is not None:
+            self._resolve_base_ref()
+        with _internal_warnings_ignored():  # resolving imports torch
+            self.device = resolve_device(self.config.getoption("kernelopt_device") or self.settings.device)
+
+    def _verify_options(self) -> Any:
+        from pydantic import ValidationError
+
+        from .verify import SpeedPolicy, VerifyOptions
+
+        given = {name: self.config.getoption(f"kernelopt_{name}") for name in _OPTION_RULES}
+        try:
+            # Slower "beyond noise" must also be slower by more than max_slowdown: an unedited
+            # dump measured 0.996x with a CI entirely below 1 on the H200 (20 of 20 runs).
+            speed = SpeedPolicy(max_slowdown=given["max_slowdown"])
+            return VerifyOptions(seeds=given["seeds"], timeout=given["timeout"], speed=speed)
+        except ValidationError as exc:
+            name = str(exc.errors()[0]["loc"][-1])
+            option, rule = _OPTION_RULES[name]
+            raise UsageError(f"{option} {given[name]}: {rule}") from None
+
+    def _problem_files(self) -> dict[Path, _Problem]:
+        globs = self.config.getoption("kernelopt_problems")
+        files = self.settings.problem_files(globs)
+        if not files:
+            where = "--kernelopt-problems" if globs else "[tool.kernelopt] problems"
+            raise UsageError(f"{where} matches no problem files")
+        by_id: dict[str, Path] = {}
+        for path in files:
+            if path.stem in by_id:  # their kernels would share kernels/<stem>/
+                raise UsageError(f"problem files {self._rel(by_id[path.stem])} and {self._rel(path)} have the same "
+                                 f"name {path.stem!r}, so their kernels would share "
+                                 f"{self._rel(self.settings.kernels_path / path.stem)}/: rename one")
+            by_id[path.stem] = path
+        return {path: _Problem(path=path, id=path.stem) for path in files}
+
+    def _rel(self, path: Path) -> str:
+        return os.path.relpath(path, self.rootpath)
+
+    def _resolve_base_ref(self) -> None:
+        """``--kernelopt-base-ref`` to a commit of the git repository holding the rootdir, once."""
+        def git(*args: str) -> str | None:
+            try:
+                done = subprocess.run(["git", *args], cwd=self.rootpath, capture_output=True, text=True)
+            except OSError as exc:
+                raise UsageError(f"--kernelopt-base-ref {self.base_ref}: cannot run git ({exc.strerror})") from None
+            return done.stdout.strip() if done.returncode == 0 else None
+
+        top = git("rev-parse", "--show-toplevel")
+        if top is None:
+            raise UsageError(f"--kernelopt-base-ref {self.base_ref}: {self.rootpath} is not in a git repository")
+        commit = git("rev-parse", "--verify", "--quiet", f"{self.base_ref}^{{commit}}")
+        if commit is None:
+            raise UsageError(f"--kernelopt-base-ref {self.base_ref}: no such commit in the git repository {top}")
+        self._git_top, self.base_commit = Path(top).resolve(), commit
+
+    def initial_paths(self) -> list[str]:
+        """Problem files to collect besides pytest's own paths.
+
+        With paths on the command line, pytest collects exactly those (a problem file, a
+        folder holding some, or an item's id). Without, it collects ``testpaths`` (or the
+        current folder) and, here, every problem file outside them.
+        """
+        if self.config.args_source == pytest.Config.ArgsSource.ARGS:
+            return []
+        here = Path(self.config.invocation_params.dir)
+        roots = [(here / arg).resolve() for arg in self.config.args]
+        return [str(path) for path in self.problems if not any(path.is_relative_to(root) for root in roots)]
+
+    # --- collection ----------------------------------------------------------------
+
+    def collect_file(self, file_path: Path, parent: pytest.Collector, collected: list[Any]) -> list[Any]:
+        """A problem file is collected by the gate, never imported as a test module."""
+        problem = self.problems.get(file_path.resolve()) if file_path.suffix == ".py" else None
+        if problem is None:
+            return collected
+        others = [c for c in collected if not isinstance(c, pytest.Module)]
+        return [*others, ProblemFile.from_parent(parent, path=file_path, gate=self, problem=problem)]
+
+    def load(self, problem: _Problem) -> _Problem:
+        """Compile the problem once, to know its kernels (each xdist worker does this)."""
+        from .capture import compile_problem
+        from .problem import load_problem
+
+        if not problem.loaded:
+            problem.loaded = True
+            try:
+                with _internal_warnings_ignored():
+                    problem.compiled = compile_problem(load_problem(problem.path), self.device)
+                problem.kernels = list(problem.compiled.kernels)
+            except KerneloptError as exc:
+                problem.error = str(exc)
+        return problem
+
+    # --- checks --------------------------------------------------------------------
 
     @property
     def store(self) -> Any:
@@ -71,60 +199,24 @@ class GateSession:
 
         return KernelStore(self.settings.kernels_path)
 
-    # --- collection ----------------------------------------------------------------
-
-    def collect(self, session: pytest.Session) -> list[pytest.Item]:
-        from .config import resolve_device
-
-        files = self.settings.problem_files(self.globs)
-        if not files:
-            where = "--kernelopt-problems" if self.globs else "[tool.kernelopt] problems"
-            raise pytest.UsageError(f"kernelopt: {where} matches no problem files")
-        try:
-            self.device = resolve_device(self.device_choice)
-        except KerneloptError as exc:
-            raise pytest.UsageError(f"kernelopt: {exc}") from exc
-        items: list[pytest.Item] = []
-        for path in files:
-            problem = self._load(path)
-            parent = ModelNode.from_parent(session, name=problem.id, nodeid=problem.id)
-            parent.gate = self
-            for kernel in problem.kernels:
-                items.append(KernelItem.from_parent(parent, name=kernel, gate=self, problem=problem))
-            items.append(ModelItem.from_parent(parent, name="model", gate=self, problem=problem))
-        return items
-
-    def _load(self, path: Path) -> _Problem:
-        from .capture import compile_problem
-        from .problem import load_problem
-
-        problem = _Problem(path=path, id=path.stem)
-        try:
-            problem.compiled = compile_problem(load_problem(path), self.device or "cpu")
-            problem.kernels = list(problem.compiled.kernels)
-        except KerneloptError as exc:
-            problem.error = str(exc)
-        self.problems[problem.id] = problem
-        return problem
-
-    # --- checks --------------------------------------------------------------------
-
-    def _options(self) -> Any:
-        from .verify import SpeedPolicy, VerifyOptions
-
-        return VerifyOptions(seeds=self.seeds, timeout=self.timeout, speed=SpeedPolicy(max_slowdown=self.max_slowdown))
-
     @property
     def policy(self) -> Any:
-        return self._options().speed
+        return self.options.speed
 
-    def session(self, problem: _Problem) -> Any:
-        """One verification session per problem: compiled once, shared by its kernel and model items."""
+    def session(self, problem: _Problem, item: _GateItem) -> Any:
+        """One verification session per problem, shared by its items; the first item pays for opening it."""
         from .verify import VerifySession
 
-        if problem.id not in self._sessions:
-            self._sessions[problem.id] = VerifySession(problem.path, self.device or "cpu", self._options())
-        return self._sessions[problem.id]
+        session = self._sessions.get(problem.path)
+        if session is None:
+            session = self._sessions[problem.path] = VerifySession(problem.path, self.device, self.options)
+            started = time.monotonic()
+            try:
+                with _internal_warnings_ignored():
+                    session.open()
+            finally:
+                item.prop("open_seconds", round(time.monotonic() - started, 2))
+        return session
 
     def close(self) -> None:
         for session in self._sessions.values():
@@ -157,7 +249,9 @@ class GateSession:
         from .verify import source_of
 
         # The bytes the store just checked against its sha256 are the bytes verified.
-        verdict = self.session(problem).verify(kernel, source_of(found.source, str(path)))
+        session = self.session(problem, item)
+        with _internal_warnings_ignored():
+            verdict = session.verify(kernel, source_of(found.source, str(path)))
         self._figures(item, verdict)
         if verdict.status == "rejected":
             item.prop("status", "rejected")
@@ -192,13 +286,18 @@ class GateSession:
         item.prop("kernels", len(problem.kernels))
         item.prop("committed", len(replacements))
         item.prop("stale", len(stale))
+        item.prop("baseline", len(problem.kernels) - len(replacements) - len(stale) - len(broken))
         if broken:
             raise GateFailure("; ".join(broken))
-        if not replacements and not self.base_ref:
+        base_text = self._base_text(problem) if self.base_commit else None
+        if self.base_commit and base_text is None:
+            item.prop("vs_base", f"new at {self.base_ref}: nothing to compare")
+        if not replacements and base_text is None:
             item.prop("status", "baseline")
             return
-        base_problem = self._base_problem(problem.path) if self.base_ref else None
-        verdict = self.session(problem).verify_model(replacements, base_problem=base_problem)
+        session = self.session(problem, item)
+        with self._base_file(problem, base_text) as base_problem, _internal_warnings_ignored():
+            verdict = session.verify_model(replacements, base_problem=base_problem)
         self._figures(item, verdict)
         if verdict.status == "rejected":
             raise GateFailure(f"{problem.id} with committed kernels: rejected at {verdict.reason}")
@@ -235,21 +334,33 @@ class GateSession:
                 f"[{timing.ci_low:.3f}, {timing.ci_high:.3f}]), recorded {recorded.timing.speedup:.3f}x on "
                 f"{recorded.measured:%Y-%m-%d} in this environment")
 
-    def _base_problem(self, path: Path) -> str | None:
-        """The problem file as it is at ``--kernelopt-base-ref``, in a temp folder (None if it did not exist)."""
-        root = Path(self.config.rootpath)
+    def _base_text(self, problem: _Problem) -> bytes | None:
+        """The problem file's bytes at the base commit; None when it did not exist there."""
+        assert self._git_top is not None and self.base_commit is not None
         try:
-            top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True,
-                                 check=True).stdout.strip()
-            rel = path.resolve().relative_to(Path(top).resolve())
-            text = subprocess.run(["git", "show", f"{self.base_ref}:{rel.as_posix()}"], cwd=top, capture_output=True,
-                                  text=True, check=True).stdout
-        except (subprocess.CalledProcessError, ValueError, OSError):
+            rel = problem.path.relative_to(self._git_top).as_posix()
+        except ValueError:
+            raise GateFailure(f"{problem.path}: outside the git repository {self._git_top}, "
+                              f"so it cannot be compared with {self.base_ref}") from None
+        spec = f"{self.base_commit}:{rel}"
+        if subprocess.run(["git", "cat-file", "-e", spec], cwd=self._git_top, capture_output=True).returncode != 0:
             return None
-        folder = Path(tempfile.mkdtemp(prefix="kernelopt-base-"))
-        target = folder / path.name
-        target.write_text(text)
-        return str(target)
+        shown = subprocess.run(["git", "show", spec], cwd=self._git_top, capture_output=True)
+        if shown.returncode != 0:
+            raise GateFailure(f"{rel} at {self.base_ref}: git show failed: {shown.stderr.decode(errors='replace').strip()}")
+        return shown.stdout
+
+    @staticmethod
+    @contextmanager
+    def _base_file(problem: _Problem, text: bytes | None) -> Iterator[str | None]:
+        """The base revision's problem file in a temporary folder, removed when the check ends, however it ends."""
+        if text is None:
+            yield None
+            return
+        with tempfile.TemporaryDirectory(prefix="kernelopt-base-") as folder:
+            target = Path(folder) / problem.path.name
+            target.write_bytes(text)
+            yield str(target)
 
     @staticmethod
     def _figures(item: Any, verdict: Any) -> None:
@@ -264,21 +375,48 @@ class GateSession:
             item.prop("speedup_ci", [round(t.ci_low, 4), round(t.ci_high, 4)])
         for stage in verdict.stages:
             item.prop(f"stage_{stage.name}_seconds", round(stage.seconds, 2))
-        item.prop("wall_seconds", round(verdict.wall_seconds, 2))
+        item.prop("verify_seconds", round(verdict.wall_seconds, 2))
+
+    # --- reporting (runs in the controller under xdist) --------------------------------
+
+    def write_summary(self, terminalreporter: Any) -> None:
+        """The table of :func:`~pytest_kernelopt.report.gate_lines`, from the call reports pytest kept."""
+        from .report import gate_lines
+
+        rows = []
+        for reports in terminalreporter.stats.values():
+            for report in reports:
+                if isinstance(report, pytest.TestReport) and report.when == "call":
+                    props = {k[len(PREFIX):]: v for k, v in report.user_properties if k.startswith(PREFIX)}
+                    if "item" in props:
+                        rows.append((report.nodeid, report.outcome, props))
+        lines = gate_lines(rows)
+        if lines:
+            terminalreporter.section("kernelopt")
+            for line in lines:
+                terminalreporter.write_line(line)
 
 
 # --- nodes -----------------------------------------------------------------------------
 
-class ModelNode(pytest.Collector):
-    """One problem file; its items are created by GateSession.collect."""
+class ProblemFile(pytest.File):
+    """A configured problem file: compiled at collection, one item per Triton kernel and one for the model."""
 
-    gate: GateSession
+    def __init__(self, *, gate: GateSession, problem: _Problem, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.gate = gate
+        self.problem = problem
 
-    def collect(self) -> list[pytest.Item]:  # pragma: no cover - items are attached directly
-        return []
+    def collect(self) -> Iterator[pytest.Item]:
+        problem = self.gate.load(self.problem)
+        for kernel in problem.kernels:
+            yield KernelItem.from_parent(self, name=kernel, gate=self.gate, problem=problem)
+        yield ModelItem.from_parent(self, name="model", gate=self.gate, problem=problem)
 
 
 class _GateItem(pytest.Item):
+    kind = ""
+
     def __init__(self, *, gate: GateSession, problem: _Problem, **kwargs: Any):
         super().__init__(**kwargs)
         self.gate = gate
@@ -288,45 +426,37 @@ class _GateItem(pytest.Item):
     def prop(self, key: str, value: Any) -> None:
         self.user_properties.append((PREFIX + key, value))
 
+    def runtest(self) -> None:
+        self.prop("item", self.kind)
+        started = time.monotonic()
+        try:
+            self.check()
+        finally:
+            # The whole item, opening the problem's verification session included when this
+            # item was the first of its problem to need it (``open_seconds`` says how long).
+            self.prop("wall_seconds", round(time.monotonic() - started, 2))
+
+    def check(self) -> None:
+        raise NotImplementedError
+
     def repr_failure(self, excinfo: Any, style: Any = None) -> str:
         if isinstance(excinfo.value, (GateFailure, KerneloptError)):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.problem.path, None, f"kernelopt {self.nodeid}"
+        return self.path, None, f"kernelopt {self.nodeid}"
 
 
 class KernelItem(_GateItem):
-    def runtest(self) -> None:
-        self.prop("item", "kernel")
+    kind = "kernel"
+
+    def check(self) -> None:
         self.gate.check_kernel(self)
 
 
 class ModelItem(_GateItem):
-    def runtest(self) -> None:
-        self.prop("item", "model")
+    kind = "model"
+
+    def check(self) -> None:
         self.gate.check_model(self)
-
-
-# --- reporting (runs in the controller under xdist) ------------------------------------
-
-_rows: list[tuple[str, str, dict[str, Any]]] = []
-
-
-def record_report(report: pytest.TestReport) -> None:
-    if report.when != "call" and not (report.when == "setup" and report.skipped):
-        return
-    props = {k[len(PREFIX):]: v for k, v in report.user_properties if k.startswith(PREFIX)}
-    if "item" in props or (report.skipped and "status" in props):
-        _rows.append((report.nodeid, report.outcome, props))
-
-
-def write_summary(terminalreporter: Any) -> None:
-    from .report import gate_lines
-
-    lines = gate_lines(_rows)
-    if lines:
-        terminalreporter.section("kernelopt")
-        for line in lines:
-            terminalreporter.write_line(line)

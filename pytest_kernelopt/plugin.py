@@ -7,6 +7,7 @@ neither torch nor triton, so plain ``pytest`` stays fast.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,9 +26,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kernelopt-base-ref", metavar="REF", default=None,
                     help="also compare each model with its problem file at git revision REF, measured side by side")
     group.addoption("--kernelopt-max-slowdown", type=float, default=0.01, metavar="FRACTION",
-                    help="fail only when the 95%% CI's upper bound is below 1 - FRACTION (default 0.01)")
-    group.addoption("--kernelopt-seeds", type=int, default=3, help="input seeds per check (default 3)")
-    group.addoption("--kernelopt-timeout", type=float, default=600.0, help="seconds per isolated check (default 600)")
+                    help="fail only when the 95%% CI's upper bound is below 1 - FRACTION, 0 <= FRACTION < 1 "
+                         "(default 0.01)")
+    group.addoption("--kernelopt-seeds", type=int, default=3, metavar="N",
+                    help="input seeds per check, 1 to 1000 (default 3)")
+    group.addoption("--kernelopt-timeout", type=float, default=600.0, metavar="SECONDS",
+                    help="seconds per isolated check (default 600)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -35,17 +39,19 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("kernelopt"):
         from .gate import GateSession
 
-        config.stash[_SESSION] = GateSession(config)
+        gate = config.stash[_SESSION] = GateSession(config)  # bad settings or options: pytest.UsageError
+        config.args.extend(gate.initial_paths())
 
 
 def _gate(config: pytest.Config) -> Any:
     return config.stash.get(_SESSION, None)
 
 
-@pytest.hookimpl(tryfirst=True)  # before -k/-m deselection sees the items
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    if (gate := _gate(config)) is not None:
-        items.extend(gate.collect(session))
+@pytest.hookimpl(wrapper=True)
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Any:
+    collected = yield
+    gate = _gate(parent.config)
+    return collected if gate is None else gate.collect_file(file_path, parent, collected)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -53,16 +59,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         gate.close()  # stop the verification workers
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    # Runs in the controller under xdist too: figures travel in user_properties.
-    if any(key.startswith("kernelopt_") for key, _ in report.user_properties):
-        from .gate import record_report
-
-        record_report(report)
-
-
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    if _gate(config) is not None:
-        from .gate import write_summary
-
-        write_summary(terminalreporter)
+    if (gate := _gate(config)) is not None:
+        gate.write_summary(terminalreporter)

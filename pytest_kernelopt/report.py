@@ -39,42 +39,55 @@ def print_table(table: Table) -> None:
 
 
 def gate_lines(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
-    """The gate's terminal summary: one row per model (kernels committed/stale/baseline,
-    speedup with its 95% interval, worst error against float64)."""
-    models: dict[str, dict[str, Any]] = {}
+    """The gate's terminal summary: one row per problem file (its path from the node id).
+
+    ``rows`` are (node id, outcome, ``kernelopt_*`` properties without the prefix) of the
+    items that ran. committed/stale/baseline say what the store holds for the model's
+    kernels: the model item knows all of them; without it (deselected) the kernel items
+    that ran are counted. failed counts the kernel items that failed; "model check" is
+    the model item's outcome. The speedup with its 95% interval and the worst error
+    against float64 come from the model item.
+    """
+    problems: dict[str, dict[str, Any]] = {}
     for nodeid, outcome, props in rows:
-        model = props.get("model") or nodeid.split("::")[0]
-        m = models.setdefault(model, {"committed": 0, "stale": 0, "baseline": 0, "failed": 0, "error": None,
-                                       "speed": "not measured", "vs_base": "", "outcome": "passed"})
+        m = problems.setdefault(nodeid.split("::")[0], {
+            "counts": None, "kernels": {"committed": 0, "stale": 0, "baseline": 0}, "failed": 0, "error": None,
+            "speed": "-", "vs_base": "", "outcome": "not run"})
         if props.get("item") == "model":
             m["outcome"] = outcome
+            if "committed" in props:
+                m["counts"] = {key: props.get(key, 0) for key in ("committed", "stale", "baseline")}
             if "speedup" in props:
                 lo, hi = props["speedup_ci"]
                 m["speed"] = f"{props['speedup']:.3f}x [{lo:.3f}, {hi:.3f}]"
-            elif not props.get("committed"):
-                m["speed"] = "compiler baseline"
+            else:
+                m["speed"] = "not measured" if props.get("committed") else "compiler baseline"
             if "vs_base_speedup" in props:
                 lo, hi = props["vs_base_ci"]
                 m["vs_base"] = f"{props['vs_base_speedup']:.3f}x [{lo:.3f}, {hi:.3f}]"
+            elif "vs_base" in props:
+                m["vs_base"] = props["vs_base"]
             if props.get("error_vs_fp64") is not None:
                 m["error"] = props["error_vs_fp64"]
             continue
-        status = props.get("status")
-        if status in ("committed", "stale", "baseline"):
-            m[status] += 1
+        # A committed version that was checked and failed is still a committed one.
+        status = {"rejected": "committed", "slower": "committed"}.get(props.get("status"), props.get("status"))
+        if status in m["kernels"]:
+            m["kernels"][status] += 1
         if outcome == "failed":
             m["failed"] += 1
-    if not models:
+    if not problems:
         return []
     table = Table(box=None, pad_edge=False)
-    for col in ("model", "committed", "stale", "baseline", "failed", "speedup vs compiled [95% CI]",
+    for col in ("problem", "committed", "stale", "baseline", "failed", "speedup vs compiled [95% CI]",
                 "vs base ref", "worst err vs fp64", "model check"):
         table.add_column(col)
-    for name in sorted(models):
-        m = models[name]
+    for name in sorted(problems):
+        m = problems[name]
+        counts = m["counts"] or m["kernels"]
         err = f"{m['error']:.3g}" if m["error"] is not None else "-"
-        table.add_row(name, str(m["committed"]), str(m["stale"]), str(m["baseline"]), str(m["failed"]), m["speed"],
-                      m["vs_base"] or "-", err, m["outcome"])
-    console = Console(file=io.StringIO(), width=160, color_system=None)
+        table.add_row(name, str(counts["committed"]), str(counts["stale"]), str(counts["baseline"]), str(m["failed"]),
+                      m["speed"], m["vs_base"] or "-", err, m["outcome"])
+    console = Console(file=io.StringIO(), width=200, color_system=None)
     console.print(table)
     return console.file.getvalue().rstrip().splitlines()  # type: ignore[attr-defined]

@@ -1,7 +1,9 @@
 """`pytest --kernelopt` through pytester, in interpreter mode, on a copy of an example problem.
 
 A template repo (pyproject.toml, the problem, and one kernel accepted through
-`kernelopt accept`) is built once; each test runs the gate in a fresh copy.
+`kernelopt accept`) is built once; each test runs the gate in a fresh copy. Node ids
+are the problem file's path from the rootdir: `problems/elementwise_chain.py::<kernel>`
+and `problems/elementwise_chain.py::model`. Bad settings and options: test_gate_options.py.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "tests" / "problems" / "elementwise_chain.py"
 PYPROJECT = '[tool.kernelopt]\nproblems = ["problems/*.py"]\ndevice = "cpu"\n'
+FILE = "problems/elementwise_chain.py"
+ROW = r"problems/elementwise_chain\.py\s+"  # the summary row of the problem (committed stale baseline failed ...)
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -56,9 +60,17 @@ def _kernel_dir(repo: Path) -> Path:
     return repo / "kernels" / "elementwise_chain" / (repo / "kernel_name").read_text()
 
 
-def _gate(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess("--kernelopt", "--kernelopt-seeds", "2", "-p", "no:cacheprovider",
-                                         "-W", "ignore", *args)
+def _gate(pytester: pytest.Pytester, *args: str, cache: bool = False) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("--kernelopt", "--kernelopt-seeds", "2", "-W", "ignore",
+                                         *([] if cache else ["-p", "no:cacheprovider"]), *args)
+
+
+def _junit(path: Path) -> dict[str, dict[str, str]]:
+    """Per testcase name: its ``time`` and its properties."""
+    cases = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        cases[case.get("name")] = {"time": case.get("time"), **{p.get("name"): p.get("value") for p in case.iter("property")}}
+    return cases
 
 
 def test_plain_pytest_does_not_import_torch(pytester: pytest.Pytester) -> None:
@@ -77,8 +89,8 @@ def test_gate_passes_with_committed_kernel_under_xdist(repo: Path, pytester: pyt
     result = _gate(pytester, "-n", "2", "--junitxml=gate.xml")
     result.assert_outcomes(passed=2)
     out = result.stdout.str()
-    assert re.search(r"elementwise_chain\s+1\s+0\s+0\s+0\s+not measured", out), out
-    props = {p.get("name"): p.get("value") for p in ET.parse(repo / "gate.xml").getroot().iter("property")}
+    assert re.search(ROW + r"1\s+0\s+0\s+0\s+not measured", out), out
+    props = _junit(repo / "gate.xml")[(repo / "kernel_name").read_text()]
     assert props["kernelopt_status"] == "committed"
     assert float(props["kernelopt_error_vs_fp64"]) < 1e-5
 
@@ -128,9 +140,16 @@ def test_stale_kernel_is_reported_and_fails_when_strict(repo: Path, pytester: py
     result = _gate(pytester, "-rs")
     result.assert_outcomes(passed=1, skipped=1)
     assert "stale" in result.stdout.str()
-    strict = _gate(pytester, "--kernelopt-strict")
+    strict = _gate(pytester, "--kernelopt-strict", cache=True)
     strict.assert_outcomes(passed=1, failed=1)
     assert "stale" in strict.stdout.str()
+    kernel = (repo / "kernel_name").read_text()
+    strict.stdout.fnmatch_lines([f"FAILED {FILE}::{kernel}*"])
+    # The failed item's id is a real node id: --lf re-runs exactly it, and the row still counts it.
+    again = _gate(pytester, "--kernelopt-strict", "--lf", cache=True)
+    again.assert_outcomes(failed=1)
+    again.stdout.fnmatch_lines(["collected 1 item", "run-last-failure: rerun previous 1 failure*"])
+    assert re.search(ROW + r"0\s+1\s+0\s+1\s", again.stdout.str()), again.stdout.str()
 
 
 @pytest.mark.slow
@@ -142,14 +161,64 @@ def test_corrupt_manifest_fails_the_item_not_the_run(repo: Path, pytester: pytes
 
 
 @pytest.mark.slow
-def test_k_selects_gate_items(repo: Path, pytester: pytest.Pytester) -> None:
-    result = _gate(pytester, "-k", "model")
+def test_k_selects_the_model_item(repo: Path, pytester: pytest.Pytester) -> None:
+    # -W default after the helper's -W ignore: warnings torch raises while the gate compiles
+    # and verifies must not reach the summary.
+    result = _gate(pytester, "-k", "model", "-W", "default", "--junitxml=gate.xml")
     result.assert_outcomes(passed=1, deselected=1)
-    result.stdout.fnmatch_lines(["*1 passed, 1 deselected*"])
+    result.stdout.fnmatch_lines(["collected 2 items / 1 deselected / 1 selected", "*1 passed, 1 deselected*"])
+    out = result.stdout.str()
+    assert "warnings summary" not in out, out
+    # The kernel item did not run; the model item still knows what the store holds.
+    assert re.search(ROW + r"1\s+0\s+0\s+0\s+not measured", out), out
+    (case,) = _junit(repo / "gate.xml").values()
+    # The model item opened the problem's verification session: its wall time includes that.
+    wall, opened = float(case["kernelopt_wall_seconds"]), float(case["kernelopt_open_seconds"])
+    assert 0.5 < opened <= wall <= float(case["time"]) + 0.05, case
+    assert float(case["kernelopt_verify_seconds"]) <= wall
 
 
-def test_no_problems_is_a_usage_error(pytester: pytest.Pytester) -> None:
-    pytester.makefile(".toml", pyproject='[tool.kernelopt]\nproblems = ["nothing/*.py"]\n')
-    result = pytester.runpytest_subprocess("--kernelopt", "-p", "no:cacheprovider")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "matches no problem files" in result.stderr.str()
+@pytest.mark.slow
+def test_collects_problem_files_outside_testpaths(repo: Path, pytester: pytest.Pytester) -> None:
+    with (repo / "pyproject.toml").open("a") as f:
+        f.write('\n[tool.pytest.ini_options]\ntestpaths = ["tests"]\n')
+    pytester.mkdir("tests")
+    (repo / "tests" / "test_other.py").write_text("def test_other():\n    pass\n")
+    kernel = (repo / "kernel_name").read_text()
+    # Three items collected (the user's test and the gate's two), a kernel selected by its name.
+    listed = _gate(pytester, "--co", "-q", "-k", f"{kernel} or test_other")
+    assert listed.ret == 0, listed.stdout.str()
+    listed.stdout.fnmatch_lines(["tests/test_other.py::test_other", f"{FILE}::{kernel}",
+                                 "2/3 tests collected (1 deselected)*"])
+    # Plain pytest still collects only the user's tests.
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def _commit_all(repo: Path) -> None:
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+@pytest.mark.slow
+def test_node_id_with_base_ref(repo: Path, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An item's id runs exactly that item; the base revision's file lives only as long as the check."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    _commit_all(repo)
+    temp = repo / "tmp"
+    temp.mkdir()
+    # Keep Inductor's compile cache where it was (it follows TMPDIR, torch 2.13): only the
+    # gate's own temporary files move.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())
+    monkeypatch.setenv("TMPDIR", str(temp))
+    result = _gate(pytester, f"{FILE}::model", "--kernelopt-base-ref", "HEAD")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["collected 1 item"])
+    assert list(temp.iterdir()) == []
+    # A problem file that did not exist at the base revision is said to be new there.
+    subprocess.run(["git", "mv", FILE, "problems/renamed_chain.py"], cwd=repo, check=True)
+    renamed = _gate(pytester, "-k", "model", "--kernelopt-base-ref", "HEAD")
+    renamed.assert_outcomes(passed=1, deselected=1)
+    assert re.search(r"problems/renamed_chain\.py\s+0\s+0\s+1\s+0\s+compiler baseline\s+new at HEAD: nothing to "
+                     r"compare", renamed.stdout.str()), renamed.stdout.str()
+    assert list(temp.iterdir()) == []
