@@ -347,7 +347,8 @@ class GateSession:
             return None
         shown = subprocess.run(["git", "show", spec], cwd=self._git_top, capture_output=True)
         if shown.returncode != 0:
-            raise GateFailure(f"{rel} at {self.base_ref}: git show failed: {shown.stderr.decode(errors='replace').strip()}")
+            why = shown.stderr.decode(errors="replace").strip()
+            raise GateFailure(f"{rel} at {self.base_ref}: git show failed: {why}")
         return shown.stdout
 
     @staticmethod

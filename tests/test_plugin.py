@@ -69,7 +69,8 @@ def _junit(path: Path) -> dict[str, dict[str, str]]:
     """Per testcase name: its ``time`` and its properties."""
     cases = {}
     for case in ET.parse(path).getroot().iter("testcase"):
-        cases[case.get("name")] = {"time": case.get("time"), **{p.get("name"): p.get("value") for p in case.iter("property")}}
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        cases[case.get("name")] = {"time": case.get("time"), **props}
     return cases
 
 
