@@ -95,8 +95,10 @@ class FastJIT:
 
             caches = self._fn.device_caches[torch.cuda.current_device()]
             kernel_cache, kernel_key_cache, binder = caches[0], caches[1], caches[-1]
-            _, specialization, options = binder(*args, **kwargs, debug=self._debug,
-                                                instrumentation_mode=self._instrumentation)
+            # As JITFunction.run does: a launch's own debug= wins over the function's.
+            kw = dict(kwargs)
+            debug = kw.pop("debug", self._fn.debug) or self._debug
+            _, specialization, options = binder(*args, **kw, debug=debug, instrumentation_mode=self._instrumentation)
             kernel = kernel_cache.get(compute_cache_key(kernel_key_cache, specialization, options))
             if kernel is not None and not hasattr(kernel, "result") and hasattr(kernel, "packed_metadata"):
                 # Parameters after the positional ones (constexprs, defaults) are fixed by the key.

@@ -181,11 +181,12 @@ HOST_METADATA_ATTRS = frozenset({"shape", "ndim", "dtype"})
 HOST_METADATA_METHODS = frozenset({"stride", "size", "numel", "dim", "element_size", "is_contiguous", "data_ptr"})
 
 # Keyword arguments of ``kernel[grid](...)`` besides the kernel's own parameters: the launch
-# options Inductor uses. Left out: extern_libs (loads a library), ptx_options, ir_override,
-# debug, sanitize_overflow, instrumentation_mode, arch.
+# options Inductor uses (dumps spell out debug and sanitize_overflow as Inductor compiles
+# them: device asserts for indirect indexing on, overflow checks off). Left out:
+# extern_libs (loads a library), ptx_options, ir_override, instrumentation_mode, arch.
 LAUNCH_OPTIONS = frozenset({
     "num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "enable_reflect_ftz",
-    "launch_pdl", "launch_cooperative_grid",
+    "launch_pdl", "launch_cooperative_grid", "debug", "sanitize_overflow",
 })
 
 # Names of the kernel's runtime arguments that are integers (Inductor's naming: sizes
