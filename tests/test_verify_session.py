@@ -185,7 +185,7 @@ def test_compare_finds_one_bad_element_in_the_last_chunk(small_chunks):
     import torch
 
     from pytest_kernelopt.verify.kernel import compare
-    from pytest_kernelopt.verify.pipeline import StageFailure
+    from pytest_kernelopt.verify.prepared import StageFailure
 
     expected = torch.randn(1000, dtype=torch.float32)
     assert compare(expected, expected.clone(), 1e-4, "x") == (0.0, 0.0)
@@ -203,7 +203,7 @@ def test_compare_walks_strided_tensors(small_chunks):
     import torch
 
     from pytest_kernelopt.verify.kernel import compare
-    from pytest_kernelopt.verify.pipeline import StageFailure
+    from pytest_kernelopt.verify.prepared import StageFailure
     from pytest_kernelopt.verify.tensors import chunks
 
     base = torch.randn(40, 30)

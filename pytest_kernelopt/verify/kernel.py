@@ -25,7 +25,7 @@ from typing import Any
 
 from ..records import SeedErrors
 from .options import VerifyOptions
-from .pipeline import Prepared, StageFailure
+from .prepared import Prepared, StageFailure
 from .tensors import checksum, chunks, poison, random_fill
 
 EXACT_COPY_BYTES = 16 << 20  # read-only arguments up to this size are compared exactly, larger by checksum

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..records import SeedErrors
 from .options import ULP_FLOOR
-from .pipeline import Prepared, StageFailure
+from .prepared import Prepared, StageFailure
 from .tensors import any_nonfinite, chunks
 
 EXACT_REFERENCE_BYTES = 32 << 20  # float64 references up to this size; larger ones rounded, with their residue

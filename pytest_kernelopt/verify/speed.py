@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..records import Timing
-from .pipeline import Prepared
+from .prepared import Prepared
 
 
 def describe(t: Timing) -> str:

@@ -1,0 +1,96 @@
+"""The worker's prepared problem: compiled once, with what every check of every seed reuses.
+
+Shared by the stages (:mod:`.kernel`, :mod:`.model`, :mod:`.speed`) and the stage
+order (:mod:`.pipeline`), which is why it lives apart from both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..records import SeedErrors
+
+GIB = float(1 << 30)
+
+
+class StageFailure(Exception):
+    """The candidate failed a stage; ``detail`` says where and how."""
+
+    def __init__(self, detail: str, errors: list[SeedErrors] | None = None):
+        super().__init__(detail)
+        self.detail = detail
+        self.errors = errors or []
+
+
+class VerifierOutOfMemory(Exception):
+    """The verifier's own bookkeeping does not fit on the device: never the candidate's fault."""
+
+
+def out_of_memory(exc: BaseException, what: str) -> VerifierOutOfMemory:
+    import re
+
+    import torch
+
+    held = torch.cuda.memory_allocated() if torch.cuda.is_available() else 0
+    asked = 0
+    m = re.search(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB)", str(exc))
+    if m:
+        asked = float(m.group(1)) * {"GiB": 1 << 30, "MiB": 1 << 20, "KiB": 1 << 10}[m.group(2)]
+    total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0
+    return VerifierOutOfMemory(
+        f"not enough GPU memory to verify at this size ({what}): needed about {(held + asked) / GIB:.1f} GiB "
+        f"of {total / GIB:.1f} GiB")
+
+
+@dataclass
+class Prepared:
+    """A problem compiled once in the worker, with what checks of every seed reuse.
+
+    Inputs are not kept: they are drawn again for each use (on a GPU that takes
+    milliseconds, even at 8 GiB), so only one seed's inputs are ever on the device
+    and a candidate that writes into them cannot affect the next check. Their
+    checksums, taken when the session opened, show whether a run wrote into them.
+    """
+
+    compiled: Any
+    device: str
+    seeds: list[int]
+    references: dict[int, Any]  # seed -> model.SeedReference
+    integrity: dict[int, Any] = field(default_factory=dict)  # seed -> checksums of the inputs as drawn
+    weights: Any = None  # checksums of the model's parameters and buffers
+    base: dict[str, Any] = field(default_factory=dict)  # base-revision problems, compiled
+
+    def inputs(self, seed: int) -> list[Any]:
+        return self.compiled.problem.make_inputs(seed, self.device)
+
+    def check_inputs(self, seed: int, inputs: list[Any]) -> None:
+        """Raise StageFailure when a run wrote into the model's inputs (which it may only read)."""
+        from .tensors import checksum
+
+        if [checksum(x) for x in inputs] != self.integrity[seed]:
+            raise StageFailure(f"seed {seed}: the model's inputs changed during the run (the candidate wrote into "
+                               "memory it may only read)")
+
+    def restore_weights_if_changed(self) -> bool:
+        """Whether something wrote into the model's weights; if so, they are put back."""
+        if self.weights is None or weight_sums(self.compiled.model) == self.weights:
+            return False
+        fresh = self.compiled.problem.build_model(self.device)
+        with _no_grad():
+            for mine, theirs in zip([*self.compiled.model.parameters(), *self.compiled.model.buffers()],
+                                    [*fresh.parameters(), *fresh.buffers()]):
+                mine.copy_(theirs)
+        return True
+
+
+def _no_grad() -> Any:
+    import torch
+
+    return torch.no_grad()
+
+
+def weight_sums(model: Any) -> list[Any]:
+    from .tensors import checksum
+
+    return [checksum(t) for t in [*model.parameters(), *model.buffers()]]
