@@ -123,6 +123,7 @@ def render_dump(info: KernelInfo, model_id: str) -> str:
         f'"""kernelopt candidate: `{info.name}` of model `{model_id}`.',
         "",
         f"Dumped from the kernel Inductor generated (fingerprint {info.fingerprint}).",
+        *_configs_note(launch.compiled_configs),
         f"Entry point: `{ENTRY_POINT}({signature})`, called as the compiled model calls",
         f"the kernel. It writes: {written}. Edit the kernel, the grid or the launch",
         "options; keep the entry point's arguments.",
@@ -152,6 +153,13 @@ def render_dump(info: KernelInfo, model_id: str) -> str:
     text = "\n".join(out)
     ast.parse(text)  # a dump that does not parse is our bug, not the user's
     return text
+
+
+def _configs_note(compiled: int | None) -> list[str]:
+    if compiled and compiled > 1:
+        return [f"Inductor compiled {compiled} launch configurations, benchmarked them on the first run and",
+                "launched the one below; this dump reproduces that launch."]
+    return []
 
 
 def write_dumps(infos: list[KernelInfo], model_id: str, folder: Path) -> list[Path]:

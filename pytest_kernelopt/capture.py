@@ -249,7 +249,9 @@ def launch_config(autotuner: Any, interpreted: bool) -> LaunchConfig:
     if meta.get("disable_ftz"):
         options["enable_reflect_ftz"] = False
     grid = GridExpr.from_meta(autotuner.inductor_meta, cfg)
+    compiled = getattr(autotuner, "compile_results", None) or getattr(autotuner, "configs", None) or []
     return LaunchConfig(
+        compiled_configs=None if interpreted else (len(compiled) or None),  # the interpreter benchmarks nothing
         kwargs={k: int(v) for k, v in cfg.kwargs.items()},
         num_warps=getattr(cfg, "num_warps", None),
         num_stages=getattr(cfg, "num_stages", None),

@@ -46,6 +46,9 @@ class LaunchConfig(Record):
     options: dict[str, Any] = Field(default_factory=dict)
     grid: list[str] = Field(default_factory=lambda: ["1", "1", "1"])
     grid_prefix: list[str] = Field(default_factory=list)
+    # How many configurations Inductor compiled for the kernel: more than one means it
+    # benchmarked them on the first run and kept the one above.
+    compiled_configs: int | None = None
 
 
 class KernelInfo(Record):
@@ -200,6 +203,9 @@ class Verdict(Record):
     # GPU memory: the eager model's own peak, and the verifier's peak so far (GiB).
     eager_peak_gib: float | None = None
     peak_gib: float | None = None
+    # What contained the worker that ran the candidate, e.g. "namespaces: user,pid,net,mount,ipc;
+    # no capabilities; host memory not capped" or "process group only (namespaces unavailable: ...)".
+    isolation: str | None = None
     # The compiler kernel as the worker captured it, and the exact candidate text that
     # was verified (not serialized): `accept` stores these bytes, never a re-read file.
     _kernel_info: KernelInfo | None = PrivateAttr(default=None)

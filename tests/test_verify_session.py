@@ -252,3 +252,19 @@ def test_reference_keeps_float64_only_when_small(monkeypatch):
     assert large.nonfinite is None
     base[3] = float("inf")
     assert model._output_reference(base, ref).nonfinite.sum() == 1
+
+
+def test_out_of_memory_is_the_verifiers_failure_not_a_rejection():
+    """A Failure(kind="memory") from the worker becomes exit 2 with the size, never a verdict."""
+    from pathlib import Path
+
+    from pytest_kernelopt.errors import VerifierError
+    from pytest_kernelopt.verify import _failure
+    from pytest_kernelopt.verify.prepared import out_of_memory
+    from pytest_kernelopt.verify.protocol import Failure
+
+    exc = out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate 16.00 GiB"), "kernel stage")
+    assert "not enough GPU memory to verify at this size (kernel stage): needed about 16.0 GiB" in str(exc)
+    error = _failure(Failure(kind="memory", message=str(exc)), Path("p.py"))
+    assert isinstance(error, VerifierError) and error.exit_code == 2
+    assert "p.py" in str(error) and "needed about 16.0 GiB" in str(error)
