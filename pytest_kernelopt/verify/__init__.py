@@ -154,6 +154,7 @@ class VerifySession:
             status="rejected", seeds=self.options.seed_list, environment=opened.environment,
             reference=opened.reference, reference_note=opened.reference_note,
             eager_peak_gib=_gib(opened.eager_peak_bytes), peak_gib=_gib(opened.peak_bytes),
+            isolation=self._worker.isolation,
         )
         if only is not None:
             verdict._kernel_info = self.kernel_info(kernel)  # type: ignore[arg-type]

@@ -1,12 +1,16 @@
 """Isolation: candidate code runs in a worker process, never in the caller's.
 
 The parent (:class:`WorkerProcess`) starts ``python -m pytest_kernelopt.verify.worker
-IN OUT`` in a new session, in an empty temporary folder, with an environment that
-holds nothing that looks like a credential, and talks to it over two pipes
-(:mod:`.protocol`). The worker dies with its parent (``PR_SET_PDEATHSIG``), its
-whole process group is killed when a time limit runs out or the session closes, and
-its folder is removed. The worker side (:func:`serve`) reads requests and hands them
-to :mod:`.pipeline`; it decides nothing about the verdict.
+IN OUT`` in the sandbox of :mod:`.sandbox` (Linux namespaces where the kernel allows:
+no view of the parent's processes, environment or network, no way to signal it), in
+a new session, in an empty temporary folder, with an environment that holds nothing
+that looks like a credential, and talks to it over two pipes (:mod:`.protocol`). The
+worker dies with its parent (``PR_SET_PDEATHSIG``); when a time limit runs out or the
+session closes its process group is killed, and with it PID 1 of its namespace, so
+every process it started dies too; its folder is removed. The worker side
+(:func:`serve`) reads requests and hands them to :mod:`.pipeline`; it decides nothing
+about the verdict, and inside the sandbox it kills whatever a candidate left running
+after each check.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from pydantic import ValidationError
 
+from . import sandbox
 from .protocol import REPLY, REQUEST, Failure, Message, encode
 
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE", re.I)
@@ -42,20 +47,28 @@ class WorkerExited(Exception):
     """The worker process ended (crash, signal, exit) or broke the protocol."""
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+WORKER = (sys.executable, "-m", "pytest_kernelopt.verify.worker")
 
 
 class WorkerProcess:
-    """One isolated worker and the two pipes to it."""
+    """One isolated worker and the two pipes to it.
 
-    def __init__(self) -> None:
+    ``program`` is started with the two pipes' descriptors appended (the worker by
+    default; tests run small payloads). ``memory``: a cap on the worker's host memory
+    in bytes (``RLIMIT_DATA``); None reads ``KERNELOPT_WORKER_MEMORY`` (unset: no cap).
+    ``isolation`` describes what contains it, for the verdict.
+    """
+
+    def __init__(self, program: Sequence[str] = WORKER, *, memory: int | None = None) -> None:
+        from ..errors import UsageError
+
+        try:
+            self.memory = sandbox.memory_limit() if memory is None else (memory or None)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+        self.sandbox = sandbox.isolation()
+        sandbox.warn_once(self.sandbox)
+        self.isolation = self.sandbox.describe(self.memory)
         self.folder = Path(tempfile.mkdtemp(prefix="kernelopt-worker-"))
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
@@ -68,9 +81,9 @@ class WorkerProcess:
         self.stderr_path = self.folder / "stderr.txt"
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pytest_kernelopt.verify.worker", str(to_child_r), str(from_child_w)],
+                [*self.sandbox.prefix, *program, str(to_child_r), str(from_child_w)],
                 stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env, cwd=self.folder,
-                pass_fds=(to_child_r, from_child_w), start_new_session=True, preexec_fn=_die_with_parent,
+                pass_fds=(to_child_r, from_child_w), start_new_session=True, preexec_fn=sandbox.preexec(self.memory),
             )
         os.close(to_child_r)
         os.close(from_child_w)
@@ -114,7 +127,7 @@ class WorkerProcess:
             raise WorkerExited(f"the worker broke the protocol ({exc.error_count()} error(s) in a message)") from exc
 
     def exit_cause(self) -> str:
-        code = self.proc.poll()
+        code = sandbox.exit_code(self.sandbox, self.proc.poll())
         if code is None:
             return "the worker stopped answering"
         if code < 0:
@@ -135,6 +148,7 @@ class WorkerProcess:
         return " | ".join(text[-lines:])[-600:]
 
     def kill(self) -> None:
+        """SIGKILL to the process group: ``unshare`` and PID 1 of the namespace, so everything in it."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(Exception):
@@ -174,6 +188,7 @@ def serve(in_fd: int, out_fd: int) -> int:
 
     requests = os.fdopen(in_fd, "rb")
     prepared = None
+    keep: set[int] | None = None  # inside the sandbox: the processes there once the problem is open
     for line in requests:
         request = REQUEST.validate_json(line)
         try:
@@ -181,6 +196,8 @@ def serve(in_fd: int, out_fd: int) -> int:
                 return 0
             if request.type == "open":
                 prepared, opened = pipeline.open_problem(request)
+                if os.environ.get(sandbox.SANDBOXED) == "1":
+                    keep = sandbox.processes()
                 emit(opened)
             elif prepared is None:
                 emit(Failure(kind="internal", message="check before open"))
@@ -202,6 +219,8 @@ def serve(in_fd: int, out_fd: int) -> int:
             where = traceback.extract_tb(exc.__traceback__)[-1]
             emit(Failure(kind="internal", message=f"{type(exc).__name__}: {str(exc)[:300]} "
                                                   f"({Path(where.filename).name}:{where.lineno})"))
+        if keep is not None and request.type == "check" and not sandbox.sweep(keep):
+            return 3  # candidate code keeps starting processes: the namespace dies with this worker
     return 0
 
 
