@@ -268,3 +268,42 @@ def test_out_of_memory_is_the_verifiers_failure_not_a_rejection():
     error = _failure(Failure(kind="memory", message=str(exc)), Path("p.py"))
     assert isinstance(error, VerifierError) and error.exit_code == 2
     assert "p.py" in str(error) and "needed about 16.0 GiB" in str(error)
+
+
+def test_cuda_failing_inside_the_namespaces_falls_back_once_and_says_so(monkeypatch):
+    """Opening (before any candidate runs) is retried without namespaces when CUDA cannot start in them."""
+    import warnings
+
+    from pytest_kernelopt.errors import VerifierError
+    from pytest_kernelopt.verify import VerifySession, sandbox
+
+    monkeypatch.setattr(sandbox, "_probed", {"probed": sandbox.Isolation(("pid",), ("unshare",))})
+    monkeypatch.setattr(sandbox, "_warned", [])
+    calls = []
+
+    def fake_open(self):
+        calls.append(tuple(sandbox.isolation().namespaces))
+        if len(calls) == 1:
+            raise VerifierError("p.py: the verifier's worker failed while opening the problem (RuntimeError: "
+                                "CUDA driver initialization failed)")
+        return "opened"
+
+    monkeypatch.setattr(VerifySession, "_open_worker", fake_open)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert VerifySession("p.py", "cuda").open() == "opened"
+    assert calls == [("pid",), ()]
+    assert "CUDA failed inside the namespaces" in sandbox.isolation().why_not
+    assert any("without Linux namespaces" in str(w.message) for w in caught)
+    # On the CPU, or for a failure that is not about CUDA, nothing is retried.
+    monkeypatch.setattr(sandbox, "_probed", {"probed": sandbox.Isolation(("pid",), ("unshare",))})
+    calls.clear()
+
+    def broken(self):
+        calls.append(1)
+        raise VerifierError("p.py: opening took longer than 5 s")
+
+    monkeypatch.setattr(VerifySession, "_open_worker", broken)
+    with pytest.raises(VerifierError):
+        VerifySession("p.py", "cuda").open()
+    assert calls == [1]

@@ -80,8 +80,6 @@ class VerifySession:
 
     def open(self) -> Opened:
         """Start the worker and prepare the problem (again, after a candidate killed the last worker)."""
-        from .worker import WorkerExited, WorkerProcess
-
         if self._worker is not None and self._worker.alive and self._opened is not None:
             return self._opened
         if self._worker is not None:
@@ -89,6 +87,22 @@ class VerifySession:
             self.restarts += 1
         self.progress(f"opening {self.problem.name}: starting the worker, compiling, preparing "
                       f"{self.options.seeds} seed(s)")
+        try:
+            return self._open_worker()
+        except VerifierError as exc:
+            from . import sandbox
+
+            # The sandbox has not been tried with every driver: if CUDA cannot start inside
+            # the namespaces (before any candidate runs), say so and fall back, once.
+            if self.device != "cuda" or not sandbox.isolation().namespaces or not _looks_like_cuda(str(exc)):
+                raise
+            sandbox.disable(f"CUDA failed inside the namespaces: {str(exc)[-200:]}")
+            self.progress("the GPU is not usable inside the worker's namespaces; retrying without them")
+            return self._open_worker()
+
+    def _open_worker(self) -> Opened:
+        from .worker import WorkerExited, WorkerProcess
+
         self._worker = worker = WorkerProcess()
         limit = self.options.open_timeout
         try:
@@ -103,7 +117,10 @@ class VerifySession:
                                 f"float64 reference) took longer than {limit:g} s; no candidate ran")
         if isinstance(reply, Failure):
             self.close()
-            raise _failure(reply, self.problem)
+            error = _failure(reply, self.problem)
+            if reply.kind == "internal" or (reply.kind == "problem" and _looks_like_cuda(reply.message)):
+                raise VerifierError(str(error)) from error
+            raise error
         assert isinstance(reply, Opened)
         self._opened = reply
         return reply
@@ -250,6 +267,11 @@ class VerifySession:
         verdict.stages = stages
         verdict.wall_seconds = time.monotonic() - started
         return verdict
+
+
+def _looks_like_cuda(text: str) -> bool:
+    lowered = text.lower()
+    return any(word in lowered for word in ("cuda", "nvidia", "driver", "no gpu", "device-side"))
 
 
 def _gib(value: int | None) -> float | None:

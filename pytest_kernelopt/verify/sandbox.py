@@ -89,6 +89,13 @@ def isolation() -> Isolation:
 _probed: dict[str, Isolation] = {}
 
 
+def disable(why: str) -> None:
+    """Start later workers without namespaces (say why, once): used when CUDA cannot start inside them."""
+    _probed["probed"] = Isolation((), (), why)
+    _warned.clear()
+    warn_once(_probed["probed"])
+
+
 def _probe() -> Isolation:
     import shutil
     import subprocess
