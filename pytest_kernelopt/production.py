@@ -1,0 +1,322 @@
+"""Tuned kernels in production: compile with Inductor, then run the committed versions.
+
+A ``torch.compile`` backend that compiles each graph with Inductor exactly as the
+default backend does and then, for every Triton kernel of the graph, looks up the
+active version committed under ``kernels/<model>/<kernel>/``. A version is used
+only when its manifest's fingerprint equals the fingerprint of the kernel Inductor
+generated now (the same rule as the gate): it replaces the kernel global of the
+graph's wrapper module, as :mod:`pytest_kernelopt.swap` does in the verifier.
+
+Nothing is verified, timed or tuned here: that is the gate's job, done before the
+files were committed. What is checked at load is cheap and local: the sha256
+recorded at accept, the static check of the candidate language, and that the file
+loads. Whatever fails (a stale kernel, a missing or edited file, a file outside the
+language, one that does not load) leaves the compiler's kernel in place with one
+:class:`KerneloptWarning` naming the model, the kernel, the file and the cause;
+a tuned kernel never makes a model fail to compile.
+
+Kernels are named as capture names them (the wrapper's kernel global; from the
+second graph on, a name already used by an earlier graph gets ``__g<graph>``), so
+graphs are numbered in the order Dynamo first compiles their frames; a recompile
+(a new input shape with ``dynamic=False``) keeps its frame's number.
+
+This module imports neither the agents, nor git, nor the verifier's worker.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+from .errors import UsageError
+
+__all__ = ["BACKEND_NAME", "KerneloptBackend", "KerneloptWarning", "ProductionKernel", "backend", "compile",
+           "kernelopt_backend"]
+
+BACKEND_NAME = "kernelopt"
+# Keys of torch.compile(..., backend="kernelopt", options={...}) read by the backend;
+# every other key is an Inductor option.
+_OWN_OPTIONS = ("model", "kernels_dir")
+
+log = logging.getLogger(__name__)
+
+
+class KerneloptWarning(UserWarning):
+    """A committed kernel was not used; the compiler's kernel runs instead."""
+
+
+@dataclass
+class ProductionKernel:
+    """One Triton kernel of a compiled graph and what runs for it."""
+
+    name: str
+    graph: int
+    # Of the compiler's kernel; computed only where something is committed for the kernel.
+    fingerprint: str | None
+    runs: Literal["committed", "compiler"]
+    version: int | None = None
+    file: Path | None = None
+    # Why the compiler's kernel runs although something is committed (None: nothing committed).
+    reason: str | None = None
+    module: ModuleType | None = field(default=None, repr=False)
+    attr: str = ""
+
+
+class KerneloptBackend:
+    """A ``torch.compile`` backend for one model: Inductor, with the committed kernels swapped in.
+
+    ``torch.compile(model, backend=KerneloptBackend("softmax_rows"), mode=..., options=...)``:
+    ``mode`` and ``options`` are Inductor's (torch passes them to the backend).
+    ``kernels`` lists every Triton kernel compiled so far and what runs for it;
+    ``startup_seconds`` is the time spent beyond Inductor's compile (fingerprints,
+    reading and hashing files, the static check, loading).
+    """
+
+    def __init__(self, model: str, kernels_dir: str | Path | None = None, *, mode: str | None = None,
+                 options: dict[str, Any] | None = None):
+        from .store import KernelStore
+
+        if not isinstance(model, str) or not model:
+            raise UsageError(f"kernelopt backend: the model id must be a non-empty string, not {model!r}")
+        self.model = model
+        self.kernels_dir = _kernels_path(kernels_dir)
+        self.store = KernelStore(self.kernels_dir)
+        self.store.model_dir(model)  # a model id that cannot name a folder is a StoreError naming it
+        self.mode = mode
+        self.options = dict(options or {})
+        self.kernels: list[ProductionKernel] = []
+        self.startup_seconds = 0.0
+        self._graph_base: dict[Any, int] = {}  # Dynamo frame -> number of its first graph
+        self._graph_kernels: dict[int, set[str]] = {}  # graph number -> its kernel globals (latest compile)
+        self._next_graph = 0
+        self._warned: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"KerneloptBackend(model={self.model!r}, kernels_dir={str(self.kernels_dir)!r})"
+
+    def __call__(self, gm: Any, example_inputs: Any, *, mode: str | None = None,
+                 options: dict[str, Any] | None = None) -> Any:
+        from torch._inductor.compile_fx import compile_fx
+
+        from .capture import _record_wrapper_modules
+
+        patches = _inductor_patches(mode or self.mode, {**self.options, **(options or {})})
+        with _record_wrapper_modules() as loaded:
+            compiled = compile_fx(gm, example_inputs, config_patches=patches or None)
+        # Wrapper modules define ``call``; kernel modules do not (as in capture).
+        graphs = [m for m in loaded if callable(getattr(m, "call", None)) and getattr(m, "__file__", None)]
+        started = time.perf_counter()
+        with self._lock:
+            first = self._first_graph(len(graphs))
+            for offset, module in enumerate(graphs):
+                self._install(module, first + offset)
+            self.startup_seconds += time.perf_counter() - started
+        return compiled
+
+    # --- graphs and names ----------------------------------------------------------
+
+    def _first_graph(self, count: int) -> int:
+        """Number of the first of ``count`` graphs compiled now: recompiles keep their frame's numbers."""
+        key = _frame_key()
+        if key is None:  # called outside Dynamo: a new graph every call
+            key = object()
+        if key not in self._graph_base:
+            self._graph_base[key] = self._next_graph
+            self._next_graph += max(count, 1)
+        return self._graph_base[key]
+
+    def _name(self, attr: str, graph: int) -> str:
+        earlier = any(attr in names for g, names in self._graph_kernels.items() if g < graph)
+        return f"{attr}__g{graph}" if earlier else attr
+
+    # --- one graph -----------------------------------------------------------------
+
+    def _install(self, module: ModuleType, graph: int) -> None:
+        from .capture import _KERNEL_DEF
+
+        try:
+            source = Path(module.__file__).read_text()  # type: ignore[arg-type]
+        except OSError as exc:
+            self._warn(f"kernelopt: model {self.model}: cannot read Inductor's wrapper {module.__file__} "
+                       f"({exc.strerror or exc}); the compiler's kernels of graph {graph} are used")
+            return
+        kernels = [(attr, fn) for attr, fn in _KERNEL_DEF.findall(source)
+                   if hasattr(getattr(module, attr, None), "triton_meta")]
+        self._graph_kernels[graph] = {attr for attr, _ in kernels}
+        if kernels and not self.store.root.joinpath(self.model).is_dir():
+            self._warn(f"kernelopt: model {self.model}: no tuned kernels in {self.store.root} "
+                       f"(no folder {self.model}/); the compiler's kernels are used")
+        for attr, function in kernels:
+            compiler_kernel = getattr(module, attr)
+            try:
+                record = self._lookup(module, attr, function, graph)
+            except Exception as exc:  # a bug of ours must not stop the model: the compiler's kernel runs
+                setattr(module, attr, compiler_kernel)
+                record = self._fallback(
+                    ProductionKernel(self._name(attr, graph), graph, None, "compiler", module=module, attr=attr),
+                    None, f"kernelopt failed to check it ({type(exc).__name__}: {exc})")
+            self.kernels.append(record)
+
+    def _lookup(self, module: ModuleType, attr: str, function: str, graph: int) -> ProductionKernel:
+        from .candidate import CandidateKernel, load_candidate_source
+        from .capture import fingerprint
+        from .verify.static import check_candidate
+
+        compiler_kernel = getattr(module, attr)
+        name = self._name(attr, graph)
+        where = f"{self.model}/{name}"
+        record = ProductionKernel(name=name, graph=graph, fingerprint=None, runs="compiler", module=module, attr=attr)
+        try:
+            if not self.store.kernel_dir(self.model, name).is_dir():
+                return record  # nothing committed: no need for a fingerprint (a few ms per kernel)
+            active = self.store.active_file(self.model, name)
+        except Exception as exc:  # StoreError names the file: missing, edited, a broken manifest
+            return self._fallback(record, None, str(exc))
+        if active is None:
+            return record  # committed versions, none active
+        try:
+            record.fingerprint = fingerprint(Path(compiler_kernel.filename).read_text(), function)
+        except Exception as exc:  # our reading of Inductor's output failed: never the model's problem
+            return self._fallback(record, active.path,
+                                  f"cannot read the compiler's kernel ({type(exc).__name__}: {exc})")
+        record.version, record.file = active.record.version, active.path
+        if active.manifest.fingerprint != record.fingerprint:
+            return self._fallback(record, active.path, (
+                f"stale: it replaces compiler kernel {active.manifest.fingerprint}, but the compiler now generates "
+                f"{record.fingerprint} (another input shape, torch version or model change)"))
+        report = check_candidate(active.source, entry_args=_runtime_args(compiler_kernel))
+        if not report.ok:
+            return self._fallback(record, active.path, "fails the static check: " + "; ".join(report.problems[:3]))
+        try:
+            loaded = load_candidate_source(active.source, str(active.path), sha256=active.record.sha256)
+            replacement = CandidateKernel(loaded, label=str(active.path))
+        except Exception as exc:
+            return self._fallback(record, active.path, f"does not load: {exc}")
+        setattr(module, attr, replacement)
+        record.runs = "committed"
+        log.info("kernelopt: %s: running %s (v%d)", where, active.path, active.record.version)
+        return record
+
+    def _fallback(self, record: ProductionKernel, path: Path | None, cause: str) -> ProductionKernel:
+        record.runs, record.reason = "compiler", cause
+        where = f"{self.model}/{record.name}"
+        file = f"{path}: " if path is not None and str(path) not in cause else ""
+        self._warn(f"kernelopt: {where}: {file}{cause}; the compiler's kernel is used", path)
+        return record
+
+    def _warn(self, message: str, where: Path | None = None) -> None:
+        if message not in self._warned:  # once per backend, however often the graph recompiles
+            self._warned.add(message)
+            # Located at the file in question: the caller's frame is deep inside Dynamo.
+            warnings.warn_explicit(message, KerneloptWarning, str(where or self.kernels_dir), 0)
+
+
+def _frame_key() -> Any:
+    """The Python frame Dynamo is compiling, by its code: the same for a recompile, after
+    ``torch._dynamo.reset()`` (which renumbers frames) and for a graph-break resume function
+    (which Dynamo regenerates with the same name, line and bytecode)."""
+    try:  # the translator of the frame being compiled (thread-local; torch 2.13, and long before)
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        code = InstructionTranslator.current_tx().f_code
+        return (code.co_filename, code.co_firstlineno, code.co_name, code.co_code)
+    except Exception:
+        from torch._guards import CompileContext
+
+        frame = getattr(CompileContext.current_compile_id(), "frame_id", None)
+        return None if frame is None else ("frame", frame)
+
+
+def _runtime_args(compiler_kernel: Any) -> list[str]:
+    """The kernel's runtime arguments (the candidate's ``run`` signature): its arguments but the tuned constants."""
+    configs = getattr(compiler_kernel, "configs", None) or [
+        launcher.config for launcher in getattr(compiler_kernel, "launchers", None) or []]
+    constants = {key for cfg in configs for key in cfg.kwargs}
+    return [a for a in compiler_kernel.fn.arg_names if a not in constants]
+
+
+def _inductor_patches(mode: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    """Inductor config patches for ``mode`` and ``options``, as torch.compile's Inductor backend makes them."""
+    patches: dict[str, Any] = {}
+    if mode and mode != "default":
+        from torch._inductor import list_mode_options
+
+        patches.update(list_mode_options(mode))
+    patches.update({key.replace("-", "_"): value for key, value in options.items() if key not in _OWN_OPTIONS})
+    return patches
+
+
+def _kernels_path(kernels_dir: str | Path | None) -> Path:
+    """``kernels_dir`` (relative: to the current folder), or ``[tool.kernelopt] kernels_dir`` of the current project."""
+    if kernels_dir is None:
+        from .config import load_config
+
+        return load_config().kernels_path
+    return Path(kernels_dir).resolve()
+
+
+def model_id_of(model: Any) -> str:
+    """The stem of the file defining ``model``'s class (or function): a problem file's id."""
+    target = model if inspect.isfunction(model) or inspect.ismethod(model) else type(model)
+    try:
+        path = inspect.getfile(target)
+    except (TypeError, OSError):
+        path = ""
+    if not path or path.startswith("<"):
+        raise UsageError(f"cannot tell the model id of {type(model).__name__} (it is not defined in a file); "
+                         f"pass model_id=")
+    return Path(path).stem
+
+
+# --- entry points ------------------------------------------------------------------------
+
+def backend(model: str, kernels_dir: str | Path | None = None) -> KerneloptBackend:
+    """A backend for ``torch.compile(m, backend=...)`` that runs ``model``'s committed kernels."""
+    return KerneloptBackend(model, kernels_dir)
+
+
+def compile(model: Any, kernels_dir: str | Path | None = None, *, model_id: str | None = None,
+            **torch_compile_kwargs: Any) -> Any:
+    """``torch.compile(model, **torch_compile_kwargs)`` with the committed kernels of ``model_id``.
+
+    ``model_id`` defaults to the stem of the file that defines the model's class;
+    ``kernels_dir`` to ``[tool.kernelopt] kernels_dir`` of the current folder's project.
+    """
+    import torch
+
+    if "backend" in torch_compile_kwargs:
+        raise UsageError("pytest_kernelopt.compile() chooses the backend; pass Inductor's mode= or options= instead")
+    return torch.compile(model, backend=KerneloptBackend(model_id or model_id_of(model), kernels_dir),
+                         **torch_compile_kwargs)
+
+
+# torch.compile(model, backend="kernelopt", options=...) calls the registered function for
+# every graph with the *same* options dict: one backend (graph numbers, warnings) per dict.
+_BY_OPTIONS: dict[int, tuple[dict[str, Any], KerneloptBackend]] = {}
+_BY_OPTIONS_LOCK = threading.Lock()
+
+
+def kernelopt_backend(gm: Any, example_inputs: Any, *, mode: str | None = None,
+                      options: dict[str, Any] | None = None) -> Any:
+    """The backend registered as ``"kernelopt"`` (entry point group ``torch_dynamo_backends``).
+
+    ``torch.compile(model, backend="kernelopt", options={"model": "softmax_rows", "kernels_dir": "kernels"})``;
+    the other keys of ``options`` are Inductor's.
+    """
+    if not options or not options.get("model"):
+        raise UsageError('backend "kernelopt" needs the model id: torch.compile(model, backend="kernelopt", '
+                         'options={"model": "<id>"}), or use pytest_kernelopt.compile(model)')
+    with _BY_OPTIONS_LOCK:
+        kept = _BY_OPTIONS.get(id(options))
+        if kept is None or kept[0] is not options:
+            # Keep the dict alive with its backend so that its id is never reused.
+            kept = _BY_OPTIONS[id(options)] = (options, KerneloptBackend(options["model"], options.get("kernels_dir")))
+    return kept[1](gm, example_inputs, mode=mode, options=options)

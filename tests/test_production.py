@@ -1,0 +1,361 @@
+"""Tuned kernels in production: pytest_kernelopt.compile, backend(), torch.compile(backend="kernelopt").
+
+Kernels are committed with the store API directly (no cascade: the production
+loader trusts the gate, not the files' numbers), then a freshly loaded copy of the
+problem is compiled with the production backend in interpreter mode and compared
+with the gate's view: the same problem captured by ``compile_problem`` with the
+same file swapped in.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from conftest import REPO, TESTS, add_to_last_store
+
+ELEMENTWISE = TESTS / "problems" / "elementwise_chain.py"
+MLP = TESTS / "problems" / "small_mlp_graph_break.py"  # two graphs
+
+TWICE = '''"""The same pointwise op before and after a graph break: two graphs, one kernel name."""
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        y = torch.sin(x) * 2.0
+        torch._dynamo.graph_break()
+        return torch.sin(y) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(4, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+def commit(kernels: Path, model: str, info: Any, source: str) -> Path:
+    """Store ``source`` as the next active version of ``info``'s kernel; the version file."""
+    from pytest_kernelopt.candidate import render_dump
+    from pytest_kernelopt.store import Evidence, KernelStore, Provenance
+
+    outcome = KernelStore(kernels).add_version(
+        model=model, kernel=info.name, fingerprint=info.fingerprint, args=info.args,
+        original_source=render_dump(info, model), source=source,
+        evidence=Evidence(status="correct", speed_measured=False), provenance=Provenance(), environment=None,
+    )
+    assert outcome.stored and outcome.record is not None
+    return kernels / model / info.name / outcome.record.file
+
+
+def same_numbers(info: Any, model: str) -> str:
+    """The compiler's kernel as a candidate, edited (``+ 0.0`` on its last store): another file, the same numbers."""
+    from pytest_kernelopt.candidate import render_dump
+
+    return add_to_last_store(render_dump(info, model), 0.0)
+
+
+def marked(info: Any, model: str) -> str:
+    """A version whose output shows that it ran: 1.0 added to what its last store writes."""
+    from pytest_kernelopt.candidate import render_dump
+
+    return add_to_last_store(render_dump(info, model), 1.0)
+
+
+def fresh(path: Path) -> tuple[Any, Any]:
+    """(problem, eager model) loaded afresh: new code objects, so Dynamo compiles them anew."""
+    from pytest_kernelopt.problem import load_problem
+
+    problem = load_problem(path)
+    return problem, problem.build_model("cpu")
+
+
+def run(compiled: Any, *inputs: Any) -> tuple[Any, list[str]]:
+    """(output, KerneloptWarning messages) of one call under no_grad, as the gate runs models."""
+    import torch
+
+    from pytest_kernelopt.production import KerneloptWarning
+
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        out = compiled(*inputs)
+    return out, [str(w.message) for w in caught if issubclass(w.category, KerneloptWarning)]
+
+
+def wrapper_globals(compiled: Any, *inputs: Any) -> tuple[Any, dict[str, Any], list[str]]:
+    """(output, {kernel global: object} over every graph, warnings) of a first call that compiles."""
+    from pytest_kernelopt.capture import _KERNEL_DEF, _record_wrapper_modules
+
+    with _record_wrapper_modules() as loaded:
+        out, messages = run(compiled, *inputs)
+    found: dict[str, Any] = {}
+    for module in loaded:
+        if callable(getattr(module, "call", None)) and getattr(module, "__file__", None):
+            for attr, _ in _KERNEL_DEF.findall(Path(module.__file__).read_text()):
+                found[attr if attr not in found else f"{attr}__again"] = getattr(module, attr)
+    return out, found, messages
+
+
+def gate_output(compiled_models: Any, path: Path, files: dict[str, Path]) -> Any:
+    """The output of the gate's model: the problem as captured, with ``files`` swapped in."""
+    import torch
+
+    from pytest_kernelopt.swap import candidate_kernel, swapped
+
+    gate = compiled_models.live(path)
+    with swapped(gate, {name: candidate_kernel(file) for name, file in files.items()}), torch.no_grad():
+        return gate(*gate.problem.make_inputs(0, "cpu"))
+
+
+# --- using committed versions -----------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", [ELEMENTWISE, MLP], ids=["one_graph", "graph_break"])
+def test_compile_runs_every_committed_version_bit_for_bit_as_the_gate(path, compiled_models, tmp_path):
+    import pytest_kernelopt
+    from pytest_kernelopt.candidate import CandidateKernel
+
+    captured = compiled_models.get(path)
+    files = {name: commit(tmp_path / "kernels", path.stem, h.info, same_numbers(h.info, path.stem))
+             for name, h in captured.kernels.items()}
+    problem, model = fresh(path)
+    # The model id defaults to the stem of the file defining the model's class.
+    compiled = pytest_kernelopt.compile(model, tmp_path / "kernels")
+    out, kernels, messages = wrapper_globals(compiled, *problem.make_inputs(0, "cpu"))
+
+    assert messages == []
+    assert set(kernels) == set(files)  # no repeated names here
+    for name, obj in kernels.items():
+        assert isinstance(obj, CandidateKernel) and obj.label == str(files[name]), name
+    import torch
+
+    assert torch.equal(out, gate_output(compiled_models, path, files))
+
+
+@pytest.mark.slow
+def test_string_backend_runs_the_committed_bytes_and_leaves_other_compiles_alone(compiled_models, tmp_path):
+    """A version whose numbers differ shows that the committed file, not the compiler's kernel, ran."""
+    import torch
+
+    captured = compiled_models.get(ELEMENTWISE)
+    (name, handle), = captured.kernels.items()
+    file = commit(tmp_path / "kernels", "elementwise_chain", handle.info, marked(handle.info, "elementwise_chain"))
+    problem, model = fresh(ELEMENTWISE)
+    inputs = problem.make_inputs(0, "cpu")
+    compiled = torch.compile(model, backend="kernelopt",
+                             options={"model": "elementwise_chain", "kernels_dir": str(tmp_path / "kernels")})
+    out, messages = run(compiled, *inputs)
+    plain, _ = run(torch.compile(fresh(ELEMENTWISE)[1]), *inputs)  # the same graph, Inductor's own backend
+
+    assert messages == []
+    assert torch.equal(out, gate_output(compiled_models, ELEMENTWISE, {name: file}))
+    assert torch.allclose(out, plain + 1.0)  # the marked file ran; the plain compile did not pick it up
+    again, _ = run(compiled, *inputs)
+    assert torch.equal(again, out)
+
+
+@pytest.mark.slow
+def test_graph_breaks_name_repeated_kernels_by_graph_as_capture_does(compiled_models, tmp_path):
+    import torch
+
+    import pytest_kernelopt
+
+    path = tmp_path / "twice.py"
+    path.write_text(TWICE)
+    captured = compiled_models.get(path)
+    assert sorted(captured.kernels) == ["triton_poi_fused_mul_sin_0", "triton_poi_fused_mul_sin_0__g1"]
+    second = captured.kernel("triton_poi_fused_mul_sin_0__g1").info
+    file = commit(tmp_path / "kernels", "twice", second, marked(second, "twice"))
+    problem, model = fresh(path)
+    backend = pytest_kernelopt.backend("twice", tmp_path / "kernels")
+    out, messages = run(torch.compile(model, backend=backend), *problem.make_inputs(0, "cpu"))
+
+    assert messages == []
+    assert [(k.name, k.graph, k.runs, k.version) for k in backend.kernels] == [
+        ("triton_poi_fused_mul_sin_0", 0, "compiler", None),
+        ("triton_poi_fused_mul_sin_0__g1", 1, "committed", 1),
+    ]
+    assert backend.kernels[1].file == file
+    assert torch.equal(out, gate_output(compiled_models, path, {second.name: file}))
+    assert backend.startup_seconds > 0
+    # A second copy of the model (new code objects, as after torch._dynamo.reset()) keeps the graph numbers.
+    problem, model = fresh(path)
+    again, messages = run(torch.compile(model, backend=backend), *problem.make_inputs(0, "cpu"))
+    assert messages == [] and torch.equal(again, out)
+    assert [(k.name, k.runs) for k in backend.kernels[2:]] == [(k.name, k.runs) for k in backend.kernels[:2]]
+
+
+# --- falling back to the compiler's kernel ----------------------------------------------
+
+def _stale(file: Path) -> None:
+    manifest = file.parent / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["fingerprint"] = "0" * 16
+    manifest.write_text(json.dumps(data))
+
+
+def _tampered(file: Path) -> None:
+    file.write_text(file.read_text() + "# edited by hand\n")
+
+
+def _missing(file: Path) -> None:
+    file.unlink()
+
+
+SPOILED: dict[str, tuple[Callable[[Path], None] | None, Callable[[str], str], list[str]]] = {
+    # case: (what happens to the committed file, how the source is edited before commit, words of the warning)
+    "stale": (_stale, lambda s: s, ["stale", "0000000000000000"]),
+    "tampered": (_tampered, lambda s: s, ["sha256"]),
+    "missing": (_missing, lambda s: s, ["missing"]),
+    "static_check": (None, lambda s: "import os\n" + s, ["static check", "os"]),
+    "load": (None, lambda s: s.replace("\nimport triton\n", "\nimport triton\nBAD = 1 // 0\n", 1),
+             ["does not load", "ZeroDivisionError"]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(SPOILED))
+def test_a_committed_file_that_cannot_be_used_falls_back_with_one_warning(case, compiled_models, tmp_path):
+    import torch
+
+    import pytest_kernelopt
+    from pytest_kernelopt.verify.static import check_candidate
+
+    spoil, edit, words = SPOILED[case]
+    captured = compiled_models.get(ELEMENTWISE)
+    (name, handle), = captured.kernels.items()
+    source = edit(marked(handle.info, "elementwise_chain"))
+    if case == "load":  # the file is in the candidate language: only running it fails
+        assert check_candidate(source, [a.name for a in handle.info.args]).ok
+    file = commit(tmp_path / "kernels", "elementwise_chain", handle.info, source)
+    if spoil is not None:
+        spoil(file)
+    problem, model = fresh(ELEMENTWISE)
+    inputs = problem.make_inputs(0, "cpu")
+    out, kernels, messages = wrapper_globals(pytest_kernelopt.compile(model, tmp_path / "kernels"), *inputs)
+
+    assert len(messages) == 1, messages
+    message = messages[0]
+    for word in ["elementwise_chain", name, str(file), "the compiler's kernel is used", *words]:
+        assert word in message, (word, message)
+    assert hasattr(kernels[name], "triton_meta")  # Inductor's own kernel object
+    with torch.no_grad():
+        assert torch.equal(out, compiled_models.live(ELEMENTWISE)(*inputs))
+
+
+@pytest.mark.slow
+def test_another_input_shape_gets_the_compilers_kernels(compiled_models, tmp_path):
+    """dynamic=False: a new shape recompiles; the new kernel's fingerprint differs, so the compiler's runs."""
+    import torch
+
+    import pytest_kernelopt
+
+    captured = compiled_models.get(ELEMENTWISE)
+    (name, handle), = captured.kernels.items()
+    file = commit(tmp_path / "kernels", "elementwise_chain", handle.info, marked(handle.info, "elementwise_chain"))
+    problem, model = fresh(ELEMENTWISE)
+    backend = pytest_kernelopt.backend("elementwise_chain", tmp_path / "kernels")
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    tuned_shape = problem.make_inputs(0, "cpu")
+    other_shape = [torch.randn(8, 64)]
+
+    first, messages = run(compiled, *tuned_shape)
+    assert messages == []
+    out, messages = run(compiled, *other_shape)
+    assert len(messages) == 1 and "stale" in messages[0] and str(file) in messages[0], messages
+    with torch.no_grad():
+        assert torch.allclose(out, model(*other_shape), atol=1e-5)
+    assert [(k.name, k.graph, k.runs) for k in backend.kernels] == [(name, 0, "committed"), (name, 0, "compiler")]
+    # The tuned shape still runs the committed version (its graph is not touched by the recompile).
+    again, messages = run(compiled, *tuned_shape)
+    assert torch.equal(again, first) and messages == []
+
+
+@pytest.mark.slow
+def test_no_kernels_for_the_model_is_one_warning(tmp_path):
+    import torch
+
+    import pytest_kernelopt
+
+    problem, model = fresh(ELEMENTWISE)
+    out, messages = run(pytest_kernelopt.compile(model, tmp_path / "kernels"), *problem.make_inputs(0, "cpu"))
+    assert len(messages) == 1 and "no tuned kernels" in messages[0] and "elementwise_chain" in messages[0]
+    with torch.no_grad():
+        assert torch.allclose(out, model(*problem.make_inputs(0, "cpu")), atol=1e-5)
+
+
+# --- the API ----------------------------------------------------------------------------
+
+def test_string_backend_without_a_model_id_is_one_clear_error(interpreter):
+    import torch
+
+    with pytest.raises(Exception, match=r'options=\{"model"'):
+        torch.compile(fresh(ELEMENTWISE)[1], backend="kernelopt")(torch.randn(4, 64))
+
+
+def test_model_id_and_bad_arguments(tmp_path):
+    import pytest_kernelopt
+    from pytest_kernelopt.errors import StoreError, UsageError
+    from pytest_kernelopt.production import model_id_of
+
+    _, model = fresh(MLP)
+    assert model_id_of(model) == "small_mlp_graph_break"
+    with pytest.raises(UsageError, match="chooses the backend"):
+        pytest_kernelopt.compile(model, tmp_path, backend="inductor")
+    with pytest.raises(StoreError, match="model id"):
+        pytest_kernelopt.backend("../elsewhere", tmp_path)
+
+
+def test_kernels_dir_defaults_to_the_projects_setting(tmp_path, monkeypatch):
+    import pytest_kernelopt
+
+    (tmp_path / "pyproject.toml").write_text('[tool.kernelopt]\nkernels_dir = "tuned"\n')
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    assert pytest_kernelopt.backend("m").kernels_dir == (tmp_path / "tuned").resolve()
+    assert pytest_kernelopt.backend("m", "here").kernels_dir == (tmp_path / "sub" / "here").resolve()
+
+
+def test_the_backend_is_registered_through_the_entry_point():
+    from importlib.metadata import entry_points
+
+    (entry,) = [e for e in entry_points(group="torch_dynamo_backends") if e.name == "kernelopt"]
+    from pytest_kernelopt.production import kernelopt_backend
+
+    assert entry.load() is kernelopt_backend
+
+
+@pytest.mark.slow
+def test_production_imports_no_agents_git_or_verifier_worker(tmp_path):
+    """In a process of its own: the loader pulls in neither the agent stack, git, nor the worker."""
+    code = textwrap.dedent(f"""
+        import sys
+        import pytest_kernelopt
+        assert "torch" not in sys.modules, "import pytest_kernelopt imported torch"
+        from pytest_kernelopt.config import resolve_device
+        resolve_device("cpu")
+        import torch
+        from pytest_kernelopt.problem import load_problem
+        problem = load_problem({str(ELEMENTWISE)!r})
+        compiled = pytest_kernelopt.compile(problem.build_model("cpu"), {str(tmp_path / "kernels")!r})
+        with torch.no_grad():
+            compiled(*problem.make_inputs(0, "cpu"))
+        heavy = ("anthropic", "git", "pytest_kernelopt.verify.worker", "pytest_kernelopt.verify.pipeline")
+        print(sorted(m for m in heavy if m in sys.modules))
+    """)
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
