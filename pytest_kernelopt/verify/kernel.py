@@ -16,6 +16,20 @@ argument tensors (no copies of inputs, so this works when an argument is 8 GiB):
 * arguments it only reads are checksummed before and compared after (small ones
   exactly): writing into an input is a failure;
 * the compiler's results are left in place, so the rest of the model runs on them.
+
+Before each seed's checked run the model runs 1-3 times (from ``os.urandom``) with
+the candidate swapped in and nothing checked, so a candidate that counts its calls
+cannot know which ones are checked (:meth:`Prepared.extra_runs`).
+
+After the seeds, **stress variants** of the first seed's inputs run through the same
+checker (one pass, outputs poisoned): every floating-point model input scaled by
+1e4 and by 1e-4, made ``|x|`` and ``-|x|``, and with a random tenth of its elements
+set to zero (:data:`.tensors.STRESS_VARIANTS`; integer inputs stay as drawn). The
+compiler's kernel sets the standard: where its output is finite the candidate's
+must be finite and within the usual tolerance (dtype rtol, atol from the largest
+finite magnitude); where the compiler's is NaN/Inf (it overflowed too), the
+element is not compared. A softmax without max-subtraction passes randn inputs and
+fails here (Inf/Inf = NaN at 1e4 where the compiler's softmax is finite).
 """
 
 from __future__ import annotations
@@ -26,19 +40,32 @@ from typing import Any
 from ..records import SeedErrors
 from .options import VerifyOptions
 from .prepared import Prepared, StageFailure
-from .tensors import checksum, chunks, poison, random_fill
+from .tensors import (EXACT_COPY_BYTES, STRESS_VARIANTS, chunks, poison, random_fill, restore, snapshot, stress,
+                      unchanged)
 
-EXACT_COPY_BYTES = 16 << 20  # read-only arguments up to this size are compared exactly, larger by checksum
+__all__ = ["EXACT_COPY_BYTES", "KernelRows", "compare", "kernel_stage"]
 
 
-def compare(expected: Any, actual: Any, rtol: float, what: str) -> tuple[float, float]:
+def compare(expected: Any, actual: Any, rtol: float, what: str, nonfinite: str = "match") -> tuple[float, float]:
     """Check ``actual`` against ``expected`` in chunks; returns (max abs, max rel) error.
+
+    ``nonfinite="match"``: NaN/Inf must sit in the same places (Inf with the same
+    sign). ``"finite-only"`` (stress inputs): elements where ``expected`` is NaN/Inf
+    are not compared; where it is finite, ``actual`` must be finite and close.
 
     Figures accumulate on the device and are read once at the end (a synchronisation
     per chunk cost seconds at 2^31 elements); only a failure walks the chunks again to
     name the first offending index. Raises StageFailure naming ``what``.
     """
     import torch
+
+    if nonfinite not in ("match", "finite-only"):
+        raise ValueError(f"nonfinite must be 'match' or 'finite-only', not {nonfinite!r}")
+
+    def is_odd(e: Any, a: Any) -> Any:
+        if nonfinite == "finite-only":
+            return torch.isfinite(e) & ~torch.isfinite(a)
+        return (torch.isnan(e) != torch.isnan(a)) | (torch.isinf(e) != torch.isinf(a)) | (torch.isinf(e) & (e != a))
 
     if expected.shape != actual.shape or expected.dtype != actual.dtype:
         raise StageFailure(f"{what}: shape/dtype changed ({actual.dtype}{list(actual.shape)})")
@@ -65,8 +92,7 @@ def compare(expected: Any, actual: Any, rtol: float, what: str) -> tuple[float, 
     for e, a in chunks(expected, actual):
         e, a = e.double(), a.double()
         finite = torch.isfinite(e)
-        # NaN/Inf must sit in the same places, Inf with the same sign.
-        odd = (torch.isnan(e) != torch.isnan(a)) | (torch.isinf(e) != torch.isinf(a)) | (torch.isinf(e) & (e != a))
+        odd = is_odd(e, a)
         err = torch.where(finite, (a - e).abs(), 0.0)
         err = torch.where(torch.isnan(err), float("inf"), err)  # a NaN where a finite value was expected
         magnitude = e.abs()
@@ -78,12 +104,12 @@ def compare(expected: Any, actual: Any, rtol: float, what: str) -> tuple[float, 
     bad, odd_count = int(n_bad), int(n_odd)
     max_abs_f, max_rel_f = float(max_abs), float(max_rel)
     if odd_count:
-        def is_odd(e: Any, a: Any) -> Any:
-            e, a = e.double(), a.double()
-            return (torch.isnan(e) != torch.isnan(a)) | (torch.isinf(e) != torch.isinf(a)) | (torch.isinf(e) & (e != a))
-        offset, i = _first(expected, actual, is_odd)
+        offset, i = _first(expected, actual, lambda e, a: is_odd(e.double(), a.double()))
         exp_v, act_v = _flat_at(expected, offset + i), _flat_at(actual, offset + i)
         kind = "NaN" if (exp_v != exp_v) or (act_v != act_v) else "Inf"
+        if nonfinite == "finite-only":
+            raise StageFailure(f"{what}: {kind} at flat index {offset + i} where the compiler kernel's output is "
+                               f"finite (expected {exp_v}, got {act_v}); {odd_count} such element(s)")
         raise StageFailure(f"{what}: {kind} at flat index {offset + i} in one output only (expected {exp_v}, got "
                            f"{act_v}); {odd_count} element(s) with NaN/Inf in different places")
     if bad:
@@ -116,11 +142,18 @@ def _offset_chunks(*tensors: Any) -> Any:
 
 
 class _Checker:
-    """Stands in for the kernel during one model run; checks the candidate at every launch."""
+    """Stands in for the kernel during one model run; checks the candidate at every launch.
 
-    def __init__(self, original: Any, candidate: Any, infos: list[Any], seed: int, options: VerifyOptions, device: str):
+    ``where`` names the run in messages ("seed 1", "seed 1, stress variant 'x1e4'");
+    ``modes`` are the passes per launch (written-only outputs poisoned, then
+    pre-filled with random values); ``nonfinite`` is :func:`compare`'s rule.
+    """
+
+    def __init__(self, original: Any, candidate: Any, infos: list[Any], where: str, options: VerifyOptions,
+                 device: str, modes: tuple[str, ...] = ("poison", "random"), nonfinite: str = "match"):
         self.original, self.candidate, self.infos = original, candidate, infos
-        self.seed, self.options, self.device = seed, options, device
+        self.where, self.options, self.device = where, options, device
+        self.modes, self.nonfinite = modes, nonfinite
         self.launches = 0
         self.failure: StageFailure | None = None
         self.worst_abs = self.worst_rel = 0.0
@@ -147,12 +180,11 @@ class _Checker:
         in_out = [i for i in written if self._role(i)[0]]
         read_only = [i for i in tensors if not self._role(i)[1]]
         saved = {i: args[i].clone() for i in in_out}
-        before = {i: (args[i].clone() if args[i].numel() * args[i].element_size() <= EXACT_COPY_BYTES
-                      else checksum(args[i])) for i in read_only}
+        before = {i: snapshot(args[i]) for i in read_only}
         fill_seed = int.from_bytes(os.urandom(8), "little") >> 1
         results: dict[int, Any] = {}
         try:
-            for mode in ("poison", "random"):
+            for mode in self.modes:
                 results = {}
                 for who, kernel in (("compiler", self.original), ("candidate", self.candidate)):
                     for i in in_out:
@@ -171,7 +203,7 @@ class _Checker:
                         raise
                     except Exception as exc:
                         text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-                        raise StageFailure(f"candidate raised on seed {self.seed}: {type(exc).__name__}: {text}") from exc
+                        raise StageFailure(f"candidate raised on {self.where}: {type(exc).__name__}: {text}") from exc
                     self._compare(args, results, written, read_only, before, mode)
         except StageFailure as failure:
             self.failure = failure
@@ -180,8 +212,7 @@ class _Checker:
             if i in results:
                 args[i].copy_(results[i])
         for i in read_only:
-            if not isinstance(before[i], tuple):
-                args[i].copy_(before[i])
+            restore(args[i], before[i])
         return None
 
     def _label(self, i: int, mode: str) -> str:
@@ -190,31 +221,50 @@ class _Checker:
 
     def _compare(self, args: Any, results: dict[int, Any], written: list[int], read_only: list[int],
                  before: dict[int, Any], mode: str) -> None:
-        import torch
-
         for i in written:
             rtol = self.options.kernel_rtol(str(args[i].dtype).removeprefix("torch."))
-            a, r = compare(results[i], args[i], rtol, f"seed {self.seed}, written argument {self._label(i, mode)}")
+            a, r = compare(results[i], args[i], rtol, f"{self.where}, written argument {self._label(i, mode)}",
+                           self.nonfinite)
             self.worst_abs, self.worst_rel = max(self.worst_abs, a), max(self.worst_rel, r)
         for i in read_only:
-            ref = before[i]
-            same = checksum(args[i]) == ref if isinstance(ref, tuple) else bool(torch.equal(ref, args[i]))
-            if not same:
-                raise StageFailure(f"seed {self.seed}, read-only argument {self._label(i, mode)}: changed (the "
+            if not unchanged(args[i], before[i]):
+                raise StageFailure(f"{self.where}, read-only argument {self._label(i, mode)}: changed (the "
                                    "candidate wrote into an argument the compiler kernel only reads)")
 
 
-def kernel_stage(prepared: Prepared, name: str, candidate: Any, allow_reduced_precision: bool) -> list[SeedErrors]:
-    """Every launch of kernel ``name`` on every seed, compiler's kernel vs candidate."""
+class KernelRows(list):
+    """The kernel stage's rows (one :class:`SeedErrors` per seed), with what the stress passes did."""
+
+    stress_seed: int | None = None
+    stress: list[str]  # variants that ran with the kernel launched
+    skipped: list[str]  # "variant (why)": the model raised, or did not launch the kernel, on the compiler's side
+
+    def __init__(self, rows: Any = ()) -> None:
+        super().__init__(rows)
+        self.stress, self.skipped = [], []
+
+    def describe(self) -> str:
+        """One phrase for the stage's detail: how many stress variants ran."""
+        if self.stress_seed is None:
+            return "no stress variants (no floating-point model inputs)"
+        text = f"{len(self.stress)} stress variant(s) of seed {self.stress_seed} ({', '.join(self.stress) or 'none'})"
+        if self.skipped:
+            text += f", skipped: {'; '.join(self.skipped)}"
+        return text
+
+
+def kernel_stage(prepared: Prepared, name: str, candidate: Any, allow_reduced_precision: bool) -> KernelRows:
+    """Every launch of kernel ``name`` on every seed and stress variant, compiler's kernel vs candidate."""
     from ..swap import swapped
 
     compiled = prepared.compiled
     handle = compiled.kernel(name)
     options = VerifyOptions(allow_reduced_precision=allow_reduced_precision)
-    rows = []
+    rows = KernelRows()
     for seed in prepared.seeds:
-        checker = _Checker(handle.original, candidate, handle.info.args, seed, options, prepared.device)
         inputs = prepared.inputs(seed)
+        prepared.extra_runs({name: candidate}, inputs, f"seed {seed}")
+        checker = _Checker(handle.original, candidate, handle.info.args, f"seed {seed}", options, prepared.device)
         with swapped(compiled, {name: checker}):
             compiled(*inputs)
         if checker.failure is not None:
@@ -224,4 +274,85 @@ def kernel_stage(prepared: Prepared, name: str, candidate: Any, allow_reduced_pr
         if not checker.launches:
             raise StageFailure(f"kernel {name} was not launched by the model on seed {seed}")
         rows.append(SeedErrors(seed=seed, kernel_max_abs=checker.worst_abs, kernel_max_rel=checker.worst_rel))
+    _stress(prepared, name, candidate, options, rows)
     return rows
+
+
+def _stress(prepared: Prepared, name: str, candidate: Any, options: VerifyOptions, rows: KernelRows) -> None:
+    """The stress variants of the first seed's inputs, one checked pass each (see the module's docstring).
+
+    Inputs are drawn again for each variant and transformed in place, so one seed's
+    inputs are on the device at a time. One pass (poisoned outputs) per launch: the
+    seeded runs already pre-filled outputs with random values.
+    """
+    import torch
+
+    from ..swap import swapped
+
+    compiled, handle = prepared.compiled, prepared.compiled.kernel(name)
+    seed = prepared.seeds[0]
+    for variant in STRESS_VARIANTS:
+        zero_seed = int.from_bytes(os.urandom(8), "little") >> 1
+        inputs = _stressed_inputs(prepared, seed, variant, zero_seed)
+        if inputs is None:
+            return
+        rows.stress_seed = seed
+        where = f"seed {seed}, stress variant {variant!r} (floating-point inputs {_STRESS_TEXT[variant]})"
+        checker = _Checker(handle.original, candidate, handle.info.args, where, options, prepared.device,
+                           modes=("poison",), nonfinite="finite-only")
+        raised = None
+        try:
+            with swapped(compiled, {name: checker}):
+                compiled(*inputs)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:
+            if checker.failure is not None:
+                raise checker.failure from exc
+            raised = type(exc).__name__  # not the exception: its frames hold the inputs
+        del inputs
+        if raised is not None:
+            if not _raises_alone(prepared, seed, variant, zero_seed):
+                raise StageFailure(f"{where}: the model raised with the candidate checked in place, and not without "
+                                   f"it ({raised})")
+            # The model itself rejects these inputs: nothing to check the candidate on.
+            rows.skipped.append(f"{variant} (the model raises on it: {raised})")
+            continue
+        if checker.failure is not None:
+            raise checker.failure
+        if not checker.launches:
+            rows.skipped.append(f"{variant} (the model did not launch the kernel)")
+            continue
+        rows.stress.append(variant)
+
+
+def _stressed_inputs(prepared: Prepared, seed: int, variant: str, zero_seed: int) -> list[Any] | None:
+    """The seed's inputs drawn afresh and turned into ``variant`` (None: no floating-point input)."""
+    inputs = prepared.inputs(seed)
+    if not any(x.dtype.is_floating_point for x in inputs):
+        return None
+    seen: set[tuple[int, Any]] = set()
+    for x in inputs:
+        key = (x.data_ptr(), x.dtype)
+        if key not in seen:  # one tensor passed twice is transformed once
+            seen.add(key)
+            stress(x, variant, zero_seed)
+    return inputs
+
+
+def _raises_alone(prepared: Prepared, seed: int, variant: str, zero_seed: int) -> bool:
+    """Whether the compiled model, with the compiler's kernels only, raises on this stress variant."""
+    import torch
+
+    inputs = _stressed_inputs(prepared, seed, variant, zero_seed)
+    try:
+        prepared.compiled(*(inputs or []))
+    except torch.OutOfMemoryError:
+        raise
+    except Exception:  # noqa: BLE001 - any error of the model's own
+        return True
+    return False
+
+
+_STRESS_TEXT = {"x1e4": "times 1e4", "x1e-4": "times 1e-4", "abs": "made |x|", "-abs": "made -|x|",
+                "zeros": "with a random tenth of elements set to zero"}

@@ -17,6 +17,15 @@ is therefore conservative by at most half an ulp of the scale.
 If the float64 reference cannot be built or run (a model that does not support
 float64, or not enough memory even on the CPU), the fp32 eager model is the judge
 and every verdict says so (``reference: "eager"`` and ``reference_note``).
+
+The reference and the baseline are computed when the session opens, before any
+candidate runs, from inputs drawn afresh: a candidate cannot corrupt what it is
+judged against. During the stage each seed's checked run follows 1-3 unchecked
+ones (``os.urandom``), so a candidate that counts its calls cannot know which run
+is checked; in the checked run every launch of a candidate is guarded like the
+kernel stage's: the tensor arguments the compiler's kernel only reads must be
+unchanged afterwards (compared exactly up to 16 MiB, by checksum above). Inputs and
+weights are checksummed after the run as well.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from typing import Any
 from ..records import SeedErrors
 from .options import ULP_FLOOR
 from .prepared import Prepared, StageFailure
-from .tensors import any_nonfinite, chunks
+from .tensors import any_nonfinite, chunks, snapshot, unchanged
 
 EXACT_REFERENCE_BYTES = 32 << 20  # float64 references up to this size; larger ones rounded, with their residue
 
@@ -172,6 +181,36 @@ def _short(exc: BaseException) -> str:
     return text.splitlines()[0][:200] if text else ""
 
 
+class ReadOnlyGuard:
+    """Launches one candidate and checks that it left the arguments the compiler's kernel only reads alone.
+
+    The first change found is kept in ``failure`` (the model finishes its run);
+    the stage raises it afterwards.
+    """
+
+    def __init__(self, name: str, candidate: Any, infos: list[Any], seed: int, device: str):
+        self.name, self.candidate, self.infos = name, candidate, infos
+        self.seed, self.device = seed, device
+        self.failure: StageFailure | None = None
+
+    def run(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
+        import torch
+
+        read_only = [i for i, a in enumerate(args)
+                     if isinstance(a, torch.Tensor) and not (i < len(self.infos) and self.infos[i].written)]
+        before = {i: snapshot(args[i]) for i in read_only}
+        result = self.candidate.run(*args, stream=stream, **kwargs)
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        for i in read_only:
+            if self.failure is None and not unchanged(args[i], before[i]):
+                arg = self.infos[i].name if i < len(self.infos) else f"argument {i}"
+                self.failure = StageFailure(
+                    f"seed {self.seed}, kernel {self.name}, read-only argument {arg}: changed during the model "
+                    "run (the candidate wrote into an argument the compiler kernel only reads)")
+        return result
+
+
 def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: float,
                 reduced_precision: bool) -> list[SeedErrors]:
     import torch
@@ -182,8 +221,11 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
     rows = []
     for seed in prepared.seeds:
         inputs = prepared.inputs(seed)
+        prepared.extra_runs(candidates, inputs, f"seed {seed}")
+        guards = {name: ReadOnlyGuard(name, c, compiled.kernel(name).info.args, seed, prepared.device)
+                  for name, c in candidates.items()}
         try:
-            with swapped(compiled, candidates), torch.no_grad():
+            with swapped(compiled, guards), torch.no_grad():
                 outs = flatten(compiled(*inputs))
                 if prepared.device == "cuda":
                     torch.cuda.synchronize()
@@ -191,6 +233,9 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
             raise
         except Exception as exc:
             raise StageFailure(f"model raised with the candidate on seed {seed}: {type(exc).__name__}: {_short(exc)}") from exc
+        failure = next((g.failure for g in guards.values() if g.failure is not None), None)
+        if failure is not None:
+            raise failure
         prepared.check_inputs(seed, inputs)
         del inputs
         ref = prepared.references[seed].outputs

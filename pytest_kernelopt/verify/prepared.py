@@ -6,12 +6,14 @@ order (:mod:`.pipeline`), which is why it lives apart from both.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..records import SeedErrors
 
 GIB = float(1 << 30)
+MAX_EXTRA_RUNS = 3  # unchecked model runs before each checked one: 1 to this many, from os.urandom
 
 
 class StageFailure(Exception):
@@ -63,6 +65,37 @@ class Prepared:
 
     def inputs(self, seed: int) -> list[Any]:
         return self.compiled.problem.make_inputs(seed, self.device)
+
+    def extra_run_count(self) -> int:
+        """How many unchecked runs precede a checked one: 1 to MAX_EXTRA_RUNS, unpredictable."""
+        return 1 + os.urandom(1)[0] % MAX_EXTRA_RUNS
+
+    def extra_runs(self, candidates: dict[str, Any], inputs: list[Any], where: str) -> int:
+        """Run the model with ``candidates`` swapped in a random number of times; outputs discarded.
+
+        Defence in depth against hidden state (the static stage already forbids
+        most): a candidate that counts its calls cannot tell which run is checked,
+        so "right for the first N calls, wrong afterwards" cannot be aimed at the
+        number of calls a verification makes. Returns the number of runs.
+        """
+        import torch
+
+        from ..swap import swapped
+
+        runs = self.extra_run_count()
+        try:
+            with swapped(self.compiled, candidates):
+                for _ in range(runs):
+                    self.compiled(*inputs)
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:
+            text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            raise StageFailure(f"{where}: the model raised with the candidate (an unchecked run): "
+                               f"{type(exc).__name__}: {text}") from exc
+        return runs
 
     def check_inputs(self, seed: int, inputs: list[Any]) -> None:
         """Raise StageFailure when a run wrote into the model's inputs (which it may only read)."""

@@ -13,6 +13,7 @@ from typing import Any, Iterator
 
 CHUNK = 1 << 25  # elements per step at most: 256 MiB of float64 scratch per temporary
 MIN_CHUNK = 1 << 20  # ... and at least, unless the tensor is smaller
+EXACT_COPY_BYTES = 16 << 20  # tensors a check may only read: copied up to this size, checksummed above
 
 
 def chunk_size(numel: int) -> int:
@@ -50,6 +51,33 @@ def chunks(*tensors: Any, limit: int | None = None) -> Iterator[tuple[Any, ...]]
             yield tuple(p.reshape(-1) for p in pieces)
 
 
+def views(t: Any, limit: int | None = None) -> Iterator[Any]:
+    """Pieces of ``t`` that are views (never copies), so an in-place operation on them changes ``t``.
+
+    Contiguous tensors in flat slices of at most ``limit`` elements; strided ones in
+    blocks of rows (a single row split further when it alone is too large).
+    """
+    limit = limit or chunk_size(t.numel())
+    if t.numel() == 0:
+        return
+    if t.is_contiguous():
+        flat = t.view(-1)
+        for start in range(0, flat.numel(), limit):
+            yield flat[start:start + limit]
+        return
+    if t.dim() <= 1 or t.numel() <= limit:
+        yield t
+        return
+    rows = max(1, limit // max(1, t[0].numel()))
+    for start in range(0, t.shape[0], rows):
+        piece = t[start:start + rows]
+        if piece[0].numel() > limit:
+            for row in range(piece.shape[0]):
+                yield from views(piece[row], limit)
+        else:
+            yield piece
+
+
 def _int_view(flat: Any) -> Any:
     import torch
 
@@ -84,6 +112,71 @@ def checksum(t: Any) -> tuple[int, int, int]:
     s1, s2, s3 = (int(v) for v in acc.tolist())
     mask = (1 << 64) - 1
     return s1 & mask, s2 & mask, s3 & mask
+
+
+def snapshot(t: Any) -> Any:
+    """What :func:`unchanged` needs to tell whether ``t`` was written: a copy up to
+    ``EXACT_COPY_BYTES``, the checksums of a larger tensor (no second 8 GiB copy)."""
+    if t.numel() * t.element_size() <= EXACT_COPY_BYTES:
+        return t.detach().clone()
+    return checksum(t)
+
+
+def unchanged(t: Any, snap: Any) -> bool:
+    """Whether ``t`` still holds what :func:`snapshot` saw, bit for bit (NaN included)."""
+    import torch
+
+    if isinstance(snap, tuple):
+        return checksum(t) == snap
+    # Bytes, not values: torch.equal says a tensor holding a NaN differs from itself.
+    return bool(torch.equal(_bytes(snap), _bytes(t)))
+
+
+def _bytes(t: Any) -> Any:
+    import torch
+
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def restore(t: Any, snap: Any) -> None:
+    """Put back what :func:`snapshot` copied (a checksum cannot be put back)."""
+    if not isinstance(snap, tuple):
+        t.copy_(snap)
+
+
+# Stress variants of the floating-point model inputs, beside the seeded draws: large and
+# small magnitudes, one sign, exact zeros. What each does is in ``stress``.
+STRESS_VARIANTS = ("x1e4", "x1e-4", "abs", "-abs", "zeros")
+STRESS_ZERO_FRACTION = 0.1
+
+
+def stress(t: Any, variant: str, seed: int) -> None:
+    """Turn a drawn floating-point input into a stress variant of itself, in place.
+
+    ``x1e4``/``x1e-4`` scale it, ``abs``/``-abs`` make it one-signed, ``zeros`` sets a
+    random tenth of its elements (from ``seed``) to zero. Integer and bool tensors
+    (indices, masks) are left as drawn. No copy of ``t`` is made: the ops are
+    in-place, the zero mask is drawn per piece of at most ``CHUNK`` elements.
+    """
+    import torch
+
+    if not t.dtype.is_floating_point:
+        return
+    with torch.no_grad():
+        if variant == "x1e4":
+            t.mul_(1e4)
+        elif variant == "x1e-4":
+            t.mul_(1e-4)
+        elif variant == "abs":
+            t.abs_()
+        elif variant == "-abs":
+            t.abs_().neg_()
+        elif variant == "zeros":
+            gen = torch.Generator(device=t.device).manual_seed(seed)
+            for piece in views(t):
+                piece.masked_fill_(torch.rand(piece.shape, generator=gen, device=t.device) < STRESS_ZERO_FRACTION, 0.0)
+        else:
+            raise ValueError(f"unknown stress variant {variant!r}")
 
 
 def poison(t: Any) -> None:
