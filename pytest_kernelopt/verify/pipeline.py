@@ -189,7 +189,7 @@ def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], N
                                                  request.allow_reduced_precision)
                 worst = max((r.kernel_max_rel or 0.0) for r in rows)
                 return (f"{len(rows)} seed(s): every argument matches the compiler kernel "
-                        f"(max rel error {worst:.2g})"), {"errors": rows}
+                        f"(max rel error {worst:.2g}); {rows.describe()}"), {"errors": list(rows)}
             if not stage("kernel", kernel):
                 return
 
