@@ -30,9 +30,9 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, Literal, TypeVar
+from typing import Annotated, Iterator, Literal, TypeVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from .errors import StoreError
 from .records import (
@@ -57,6 +57,15 @@ _VERSION_FILE = re.compile(r"v[1-9][0-9]*\.py")
 # Fingerprints become part of a file name (original-<fingerprint>.py); ours are 16 hex digits.
 _FINGERPRINT = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _ORIGINAL_FILE = re.compile(r"original(-[A-Za-z0-9_-]{1,64})?\.py")
+
+
+def _original_name(value: str) -> str:
+    if not _ORIGINAL_FILE.fullmatch(value):
+        raise ValueError(f"{value!r} is not an original file name (original.py or original-<fingerprint>.py)")
+    return value
+
+
+OriginalName = Annotated[str, AfterValidator(_original_name)]
 
 
 def sha256_text(text: str) -> str:
@@ -99,20 +108,13 @@ class VersionRecord(Record):
     # The compiler kernel this version replaces and its original file (None in
     # manifests written before these were recorded).
     fingerprint: str | None = None
-    original: str | None = None
+    original: OriginalName | None = None
 
     @field_validator("file")
     @classmethod
     def _file_name(cls, value: str) -> str:
         if not _VERSION_FILE.fullmatch(value):
             raise ValueError(f"{value!r} is not a version file name (v<number>.py)")
-        return value
-
-    @field_validator("original")
-    @classmethod
-    def _original_name(cls, value: str | None) -> str | None:
-        if value is not None and not _ORIGINAL_FILE.fullmatch(value):
-            raise ValueError(f"{value!r} is not an original file name (original.py or original-<fingerprint>.py)")
         return value
 
     @model_validator(mode="after")
@@ -131,18 +133,11 @@ class Manifest(Record):
     fingerprint: str
     # The compiler's kernel for ``fingerprint``, in candidate format. Manifests written
     # before re-accepts kept one original per fingerprint have none: original.py.
-    original: str = ORIGINAL
+    original: OriginalName = ORIGINAL
     active: int | None = None
     args: list[ArgInfo] = Field(default_factory=list)
     environment: Environment | None = None
     versions: list[VersionRecord] = Field(default_factory=list)
-
-    @field_validator("original")
-    @classmethod
-    def _original_name(cls, value: str) -> str:
-        if not _ORIGINAL_FILE.fullmatch(value):
-            raise ValueError(f"{value!r} is not an original file name (original.py or original-<fingerprint>.py)")
-        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
