@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import KerneloptError, ProblemError, UsageError, VerifierError
-from ..records import SeedErrors, StageResult, Verdict
+from ..records import StageResult, Verdict
 from .options import SpeedPolicy, VerifyOptions
 from .protocol import CandidateSource, CheckDone, CheckRequest, Failure, Opened, OpenRequest, StageDone, StageStarted
 
@@ -293,7 +293,3 @@ def verify(problem: str | Path, kernel: str, candidate: str | Path | CandidateSo
     """One candidate in a session of its own (tests and one-off calls)."""
     with VerifySession(problem, device, options) as session:
         return session.verify(kernel, candidate)
-
-
-def seed_errors_worst(errors: list[SeedErrors]) -> float | None:
-    return max((e.candidate_vs_fp64 or 0.0 for e in errors), default=None)

@@ -213,12 +213,6 @@ def random_fill(t: Any, seed: int) -> None:
     t.random_(-100, 100, generator=gen)
 
 
-def nonfinite(t: Any) -> Any:
-    import torch
-
-    return ~torch.isfinite(t)
-
-
 def any_nonfinite(t: Any) -> bool:
     import torch
 
