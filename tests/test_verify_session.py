@@ -307,3 +307,20 @@ def test_cuda_failing_inside_the_namespaces_falls_back_once_and_says_so(monkeypa
     with pytest.raises(VerifierError):
         VerifySession("p.py", "cuda").open()
     assert calls == [1]
+
+
+def test_a_write_into_the_references_rejects_and_retires_the_worker():
+    """Pointer arithmetic reaches any device memory: the judge is checksummed after every stage."""
+    import torch
+
+    from pytest_kernelopt.verify.model import OutputReference, SeedReference
+    from pytest_kernelopt.verify.pipeline import healthy
+    from pytest_kernelopt.verify.prepared import Prepared
+
+    ref = OutputReference(shape=(64,), dtype=torch.float32, floating=True, ref_hi=torch.randn(64))
+    prepared = Prepared(compiled=None, device="cpu", seeds=[1], references={1: SeedReference([ref])})
+    prepared.seal_references()
+    assert prepared.references_intact() and healthy(prepared)
+    ref.ref_hi[17] += 1.0  # what a stray store would do
+    assert not prepared.references_intact()
+    assert not healthy(prepared)  # the worker exits and the session starts a fresh one

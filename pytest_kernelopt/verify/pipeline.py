@@ -111,6 +111,7 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
             del inputs
         prepared.references, kind, note = model_stage.build_references(prepared)
         prepared.weights = weight_sums(compiled.model)
+        prepared.seal_references()
     except torch.OutOfMemoryError as exc:
         raise out_of_memory(exc, "preparing the problem") from exc
     summary = compiled.summary()
@@ -123,7 +124,10 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
 
 
 def healthy(prepared: Prepared) -> bool:
-    """Whether the device still works after a check (an illegal access poisons the context)."""
+    """Whether this worker may judge again: its references are intact and the device still
+    works (an illegal access poisons the CUDA context)."""
+    if prepared.corrupted:
+        return False
     if prepared.device != "cuda":
         return True
     import torch
@@ -167,6 +171,9 @@ def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], N
                 raise
         if prepared.restore_weights_if_changed() and passed is not False:
             detail, passed = "the candidate wrote into the model's weights, which it may only read", False
+        if not prepared.references_intact():  # whatever the stage said: the judge itself was written to
+            detail, passed = ("the candidate wrote into the verifier's own memory (the reference outputs); "
+                              "this worker is replaced"), False
         peak = _PeakTracker.stage()
         result = StageResult(name=name, passed=passed, detail=detail, seconds=time.monotonic() - t0,
                              peak_gib=None if peak is None else round(peak / GIB, 3))

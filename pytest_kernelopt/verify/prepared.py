@@ -62,6 +62,19 @@ class Prepared:
     integrity: dict[int, Any] = field(default_factory=dict)  # seed -> checksums of the inputs as drawn
     weights: Any = None  # checksums of the model's parameters and buffers
     base: dict[str, Any] = field(default_factory=dict)  # base-revision problems, compiled
+    # Checksums of the judge itself (reference outputs, baseline masks); a candidate can
+    # write anywhere its pointers reach, and must never reach the verdict that way.
+    reference_sums: Any = None
+    corrupted: bool = False  # the verifier's own memory changed: this worker must not judge again
+
+    def seal_references(self) -> None:
+        self.reference_sums = _reference_sums(self.references)
+
+    def references_intact(self) -> bool:
+        """False (and the worker marked corrupted) when anything wrote into the references."""
+        if self.reference_sums is not None and _reference_sums(self.references) != self.reference_sums:
+            self.corrupted = True
+        return not self.corrupted
 
     def inputs(self, seed: int) -> list[Any]:
         return self.compiled.problem.make_inputs(seed, self.device)
@@ -127,3 +140,14 @@ def weight_sums(model: Any) -> list[Any]:
     from .tensors import checksum
 
     return [checksum(t) for t in [*model.parameters(), *model.buffers()]]
+
+
+def _reference_sums(references: dict[int, Any]) -> list[Any]:
+    from .tensors import checksum
+
+    sums = []
+    for seed in sorted(references):
+        for out in references[seed].outputs:
+            for t in (out.exact, out.ref_hi, out.nonfinite):
+                sums.append(None if t is None else checksum(t))
+    return sums
