@@ -1,0 +1,170 @@
+"""What the agents exchange and what a tuning run leaves on disk.
+
+Every record here crosses a role boundary or is written to the run directory
+(``trace.jsonl``, ``run.json``); reports and pull requests are rendered from them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..records import Environment, KernelInfo, Record, Timing
+
+RUN_SCHEMA_VERSION = 1
+
+Bottleneck = Literal["memory", "compute", "occupancy", "launch", "unknown"]
+
+
+class KernelProfile(Record):
+    """The Profiler's view of one kernel in the compiled model."""
+
+    kernel: str
+    # Where the figures come from: Nsight Compute counters, a roofline estimate from
+    # measured time and bytes moved, or bytes alone (no timing: interpreter mode).
+    source: Literal["ncu", "roofline", "bytes"]
+    bottleneck: Bottleneck
+    # Share of the model's GPU time in this kernel (0..1); with source "bytes", its
+    # share of the bytes all Triton kernels move (an estimate, said so in reports).
+    share: float
+    gpu_us: float | None = None
+    launches: int = 1
+    bytes_moved: int = 0
+    # Achieved bandwidth and the percent of the measured copy ceiling it reaches.
+    achieved_gbps: float | None = None
+    roofline_pct: float | None = None
+    # Nsight Compute counters when available (percent of peak unless named otherwise).
+    dram_pct: float | None = None
+    sm_pct: float | None = None
+    occupancy_pct: float | None = None
+    registers: int | None = None
+    spills: int | None = None
+    note: str = ""
+
+
+class ModelProfile(Record):
+    """Every Triton kernel of one problem, largest share first."""
+
+    schema_version: int = RUN_SCHEMA_VERSION
+    model: str
+    device: str
+    # Measured once per run on this device (GB/s); None in interpreter mode.
+    copy_ceiling_gbps: float | None = None
+    model_gpu_us: float | None = None
+    triton_share: float | None = None  # of the model's GPU time, Triton kernels vs everything
+    kernels: list[KernelProfile] = Field(default_factory=list)
+
+
+class Proposal(BaseModel):
+    """A candidate a Coder wrote: exactly these bytes go through review and the cascade."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str
+    # Which strategy produced it, e.g. "harvest:max-autotune-no-cudagraphs",
+    # "launch:XBLOCK=64,num_warps=4", "rewrite:eviction", "anthropic:claude-sonnet-4-6".
+    origin: str
+    rationale: str = ""
+
+
+class Attempt(Record):
+    """One candidate and what the reviewer and the cascade said about it."""
+
+    kernel: str
+    origin: str
+    rationale: str = ""
+    sha256: str
+    # "reviewed": stopped by the Reviewer before anything ran (reason says why).
+    status: Literal["accepted", "correct", "rejected", "reviewed", "duplicate"]
+    stage: str | None = None  # the stage that rejected it
+    reason: str | None = None
+    model_timing: Timing | None = None
+    kernel_timing: Timing | None = None
+    seconds: float = 0.0
+    file: str | None = None  # relative to the run directory
+
+
+class CoderContext(BaseModel):
+    """Everything a Coder may use to write candidates for one kernel."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    model: str
+    device: str
+    kernel: KernelInfo
+    # The compiler's kernel in candidate format, and the best correct candidate so far.
+    original: str
+    best: str
+    best_origin: str = "compiler"
+    profile: KernelProfile | None = None
+    # Earlier attempts on this kernel in this run (what the cascade said), oldest first.
+    attempts: list[Attempt] = Field(default_factory=list)
+    round: int = 0
+    # Planner's hints for this round, e.g. ["launch", "harvest"].
+    strategies: list[str] = Field(default_factory=list)
+
+
+class KernelOutcome(Record):
+    """Per kernel of a tuning run: what was tried and what came of it."""
+
+    kernel: str
+    fingerprint: str
+    profile: KernelProfile | None = None
+    skipped: str | None = None  # why the Planner left it alone
+    attempts: int = 0
+    by_stage: dict[str, int] = Field(default_factory=dict)  # rejected at static/kernel/model, correct, accepted
+    best_origin: str | None = None
+    best_timing: Timing | None = None  # the stored candidate's model timing vs the compiler
+    best_kernel_timing: Timing | None = None
+    stored_version: int | None = None
+    stored_file: str | None = None  # path of the stored version, relative to the kernels dir
+    message: str = ""
+    gpu_seconds: float = 0.0
+
+
+class ProblemOutcome(Record):
+    model: str
+    problem: str
+    device: str
+    speed_measured: bool
+    kernels: list[KernelOutcome] = Field(default_factory=list)
+    profile: ModelProfile | None = None
+    # The whole model with every stored kernel of this run swapped in vs the compiler.
+    model_timing: Timing | None = None
+    error: str | None = None  # the problem could not be tuned (compile failure, verifier error)
+    seconds: float = 0.0
+
+
+class RunRecord(Record):
+    """``run.json``: the summary of one tuning run (reports are rendered from it and the trace)."""
+
+    schema_version: int = RUN_SCHEMA_VERSION
+    run_id: str
+    started: str
+    finished: str | None = None
+    agent: str
+    agent_model: str | None = None
+    budget_s: float | None = None
+    environment: Environment | None = None
+    kernels_dir: str
+    problems: list[ProblemOutcome] = Field(default_factory=list)
+    # The anthropic backend's spend; zero for search.
+    input_tokens: int = 0
+    output_tokens: int = 0
+    usd: float = 0.0
+    interrupted: bool = False
+    stop_reason: str | None = None
+
+
+class TraceEvent(BaseModel):
+    """One line of ``trace.jsonl``: which role did what, for which kernel, and why."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    t: float  # seconds since the run started
+    role: Literal["run", "profiler", "planner", "coder", "reviewer", "benchmarker", "store"]
+    event: str
+    model: str | None = None
+    kernel: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
