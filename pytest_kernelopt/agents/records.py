@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..records import Environment, KernelInfo, Record, Timing
+from ..records import Environment, KernelInfo, Record, SeedErrors, Timing
 
 RUN_SCHEMA_VERSION = 1
 
@@ -83,6 +83,9 @@ class Attempt(Record):
     kernel_timing: Timing | None = None
     seconds: float = 0.0
     file: str | None = None  # relative to the run directory
+    # Per seed, the model stage's errors against float64 (candidate and compiled baseline);
+    # empty when the cascade stopped before the model stage.
+    errors: list[SeedErrors] = Field(default_factory=list)
 
 
 class CoderContext(BaseModel):
@@ -119,6 +122,10 @@ class KernelOutcome(Record):
     best_kernel_timing: Timing | None = None
     stored_version: int | None = None
     stored_file: str | None = None  # path of the stored version, relative to the kernels dir
+    # The stored candidate's sha256 (links ``history`` and the manifest's version record).
+    best_sha256: str | None = None
+    # Every attempt on this kernel in this run, oldest first (reports list their stages and reasons).
+    history: list[Attempt] = Field(default_factory=list)
     message: str = ""
     gpu_seconds: float = 0.0
 
