@@ -19,6 +19,7 @@ kernel global with a candidate and puts the original back.
 from __future__ import annotations
 
 import ast
+import copy
 import contextlib
 import hashlib
 import re
@@ -248,7 +249,15 @@ def launch_config(autotuner: Any, interpreted: bool) -> LaunchConfig:
         options["launch_pdl"] = True
     if meta.get("disable_ftz"):
         options["enable_reflect_ftz"] = False
-    grid = GridExpr.from_meta(autotuner.inductor_meta, cfg)
+    # The grid written with the block sizes' names (``-((xnumel) // -(XBLOCK))``), not
+    # Inductor's folded numbers, so a candidate that changes XBLOCK launches the right
+    # number of programs. Grid kinds that need numbers get them.
+    named = copy.copy(cfg)
+    named.kwargs = {k: k for k in cfg.kwargs}
+    try:
+        grid = GridExpr.from_meta(autotuner.inductor_meta, named)
+    except Exception:
+        grid = GridExpr.from_meta(autotuner.inductor_meta, cfg)
     compiled = getattr(autotuner, "compile_results", None) or getattr(autotuner, "configs", None) or []
     return LaunchConfig(
         compiled_configs=None if interpreted else (len(compiled) or None),  # the interpreter benchmarks nothing
@@ -256,9 +265,14 @@ def launch_config(autotuner: Any, interpreted: bool) -> LaunchConfig:
         num_warps=getattr(cfg, "num_warps", None),
         num_stages=getattr(cfg, "num_stages", None),
         options=options,
-        grid=[str(grid.x_grid), str(grid.y_grid), str(grid.z_grid)],
-        grid_prefix=list(grid.prefix),
+        grid=[_cdiv(str(grid.x_grid)), _cdiv(str(grid.y_grid)), _cdiv(str(grid.z_grid))],
+        grid_prefix=[_cdiv(line) for line in grid.prefix],
     )
+
+
+def _cdiv(expr: str) -> str:
+    """Inductor's ceiling division ``-((n) // -(B))`` spelled ``triton.cdiv(n, B)`` where it is that simple."""
+    return re.sub(r"-\(\(([\w.]+)\) // -\(([\w.]+)\)\)", r"triton.cdiv(\1, \2)", expr)
 
 
 def describe_value(name: str, value: Any, written: bool) -> ArgInfo:

@@ -140,6 +140,26 @@ class VerifySession:
             raise UsageError(f"{self.problem}: no Triton kernel named {name!r} (kernels: {known})")
         return kernels[name]
 
+    def profile(self, runs: int = 20) -> Any:
+        """Per kernel device time, registers and spills of the compiled model (no candidate runs)."""
+        from .protocol import Profiled, ProfileRequest
+        from .worker import WorkerExited
+
+        self.open()
+        try:
+            self._worker.send(ProfileRequest(runs=runs))
+            reply = self._worker.receive(self.options.open_timeout)
+        except WorkerExited as exc:
+            self.close()
+            raise VerifierError(f"{self.problem}: the verifier's worker failed while profiling ({exc})") from exc
+        if reply is None:
+            self.close()
+            raise VerifierError(f"{self.problem}: profiling took longer than {self.options.open_timeout:g} s")
+        if isinstance(reply, Failure):
+            raise _failure(reply, self.problem)
+        assert isinstance(reply, Profiled)
+        return reply
+
     # --- checks --------------------------------------------------------------------
 
     def verify(self, kernel: str, candidate: str | Path | CandidateSource) -> Verdict:

@@ -53,11 +53,18 @@ class CheckRequest(Message):
     base_problem: str | None = None
 
 
+class ProfileRequest(Message):
+    """Measure where the compiled model's GPU time goes (no candidate runs)."""
+
+    type: Literal["profile"] = "profile"
+    runs: int = 20
+
+
 class CloseRequest(Message):
     type: Literal["close"] = "close"
 
 
-Request = Annotated[Union[OpenRequest, CheckRequest, CloseRequest], Field(discriminator="type")]
+Request = Annotated[Union[OpenRequest, CheckRequest, ProfileRequest, CloseRequest], Field(discriminator="type")]
 
 
 # --- worker -> parent ------------------------------------------------------------------
@@ -98,6 +105,24 @@ class CheckDone(Message):
     peak_bytes: int | None = None
 
 
+class KernelTime(Message):
+    """One kernel's device time per model run, and its launched configuration's resources."""
+
+    gpu_us: float = 0.0
+    launches: int = 0
+    registers: int | None = None
+    spills: int | None = None
+
+
+class Profiled(Message):
+    type: Literal["profiled"] = "profiled"
+    # False in interpreter mode: only registers/spills (if any) are known.
+    measured: bool
+    model_gpu_us: float | None = None  # every device activity of one model run
+    kernels: dict[str, KernelTime] = Field(default_factory=dict)
+    copy_gbps: float | None = None
+
+
 class Failure(Message):
     """The verifier (not the candidate) cannot go on."""
 
@@ -106,7 +131,7 @@ class Failure(Message):
     message: str
 
 
-Reply = Annotated[Union[Opened, StageStarted, StageDone, CheckDone, Failure], Field(discriminator="type")]
+Reply = Annotated[Union[Opened, StageStarted, StageDone, CheckDone, Profiled, Failure], Field(discriminator="type")]
 
 REQUEST = TypeAdapter(Request)
 REPLY = TypeAdapter(Reply)

@@ -201,6 +201,10 @@ def serve(in_fd: int, out_fd: int) -> int:
                 emit(opened)
             elif prepared is None:
                 emit(Failure(kind="internal", message="check before open"))
+            elif request.type == "profile":
+                from .profile import profile_model
+
+                emit(profile_model(prepared, request.runs))
             else:
                 pipeline.run_check(prepared, request, emit)
                 if not pipeline.healthy(prepared):

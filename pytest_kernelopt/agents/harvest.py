@@ -1,0 +1,136 @@
+"""Inductor's own alternatives for a problem's kernels, harvested as drop-in candidates.
+
+The same problem is compiled again under other Inductor settings (max-autotune's
+wider configuration search, coordinate-descent tuning, looped instead of
+persistent reductions) in a child process that exits before the verification
+session opens, so its GPU memory is never held beside the session's. Each kernel
+of each variant is rendered as a candidate file; the parent keeps those that fit a
+kernel of the default compile: the same graph, the same argument list (names and
+which it writes) and the same fused operations (the name without Inductor's
+``triton_per_``/``triton_red_``/``triton_poi_`` prefix and its counter). The
+cascade then judges them like any other candidate.
+
+Run as ``python -m pytest_kernelopt.agents.harvest PROBLEM DEVICE OUT.json VARIANT...``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from ..records import KernelInfo
+
+# name -> (torch.compile mode, Inductor config patches); on a CPU only the cheap ones run
+# (max-autotune benchmarks every configuration, which the interpreter makes minutes long).
+VARIANTS: dict[str, tuple[str | None, dict[str, Any]]] = {
+    "max-autotune": ("max-autotune-no-cudagraphs", {}),
+    "coordinate-descent": (None, {"coordinate_descent_tuning": True}),
+    "looped-reductions": (None, {"triton.persistent_reductions": False}),
+}
+CPU_VARIANTS = ("looped-reductions",)
+
+
+class Harvested(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    variant: str
+    name: str
+    graph: int
+    fingerprint: str
+    args: list[str]
+    written: list[str]
+    source: str  # the kernel in candidate format
+
+
+class HarvestResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kernels: list[Harvested] = []
+    errors: dict[str, str] = {}  # variant -> why it produced nothing
+    seconds: dict[str, float] = {}
+
+
+_PREFIX = re.compile(r"^triton_(?:per|red|poi|tem|for|spl)_")
+
+
+def stem(name: str) -> str:
+    """What a kernel fuses, without Inductor's kind prefix, counter and graph suffix."""
+    name = re.sub(r"__g\d+$", "", name)
+    return re.sub(r"_\d+$", "", _PREFIX.sub("", name))
+
+
+def matches(base: KernelInfo, alt: Harvested) -> bool:
+    if alt.graph != base.graph:
+        return False
+    if alt.fingerprint == base.fingerprint:
+        return True
+    return (stem(alt.name) == stem(base.name) and alt.args == [a.name for a in base.args]
+            and sorted(alt.written) == sorted(base.written_args))
+
+
+def harvest(problem: Path, device: str, variants: list[str], timeout: float) -> HarvestResult:
+    """Run the variants in a child process (secrets scrubbed from its environment)."""
+    import tempfile
+
+    from ..verify.worker import worker_env
+
+    with tempfile.TemporaryDirectory(prefix="kernelopt-harvest-") as tmp:
+        out = Path(tmp) / "harvest.json"
+        cmd = [sys.executable, "-m", "pytest_kernelopt.agents.harvest", str(problem), device, str(out), *variants]
+        try:
+            proc = subprocess.run(cmd, env=worker_env(), cwd=tmp, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return HarvestResult(errors={v: f"timed out after {timeout:g} s" for v in variants})
+        if out.is_file():
+            return HarvestResult.model_validate_json(out.read_text())
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+        return HarvestResult(errors={v: tail[0][:300] for v in variants})
+
+
+def _compile_variant(problem: Any, device: str, variant: str) -> list[KernelInfo]:
+    import torch._inductor.config as inductor_config
+
+    from ..capture import compile_problem
+
+    mode, patches = VARIANTS[variant]
+    with inductor_config.patch(patches):
+        compiled = compile_problem(problem, device, mode=mode)
+    return compiled.summary().kernels
+
+
+def main(argv: list[str]) -> int:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    problem_path, device, out, *variants = argv
+    from ..candidate import render_dump
+    from ..config import resolve_device
+    from ..problem import load_problem
+
+    device = resolve_device(device)
+    problem = load_problem(Path(problem_path))
+    result = HarvestResult()
+    for variant in variants:
+        t0 = time.monotonic()
+        try:
+            for info in _compile_variant(problem, device, variant):
+                result.kernels.append(Harvested(
+                    variant=variant, name=info.name, graph=info.graph, fingerprint=info.fingerprint,
+                    args=[a.name for a in info.args], written=info.written_args,
+                    source=render_dump(info, problem.id)))
+        except Exception as exc:  # one variant failing leaves the others
+            result.errors[variant] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+        result.seconds[variant] = round(time.monotonic() - t0, 2)
+    Path(out).write_text(json.dumps(result.model_dump()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,204 @@
+"""The Profiler role: where the model's GPU time goes, and what bounds each kernel.
+
+Figures come from the verification session's worker (``torch.profiler`` device
+times, the launched configuration's registers and spills, a copy-bandwidth ceiling
+measured once per run on this device) and, where ``ncu`` runs, from Nsight Compute
+counters read with ``--clock-control none`` in a child process before the session
+opens. Each kernel gets a bottleneck class:
+
+* ``launch``: under :data:`LAUNCH_US` per launch; the fixed cost of a launch dominates.
+* ``compute``: Nsight Compute's SM throughput is the higher roof and above 60%.
+* ``memory``: DRAM throughput (counters) or achieved bandwidth against the copy
+  ceiling (estimate) at :data:`MEMORY_PCT` or more.
+* ``occupancy``: neither roof reached: latency, occupancy or parallelism limit it.
+* ``unknown``: interpreter mode, nothing timed (shares are then shares of bytes moved).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..records import KernelInfo
+from .records import Bottleneck, KernelProfile, ModelProfile
+
+LAUNCH_US = 6.0
+MEMORY_PCT = 50.0
+COMPUTE_PCT = 60.0
+NVTX_RANGE = "kernelopt-profile"
+
+_ITEMSIZE = {"float64": 8, "int64": 8, "complex64": 8, "float32": 4, "int32": 4, "uint32": 4, "float16": 2,
+             "bfloat16": 2, "int16": 2, "uint16": 2, "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1,
+             "float8_e5m2": 1}
+
+NCU_METRICS = {
+    "gpu__time_duration.sum": "time_ns",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_pct",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "sm_pct",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "occupancy_pct",
+    "launch__registers_per_thread": "registers",
+}
+
+
+def bytes_moved(info: KernelInfo) -> int:
+    """Bytes one launch reads and writes, from its tensor arguments (each read and each write once)."""
+    total = 0
+    for a in info.args:
+        if a.kind != "tensor" or a.shape is None:
+            continue
+        n = 1
+        for d in a.shape:
+            n *= d
+        n *= _ITEMSIZE.get((a.dtype or "float32").replace("torch.", ""), 4)
+        total += n * (int(a.read) + int(a.written))
+    return total
+
+
+def classify(per_launch_us: float | None, roofline_pct: float | None, counters: dict[str, float]) -> Bottleneck:
+    if per_launch_us is None:
+        return "unknown"
+    if per_launch_us < LAUNCH_US:
+        return "launch"
+    sm, dram = counters.get("sm_pct"), counters.get("dram_pct")
+    if sm is not None and dram is not None:
+        if sm >= COMPUTE_PCT and sm > dram:
+            return "compute"
+        return "memory" if dram >= MEMORY_PCT else "occupancy"
+    if roofline_pct is not None and roofline_pct >= MEMORY_PCT:
+        return "memory"
+    return "occupancy"
+
+
+def build_profile(model: str, device: str, kernels: list[KernelInfo], profiled: Any,
+                  counters: dict[str, dict[str, float]] | None, ncu_note: str = "") -> ModelProfile:
+    """Combine the session's measurements (and Nsight Compute counters) into a ModelProfile."""
+    rows: list[KernelProfile] = []
+    moved = {k.name: bytes_moved(k) for k in kernels}
+    if profiled.measured and profiled.model_gpu_us:
+        total = profiled.model_gpu_us
+        triton_us = sum(t.gpu_us for t in profiled.kernels.values())
+        for k in kernels:
+            t = profiled.kernels.get(k.name)
+            gpu_us = t.gpu_us if t else 0.0
+            launches = t.launches if t and t.launches else 1
+            per_launch = gpu_us / launches if gpu_us else None
+            achieved = moved[k.name] / (per_launch * 1e-6) / 1e9 if per_launch else None
+            roof = 100.0 * achieved / profiled.copy_gbps if achieved is not None and profiled.copy_gbps else None
+            c = (counters or {}).get(k.function, {})
+            source = "ncu" if c else "roofline"
+            rows.append(KernelProfile(
+                kernel=k.name, source=source, bottleneck=classify(per_launch, roof, c), share=gpu_us / total,
+                gpu_us=round(gpu_us, 3), launches=launches, bytes_moved=moved[k.name],
+                achieved_gbps=None if achieved is None else round(achieved, 1),
+                roofline_pct=None if roof is None else round(roof, 1),
+                dram_pct=c.get("dram_pct"), sm_pct=c.get("sm_pct"), occupancy_pct=c.get("occupancy_pct"),
+                registers=int(c["registers"]) if "registers" in c else (t.registers if t else None),
+                spills=t.spills if t else None,
+                note=ncu_note if not c else "",
+            ))
+        profile = ModelProfile(model=model, device=device, copy_ceiling_gbps=profiled.copy_gbps,
+                               model_gpu_us=round(total, 3), triton_share=triton_us / total if total else None)
+    else:
+        all_bytes = sum(moved.values()) or 1
+        for k in kernels:
+            t = profiled.kernels.get(k.name)
+            rows.append(KernelProfile(
+                kernel=k.name, source="bytes", bottleneck="unknown", share=moved[k.name] / all_bytes,
+                bytes_moved=moved[k.name], registers=t.registers if t else None, spills=t.spills if t else None,
+                note="interpreter mode: no timing; share is the kernel's share of bytes moved"))
+        profile = ModelProfile(model=model, device=device)
+    profile.kernels = sorted(rows, key=lambda r: r.share, reverse=True)
+    return profile
+
+
+# --- Nsight Compute ---------------------------------------------------------------------
+
+def ncu_available() -> str | None:
+    return shutil.which("ncu")
+
+
+def ncu_counters(problem: Path, timeout: float) -> tuple[dict[str, dict[str, float]] | None, str]:
+    """Per Triton function name, Nsight Compute counters of one model run (None and why, where ncu fails).
+
+    The child compiles and warms the model up, then runs it once inside an NVTX range;
+    only launches in that range are profiled (autotuning's benchmark launches are not).
+    """
+    ncu = ncu_available()
+    if ncu is None:
+        return None, "Nsight Compute (ncu) not found: roofline estimate from measured time and bytes moved"
+    from ..verify.worker import worker_env
+
+    with tempfile.TemporaryDirectory(prefix="kernelopt-ncu-") as tmp:
+        cmd = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", "--csv",
+               "--metrics", ",".join(NCU_METRICS), sys.executable, "-m", "pytest_kernelopt.agents.profiler",
+               str(problem)]
+        try:
+            proc = subprocess.run(cmd, env=worker_env(), cwd=tmp, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None, f"Nsight Compute timed out after {timeout:g} s: roofline estimate instead"
+        except OSError as exc:
+            return None, f"Nsight Compute could not start ({exc}): roofline estimate instead"
+    counters = parse_ncu_csv(proc.stdout)
+    if not counters:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+        return None, f"Nsight Compute read no counters ({tail[0][:200]}): roofline estimate instead"
+    return counters, ""
+
+
+def parse_ncu_csv(text: str) -> dict[str, dict[str, float]]:
+    """``ncu --csv`` (one row per kernel launch and metric) -> {kernel name: {field: median value}}."""
+    start = text.find('"ID"')
+    if start < 0:
+        return {}
+    values: dict[str, dict[str, list[float]]] = {}
+    for row in csv.DictReader(io.StringIO(text[start:])):
+        field = NCU_METRICS.get(row.get("Metric Name", ""))
+        name = (row.get("Kernel Name") or "").split("(")[0].strip()
+        if field is None or not name:
+            continue
+        try:
+            value = float(re.sub(r"[,\s]", "", row.get("Metric Value", "")))
+        except ValueError:
+            continue
+        values.setdefault(name, {}).setdefault(field, []).append(value)
+    out: dict[str, dict[str, float]] = {}
+    for name, fields in values.items():
+        out[name] = {f: sorted(v)[len(v) // 2] for f, v in fields.items()}
+    return out
+
+
+def _ncu_target(problem_path: str) -> int:
+    """The child Nsight Compute profiles: compile, warm up, one run inside the NVTX range."""
+    import warnings
+
+    import torch
+
+    from ..capture import compile_problem
+    from ..config import resolve_device
+    from ..problem import load_problem
+
+    warnings.filterwarnings("ignore")
+    device = resolve_device("cuda")
+    problem = load_problem(Path(problem_path))
+    compiled = compile_problem(problem, device)
+    inputs = problem.make_inputs(1, device)
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(*inputs)
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_push(NVTX_RANGE)
+        compiled(*inputs)
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_pop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_ncu_target(sys.argv[1]))

@@ -1,0 +1,135 @@
+"""The ``search`` backend: offline, no network, no key.
+
+Per kernel, in rounds (the Planner's strategies decide which apply):
+
+1. ``harvest``: Inductor's own alternatives for the same kernel
+   (:mod:`.harvest`: max-autotune, coordinate descent, looped reductions), each a
+   drop-in candidate.
+2. ``rewrite:<rule>``: source rewrites chosen by the bottleneck class (today one
+   rule: drop the loads' cache-eviction hints, for memory-bound kernels).
+3. ``launch``: coordinate descent over the launch configuration of the best
+   candidate so far (:mod:`.launch_space`): every neighbour not yet tried, each
+   judged by the session; when the best stops changing, every neighbour of it has
+   been tried and the search ends.
+
+The loop decides what "best" is from the verdicts; this module never times anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+from .coder import Spend
+from .harvest import CPU_VARIANTS, VARIANTS, HarvestResult, harvest, matches
+from .launch_space import Limits, describe, neighbours, read_point, with_point
+from .records import CoderContext, Proposal
+
+HARVEST_TIMEOUT = 900.0
+# In interpreter mode nothing is timed, so the launch search has no direction: a few
+# neighbours still exercise the loop and the cascade.
+CPU_LAUNCH_POINTS = 2
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def drop_eviction_hints(source: str) -> str:
+    """Loads without ``eviction_policy=...``: the hardware's default caching instead of Inductor's hint."""
+    return re.sub(r",\s*eviction_policy\s*=\s*'evict_(?:first|last)'", "", source)
+
+
+REWRITES = {"eviction": drop_eviction_hints}
+
+
+class SearchCoder:
+    name = "search"
+    model = None
+
+    def __init__(self, *, variants: list[str] | None = None, launch_per_round: int = 8,
+                 harvest_timeout: float = HARVEST_TIMEOUT, progress: Any = None):
+        self.variants = variants
+        self.launch_per_round = launch_per_round
+        self.harvest_timeout = harvest_timeout
+        self.progress = progress or (lambda _: None)
+        self.harvested: HarvestResult = HarvestResult()
+        self._device = "cpu"
+        self._done: dict[str, set[str]] = {}  # kernel -> strategies already proposed
+        self._cpu_points: dict[str, int] = {}
+
+    @property
+    def spend(self) -> Spend:
+        return Spend()
+
+    @property
+    def stopped(self) -> str | None:
+        return None
+
+    def prepare(self, problem: Path, device: str, kernels: list[Any]) -> None:
+        self._device = device
+        variants = self.variants if self.variants is not None else (
+            list(VARIANTS) if device == "cuda" else list(CPU_VARIANTS))
+        self._done.clear()
+        self._cpu_points.clear()
+        if not variants:
+            self.harvested = HarvestResult()
+            return
+        self.progress(f"harvesting Inductor's alternatives ({', '.join(variants)})")
+        self.harvested = harvest(problem, device, variants, self.harvest_timeout)
+
+    def propose(self, ctx: CoderContext) -> list[Proposal]:
+        done = self._done.setdefault(ctx.kernel.name, set())
+        tried = {a.sha256 for a in ctx.attempts} | {_sha(ctx.original)}
+        for strategy in ctx.strategies:
+            if strategy in done or strategy == "launch":
+                continue
+            done.add(strategy)
+            proposals = self._strategy(strategy, ctx, tried)
+            if proposals:
+                return proposals
+        if "launch" in ctx.strategies:
+            return self._launch(ctx, tried)
+        return []
+
+    def _strategy(self, strategy: str, ctx: CoderContext, tried: set[str]) -> list[Proposal]:
+        out: list[Proposal] = []
+        seen = set(tried)
+        if strategy == "harvest":
+            for alt in self.harvested.kernels:
+                if matches(ctx.kernel, alt) and _sha(alt.source) not in seen:
+                    seen.add(_sha(alt.source))
+                    same = "same kernel source" if alt.fingerprint == ctx.kernel.fingerprint else f"as {alt.name}"
+                    out.append(Proposal(source=alt.source, origin=f"harvest:{alt.variant}",
+                                        rationale=f"Inductor's {alt.variant} compile of this kernel ({same}), "
+                                                  f"launch {describe(read_point(alt.source))}"))
+        elif strategy.startswith("rewrite:"):
+            rule = REWRITES.get(strategy.split(":", 1)[1])
+            if rule is not None:
+                text = rule(ctx.best)
+                if _sha(text) not in seen and text != ctx.best:
+                    out.append(Proposal(source=text, origin=strategy,
+                                        rationale=f"{strategy} applied to the best so far ({ctx.best_origin})"))
+        return out
+
+    def _launch(self, ctx: CoderContext, tried: set[str]) -> list[Proposal]:
+        point = read_point(ctx.best)
+        if not point:
+            return []
+        limits = Limits(ctx.kernel, ctx.best)
+        out = []
+        for p in neighbours(point, limits):
+            text = with_point(ctx.best, p)
+            if _sha(text) in tried:
+                continue
+            changed = {k: v for k, v in p.items() if point.get(k) != v}
+            out.append(Proposal(source=text, origin=f"launch:{describe(p)}",
+                                rationale=f"one step from the best so far ({ctx.best_origin}, {describe(point)}): "
+                                          f"{describe(changed)}"))
+        if self._device != "cuda":
+            left = CPU_LAUNCH_POINTS - self._cpu_points.get(ctx.kernel.name, 0)
+            out = out[:max(0, left)]
+            self._cpu_points[ctx.kernel.name] = self._cpu_points.get(ctx.kernel.name, 0) + len(out)
+        return out[: self.launch_per_round]

@@ -1,0 +1,90 @@
+"""Where the compiled model's GPU time goes, measured in the worker that holds it.
+
+The Profiler role (:mod:`pytest_kernelopt.agents.profiler`) classifies kernels
+from these figures; this module only measures: per Triton kernel the device time
+and launches per model run (``torch.profiler``, CUDA activity), the model's total
+device time, registers and spills of the launched configuration, and the device's
+copy bandwidth (the memory roof every kernel is compared against). No candidate
+code runs here.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from .prepared import Prepared
+from .protocol import KernelTime, Profiled
+
+COPY_BYTES = 1 << 30  # copy-ceiling buffer; at most a tenth of free memory
+
+
+def _launcher_figures(handle: Any) -> tuple[int | None, int | None]:
+    launchers = getattr(handle.original, "launchers", None) or []
+    if not launchers:
+        return None, None
+    regs, spills = getattr(launchers[0], "n_regs", None), getattr(launchers[0], "n_spills", None)
+    return (int(regs) if isinstance(regs, int) else None), (int(spills) if isinstance(spills, int) else None)
+
+
+def copy_ceiling_gbps() -> float:
+    """Device-to-device copy bandwidth (GB/s, read + write counted), median of 10 timed copies."""
+    import torch
+
+    free, _ = torch.cuda.mem_get_info()
+    n = max(1 << 24, min(COPY_BYTES, free // 10)) // 2
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    times = []
+    for i in range(13):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        if i >= 3:  # warm-up
+            times.append(start.elapsed_time(end) / 1e3)
+    del src, dst
+    return 2 * n / statistics.median(times) / 1e9
+
+
+def profile_model(prepared: Prepared, runs: int) -> Profiled:
+    import torch
+
+    compiled = prepared.compiled
+    by_function: dict[str, list[str]] = {}
+    figures: dict[str, KernelTime] = {}
+    for name, handle in compiled.kernels.items():
+        by_function.setdefault(handle.info.function, []).append(name)
+        regs, spills = _launcher_figures(handle)
+        figures[name] = KernelTime(registers=regs, spills=spills)
+    if prepared.device != "cuda":
+        return Profiled(measured=False, kernels=figures)
+
+    inputs = prepared.inputs(prepared.seeds[0])
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(*inputs)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(runs):
+                compiled(*inputs)
+            torch.cuda.synchronize()
+    total = 0.0
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        us = float(event.time_range.elapsed_us())
+        total += us
+        names = by_function.get(event.name)
+        if not names:
+            continue
+        share = us / len(names)  # the same function in several graphs: split evenly
+        for name in names:
+            k = figures[name]
+            k.gpu_us += share / runs
+            k.launches += 1
+    for k in figures.values():
+        k.launches = max(1, round(k.launches / runs)) if k.gpu_us else 0
+    del inputs
+    return Profiled(measured=True, model_gpu_us=total / runs, kernels=figures, copy_gbps=copy_ceiling_gbps())
