@@ -4,7 +4,54 @@
     Planner  (planner.py)    which kernels to tune, in which order, with which strategies
     Coder    (coder.py)      writes candidate files: search.py (offline) or claude.py (Anthropic)
     Reviewer (reviewer.py)   the static checks and a critique before anything runs
-    Benchmarker (benchmarker.py)  the verification session; verdicts go back to the Coder
+    Benchmarker              the verification session (pytest_kernelopt.verify); loop.py
+                             feeds its verdicts back to the Coder
 
-``loop.py`` drives them for ``kernelopt tune``; ``trace.py`` writes the run directory.
+``loop.py`` drives them for ``kernelopt tune``; ``trace.py`` writes the run directory;
+``harvest.py`` and ``launch_space.py`` are the search backend's parts.
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .loop import UI, Tuner, TuneOptions
+from .records import RunRecord
+from .trace import RunDir, new_run_id, now_iso
+
+__all__ = ["UI", "TuneOptions", "Tuner", "tune"]
+
+
+def tune(problems: list[Path], options: TuneOptions, *, agent: str = "search", agent_options: dict[str, Any] | None = None,
+         store: Any, runs_dir: Path, ui: UI | None = None) -> RunRecord:
+    """Tune every problem in turn; returns the run's record (also in ``runs_dir/<run_id>/run.json``).
+
+    Ctrl-C stops at once: the record says ``interrupted`` and keeps every kernel finished
+    (stored versions are complete files; nothing is half-written).
+    """
+    from .coder import make_coder
+
+    ui = ui or UI()
+    coder = make_coder(agent, **(agent_options or {}))
+    record = RunRecord(run_id=new_run_id(), started=now_iso(), agent=agent, agent_model=coder.model,
+                       budget_s=options.budget_s, kernels_dir=str(store.root) if store is not None else "")
+    run = RunDir.create(runs_dir, record)
+    ui.message(f"run directory: {run.root}")
+    tuner = Tuner(options, coder, store, run, ui)
+    try:
+        for problem in problems:
+            tuner.tune_problem(problem)
+            if tuner.stop_reason:
+                ui.message(f"stopping: {tuner.stop_reason}")
+                break
+    except KeyboardInterrupt:
+        record.interrupted = True
+        raise
+    finally:
+        spend = coder.spend
+        record.input_tokens, record.output_tokens, record.usd = spend.input_tokens, spend.output_tokens, spend.usd
+        record.stop_reason = tuner.stop_reason
+        record.finished = now_iso()
+        run.close()
+    return record

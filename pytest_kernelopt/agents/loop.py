@@ -1,0 +1,349 @@
+"""The tuning loop: Profiler -> Planner -> (Coder -> Reviewer -> Benchmarker)* -> store.
+
+Per problem: the Coder prepares (the search backend harvests Inductor's
+alternatives in a child process), Nsight Compute reads counters where it runs, and
+one verification session opens (the problem compiled once). The Profiler measures
+the compiled model in that session and the Planner orders its kernels. Per kernel,
+the active committed version (if any, and not stale) is judged first and becomes
+the starting point; then the Coder proposes candidates round after round, the
+Reviewer stops what need not run, and the Benchmarker (the session) judges the
+rest. A kernel's search ends when the Coder has nothing new, its budget is spent,
+or the run's budget or the backend's cost limit is reached.
+
+What is stored: the candidate with the best whole-model speedup among those the
+cascade *accepted* (faster than the compiler's kernel beyond noise), and only if
+it also beats the active version: its model interval lies entirely above the
+active version's, both measured in this session against the same compiled
+baseline. On a CPU (interpreter mode) speed is not measured and nothing is stored.
+Every store write is atomic and ``run.json`` is rewritten after each kernel, so
+Ctrl-C keeps what was accepted and leaves no half-written file.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import KerneloptError, StoreError, VerifierError
+from ..records import KernelInfo, Verdict
+from .coder import Coder
+from .planner import MIN_SHARE, PlanItem, plan
+from .records import Attempt, CoderContext, KernelOutcome, ProblemOutcome, Proposal
+from .reviewer import review
+from .trace import RunDir
+
+IMPROVE = 0.01  # a launch point must be this much faster (kernel alone) to become the search's best
+
+
+@dataclass
+class TuneOptions:
+    device: str
+    budget_s: float = 300.0  # device seconds per kernel
+    run_budget_s: float | None = None  # device seconds for the whole run
+    max_rounds: int = 50
+    min_share: float = MIN_SHARE
+    kernels: list[str] | None = None  # only these kernels (names)
+    seeds: int = 3
+    timeout: float = 300.0  # one candidate's checks
+    ncu: bool = True
+
+
+class UI:
+    """What the loop tells the user; the CLI draws progress bars, tests record."""
+
+    def message(self, text: str) -> None: ...
+    def problem(self, model: str, kernels: int) -> None: ...
+    def kernel(self, model: str, kernel: str, budget_s: float) -> None: ...
+    def attempt(self, attempt: Attempt, spent_s: float) -> None: ...
+    def kernel_done(self, outcome: KernelOutcome) -> None: ...
+
+
+@dataclass
+class _KernelState:
+    info: KernelInfo
+    original: str
+    best: str
+    best_origin: str = "compiler"
+    best_score: float = 1.0
+    attempts: list[Attempt] = field(default_factory=list)
+    verdicts: dict[str, Verdict] = field(default_factory=dict)  # sha -> verdict (non-rejected)
+    sources: dict[str, str] = field(default_factory=dict)  # sha -> source
+    spent: float = 0.0
+
+
+def _score(verdict: Verdict) -> float | None:
+    """How fast a correct candidate is, for the search's direction: the kernel alone when timed."""
+    timing = verdict.kernel_timing or verdict.model_timing
+    return timing.speedup if timing is not None else None
+
+
+class Tuner:
+    def __init__(self, options: TuneOptions, coder: Coder, store: Any, run: RunDir, ui: UI | None = None):
+        self.options = options
+        self.coder = coder
+        self.store = store
+        self.run = run
+        self.ui = ui or UI()
+        self.started = time.monotonic()
+        self.stop_reason: str | None = None
+
+    # --- budgets -----------------------------------------------------------------------
+
+    def _run_left(self) -> float:
+        if self.options.run_budget_s is None:
+            return float("inf")
+        return self.options.run_budget_s - (time.monotonic() - self.started)
+
+    def _out_of_budget(self, state: _KernelState, estimate: float) -> str | None:
+        if self.coder.stopped:
+            return self.coder.stopped
+        if state.spent + estimate > self.options.budget_s:
+            return f"kernel budget: {state.spent:.0f} of {self.options.budget_s:g} s spent"
+        if estimate > self._run_left():
+            return f"run budget: {self.options.run_budget_s:g} s spent"
+        return None
+
+    # --- one problem --------------------------------------------------------------------
+
+    def tune_problem(self, problem_path: Path) -> ProblemOutcome:
+        from ..problem import load_problem
+        from ..verify import VerifyOptions, VerifySession
+        from .profiler import build_profile, ncu_counters
+
+        t0 = time.monotonic()
+        problem = load_problem(problem_path)
+        model = problem.id
+        outcome = ProblemOutcome(model=model, problem=str(problem.path), device=self.options.device,
+                                 speed_measured=self.options.device == "cuda")
+        self.run.record.problems.append(outcome)
+        ev = lambda role, event, **data: self.run.event(role, event, model=model, **data)  # noqa: E731
+        ev("run", "problem", problem=str(problem.path))
+        try:
+            self.coder.prepare(problem.path, self.options.device, [])
+            harvested = getattr(self.coder, "harvested", None)
+            if harvested is not None:
+                ev("coder", "harvest", kernels=len(harvested.kernels), errors=harvested.errors,
+                   seconds=harvested.seconds)
+            counters, note = None, "interpreter mode"
+            if self.options.device == "cuda" and self.options.ncu:
+                self.ui.message(f"{model}: reading Nsight Compute counters")
+                counters, note = ncu_counters(problem.path, timeout=600.0)
+                ev("profiler", "ncu", kernels=len(counters or {}), note=note)
+            options = VerifyOptions(seeds=self.options.seeds, timeout=self.options.timeout)
+            with VerifySession(problem.path, self.options.device, options, progress=self.ui.message) as session:
+                opened = session.open()
+                ev("benchmarker", "opened", seconds=round(opened.seconds, 2), kernels=len(opened.kernels),
+                   isolation=session._worker.isolation if session._worker else None)
+                if self.run.record.environment is None:
+                    self.run.record.environment = opened.environment
+                profile = build_profile(model, self.options.device, opened.kernels, session.profile(), counters, note)
+                outcome.profile = profile
+                self.run.save_profile(profile)
+                ev("profiler", "profile", triton_share=profile.triton_share, model_gpu_us=profile.model_gpu_us,
+                   kernels=[k.model_dump(include={"kernel", "bottleneck", "share", "roofline_pct", "source"})
+                            for k in profile.kernels])
+                items = plan(profile, min_share=self.options.min_share, only=self.options.kernels)
+                self.ui.problem(model, sum(1 for i in items if i.skip is None))
+                stored: dict[str, str] = {}
+                for item in items:
+                    ev("planner", "plan", kernel=item.kernel, strategies=item.strategies, skip=item.skip)
+                    info = session.kernel_info(item.kernel)
+                    if item.skip is not None:
+                        outcome.kernels.append(KernelOutcome(kernel=item.kernel, fingerprint=info.fingerprint,
+                                                             profile=item.profile, skipped=item.skip))
+                        continue
+                    result, source = self._tune_kernel(session, model, info, item)
+                    outcome.kernels.append(result)
+                    if source is not None:
+                        stored[item.kernel] = source
+                    self.run.save()
+                    self.ui.kernel_done(result)
+                    if self.stop_reason:
+                        break
+                if stored and self.options.device == "cuda":
+                    from ..verify import source_of
+
+                    verdict = session.verify_model({k: source_of(s, f"{k} (stored)") for k, s in stored.items()})
+                    outcome.model_timing = verdict.model_timing
+                    ev("benchmarker", "model", status=verdict.status, reason=verdict.reason,
+                       timing=verdict.model_timing.model_dump() if verdict.model_timing else None)
+        except KerneloptError as exc:
+            outcome.error = str(exc)
+            ev("run", "error", error=str(exc))
+            self.ui.message(f"{model}: {exc}")
+        finally:
+            outcome.seconds = round(time.monotonic() - t0, 2)
+            self.run.save()
+        return outcome
+
+    # --- one kernel ---------------------------------------------------------------------
+
+    def _tune_kernel(self, session: Any, model: str, info: KernelInfo, item: PlanItem) -> tuple[KernelOutcome, str | None]:
+        from ..candidate import render_dump
+
+        original = render_dump(info, model)
+        state = _KernelState(info=info, original=original, best=original)
+        result = KernelOutcome(kernel=info.name, fingerprint=info.fingerprint, profile=item.profile)
+        self.ui.kernel(model, info.name, self.options.budget_s)
+        ev = lambda role, event, **data: self.run.event(role, event, model=model, kernel=info.name, **data)  # noqa: E731
+
+        active, active_verdict = self._active(model, info, ev), None
+        if active is not None:
+            active_verdict = self._judge(session, model, state, Proposal(
+                source=active.source, origin=f"active:v{active.record.version}",
+                rationale="the committed active version"), ev)
+            if active_verdict is not None and active_verdict.status != "rejected":
+                state.best, state.best_origin = active.source, f"active:v{active.record.version}"
+                state.best_score = _score(active_verdict) or 1.0
+        rounds = 0
+        while rounds < self.options.max_rounds and not self.stop_reason:
+            ctx = CoderContext(model=model, device=self.options.device, kernel=info, original=original,
+                               best=state.best, best_origin=state.best_origin, profile=item.profile,
+                               attempts=list(state.attempts), round=rounds, strategies=item.strategies)
+            why = self._out_of_budget(state, self._estimate(state))
+            if why:
+                ev("planner", "stop", reason=why)
+                break
+            proposals = self.coder.propose(ctx)
+            ev("coder", "proposals", round=rounds, count=len(proposals), origins=[p.origin for p in proposals],
+               error=getattr(self.coder, "last_error", None))
+            if not proposals:
+                ev("planner", "stop", reason=self.coder.stopped or "the coder has nothing new to try")
+                break
+            for proposal in proposals:
+                why = self._out_of_budget(state, self._estimate(state))
+                if why:
+                    ev("planner", "stop", reason=why)
+                    if self._run_left() <= 0 or self.coder.stopped:
+                        self.stop_reason = why
+                    break
+                self._judge(session, model, state, proposal, ev)
+            rounds += 1
+        if self.coder.stopped:
+            self.stop_reason = self.coder.stopped
+        source = self._keep(model, info, state, result, active, active_verdict, ev)
+        result.attempts = sum(1 for a in state.attempts if a.status not in ("duplicate",))
+        result.gpu_seconds = round(state.spent, 2)
+        result.history = list(state.attempts)
+        for a in state.attempts:
+            key = a.status if a.status in ("accepted", "correct", "reviewed") else (
+                f"rejected:{a.stage}" if a.status == "rejected" else None)
+            if key:
+                result.by_stage[key] = result.by_stage.get(key, 0) + 1
+        return result, source
+
+    def _estimate(self, state: _KernelState) -> float:
+        times = [a.seconds for a in state.attempts if a.status in ("accepted", "correct", "rejected") and a.seconds]
+        return statistics.median(times) if times else 0.0
+
+    def _active(self, model: str, info: KernelInfo, ev: Callable[..., Any]) -> Any:
+        if self.store is None:
+            return None
+        try:
+            active = self.store.active_file(model, info.name)
+        except StoreError as exc:
+            ev("store", "active-unreadable", error=str(exc))
+            self.ui.message(f"{model}/{info.name}: {exc}; tuning from the compiler's kernel")
+            return None
+        if active is not None and active.manifest.fingerprint != info.fingerprint:
+            ev("store", "active-stale", version=active.record.version)
+            return None
+        return active
+
+    def _judge(self, session: Any, model: str, state: _KernelState, proposal: Proposal,
+               ev: Callable[..., Any]) -> Verdict | None:
+        from ..verify import source_of
+
+        tried = {a.sha256 for a in state.attempts}
+        r = review(proposal.source, state.info, state.original, tried)
+        if not r.ok:
+            attempt = Attempt(kernel=state.info.name, origin=proposal.origin, rationale=proposal.rationale,
+                              sha256=r.sha256, status=r.status, stage="static" if r.status == "reviewed" else None,
+                              reason=r.reason)
+            state.attempts.append(attempt)
+            ev("reviewer", r.status, origin=proposal.origin, reason=r.reason)
+            self.ui.attempt(attempt, state.spent)
+            return None
+        file = self.run.save_candidate(model, state.info.name, r.sha256, proposal.source)
+        label = f"{proposal.origin} ({Path(file).name})"
+        t0 = time.monotonic()
+        try:
+            verdict = session.verify(state.info.name, source_of(proposal.source, label))
+        except VerifierError:
+            state.spent += time.monotonic() - t0
+            raise  # the verifier's own failure: never the candidate's; the problem stops here
+        seconds = time.monotonic() - t0
+        state.spent += seconds
+        failed = next((s for s in verdict.stages if s.passed is False), None)
+        attempt = Attempt(kernel=state.info.name, origin=proposal.origin, rationale=proposal.rationale, sha256=r.sha256,
+                          status=verdict.status, stage=failed.name if failed and verdict.status == "rejected" else None,
+                          reason=verdict.reason, model_timing=verdict.model_timing, kernel_timing=verdict.kernel_timing,
+                          seconds=round(seconds, 2), file=file,
+                          errors=[e for e in verdict.errors if e.candidate_vs_fp64 is not None])
+        state.attempts.append(attempt)
+        ev("benchmarker", "verdict", origin=proposal.origin, status=verdict.status, reason=verdict.reason,
+           speedup=verdict.model_timing.speedup if verdict.model_timing else None,
+           kernel_speedup=verdict.kernel_timing.speedup if verdict.kernel_timing else None, file=file,
+           seconds=round(seconds, 2))
+        self.ui.attempt(attempt, state.spent)
+        if verdict.status != "rejected":
+            state.verdicts[r.sha256] = verdict
+            state.sources[r.sha256] = proposal.source
+            score = _score(verdict)
+            if score is not None and score > state.best_score * (1 + IMPROVE):
+                state.best, state.best_origin, state.best_score = proposal.source, proposal.origin, score
+        return verdict
+
+    def _keep(self, model: str, info: KernelInfo, state: _KernelState, result: KernelOutcome, active: Any,
+              active_verdict: Verdict | None, ev: Callable[..., Any]) -> str | None:
+        """Store the best accepted candidate if it beats the active version; the source now in force."""
+        from ..store import Provenance, accept_verdict
+
+        active_ok = active is not None and active_verdict is not None and active_verdict.status != "rejected"
+        in_force = active.source if active_ok else None
+        if self.options.device != "cuda":
+            correct = sum(1 for a in state.attempts if a.status == "correct")
+            result.message = (f"speed not measured (interpreter mode): {correct} correct candidate(s), nothing stored "
+                              f"as faster")
+            return None
+        origin = {a.sha256: a.origin for a in state.attempts}
+        accepted = [(sha, v) for sha, v in state.verdicts.items()
+                    if v.status == "accepted" and v.model_timing is not None and not origin[sha].startswith("active:")]
+        if active is not None and active_verdict is not None and active_verdict.status == "rejected":
+            result.message = f"the active v{active.record.version} was rejected ({active_verdict.reason}); "
+        if not accepted:
+            result.message += (f"nothing faster than the {'active version' if active_ok else 'compiler kernel'} "
+                               f"beyond noise ({len(state.attempts)} candidate(s))")
+            return in_force
+        sha, best = max(accepted, key=lambda sv: sv[1].model_timing.speedup)  # type: ignore[union-attr]
+        attempt = next(a for a in state.attempts if a.sha256 == sha)
+        result.best_origin, result.best_timing, result.best_kernel_timing = attempt.origin, best.model_timing, best.kernel_timing
+        result.best_sha256 = sha
+        if active_ok and active_verdict.model_timing is not None and best.model_timing is not None:
+            if not best.model_timing.ci_low > active_verdict.model_timing.ci_high:
+                result.message += (f"best candidate {best.model_timing.speedup:.3f}x is not faster than the active "
+                                   f"v{active.record.version} ({active_verdict.model_timing.speedup:.3f}x) beyond noise")
+                return in_force
+        spend = self.coder.spend
+        provenance = Provenance(proposed_by=f"kernelopt tune ({attempt.origin})", agent=attempt.origin,
+                                backend=self.coder.name, llm_model=self.coder.model,
+                                cost_usd=round(spend.usd, 4) if spend.usd else None,
+                                tokens=(spend.input_tokens + spend.output_tokens) or None)
+        try:
+            outcome = accept_verdict(self.store, model, info.name, state.sources[sha], best, provenance=provenance)
+        except StoreError as exc:
+            result.message += f"not stored: {exc}"
+            ev("store", "error", error=str(exc))
+            return in_force
+        result.message += outcome.message
+        ev("store", "stored" if outcome.stored else "not-stored", message=outcome.message,
+           version=outcome.record.version if outcome.record else None)
+        if outcome.record is not None and (outcome.stored or outcome.active):
+            result.stored_version = outcome.record.version
+            folder = self.store.kernel_dir(model, info.name)
+            result.stored_file = str((folder / outcome.record.file).relative_to(self.store.root))
+            return state.sources[sha]
+        return in_force

@@ -1,0 +1,91 @@
+"""What ``kernelopt tune`` shows while it works: rich progress bars on stderr, one line per event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .loop import UI
+from .records import Attempt, KernelOutcome
+
+
+class RichUI(UI):
+    def __init__(self, quiet: bool = False):
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = Console(stderr=True)
+        self.quiet = quiet
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[status]}"),
+                            TimeElapsedColumn(), console=self.console, transient=True, disable=quiet)
+        self._task: Any = None
+
+    def __enter__(self) -> RichUI:
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.stop()
+
+    def message(self, text: str) -> None:
+        if not self.quiet:
+            self.console.print(text, markup=False, highlight=False)
+
+    def problem(self, model: str, kernels: int) -> None:
+        self.message(f"{model}: tuning {kernels} kernel(s)")
+
+    def kernel(self, model: str, kernel: str, budget_s: float) -> None:
+        if self._task is not None:
+            self.bar.remove_task(self._task)
+        self._task = self.bar.add_task(f"{model}/{kernel[:48]}", total=budget_s, status="starting")
+
+    def attempt(self, attempt: Attempt, spent_s: float) -> None:
+        timing = attempt.model_timing
+        speed = f" {timing.speedup:.3f}x" if timing else ""
+        status = f"{attempt.status}{' at ' + attempt.stage if attempt.stage else ''}{speed}"
+        if self._task is not None:
+            self.bar.update(self._task, completed=spent_s, status=f"{attempt.origin[:40]}: {status}")
+        if not self.quiet:
+            self.console.print(f"  {attempt.origin}: {status}", markup=False, highlight=False)
+
+    def kernel_done(self, outcome: KernelOutcome) -> None:
+        if self._task is not None:
+            self.bar.remove_task(self._task)
+            self._task = None
+        self.message(f"  -> {outcome.kernel}: {outcome.message}")
+
+
+def _x(t: Any) -> str:
+    return f"{t.speedup:.3f}x [{t.ci_low:.3f}, {t.ci_high:.3f}]" if t is not None else "-"
+
+
+def print_tune_table(record: Any) -> None:
+    """The table at the end of ``kernelopt tune``: per kernel, class, share, candidates, outcome by stage, speedup."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"kernelopt tune ({record.agent}{', ' + record.agent_model if record.agent_model else ''})")
+    for col in ("model", "kernel", "class", "share", "tried", "outcome by stage", "best (model)", "kernel alone",
+                "stored", "gpu s"):
+        table.add_column(col)
+    for p in record.problems:
+        if p.error:
+            table.add_row(p.model, "-", "-", "-", "-", f"error: {p.error}", "-", "-", "-", f"{p.seconds:.0f}")
+            continue
+        for k in p.kernels:
+            prof = k.profile
+            share = f"{prof.share:.1%}" if prof else "-"
+            if k.skipped:
+                table.add_row(p.model, k.kernel, prof.bottleneck if prof else "-", share, "0", f"skipped: {k.skipped}",
+                              "-", "-", "-", "0")
+                continue
+            stages = ", ".join(f"{n} {s}" for s, n in sorted(k.by_stage.items())) or "-"
+            table.add_row(p.model, k.kernel, prof.bottleneck if prof else "-", share, str(k.attempts), stages,
+                          _x(k.best_timing), _x(k.best_kernel_timing),
+                          f"v{k.stored_version}" if k.stored_version else "-", f"{k.gpu_seconds:.0f}")
+        if p.model_timing is not None:
+            table.add_row(p.model, "(whole model, stored kernels)", "", "", "", "", _x(p.model_timing), "", "", "")
+    Console().print(table)
+    if not any(p.speed_measured for p in record.problems):
+        Console().print("speed not measured (interpreter mode): nothing was stored as faster")
+    if record.interrupted or record.stop_reason:
+        Console().print(f"stopped early: {record.stop_reason or 'interrupted'}")
