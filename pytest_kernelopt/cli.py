@@ -83,6 +83,18 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--proposed-by", default="human", help="provenance recorded in the manifest (default: human)")
     a.add_argument("--kernels-dir", type=Path, metavar="DIR",
                    help="the kernel store (default: [tool.kernelopt] kernels_dir of the problem's project)")
+
+    r = sub.add_parser("report", help="render the report of a tuning run from its run directory (run.json, "
+                                      "trace.jsonl)")
+    r.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory `kernelopt tune` wrote")
+    r.add_argument("--format", choices=["md", "html"], default="md", help="report.md (default) or report.html")
+    r.add_argument("--out", type=Path, metavar="DIR", help="where to write the report and speedup.png "
+                                                          "(default: RUN_DIR)")
+    r.add_argument("--templates", type=Path, metavar="DIR",
+                   help="your templates folder (default: templates/ beside the nearest pyproject.toml above the "
+                        "current folder, if any); its files override the bundled ones of the same name")
+    r.add_argument("--kernels-dir", type=Path, metavar="DIR",
+                   help="the kernel store the run wrote into, for the diffs (default: the one run.json records)")
     return parser
 
 
@@ -117,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "kernels":
             return cmd_kernels(args)
+        if args.command == "report":
+            return cmd_report(args)
         return cmd_verify_or_accept(args)
     except KerneloptError as exc:
         print(f"kernelopt: error: {exc}", file=sys.stderr)
@@ -225,6 +239,18 @@ def _accept(args: argparse.Namespace, settings: Any, model: str, verdict: Any) -
     if outcome.stored or (outcome.record is not None and outcome.active):
         return EXIT_OK  # stored now, or these very bytes are already the active version
     return EXIT_REJECTED
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import write_report
+    from .templates import project_templates
+
+    templates = args.templates if args.templates is not None else project_templates()
+    files = write_report(args.run_dir, args.out, fmt=args.format, templates_dir=templates,
+                         kernels_dir=args.kernels_dir)
+    print(f"wrote {files.report}")
+    print(f"wrote {files.chart}" if files.chart else f"no chart: {files.chart_note}")
+    return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .records import ArgInfo, CaptureSummary
+from ..records import ArgInfo, CaptureSummary
 
 
 def _arg(a: ArgInfo) -> str:

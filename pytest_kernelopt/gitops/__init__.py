@@ -1,0 +1,372 @@
+"""Branches and pull requests for the kernels a tuning run stored.
+
+    branch.py   git (GitPython): commits built without a checkout, our branches only, pushes with a lease
+    github.py   the GitHub REST API (urllib): open or update the pull request; remote URLs
+    errors.py   PublishError, RefusedError, GitHubError
+
+The one entry point is :func:`publish_run`: ``kernelopt tune --open-pr`` and the
+plugin's ``--kernelopt-open-pr`` call it after a run. For each kernel the run stored
+whose new version beats the one committed on the base branch it commits, on branch
+``kernelopt/<model>/<kernel>`` made from the base branch, the kernel's folder (new
+version, manifest, the compiler's original) and a focused report, pushes, and opens
+or updates the pull request. GitPython is imported only here, never by the gate, the
+verifier or the production loader.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from ..errors import KerneloptError, StoreError
+from .branch import KERNEL_TRAILER, RUN_TRAILER, Repository, branch_name, describe_foreign
+from .errors import GitHubError, PublishError, RefusedError
+from .github import DEFAULT_API, GitHub, RepoRef, parse_remote
+
+__all__ = ["GitHubError", "PublishError", "PublishResult", "RefusedError", "branch_name", "publish_run"]
+
+REPORT_FILE = "report.md"
+CHART_FILE = "speedup.png"
+Status = Literal["pushed", "up-to-date", "skipped", "refused", "failed"]
+
+
+@dataclass
+class PublishResult:
+    """What publishing did for one kernel the run stored.
+
+    ``status``: ``pushed`` (branch created or replaced), ``up-to-date`` (the branch already
+    held exactly this), ``skipped`` (nothing to publish: not faster than the committed
+    version, already committed, not measured), ``refused`` (a human commit on the branch,
+    uncommitted changes in files we would write), ``failed`` (git or the push failed).
+    The pull request's outcome is separate: ``pr_action`` ("opened"/"updated") with
+    ``pr_url``, or ``pr_error`` (one line), or ``open_url`` (no token: open it there).
+    """
+
+    model: str
+    kernel: str
+    branch: str
+    status: Status
+    message: str
+    version: int | None = None
+    commit: str | None = None
+    pr_number: int | None = None
+    pr_url: str | None = None
+    pr_action: Literal["opened", "updated"] | None = None
+    pr_error: str | None = None
+    open_url: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("pushed", "up-to-date", "skipped") and self.pr_error is None
+
+    def line(self) -> str:
+        """One line for the terminal."""
+        text = f"{self.branch}: {self.status}"
+        if self.commit and self.status in ("pushed", "up-to-date"):
+            text += f" {self.commit[:10]}"
+        text += f" ({self.message})" if self.message else ""
+        if self.pr_action:
+            text += f"; pull request #{self.pr_number} {self.pr_action}: {self.pr_url}"
+        elif self.pr_error:
+            text += f"; pull request not opened: {self.pr_error}"
+        elif self.open_url:
+            text += f"; no GITHUB_TOKEN: open the pull request at {self.open_url}"
+        return text
+
+
+def publish_run(run_dir: Path | str, repo_path: Path | str = ".", *, base: str | None = None, remote: str = "origin",
+                open_pr: bool = True, token: str | None = None, api_url: str | None = None, repo: str | None = None,
+                templates_dir: Path | None = None, progress: Callable[[str], None] | None = None,
+                ) -> list[PublishResult]:
+    """Publish every kernel the run in ``run_dir`` stored into the git repository at ``repo_path``.
+
+    ``base``: the branch pull requests go into (default: the remote's default branch).
+    ``open_pr``: open or update a pull request per branch; needs ``token`` (default
+    ``$GITHUB_TOKEN``); without one the branch is pushed and ``open_url`` says where to
+    open it. ``api_url`` defaults to ``$GITHUB_API_URL``, else the public API;
+    ``repo`` ("owner/name") defaults to the remote's URL, else ``$GITHUB_REPOSITORY``.
+    ``progress`` gets one line per kernel. A problem with the repository as a whole
+    (not a git repository, no such remote or base branch, GitPython missing) raises
+    :class:`PublishError`; a problem with one kernel is that kernel's result.
+    """
+    from ..agents.trace import load_run
+
+    say = progress or (lambda line: None)
+    record, events = load_run(Path(run_dir))
+    stored = [(p, k) for p in record.problems for k in p.kernels if k.stored_version is not None]
+    if not stored:
+        say("publish: the run stored no kernel version; nothing to publish")
+        return []
+    git = Repository(Path(repo_path), remote)
+    kernels_abs = Path(record.kernels_dir)
+    kernels_abs = (kernels_abs if kernels_abs.is_absolute() else git.top / kernels_abs).resolve()
+    if not kernels_abs.is_relative_to(git.top):
+        raise PublishError(f"the run's kernel store {kernels_abs} is not inside the repository {git.top}")
+    base = base or git.default_branch()
+    base_sha = git.remote_tip(base)
+    if base_sha is None:
+        raise PublishError(f"remote {remote} has no branch {base!r} to base the kernel branches on")
+    where = _pull_requests(git, repo)
+    token = token if token is not None else os.environ.get("GITHUB_TOKEN") or None
+    github = None
+    if open_pr and token and where is not None:
+        github = GitHub(token, where, api_url or os.environ.get("GITHUB_API_URL") or DEFAULT_API)
+    ctx = _Context(git=git, record=record, events=events, kernels_abs=kernels_abs,
+                   kernels_rel=PurePosixPath(kernels_abs.relative_to(git.top).as_posix()), base=base,
+                   base_sha=base_sha, where=where, github=github, open_pr=open_pr, templates_dir=templates_dir)
+    results = []
+    for problem, outcome in stored:
+        result = _publish_kernel(ctx, problem, outcome)
+        results.append(result)
+        say(result.line())
+    return results
+
+
+def _pull_requests(git: Repository, explicit: str | None) -> RepoRef | None:
+    """Where pull requests go: ``explicit`` ("owner/name"), the remote's URL, else $GITHUB_REPOSITORY."""
+    parsed = parse_remote(git.remote_url())
+    server = os.environ.get("GITHUB_SERVER_URL", "").removeprefix("https://").removeprefix("http://").strip("/")
+    host = parsed.host if parsed else (server or "github.com")
+    slug = explicit or (parsed.slug if parsed else os.environ.get("GITHUB_REPOSITORY"))
+    if not slug:
+        return None
+    owner, _, name = slug.partition("/")
+    if not owner or not name or "/" in name:
+        raise PublishError(f"repository {slug!r}: expected owner/name")
+    return RepoRef(host=host, owner=owner, name=name)
+
+
+@dataclass
+class _Context:
+    git: Repository
+    record: Any
+    events: list[Any]
+    kernels_abs: Path
+    kernels_rel: PurePosixPath
+    base: str
+    base_sha: str
+    where: RepoRef | None
+    github: GitHub | None
+    open_pr: bool
+    templates_dir: Path | None
+
+
+def _publish_kernel(ctx: _Context, problem: Any, outcome: Any) -> PublishResult:
+    model, kernel, version = problem.model, outcome.kernel, outcome.stored_version
+    branch = branch_name(model, kernel)
+    result = PublishResult(model=model, kernel=kernel, branch=branch, status="pushed", message="", version=version)
+    try:
+        ctx.git.check_ref_name(branch)
+        plan = _plan(ctx, model, kernel, version, outcome)
+        if isinstance(plan, str):
+            result.status, result.message = "skipped", plan
+            return result
+        files, message, title, speed = plan
+        folder = ctx.kernels_rel / model / kernel
+        report_path, chart_path = str(folder / REPORT_FILE), str(folder / CHART_FILE)
+        remote_sha = ctx.git.remote_tip(branch)
+        local_sha = ctx.git.local_tip(branch)
+        for where, tip in (("the remote", remote_sha), ("the local", local_sha)):
+            if tip is not None:
+                foreign = ctx.git.foreign_commits(ctx.base_sha, tip, model, kernel)
+                if foreign:
+                    raise RefusedError(describe_foreign(where, branch, foreign))
+        published = [tip for tip in (remote_sha, local_sha) if tip is not None]
+        _refuse_dirty(ctx, model, kernel, version, files, [report_path, chart_path], published)
+        view, chart = _view(ctx, model, kernel)
+        files[report_path] = _text(ctx, view, CHART_FILE if chart is not None else None).encode("utf-8")
+        if chart is not None:
+            files[chart_path] = chart
+        commit = ctx.git.build_commit(ctx.base_sha, files, message)
+        if remote_sha is not None and ctx.git.tree_of(remote_sha) == ctx.git.tree_of(commit) \
+                and ctx.git.parents_of(remote_sha) == [ctx.base_sha]:
+            commit, result.status = remote_sha, "up-to-date"
+        else:
+            ctx.git.push(commit, branch, remote_sha)
+        result.commit = commit
+        result.message = speed
+        if local_sha != commit:
+            if ctx.git.checked_out(branch):
+                result.message += f"; local branch {branch} is checked out, left as it is"
+            else:
+                ctx.git.set_local(branch, commit, local_sha)
+    except PublishError as exc:
+        result.status, result.message = exc.status, str(exc)  # type: ignore[assignment]
+        return result
+    if ctx.open_pr:
+        _pull_request(ctx, result, title, view, chart_path if chart is not None else None)
+    return result
+
+
+def _plan(ctx: _Context, model: str, kernel: str, version: int, outcome: Any
+          ) -> str | tuple[dict[str, bytes], str, str, str]:
+    """The kernel folder's files to commit, the commit message, the PR title and a speed summary;
+    or why there is nothing to publish."""
+    from ..records import load_json
+    from ..store import MANIFEST, Manifest, sha256_text
+
+    folder_abs = ctx.kernels_abs / model / kernel
+    folder_rel = ctx.kernels_rel / model / kernel
+    try:
+        manifest = load_json(Manifest, folder_abs / MANIFEST)
+        record = manifest.version(version)
+    except StoreError as exc:
+        raise RefusedError(f"cannot publish v{version}: {exc}") from None
+    try:
+        new_bytes = (folder_abs / record.file).read_bytes()
+    except OSError as exc:
+        raise RefusedError(f"{folder_abs / record.file}: cannot read the version the run stored ({exc.strerror})") \
+            from None
+    digest = sha256_text(new_bytes.decode("utf-8", "replace"))
+    if digest != record.sha256 or (outcome.best_sha256 and digest != outcome.best_sha256):
+        raise RefusedError(f"{folder_rel / record.file}: not the file the run stored (sha256 differs): edited since?")
+    base_manifest = _manifest_at(ctx, ctx.base_sha, str(folder_rel / MANIFEST))
+    new = outcome.best_timing or record.evidence.model_timing
+    replaced = "the compiler's kernel"
+    if base_manifest is not None and base_manifest.active is not None:
+        active = base_manifest.version(base_manifest.active)
+        if active.sha256 == record.sha256:
+            return f"v{version} is already the active version on {ctx.base}"
+        old = active.evidence.model_timing
+        replaced = f"v{active.version}" + (f" ({old.speedup:.3f}x)" if old else "")
+        if new is not None and old is not None and new.speedup <= old.speedup:
+            return (f"v{version} ({new.speedup:.3f}x) does not beat v{active.version} ({old.speedup:.3f}x), "
+                    f"committed on {ctx.base}")
+    if new is None:
+        return f"v{version}: speed not measured (interpreter mode), nothing shows it is faster"
+    files: dict[str, bytes] = {}
+    names = {MANIFEST, manifest.original} | {v.file for v in manifest.versions} | \
+        {v.original for v in manifest.versions if v.original}
+    for name in sorted(names):
+        try:
+            files[str(folder_rel / name)] = (folder_abs / name).read_bytes()
+        except OSError as exc:
+            raise RefusedError(f"{folder_rel / name}: recorded in {MANIFEST} but cannot be read ({exc.strerror})") \
+                from None
+    env = record.evidence.environment
+    on = f" on {env.gpu or env.device}" if env else ""
+    speed = f"v{version}, model {new.speedup:.3f}x [{new.ci_low:.3f}, {new.ci_high:.3f}]{on}"
+    errors = [e for e in record.evidence.errors if e.candidate_vs_fp64 is not None]
+    error_line = ""
+    if errors:
+        worst = max(e.candidate_vs_fp64 for e in errors)  # type: ignore[type-var]
+        baseline = max((e.baseline_vs_fp64 for e in errors if e.baseline_vs_fp64 is not None), default=None)
+        error_line = f"Max error vs float64: {worst:.3g}" + (f" (compiled baseline {baseline:.3g})" if baseline else "") \
+            + ".\n"
+    origin = outcome.best_origin or record.provenance.proposed_by
+    message = (f"kernelopt: {model}/{kernel} v{version}, model {new.speedup:.3f}x faster\n\n"
+               f"{kernel} of {model}: v{version} ({origin}) replaces {replaced}.\n"
+               f"Model speedup vs torch.compile: {new.speedup:.3f}x, 95% CI [{new.ci_low:.3f}, {new.ci_high:.3f}] "
+               f"({new.pairs} pairs, {new.method}){on}.\n{error_line}"
+               f"Report: {folder_rel / REPORT_FILE}\n\n"
+               f"{RUN_TRAILER}: {ctx.record.run_id}\n{KERNEL_TRAILER}: {model}/{kernel}\n")
+    title = f"kernelopt: {model}/{kernel} v{version} ({new.speedup:.3f}x model speedup)"
+    return files, message, title, speed
+
+
+def _manifest_at(ctx: _Context, commit: str | None, path: str) -> Any:
+    from ..store import Manifest
+
+    data = ctx.git.read(commit, path) if commit else None
+    if data is None:
+        return None
+    try:
+        return Manifest.model_validate_json(data)
+    except ValueError as exc:
+        raise RefusedError(f"{path} at {commit[:10] if commit else '?'} is not a valid manifest ({exc})") from None
+
+
+def _refuse_dirty(ctx: _Context, model: str, kernel: str, version: int, files: dict[str, bytes],
+                  extra: list[str], published: list[str]) -> None:
+    """Refuse when a file we would write has uncommitted changes the run did not make.
+
+    The run itself leaves its new version file (and a new original) untracked and the
+    manifest modified: that is what we publish. Uncommitted files that an earlier run
+    published on our branch (``published``: its tips) are fine as they are there. The
+    manifest may differ from HEAD's only by this run's version and versions on our
+    branch; anything else (a hand edit, a version never published, an edited report)
+    stops publishing this kernel.
+    """
+    from ..store import MANIFEST, Manifest
+
+    folder = ctx.kernels_rel / model / kernel
+    manifest_path = str(folder / MANIFEST)
+    manifest = Manifest.model_validate_json(files[manifest_path])
+    record = manifest.version(version)
+    own = {str(folder / record.file)}
+    head = ctx.git.head_commit()
+    if record.original and (head is None or ctx.git.read(head, str(folder / record.original)) is None):
+        own.add(str(folder / record.original))
+    head_manifest = _manifest_at(ctx, head, manifest_path)
+    known = [m for m in [head_manifest, *(_manifest_at(ctx, c, manifest_path) for c in published)] if m is not None]
+    dirty = ctx.git.dirty([*files, *extra])
+    for path, code in sorted(dirty.items()):
+        if path == manifest_path:
+            now = {v.version: v for v in manifest.versions}
+            missing = [v.version for v in (head_manifest.versions if head_manifest else []) if v.version not in now]
+            unknown = [n for n, v in now.items() if n != version and not any(v in m.versions for m in known)]
+            if missing or unknown:
+                which = ", ".join(f"v{n}" for n in sorted(missing + unknown))
+                raise RefusedError(f"{path} has uncommitted changes this run did not make ({which}): commit or "
+                                   f"discard them first")
+        elif path in own and code in ("??", "A "):
+            continue
+        elif any(ctx.git.read(tip, path) == _working(ctx, path) for tip in published):
+            continue  # published on our branch by an earlier run, unchanged since
+        else:
+            raise RefusedError(f"{path} has uncommitted changes ({code.strip()}) this run did not make: commit or "
+                               f"discard them first")
+
+
+def _working(ctx: _Context, path: str) -> bytes | None:
+    try:
+        return (ctx.git.top / path).read_bytes()
+    except OSError:
+        return None
+
+
+def _view(ctx: _Context, model: str, kernel: str) -> tuple[Any, bytes | None]:
+    """The focused report's figures for one kernel and its chart's PNG bytes (None when not drawn:
+    ``view.chart_note`` says why)."""
+    from ..report import build_view
+    from ..report.chart import draw_chart
+
+    view = build_view(ctx.record, ctx.events, ctx.kernels_abs, only=(model, kernel))
+    with tempfile.TemporaryDirectory(prefix="kernelopt-chart-") as tmp:
+        view.chart_note = draw_chart(view, Path(tmp) / CHART_FILE)
+        png = (Path(tmp) / CHART_FILE).read_bytes() if view.chart_note is None else None
+    return view, png
+
+
+def _text(ctx: _Context, view: Any, chart_link: str | None) -> str:
+    from ..report import render_report
+
+    view.chart = chart_link
+    if chart_link is None and view.chart_note is None:
+        view.chart_note = "chart: see the branch"
+    return render_report(view, "md", ctx.templates_dir)
+
+
+def _pull_request(ctx: _Context, result: PublishResult, title: str, view: Any, chart_path: str | None) -> None:
+    """Open or update the pull request for ``result.branch`` (or say where to open it)."""
+    if ctx.github is None:
+        if ctx.where is not None:
+            result.open_url = ctx.where.compare_url(ctx.base, result.branch)
+        else:
+            result.message += f"; open a pull request from {result.branch} into {ctx.base}"
+        return
+    try:
+        # A pull request's body cannot show a relative image: link the chart in the pushed commit.
+        link = ctx.where.raw_url(result.commit, chart_path) if chart_path is not None and result.commit else None
+        body = _text(ctx, view, link)
+        body += (f"\n---\nBranch `{result.branch}` is kept by kernelopt: a later tuning run replaces it unless someone "
+                 f"else has committed to it.\n")
+        pr = ctx.github.open_or_update(result.branch, ctx.base, title, body)
+    except KerneloptError as exc:
+        result.pr_error = str(exc)
+        return
+    result.pr_number, result.pr_url, result.pr_action = pr.number, pr.url, pr.action  # type: ignore[assignment]

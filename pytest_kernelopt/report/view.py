@@ -1,0 +1,277 @@
+"""What a tuning-run report shows, computed from the run's records (numbers only, no rendering).
+
+:func:`build_view` reads a :class:`~pytest_kernelopt.agents.records.RunRecord`, its
+trace and the kernel store the run wrote into, and returns a :class:`RunView`: per
+model and per kernel the figures the templates print. Nothing here measures anything:
+every number comes from the records as the tuning run wrote them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..agents.records import Attempt, KernelOutcome, ProblemOutcome, RunRecord, TraceEvent
+from ..errors import StoreError
+from ..records import Environment, SeedErrors, Timing
+
+# The order in which a kernel's attempts are counted: where the cascade stopped them, then what passed.
+STAGE_ORDER = ("reviewed", "duplicate", "static", "kernel", "model", "speed", "correct", "accepted")
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Attempts that ended the same way: the status or rejecting stage, the reason, how many."""
+
+    where: str
+    reason: str
+    count: int
+
+
+@dataclass(frozen=True)
+class Errors:
+    """The largest error against float64 over the seeds: the candidate's and the compiled baseline's."""
+
+    candidate: float | None
+    baseline: float | None
+    seeds: int
+
+
+@dataclass
+class KernelView:
+    model: str
+    kernel: str
+    fingerprint: str
+    bottleneck: str | None
+    profile_source: str | None
+    roofline_pct: float | None
+    share: float | None
+    gpu_us: float | None
+    attempts: int
+    stages: list[tuple[str, int]]
+    reasons: list[Reason]
+    best_origin: str | None
+    timing: Timing | None
+    kernel_timing: Timing | None
+    stored_version: int | None
+    stored_file: str | None
+    errors: Errors | None
+    skipped: str | None
+    message: str
+    outcome: str
+    diff: str | None = None
+    diff_note: str | None = None
+
+    @property
+    def slug(self) -> str:
+        return f"{self.model}/{self.kernel}"
+
+
+@dataclass
+class ModelView:
+    model: str
+    problem: str
+    device: str
+    speed_measured: bool
+    timing: Timing | None
+    triton_share: float | None
+    model_gpu_us: float | None
+    error: str | None
+    seconds: float
+    kernels: list[KernelView] = field(default_factory=list)
+
+    @property
+    def stored(self) -> list[KernelView]:
+        return [k for k in self.kernels if k.stored_version is not None]
+
+
+@dataclass
+class RunView:
+    run_id: str
+    started: str
+    finished: str | None
+    agent: str
+    agent_model: str | None
+    budget_s: float | None
+    environment: Environment | None
+    kernels_dir: str
+    input_tokens: int
+    output_tokens: int
+    usd: float
+    interrupted: bool
+    stop_reason: str | None
+    models: list[ModelView]
+    trace_events: int
+    trace_roles: list[tuple[str, int]]
+    last_event: TraceEvent | None
+    # Set by the renderer: the chart's file name (relative to the report) or why there is none.
+    chart: str | None = None
+    chart_note: str | None = None
+
+    @property
+    def kernels(self) -> list[KernelView]:
+        return [k for m in self.models for k in m.kernels]
+
+    @property
+    def stored(self) -> list[KernelView]:
+        return [k for m in self.models for k in m.stored]
+
+    @property
+    def speed_measured(self) -> bool:
+        return any(m.speed_measured for m in self.models)
+
+
+def kernels_path(record: RunRecord, kernels_dir: Path | None = None) -> Path:
+    """The kernel store the run wrote into: ``kernels_dir`` if given, else the record's
+    (a relative path in the record is taken from the current folder)."""
+    return Path(kernels_dir) if kernels_dir is not None else Path(record.kernels_dir)
+
+
+def build_view(record: RunRecord, events: list[TraceEvent], kernels_dir: Path | None = None, *,
+               only: tuple[str, str] | None = None) -> RunView:
+    """The report's figures. ``only=(model, kernel)`` keeps that model and, of its kernels,
+    that one (the focused report of a pull request)."""
+    store_root = kernels_path(record, kernels_dir)
+    models = []
+    for problem in record.problems:
+        if only is not None and problem.model != only[0]:
+            continue
+        view = _model_view(problem)
+        for outcome in problem.kernels:
+            if only is not None and outcome.kernel != only[1]:
+                continue
+            view.kernels.append(_kernel_view(problem, outcome, store_root))
+        models.append(view)
+    roles = Counter(e.role for e in events)
+    return RunView(
+        run_id=record.run_id, started=record.started, finished=record.finished, agent=record.agent,
+        agent_model=record.agent_model, budget_s=record.budget_s, environment=record.environment,
+        kernels_dir=record.kernels_dir, input_tokens=record.input_tokens, output_tokens=record.output_tokens,
+        usd=record.usd, interrupted=record.interrupted, stop_reason=record.stop_reason, models=models,
+        trace_events=len(events), trace_roles=sorted(roles.items(), key=lambda kv: (-kv[1], kv[0])),
+        last_event=events[-1] if events else None,
+    )
+
+
+def _model_view(problem: ProblemOutcome) -> ModelView:
+    profile = problem.profile
+    return ModelView(
+        model=problem.model, problem=problem.problem, device=problem.device, speed_measured=problem.speed_measured,
+        timing=problem.model_timing, triton_share=profile.triton_share if profile else None,
+        model_gpu_us=profile.model_gpu_us if profile else None, error=problem.error, seconds=problem.seconds,
+    )
+
+
+def _kernel_view(problem: ProblemOutcome, outcome: KernelOutcome, store_root: Path) -> KernelView:
+    profile = outcome.profile
+    if profile is None and problem.profile is not None:
+        profile = next((p for p in problem.profile.kernels if p.kernel == outcome.kernel), None)
+    best = _best_attempt(outcome)
+    view = KernelView(
+        model=problem.model, kernel=outcome.kernel, fingerprint=outcome.fingerprint,
+        bottleneck=profile.bottleneck if profile else None, profile_source=profile.source if profile else None,
+        roofline_pct=profile.roofline_pct if profile else None, share=profile.share if profile else None,
+        gpu_us=profile.gpu_us if profile else None, attempts=outcome.attempts or len(outcome.history),
+        stages=_stages(outcome), reasons=_reasons(outcome.history), best_origin=outcome.best_origin,
+        timing=outcome.best_timing, kernel_timing=outcome.best_kernel_timing,
+        stored_version=outcome.stored_version, stored_file=outcome.stored_file,
+        errors=_errors(best.errors) if best is not None and best.errors else None,
+        skipped=outcome.skipped, message=outcome.message, outcome=_outcome(outcome),
+    )
+    if outcome.stored_version is not None:
+        view.diff, view.diff_note = kernel_diff(store_root, problem.model, outcome.kernel, outcome.stored_version,
+                                                outcome.best_sha256)
+    return view
+
+
+def _best_attempt(outcome: KernelOutcome) -> Attempt | None:
+    """The attempt that was stored (by sha256), else the last accepted one, else the last correct one."""
+    if outcome.best_sha256:
+        for attempt in outcome.history:
+            if attempt.sha256 == outcome.best_sha256:
+                return attempt
+    for status in ("accepted", "correct"):
+        matches = [a for a in outcome.history if a.status == status]
+        if matches:
+            return matches[-1]
+    return None
+
+
+def _stages(outcome: KernelOutcome) -> list[tuple[str, int]]:
+    counts = dict(outcome.by_stage)
+    if not counts and outcome.history:
+        counts = dict(Counter(a.stage if a.status == "rejected" and a.stage else a.status for a in outcome.history))
+    known = [(s, counts[s]) for s in STAGE_ORDER if counts.get(s)]
+    return known + sorted((s, n) for s, n in counts.items() if s not in STAGE_ORDER and n)
+
+
+def _reasons(history: list[Attempt]) -> list[Reason]:
+    """Why attempts did not pass, grouped, in the order they first happened."""
+    groups: dict[tuple[str, str], int] = {}
+    for attempt in history:
+        if attempt.status in ("accepted",) or not attempt.reason:
+            continue
+        where = attempt.stage if attempt.status == "rejected" and attempt.stage else attempt.status
+        key = (where, attempt.reason.strip())
+        groups[key] = groups.get(key, 0) + 1
+    return [Reason(where, reason, n) for (where, reason), n in groups.items()]
+
+
+def _errors(errors: list[SeedErrors]) -> Errors:
+    def worst(values: list[float | None]) -> float | None:
+        present = [v for v in values if v is not None]
+        return max(present) if present else None
+
+    return Errors(candidate=worst([e.candidate_vs_fp64 for e in errors]),
+                  baseline=worst([e.baseline_vs_fp64 for e in errors]), seeds=len(errors))
+
+
+def _outcome(outcome: KernelOutcome) -> str:
+    if outcome.stored_version is not None:
+        return f"stored v{outcome.stored_version}"
+    if outcome.skipped:
+        return "skipped"
+    if not outcome.attempts and not outcome.history:
+        return "not tried"
+    if any(a.status in ("accepted", "correct") for a in outcome.history) or outcome.by_stage.get("correct"):
+        return "correct, not faster"
+    return "no candidate passed"
+
+
+def kernel_diff(store_root: Path, model: str, kernel: str, version: int,
+                sha256: str | None = None) -> tuple[str | None, str | None]:
+    """The unified diff of stored ``version`` against the compiler's original it replaces,
+    read from the kernel store; or (None, why not)."""
+    from ..store import KernelStore
+
+    store = KernelStore(store_root)
+    try:
+        manifest = store.manifest(model, kernel)
+    except StoreError as exc:
+        return None, f"no diff: {exc}"
+    if manifest is None:
+        return None, f"no diff: nothing stored for {model}/{kernel} in {store.root}"
+    try:
+        record = manifest.version(version)
+    except StoreError as exc:
+        return None, f"no diff: {exc}"
+    folder = store.kernel_dir(model, kernel)
+    original_name = record.original or manifest.original
+    try:
+        new = (folder / record.file).read_bytes()
+        old = (folder / original_name).read_bytes()
+    except OSError as exc:
+        return None, f"no diff: cannot read {exc.filename} ({exc.strerror})"
+    digest = hashlib.sha256(new).hexdigest()
+    if digest != record.sha256 or (sha256 is not None and digest != sha256):
+        return None, (f"no diff: {folder / record.file} is not the file the run stored "
+                      f"(sha256 {digest[:12]}, recorded {(sha256 or record.sha256)[:12]})")
+    lines = difflib.unified_diff(
+        old.decode("utf-8", "replace").splitlines(keepends=True), new.decode("utf-8", "replace").splitlines(keepends=True),
+        fromfile=f"{model}/{kernel}/{original_name}", tofile=f"{model}/{kernel}/{record.file}",
+    )
+    text = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    return (text, None) if text else (None, "identical to the compiler's original")
