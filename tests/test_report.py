@@ -1,0 +1,215 @@
+"""The report of a tuning run, rendered from a synthetic run directory (records only, no compile)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import synthetic_run as s
+
+from pytest_kernelopt.agents.records import ProblemOutcome
+from pytest_kernelopt.cli import main
+from pytest_kernelopt.errors import UsageError
+from pytest_kernelopt.report import build_view, render_report, write_report
+from pytest_kernelopt.agents.trace import load_run
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _interpreter_before_triton():
+    """Overrides the suite's fixture of that name: nothing here imports torch or triton."""
+
+
+@pytest.fixture
+def run(tmp_path):
+    return s.standard_run(tmp_path)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_markdown_report_shows_the_records_figures(run):
+    run_dir, kernels = run
+    files = write_report(run_dir)
+    assert files.report == run_dir / "report.md" and files.chart == run_dir / "speedup.png"
+    text = files.report.read_text()
+    # environment and agent
+    for row in ("| GPU | NVIDIA H200 |", "| torch | 2.11.0 |", "| triton | 3.6.0 |", "| CUDA | 13.0 |",
+                "| agent backend | search |", "| budget | 3600 s |"):
+        assert row in text
+    # per model: baseline, tuned, speedup [CI], Triton share, stored count; rms_norm unchanged
+    assert ("| softmax_rows | `models/softmax_rows.py` | 0.61 | 0.53 | 1.151x [1.131, 1.171] | 83.0% | 1 of 1 |"
+            in text)
+    assert "| rms_norm | `models/rms_norm.py` | - | - | unchanged | 35.0% | 0 of 1 |" in text
+    # per kernel: class, roofline, share, candidates, stages, result, speedup, errors vs float64
+    assert (f"| `{s.SOFTMAX_KERNEL}` | memory | 62.5% | 71.0% | 5 | reviewed 1, static 1, kernel 1, correct 1, "
+            f"accepted 1 | stored v1 | 1.184x [1.164, 1.204] | 2.4e-06 / 1.5e-06 |") in text
+    assert f"| `{s.RMS_KERNEL}` | launch | 11.0% | 35.0% | 3 | model 3 | no candidate passed | - | - |" in text
+    assert "- kernel: out_ptr0: 12 of 4096 written values differ (max abs 0.5)" in text
+    assert "- model (x3): error vs float64 9.1e-03 exceeds 4x the compiled baseline's 1.2e-06" in text
+    # the diff against the compiler's original, and the chart beside the report
+    diff = text.split("```diff\n", 1)[1].split("```", 1)[0]
+    assert diff.startswith(f"--- {s.SOFTMAX}/{s.SOFTMAX_KERNEL}/original.py\n+++ {s.SOFTMAX}/{s.SOFTMAX_KERNEL}/v1.py")
+    assert "-    XBLOCK = 128\n" in diff and "+    XBLOCK = 1024\n" in diff and "+    kernel[" in diff
+    assert "![speedup per model and stored kernel](speedup.png)" in text
+    assert png_size(files.chart) == (800, 210)  # two bars: the model and its stored kernel
+    assert "4 event(s): benchmarker 2, run 2." in text
+
+
+def test_html_report_escapes_what_agents_wrote(run, tmp_path):
+    run_dir, kernels = run
+    record, events = load_run(run_dir)
+    attempt = record.problems[0].kernels[0].history[1]
+    attempt.reason = "<script>alert(1)</script> | not allowed"
+    record.problems[0].kernels[0].by_stage = {}  # counted from the history instead
+    view = build_view(record, events)
+    html = render_report(view, "html")
+    assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert '<span class="add">+    XBLOCK = 1024</span>' in html
+    markdown = render_report(view, "md")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; \\| not allowed" not in markdown  # Markdown is not HTML-escaped
+    assert "- static: <script>alert(1)</script> | not allowed" in markdown
+    assert "reviewed 1, static 1, kernel 1, correct 1, accepted 1" in markdown
+
+
+def test_interpreter_run_says_not_measured_and_draws_no_chart(tmp_path):
+    kernels = tmp_path / "kernels"
+    source = s.variant(512)
+    record = s.store_version(kernels, s.SOFTMAX, s.SOFTMAX_KERNEL, source, None)
+    outcome = s.softmax_outcome(source, record.version)
+    outcome.best_timing = outcome.best_kernel_timing = None
+    problem = ProblemOutcome(model=s.SOFTMAX, problem="p.py", device="cpu", speed_measured=False, kernels=[outcome])
+    run_dir = s.write_run(tmp_path / "runs", kernels, [problem])
+    files = write_report(run_dir)
+    text = files.report.read_text()
+    assert files.chart is None and not (run_dir / "speedup.png").exists()
+    assert "Speed was **not measured** (interpreter mode)" in text
+    assert "_no speed was measured in this run (interpreter mode): no chart_" in text
+    assert "| softmax_rows | `p.py` | - | - | not measured |" in text
+    assert "- model speedup: not measured" in text
+
+
+def test_without_matplotlib_the_report_says_how_to_get_the_chart(run, monkeypatch):
+    run_dir, _ = run
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    files = write_report(run_dir)
+    assert files.chart is None
+    assert "chart not drawn: matplotlib is not installed (pip install 'pytest-kernelopt[report]')" in \
+        files.report.read_text()
+
+
+def test_diff_says_why_it_is_missing(run):
+    run_dir, kernels = run
+    folder = kernels / s.SOFTMAX / s.SOFTMAX_KERNEL
+    (folder / "v1.py").write_text((folder / "v1.py").read_text() + "# edited\n")
+    text = write_report(run_dir).report.read_text()
+    assert f"_no diff: {folder / 'v1.py'} is not the file the run stored" in text
+    (folder / "original.py").unlink()
+    text = write_report(run_dir).report.read_text()
+    assert f"_no diff: cannot read {folder / 'original.py'} (No such file or directory)_" in text
+
+
+def test_interrupted_run_says_so(tmp_path):
+    kernels = tmp_path / "kernels"
+    run_dir = s.write_run(tmp_path / "runs", kernels, [s.rms_problem()])
+    record = json.loads((run_dir / "run.json").read_text())
+    record.update(interrupted=True, stop_reason="Ctrl-C", finished=None)
+    (run_dir / "run.json").write_text(json.dumps(record))
+    text = write_report(run_dir).report.read_text()
+    assert "**Interrupted**: Ctrl-C. Figures below cover what finished." in text
+    assert "No kernel got faster in this run: nothing was stored." in text
+
+
+def test_user_templates_override_the_bundled_ones(run, tmp_path, monkeypatch, capsys):
+    run_dir, _ = run
+    project = tmp_path / "project"
+    (project / "templates").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    (project / "templates" / "report.md.j2").write_text(
+        "run {{ run.run_id }}: {% for m in run.models %}{{ m.model }} {{ m.timing | ci }}; {% endfor %}\n")
+    monkeypatch.chdir(project)
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "report.md").read_text() == \
+        "run 20261201-120000: softmax_rows 1.151x [1.131, 1.171]; rms_norm -; "  # trim_blocks ate the newline
+    assert capsys.readouterr().out.splitlines() == [f"wrote {tmp_path / 'out' / 'report.md'}",
+                                                    f"wrote {tmp_path / 'out' / 'speedup.png'}"]
+    # the HTML template is not overridden there: the bundled one is used
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "out"), "--format", "html"]) == 0
+    assert (tmp_path / "out" / "report.html").read_text().startswith("<!DOCTYPE html>")
+    # a broken template is one line naming the file and line
+    (project / "templates" / "report.md.j2").write_text("line one\n{% for x in %}\n")
+    assert main(["report", str(run_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kernelopt: error: ") and "report.md.j2:2: template syntax error" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_report_of_a_folder_that_is_not_a_run_is_bad_input(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"kernelopt: error: {tmp_path}: not a tuning run directory (no run.json)"
+    with pytest.raises(UsageError, match="unknown report format 'pdf'"):
+        render_report(build_view(*load_run(s.standard_run(tmp_path)[0])), "pdf")
+
+
+def test_report_package_imports_no_renderer():
+    """The gate imports pytest_kernelopt.report for its terminal table: jinja2, matplotlib and git stay out."""
+    code = ("import sys, pytest_kernelopt.report, pytest_kernelopt.gitops; "
+            "print(sorted(m for m in ('jinja2', 'matplotlib', 'git', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def _packages(root: Path) -> set[str]:
+    return {".".join(p.parent.relative_to(root).parts) for p in (root / "pytest_kernelopt").rglob("__init__.py")}
+
+
+def test_installed_wheel_renders_with_its_bundled_templates(tmp_path, run):
+    """Build a wheel of this tree, install it into a folder, render a report with only that installation."""
+    run_dir, _ = run
+    src = tmp_path / "src"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "_templates")
+    shutil.copytree(ROOT / "pytest_kernelopt", src / "pytest_kernelopt", ignore=ignore)
+    shutil.copytree(ROOT / "templates", src / "templates", ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
+                    str(src)], check=True, capture_output=True, cwd=tmp_path)
+    [wheel] = wheels.glob("pytest_kernelopt-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"pytest_kernelopt/_templates/report.md.j2", "pytest_kernelopt/_templates/report.html.j2"} <= names
+    bundled = {f"pytest_kernelopt/_templates/{p.relative_to(src / 'templates').as_posix()}"
+               for p in (src / "templates").rglob("*.j2")}
+    assert bundled <= names  # every template, prompts included
+    shipped = {n.rsplit("/", 1)[0].replace("/", ".") for n in names if n.endswith("/__init__.py")}
+    assert _packages(src) <= shipped, "a package of the source tree is missing from pyproject's packages list"
+
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target),
+                    str(wheel)], check=True, capture_output=True, cwd=tmp_path)
+    elsewhere = tmp_path / "elsewhere"  # no pyproject.toml, no templates/ above it
+    elsewhere.mkdir()
+    code = ("import sys, pytest_kernelopt, pytest_kernelopt.templates as t; from pytest_kernelopt.cli import main; "
+            "print(pytest_kernelopt.__file__); print(t.bundled_dir()); "
+            f"sys.exit(main(['report', {str(run_dir)!r}, '--out', 'out']))")
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=elsewhere, env=env)
+    assert out.returncode == 0, out.stderr
+    module, templates = out.stdout.splitlines()[:2]
+    assert Path(module).is_relative_to(target) and Path(templates) == target / "pytest_kernelopt" / "_templates"
+    text = (elsewhere / "out" / "report.md").read_text()
+    assert text.startswith("# kernelopt tuning run `20261201-120000`")
+    assert "1.151x [1.131, 1.171]" in text and png_size(elsewhere / "out" / "speedup.png")[0] == 800
