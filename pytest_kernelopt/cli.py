@@ -95,6 +95,46 @@ def build_parser() -> argparse.ArgumentParser:
                         "current folder, if any); its files override the bundled ones of the same name")
     r.add_argument("--kernels-dir", type=Path, metavar="DIR",
                    help="the kernel store the run wrote into, for the diffs (default: the one run.json records)")
+    t = sub.add_parser("tune", help="let agents propose faster kernels; keep what the cascade accepts",
+                       epilog=SETTINGS_HELP)
+    t.add_argument("problems", type=Path, nargs="+", metavar="PROBLEM", help="KernelBench-format problem file(s)")
+    t.add_argument("--agent", choices=["search", "anthropic"], default="search",
+                   help="search: offline (Inductor's alternatives, launch-configuration search, rewrites); "
+                        "anthropic: Claude through the official SDK (ANTHROPIC_API_KEY) (default search)")
+    t.add_argument("--model", default=None, help="the anthropic backend's model (default claude-sonnet-4-6)")
+    t.add_argument("--max-usd", type=_seconds, default=None, metavar="USD",
+                   help="anthropic: stop cleanly once this many dollars are spent")
+    t.add_argument("--budget-s", type=_seconds, default=300.0, metavar="S",
+                   help="device seconds per kernel (default 300)")
+    t.add_argument("--run-budget-s", type=_seconds, default=None, metavar="S",
+                   help="device seconds for the whole run (default: no limit)")
+    t.add_argument("--kernel", action="append", default=None, metavar="NAME",
+                   help="tune only this kernel (repeatable; default: every kernel above --min-share)")
+    t.add_argument("--min-share", type=float, default=0.02,
+                   help="skip kernels below this share of model GPU time (default 0.02)")
+    t.add_argument("--seeds", type=_seeds, default=3, help="input seeds for the kernel and model stages (default 3)")
+    t.add_argument("--timeout", type=_seconds, default=300.0, help="seconds one candidate's checks may take")
+    t.add_argument("--device", choices=["auto", "cuda", "cpu"], default=None,
+                   help="where to run (default: [tool.kernelopt] device, else auto)")
+    t.add_argument("--config", type=Path, metavar="PYPROJECT", help="read [tool.kernelopt] from this pyproject.toml")
+    t.add_argument("--kernels-dir", type=Path, metavar="DIR",
+                   help="the kernel store (default: [tool.kernelopt] kernels_dir of the problems' project)")
+    t.add_argument("--runs-dir", type=Path, metavar="DIR",
+                   help="where run directories go (default: .kernelopt/runs in the problems' project)")
+    t.add_argument("--no-ncu", action="store_true", help="do not run Nsight Compute (roofline estimate only)")
+    t.add_argument("--json", action="store_true", help="print the run record (run.json) on stdout")
+    t.add_argument("--open-pr", action="store_true",
+                   help="after the run, push a branch kernelopt/<model>/<kernel> per faster kernel and open or update "
+                        "its pull request (GITHUB_TOKEN; without one, print where to open it)")
+    t.add_argument("--base", metavar="BRANCH", default=None,
+                   help="with --open-pr: the branch pull requests go into (default: the remote's default branch)")
+    t.add_argument("--remote", metavar="NAME", default="origin", help="with --open-pr: the git remote (default origin)")
+
+    m = sub.add_parser("merge", help="combine the --kernelopt-json results of a gate's shards into one table and "
+                                     "one result; exit 1 when an item failed")
+    m.add_argument("results", type=Path, nargs="+", metavar="SHARD.json",
+                   help="the result of each shard (pytest --kernelopt --kernelopt-shard K/N --kernelopt-json ...)")
+    m.add_argument("--json", type=Path, metavar="OUT", help="write the merged result to OUT")
     return parser
 
 
@@ -131,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_kernels(args)
         if args.command == "report":
             return cmd_report(args)
+        if args.command == "tune":
+            return cmd_tune(args)
         return cmd_verify_or_accept(args)
     except KerneloptError as exc:
         print(f"kernelopt: error: {exc}", file=sys.stderr)
@@ -251,6 +293,50 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(f"wrote {files.report}")
     print(f"wrote {files.chart}" if files.chart else f"no chart: {files.chart_note}")
     return EXIT_OK
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Exit 0: the run finished (whether or not anything faster was found); 2: bad input, or a
+    problem that could not be tuned (the others still were); 130: interrupted (what was stored stays)."""
+    from .agents import TuneOptions, tune
+    from .agents.progress import RichUI
+    from .config import config_for_problem, resolve_device
+    from .problem import load_problem
+    from .store import KernelStore
+
+    if not 0.0 <= args.min_share < 1.0:
+        raise UsageError(f"--min-share must be between 0 and 1, not {args.min_share}")
+    problems = [load_problem(p).path for p in args.problems]  # every file checked before any work
+    settings = [config_for_problem(p, config=args.config) for p in problems]
+    if args.kernels_dir is None and len({s.kernels_path for s in settings}) > 1:
+        raise UsageError("the problems belong to projects with different kernel stores; tune them separately "
+                         "or pass --kernels-dir")
+    if args.agent == "search" and (args.model or args.max_usd):
+        raise UsageError("--model and --max-usd apply to --agent anthropic only")
+    device = resolve_device(args.device or settings[0].device)
+    store = KernelStore((args.kernels_dir or settings[0].kernels_path).resolve())
+    runs = (args.runs_dir or settings[0].root / ".kernelopt" / "runs").resolve()
+    options = TuneOptions(device=device, budget_s=args.budget_s, run_budget_s=args.run_budget_s, seeds=args.seeds,
+                          timeout=args.timeout, min_share=args.min_share, kernels=args.kernel, ncu=not args.no_ncu)
+    agent_options: dict[str, Any] = {}
+    if args.agent == "anthropic":
+        agent_options = {k: v for k, v in (("model", args.model), ("max_usd", args.max_usd)) if v is not None}
+    with RichUI(quiet=args.json) as ui:
+        ui.message(f"settings: {settings[0].describe()}")
+        if device != "cuda":
+            ui.message("interpreter mode: candidates are checked for correctness only; speed is not measured and "
+                       "nothing is stored as faster")
+        record = tune(problems, options, agent=args.agent, agent_options=agent_options, store=store,
+                      runs_dir=runs, ui=ui)
+    if args.json:
+        print(record.model_dump_json(indent=2))
+    else:
+        from .agents.progress import print_tune_table
+
+        print_tune_table(record)
+        print(f"run directory: {Path(runs) / record.run_id}")
+    published_ok = _publish(args, Path(runs) / record.run_id, settings[0].root) if args.open_pr else True
+    return EXIT_USAGE if any(p.error for p in record.problems) else EXIT_OK if published_ok else EXIT_REJECTED
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -49,6 +49,7 @@ class FastJIT:
         self._exit = knobs.runtime.launch_exit_hook
         self._kernels: dict[tuple[Any, ...], Any] = {}
         self._broken = False
+        self.why_slow: str | None = None  # why launches take Triton's general path (diagnostics)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._fn, name)
@@ -70,7 +71,7 @@ class FastJIT:
         entry = self._kernels.get(key)
         if entry is None:
             result = self._fn[grid](*args, **kwargs)  # Triton's path: specializes, compiles, launches
-            self._remember(key, args, kwargs)
+            self._remember(key, args, kwargs, result)
             return result
         kernel, tail = entry
         values = (*args, *tail)
@@ -88,7 +89,15 @@ class FastJIT:
             values.append(kwargs[p.name] if p.name in kwargs else p.default)
         return values
 
-    def _remember(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def _remember(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any], launched: Any) -> None:
+        tail = tuple(self._values(args, kwargs)[len(args):])  # constexprs and defaults: fixed by the key
+        if _is_compiled(launched):
+            # Triton's launch returns the compiled kernel it ran (triton 3.6-3.7). On the H200
+            # (torch 2.11, triton 3.6) re-deriving its cache key from a launch that passes
+            # debug=/sanitize_overflow= missed, and every launch paid Triton's general path
+            # (44 instead of 12 us), so take the kernel that actually ran.
+            self._kernels[key] = (launched, tail)
+            return
         try:
             import torch
             from triton.runtime.jit import compute_cache_key
@@ -100,12 +109,20 @@ class FastJIT:
             debug = kw.pop("debug", self._fn.debug) or self._debug
             _, specialization, options = binder(*args, **kw, debug=debug, instrumentation_mode=self._instrumentation)
             kernel = kernel_cache.get(compute_cache_key(kernel_key_cache, specialization, options))
-            if kernel is not None and not hasattr(kernel, "result") and hasattr(kernel, "packed_metadata"):
-                # Parameters after the positional ones (constexprs, defaults) are fixed by the key.
-                self._kernels[key] = (kernel, tuple(self._values(args, kwargs)[len(args):]))
-        except Exception:
+            if _is_compiled(kernel):
+                self._kernels[key] = (kernel, tail)
+            else:
+                self.why_slow = "the compiled kernel was not found in Triton's cache under the computed key"
+        except Exception as exc:
             # A Triton version whose internals differ: keep using the normal path.
             self._broken = True
+            self.why_slow = f"{type(exc).__name__}: {exc}"
+
+
+def _is_compiled(kernel: Any) -> bool:
+    """A compiled, loaded kernel (not a future of an asynchronous compile)."""
+    return (kernel is not None and not hasattr(kernel, "result") and hasattr(kernel, "packed_metadata")
+            and hasattr(kernel, "run") and hasattr(kernel, "function"))
 
 
 def fast_entry_point(module: types.ModuleType, entry: Any) -> Any:

@@ -106,7 +106,7 @@ def _pow2_ceil(n: int) -> int:
 
 def _extent_name(block: str) -> str:
     prefix = block[: -len("BLOCK")].rstrip("_").lower()
-    return f"{prefix}numel" if prefix != "r" else "rnumel"
+    return f"{prefix}_numel" if prefix[1:].isdigit() else f"{prefix}numel"
 
 
 class Limits:

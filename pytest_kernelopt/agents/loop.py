@@ -49,6 +49,11 @@ class TuneOptions:
     seeds: int = 3
     timeout: float = 300.0  # one candidate's checks
     ncu: bool = True
+    # Exploration times each candidate briefly (seconds of paired timing, model and kernel);
+    # the best few are then confirmed with the verifier's full-length timing, which alone
+    # decides what is stored (the winner of many short races is biased upwards).
+    screen_seconds: float = 0.25
+    confirm: int = 2
 
 
 class UI:
@@ -74,6 +79,12 @@ class _KernelState:
     spent: float = 0.0
 
 
+def _sha_of(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def _score(verdict: Verdict) -> float | None:
     """How fast a correct candidate is, for the search's direction: the kernel alone when timed."""
     timing = verdict.kernel_timing or verdict.model_timing
@@ -81,14 +92,18 @@ def _score(verdict: Verdict) -> float | None:
 
 
 class Tuner:
-    def __init__(self, options: TuneOptions, coder: Coder, store: Any, run: RunDir, ui: UI | None = None):
+    def __init__(self, options: TuneOptions, coder: Coder, store: Any, run: RunDir, ui: UI | None = None, *,
+                 session_factory: Callable[..., Any] | None = None):
+        """``session_factory(problem, device, options, progress=...)``: the Benchmarker (default VerifySession)."""
         self.options = options
+        self.session_factory = session_factory
         self.coder = coder
         self.store = store
         self.run = run
         self.ui = ui or UI()
         self.started = time.monotonic()
         self.stop_reason: str | None = None
+        self._full_options: Any = None
 
     # --- budgets -----------------------------------------------------------------------
 
@@ -132,14 +147,24 @@ class Tuner:
                 self.ui.message(f"{model}: reading Nsight Compute counters")
                 counters, note = ncu_counters(problem.path, timeout=600.0)
                 ev("profiler", "ncu", kernels=len(counters or {}), note=note)
-            options = VerifyOptions(seeds=self.options.seeds, timeout=self.options.timeout)
-            with VerifySession(problem.path, self.options.device, options, progress=self.ui.message) as session:
+            self._full_options = VerifyOptions(seeds=self.options.seeds, timeout=self.options.timeout)
+            options = self._full_options.model_copy(update={"model_seconds": self.options.screen_seconds,
+                                                            "kernel_seconds": self.options.screen_seconds})
+            factory = self.session_factory or VerifySession
+            with factory(problem.path, self.options.device, options, progress=self.ui.message) as session:
                 opened = session.open()
                 ev("benchmarker", "opened", seconds=round(opened.seconds, 2), kernels=len(opened.kernels),
-                   isolation=session._worker.isolation if session._worker else None)
+                   isolation=getattr(session, "isolation", None))
                 if self.run.record.environment is None:
                     self.run.record.environment = opened.environment
-                profile = build_profile(model, self.options.device, opened.kernels, session.profile(), counters, note)
+                try:
+                    profiled = session.profile()
+                except KerneloptError as exc:  # measuring is ours: fall back to bytes, say why
+                    from ..verify.protocol import Profiled
+
+                    ev("profiler", "error", error=str(exc))
+                    profiled, note = Profiled(measured=False), f"profiling failed ({exc}); shares from bytes moved"
+                profile = build_profile(model, self.options.device, opened.kernels, profiled, counters, note)
                 outcome.profile = profile
                 self.run.save_profile(profile)
                 ev("profiler", "profile", triton_share=profile.triton_share, model_gpu_us=profile.model_gpu_us,
@@ -224,7 +249,7 @@ class Tuner:
             rounds += 1
         if self.coder.stopped:
             self.stop_reason = self.coder.stopped
-        source = self._keep(model, info, state, result, active, active_verdict, ev)
+        source = self._keep(session, model, info, state, result, active, active_verdict, ev)
         result.attempts = sum(1 for a in state.attempts if a.status not in ("duplicate",))
         result.gpu_seconds = round(state.spent, 2)
         result.history = list(state.attempts)
@@ -297,9 +322,25 @@ class Tuner:
                 state.best, state.best_origin, state.best_score = proposal.source, proposal.origin, score
         return verdict
 
-    def _keep(self, model: str, info: KernelInfo, state: _KernelState, result: KernelOutcome, active: Any,
-              active_verdict: Verdict | None, ev: Callable[..., Any]) -> str | None:
-        """Store the best accepted candidate if it beats the active version; the source now in force."""
+    def _confirm(self, session: Any, state: _KernelState, sha: str, label: str, ev: Callable[..., Any]) -> Verdict:
+        """The full-length check of one candidate (what decides whether it is stored)."""
+        from ..verify import source_of
+
+        screen, session.options = session.options, self._full_options
+        t0 = time.monotonic()
+        try:
+            verdict = session.verify(state.info.name, source_of(state.sources[sha], label))
+        finally:
+            session.options = screen
+            state.spent += time.monotonic() - t0
+        ev("benchmarker", "confirm", origin=label, status=verdict.status, reason=verdict.reason,
+           speedup=verdict.model_timing.speedup if verdict.model_timing else None,
+           ci=[verdict.model_timing.ci_low, verdict.model_timing.ci_high] if verdict.model_timing else None)
+        return verdict
+
+    def _keep(self, session: Any, model: str, info: KernelInfo, state: _KernelState, result: KernelOutcome,
+              active: Any, active_verdict: Verdict | None, ev: Callable[..., Any]) -> str | None:
+        """Confirm the best few, store the best accepted one if it beats the active version; the source in force."""
         from ..store import Provenance, accept_verdict
 
         active_ok = active is not None and active_verdict is not None and active_verdict.status != "rejected"
@@ -309,22 +350,31 @@ class Tuner:
             result.message = (f"speed not measured (interpreter mode): {correct} correct candidate(s), nothing stored "
                               f"as faster")
             return None
-        origin = {a.sha256: a.origin for a in state.attempts}
-        accepted = [(sha, v) for sha, v in state.verdicts.items()
-                    if v.status == "accepted" and v.model_timing is not None and not origin[sha].startswith("active:")]
         if active is not None and active_verdict is not None and active_verdict.status == "rejected":
             result.message = f"the active v{active.record.version} was rejected ({active_verdict.reason}); "
-        if not accepted:
+        origin = {a.sha256: a.origin for a in state.attempts}
+        ranked = sorted(((sha, _score(v)) for sha, v in state.verdicts.items() if not origin[sha].startswith("active:")),
+                        key=lambda sv: sv[1] or 0.0, reverse=True)
+        finalists = [sha for sha, score in ranked if score is not None and score > 1.0][: self.options.confirm]
+        confirmed = []
+        for sha in finalists:
+            verdict = self._confirm(session, state, sha, f"{origin[sha]} (confirm)", ev)
+            if verdict.status == "accepted" and verdict.model_timing is not None:
+                confirmed.append((sha, verdict))
+        if active_ok and confirmed and _sha_of(active.source) in state.sources:
+            active_verdict = self._confirm(session, state, _sha_of(active.source),
+                                           f"active:v{active.record.version} (confirm)", ev)
+        if not confirmed:
             result.message += (f"nothing faster than the {'active version' if active_ok else 'compiler kernel'} "
-                               f"beyond noise ({len(state.attempts)} candidate(s))")
+                               f"beyond noise ({len(state.attempts)} candidate(s), {len(finalists)} confirmed)")
             return in_force
-        sha, best = max(accepted, key=lambda sv: sv[1].model_timing.speedup)  # type: ignore[union-attr]
+        sha, best = max(confirmed, key=lambda sv: sv[1].model_timing.speedup)  # type: ignore[union-attr]
         attempt = next(a for a in state.attempts if a.sha256 == sha)
         result.best_origin, result.best_timing, result.best_kernel_timing = attempt.origin, best.model_timing, best.kernel_timing
         result.best_sha256 = sha
-        if active_ok and active_verdict.model_timing is not None and best.model_timing is not None:
-            if not best.model_timing.ci_low > active_verdict.model_timing.ci_high:
-                result.message += (f"best candidate {best.model_timing.speedup:.3f}x is not faster than the active "
+        if active_ok and active_verdict is not None and active_verdict.model_timing is not None:
+            if not best.model_timing.ci_low > active_verdict.model_timing.ci_high:  # type: ignore[union-attr]
+                result.message += (f"best candidate {best.model_timing.speedup:.3f}x is not faster than the active "  # type: ignore[union-attr]
                                    f"v{active.record.version} ({active_verdict.model_timing.speedup:.3f}x) beyond noise")
                 return in_force
         spend = self.coder.spend

@@ -93,6 +93,11 @@ def build_profile(model: str, device: str, kernels: list[KernelInfo], profiled: 
             roof = 100.0 * achieved / profiled.copy_gbps if achieved is not None and profiled.copy_gbps else None
             c = (counters or {}).get(k.function, {})
             source = "ncu" if c else "roofline"
+            notes = [] if c else [ncu_note] if ncu_note else []
+            if roof is not None and roof > 100.0:
+                # Argument sizes overstate what a launch reads when it indexes into a tensor
+                # or when its inputs stay in L2 between runs.
+                notes.append("bytes moved overestimated (indexed reads or L2 hits): above the copy ceiling")
             rows.append(KernelProfile(
                 kernel=k.name, source=source, bottleneck=classify(per_launch, roof, c), share=gpu_us / total,
                 gpu_us=round(gpu_us, 3), launches=launches, bytes_moved=moved[k.name],
@@ -101,7 +106,7 @@ def build_profile(model: str, device: str, kernels: list[KernelInfo], profiled: 
                 dram_pct=c.get("dram_pct"), sm_pct=c.get("sm_pct"), occupancy_pct=c.get("occupancy_pct"),
                 registers=int(c["registers"]) if "registers" in c else (t.registers if t else None),
                 spills=t.spills if t else None,
-                note=ncu_note if not c else "",
+                note="; ".join(notes),
             ))
         profile = ModelProfile(model=model, device=device, copy_ceiling_gbps=profiled.copy_gbps,
                                model_gpu_us=round(total, 3), triton_share=triton_us / total if total else None)

@@ -130,6 +130,11 @@ class VerifySession:
         return self._opened or self.open()
 
     @property
+    def isolation(self) -> str | None:
+        """What contains the current worker (None before it starts)."""
+        return self._worker.isolation if self._worker is not None else None
+
+    @property
     def kernels(self) -> dict[str, Any]:
         return {k.name: k for k in self.opened.kernels}
 

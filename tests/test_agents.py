@@ -1,0 +1,452 @@
+"""The agents: launch space, harvest matching, planner, profiler, reviewer, search coder, trace, the loop.
+
+The loop runs here against a scripted Benchmarker (no compile, no worker), so its
+decisions (budgets, what is stored, confirmation, Ctrl-C) are checked exactly;
+``test_tune_cli_interpreter`` runs the real thing once, end to end, in interpreter mode.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_kernelopt.agents import TuneOptions, Tuner
+from pytest_kernelopt.agents.harvest import Harvested, HarvestResult, matches, stem
+from pytest_kernelopt.agents.launch_space import Limits, describe, neighbours, read_point, with_point
+from pytest_kernelopt.agents.planner import plan
+from pytest_kernelopt.agents.profiler import build_profile, bytes_moved, classify, parse_ncu_csv
+from pytest_kernelopt.agents.records import Attempt, CoderContext, ModelProfile, KernelProfile, Proposal, RunRecord
+from pytest_kernelopt.agents.reviewer import review
+from pytest_kernelopt.agents.search import SearchCoder, drop_eviction_hints
+from pytest_kernelopt.agents.trace import RunDir, load_run
+from pytest_kernelopt.records import ArgInfo, Environment, KernelInfo, LaunchConfig, StageResult, Timing, Verdict
+from pytest_kernelopt.verify.protocol import KernelTime, Profiled
+
+ROOT = Path(__file__).resolve().parent.parent
+
+KERNEL_SRC = '''"""kernelopt candidate: `triton_red_fused_sum_0` of model `m`."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def triton_red_fused_sum_0(in_ptr0, out_ptr0, xnumel, r0_numel, XBLOCK : tl.constexpr, R0_BLOCK : tl.constexpr):
+    xoffset = tl.program_id(0) * XBLOCK
+    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]
+    xmask = xindex < xnumel
+    r0_base = tl.arange(0, R0_BLOCK)[None, :]
+    acc = tl.full([XBLOCK, R0_BLOCK], 0, tl.float32)
+    for r0_offset in range(0, r0_numel, R0_BLOCK):
+        r0_index = r0_offset + r0_base
+        r0_mask = r0_index < r0_numel
+        tmp0 = tl.load(in_ptr0 + (r0_index + r0_numel * xindex), r0_mask & xmask, eviction_policy='evict_first', other=0.0)
+        acc = acc + tmp0
+    tmp1 = tl.sum(acc, 1)[:, None]
+    tl.store(out_ptr0 + (xindex), tmp1, xmask)
+
+
+def run(in_ptr0, out_ptr0, xnumel, r0_numel, *, stream=None):
+    """Launch."""
+    XBLOCK = 8
+    R0_BLOCK = 128
+    grid = (triton.cdiv(xnumel, XBLOCK), 1, 1)
+    triton_red_fused_sum_0[grid](in_ptr0, out_ptr0, xnumel, r0_numel, XBLOCK=XBLOCK, R0_BLOCK=R0_BLOCK, num_warps=4, num_stages=1)
+'''
+
+
+def _info(xnumel: int = 64, r0_numel: int = 1000, name: str = "triton_red_fused_sum_0", source: str = KERNEL_SRC) -> KernelInfo:
+    return KernelInfo(
+        name=name, function=name, graph=0, fingerprint="f" * 16, source=source, launch=LaunchConfig(),
+        args=[ArgInfo(name="in_ptr0", kind="tensor", read=True, shape=[xnumel, r0_numel], dtype="float32"),
+              ArgInfo(name="out_ptr0", kind="tensor", written=True, shape=[xnumel], dtype="float32"),
+              ArgInfo(name="xnumel", kind="int", value=xnumel), ArgInfo(name="r0_numel", kind="int", value=r0_numel)])
+
+
+# --- launch space ------------------------------------------------------------------------
+
+def test_read_and_write_a_launch_point_touch_only_those_literals():
+    point = read_point(KERNEL_SRC)
+    assert point == {"XBLOCK": 8, "R0_BLOCK": 128, "num_warps": 4, "num_stages": 1}
+    changed = with_point(KERNEL_SRC, {"XBLOCK": 16, "num_warps": 8})
+    assert read_point(changed) == {"XBLOCK": 16, "R0_BLOCK": 128, "num_warps": 8, "num_stages": 1}
+    diff = [(a, b) for a, b in zip(KERNEL_SRC.splitlines(), changed.splitlines()) if a != b]
+    assert diff == [("    XBLOCK = 8", "    XBLOCK = 16"),
+                    (KERNEL_SRC.splitlines()[-1], KERNEL_SRC.splitlines()[-1].replace("num_warps=4", "num_warps=8"))]
+
+
+def test_a_grid_block_the_grid_does_not_use_is_not_tunable():
+    fixed_grid = KERNEL_SRC.replace("grid = (triton.cdiv(xnumel, XBLOCK), 1, 1)", "grid = (8, 1, 1)")
+    assert "XBLOCK" not in read_point(fixed_grid)
+    assert "R0_BLOCK" in read_point(fixed_grid)  # a loop's step needs no grid change
+
+
+def test_neighbours_respect_extents_masks_and_tile_size():
+    info = _info(xnumel=8, r0_numel=100)
+    point = read_point(KERNEL_SRC)
+    found = [describe(p) for p in neighbours(point, Limits(info, KERNEL_SRC))]
+    assert "R0_BLOCK=128,XBLOCK=8,num_stages=1,num_warps=8" in found
+    assert not any("XBLOCK=16" in f for f in found)  # beyond xnumel=8 rounded up
+    assert not any("R0_BLOCK=256" in f for f in found)  # beyond r0_numel=100 rounded up (128)
+    assert "R0_BLOCK=64,XBLOCK=8,num_stages=1,num_warps=4" in found
+    assert all(p != point for p in neighbours(point, Limits(info, KERNEL_SRC)))
+    # No mask for x: the block must divide the extent.
+    unmasked = KERNEL_SRC.replace("xmask = xindex < xnumel", "xmask = tl.full([XBLOCK, 1], True, tl.int1)")
+    limits = Limits(_info(xnumel=24), unmasked)
+    assert not limits.valid({"XBLOCK": 16, "R0_BLOCK": 128, "num_warps": 4, "num_stages": 1})
+    assert limits.valid({"XBLOCK": 8, "R0_BLOCK": 128, "num_warps": 4, "num_stages": 1})
+    assert not limits.valid({"XBLOCK": 8, "R0_BLOCK": 128, "num_warps": 3, "num_stages": 1})
+    big = Limits(_info(xnumel=1 << 20, r0_numel=1 << 20), KERNEL_SRC)
+    assert not big.valid({"XBLOCK": 1024, "R0_BLOCK": 1024, "num_warps": 4, "num_stages": 1})  # tile too large
+
+
+# --- harvest ----------------------------------------------------------------------------
+
+def test_harvested_kernels_match_by_fingerprint_or_call_convention():
+    base = _info()
+    alt = Harvested(variant="looped-reductions", name="triton_per_fused_sum_3", graph=0, fingerprint="x" * 16,
+                    args=["in_ptr0", "out_ptr0", "xnumel", "r0_numel"], written=["out_ptr0"], source=KERNEL_SRC)
+    assert stem("triton_per_fused_sum_3__g1") == "fused_sum"
+    assert matches(base, alt)
+    assert not matches(base, alt.model_copy(update={"graph": 1}))
+    assert not matches(base, alt.model_copy(update={"written": ["in_ptr0"]}))
+    assert not matches(base, alt.model_copy(update={"name": "triton_per_fused_mean_3"}))
+    assert matches(base, alt.model_copy(update={"name": "other", "fingerprint": base.fingerprint}))
+
+
+# --- profiler and planner ------------------------------------------------------------------
+
+def test_bytes_moved_counts_reads_and_writes():
+    assert bytes_moved(_info(xnumel=64, r0_numel=1000)) == 64 * 1000 * 4 + 64 * 4
+
+
+def test_classify_by_launch_time_counters_and_roofline():
+    assert classify(None, None, {}) == "unknown"
+    assert classify(3.0, 90.0, {}) == "launch"
+    assert classify(50.0, 80.0, {}) == "memory"
+    assert classify(50.0, 20.0, {}) == "occupancy"
+    assert classify(50.0, 20.0, {"sm_pct": 80.0, "dram_pct": 30.0}) == "compute"
+    assert classify(50.0, 20.0, {"sm_pct": 30.0, "dram_pct": 70.0}) == "memory"
+
+
+def test_build_profile_shares_roofline_and_order():
+    a, b = _info(name="k_a"), _info(name="k_b", xnumel=640)
+    profiled = Profiled(measured=True, model_gpu_us=200.0, copy_gbps=4000.0,
+                        kernels={"k_a": KernelTime(gpu_us=20.0, launches=1), "k_b": KernelTime(gpu_us=150.0, launches=1,
+                                                                                            registers=40, spills=0)})
+    profile = build_profile("m", "cuda", [a, b], profiled, None)
+    assert [k.kernel for k in profile.kernels] == ["k_b", "k_a"]
+    kb = profile.kernels[0]
+    assert kb.share == pytest.approx(0.75) and kb.registers == 40 and kb.source == "roofline"
+    assert kb.achieved_gbps == pytest.approx(bytes_moved(b) / 150e-6 / 1e9, rel=1e-3)
+    assert profile.triton_share == pytest.approx(0.85)
+    cpu = build_profile("m", "cpu", [a, b], Profiled(measured=False), None)
+    assert {k.source for k in cpu.kernels} == {"bytes"} and sum(k.share for k in cpu.kernels) == pytest.approx(1.0)
+
+
+def test_parse_ncu_csv_takes_medians_per_kernel():
+    text = ('==PROF== Connected\n"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"\n'
+            '"0","triton_poi_fused_0","dram__throughput.avg.pct_of_peak_sustained_elapsed","%","81.5"\n'
+            '"0","triton_poi_fused_0","launch__registers_per_thread","register/thread","24"\n'
+            '"1","triton_poi_fused_0","dram__throughput.avg.pct_of_peak_sustained_elapsed","%","85.5"\n'
+            '"2","triton_poi_fused_0","dram__throughput.avg.pct_of_peak_sustained_elapsed","%","83.0"\n'
+            '"3","triton_red_fused_1","gpu__time_duration.sum","nsecond","1,234"\n')
+    out = parse_ncu_csv(text)
+    assert out["triton_poi_fused_0"] == {"dram_pct": 83.0, "registers": 24.0}
+    assert out["triton_red_fused_1"] == {"time_ns": 1234.0}
+    assert parse_ncu_csv("ncu: error: no kernels were profiled") == {}
+
+
+def _profile(shares: dict[str, float]) -> ModelProfile:
+    return ModelProfile(model="m", device="cuda", kernels=[
+        KernelProfile(kernel=k, source="roofline", bottleneck="memory", share=s) for k, s in shares.items()])
+
+
+def test_plan_orders_by_share_and_says_why_it_skips():
+    items = plan(_profile({"small": 0.01, "big": 0.7, "mid": 0.29}), min_share=0.02)
+    assert [i.kernel for i in items] == ["big", "mid", "small"]
+    assert items[2].skip and "1.0%" in items[2].skip and "2%" in items[2].skip
+    assert "rewrite:eviction" in items[0].strategies and items[0].strategies[0] == "harvest"
+    only = plan(_profile({"big": 0.7, "mid": 0.29}), only=["mid"])
+    assert [i.kernel for i in only if i.skip is None] == ["mid"]
+
+
+# --- reviewer and search coder ------------------------------------------------------------------
+
+def test_review_stops_duplicates_language_violations_and_bad_launches():
+    info = _info()
+    assert review(KERNEL_SRC, info, KERNEL_SRC, set()).status == "duplicate"
+    edited = with_point(KERNEL_SRC, {"num_warps": 8})
+    ok = review(edited, info, KERNEL_SRC, set())
+    assert ok.ok
+    assert review(edited, info, KERNEL_SRC, {ok.sha256}).status == "duplicate"
+    hostile = edited.replace('"""Launch."""', '"""Launch."""\n    import os')
+    bad = review(hostile, info, KERNEL_SRC, set())
+    assert not bad.ok and bad.status == "reviewed" and bad.reason
+    too_big = with_point(KERNEL_SRC, {"XBLOCK": 128})
+    assert "outside" in review(too_big, info, KERNEL_SRC, set()).reason
+
+
+def _ctx(best: str = KERNEL_SRC, attempts: list[Attempt] | None = None, device: str = "cuda") -> CoderContext:
+    return CoderContext(model="m", device=device, kernel=_info(), original=KERNEL_SRC, best=best,
+                        attempts=attempts or [], strategies=["harvest", "rewrite:eviction", "launch"])
+
+
+def test_search_proposes_harvest_then_rewrites_then_launch_neighbours():
+    coder = SearchCoder()
+    coder._device = "cuda"
+    alt = with_point(KERNEL_SRC, {"XBLOCK": 4, "num_warps": 2})
+    coder.harvested = HarvestResult(kernels=[
+        Harvested(variant="max-autotune", name="triton_red_fused_sum_0", graph=0, fingerprint="f" * 16,
+                  args=["in_ptr0", "out_ptr0", "xnumel", "r0_numel"], written=["out_ptr0"], source=alt),
+        Harvested(variant="coordinate-descent", name="triton_red_fused_sum_0", graph=0, fingerprint="f" * 16,
+                  args=["in_ptr0", "out_ptr0", "xnumel", "r0_numel"], written=["out_ptr0"], source=KERNEL_SRC)])
+    first = coder.propose(_ctx())
+    assert [p.origin for p in first] == ["harvest:max-autotune"]  # the unchanged one is not proposed
+    second = coder.propose(_ctx())
+    assert [p.origin for p in second] == ["rewrite:eviction"]
+    assert "eviction_policy" not in second[0].source and second[0].source == drop_eviction_hints(KERNEL_SRC)
+    third = coder.propose(_ctx())
+    assert third and all(p.origin.startswith("launch:") for p in third)
+    tried = [Attempt(kernel="k", origin=p.origin, sha256=__import__("hashlib").sha256(p.source.encode()).hexdigest(),
+                     status="correct") for p in third]
+    assert coder.propose(_ctx(attempts=tried)) == []  # every neighbour of the best was tried: the search ends
+    moved = coder.propose(_ctx(best=third[0].source, attempts=tried))
+    assert moved and all(read_point(p.source) != read_point(third[0].source) for p in moved)
+
+
+def test_search_in_interpreter_mode_tries_only_a_few_launch_points():
+    coder = SearchCoder()
+    ctx = _ctx(device="cpu").model_copy(update={"strategies": ["launch"]})
+    assert len(coder.propose(ctx)) == 2
+    assert coder.propose(ctx) == []
+
+
+# --- run directory ----------------------------------------------------------------------------
+
+def test_run_dir_writes_trace_and_record_and_tolerates_a_torn_last_line(tmp_path):
+    run = RunDir.create(tmp_path, RunRecord(run_id="r1", started="now", agent="search", kernels_dir="k"))
+    run.event("planner", "plan", model="m", kernel="k", strategies=["launch"])
+    rel = run.save_candidate("m", "k", "ab" * 32, "x = 1\n")
+    run.close()
+    assert (run.root / rel).read_text() == "x = 1\n"
+    with open(run.root / "trace.jsonl", "a") as f:
+        f.write('{"t": 1.0, "role": "cod')  # killed mid-write
+    record, events = load_run(run.root)
+    assert record.run_id == "r1" and [e.event for e in events] == ["plan"]
+    second = RunDir.create(tmp_path, RunRecord(run_id="r1", started="now", agent="search", kernels_dir="k"))
+    assert second.root.name == "r1-2"
+    second.close()
+
+
+# --- the loop, against a scripted benchmarker ---------------------------------------------------
+
+ENV = Environment(device="cuda", torch="2.11", triton="3.6", python="3.12", gpu="H200")
+
+
+def _timing(speedup: float, half: float = 0.01) -> Timing:
+    return Timing(baseline_ms=1.0, candidate_ms=1.0 / speedup, speedup=speedup, ci_low=speedup - half,
+                  ci_high=speedup + half, pairs=40, method="cuda-graph")
+
+
+class FakeSession:
+    """Judges candidates by their num_warps: speedup = table[num_warps]; records every call."""
+
+    def __init__(self, info: KernelInfo, speed: dict[int, float], seconds: float = 1.0):
+        self.info, self.speed, self.seconds = info, speed, seconds
+        self.options = None
+        self.calls: list[tuple[str, float]] = []
+        self.opened = type("O", (), {"kernels": [info], "environment": ENV, "seconds": 0.1})()
+
+    def __call__(self, problem, device, options, progress=None):
+        self.options = options
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def open(self):
+        return self.opened
+
+    def profile(self):
+        return Profiled(measured=True, model_gpu_us=100.0, copy_gbps=4000.0,
+                        kernels={self.info.name: KernelTime(gpu_us=90.0, launches=1)})
+
+    def kernel_info(self, name):
+        return self.info
+
+    def verify(self, kernel, source):
+        import time as _t
+
+        _t.sleep(self.seconds)
+        warps = read_point(source.source).get("num_warps", 4)
+        speedup = self.speed.get(warps, 0.99)
+        self.calls.append((source.label, self.options.model_seconds))
+        status = "accepted" if speedup > 1.02 else "correct"
+        if speedup < 0:
+            v = Verdict(model="m", kernel=kernel, candidate=source.label, candidate_sha256=source.sha256,
+                        status="rejected", reason="kernel: wrong", stages=[StageResult(name="kernel", passed=False)])
+        else:
+            v = Verdict(model="m", kernel=kernel, fingerprint=self.info.fingerprint, candidate=source.label,
+                        candidate_sha256=source.sha256, status=status, model_timing=_timing(speedup),
+                        kernel_timing=_timing(speedup), speed_measured=True, environment=ENV,
+                        stages=[StageResult(name="static", passed=True)])
+        v._kernel_info = self.info
+        v._source = source.source
+        return v
+
+    def verify_model(self, replacements):
+        return Verdict(model="m", kernel="all", candidate="committed", candidate_sha256="", status="accepted",
+                       model_timing=_timing(1.3), speed_measured=True)
+
+
+def _inductor_info() -> KernelInfo:
+    """A kernel record as capture makes it: Inductor's source and the launch it chose (render_dump makes the file)."""
+    kernel_only = KERNEL_SRC.split("\n\ndef run(")[0] + "\n"
+    launch = LaunchConfig(kwargs={"XBLOCK": 8, "R0_BLOCK": 128}, num_warps=4, num_stages=1,
+                          grid=["triton.cdiv(xnumel, XBLOCK)", "1", "1"])
+    return _info(source=kernel_only).model_copy(update={"launch": launch})
+
+
+def _problem(tmp_path: Path) -> Path:
+    path = tmp_path / "m.py"
+    path.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x.sum(1)\n"
+                    "def get_inputs():\n    return [torch.randn(64, 1000)]\ndef get_init_inputs():\n    return []\n")
+    return path
+
+
+def _tuner(tmp_path: Path, session: FakeSession, **options) -> tuple[Tuner, RunDir, object]:
+    from pytest_kernelopt.store import KernelStore
+
+    store = KernelStore(tmp_path / "kernels")
+    run = RunDir.create(tmp_path / "runs", RunRecord(run_id="t", started="now", agent="search", kernels_dir=str(store.root)))
+    coder = SearchCoder(variants=[])
+    coder.prepare = lambda problem, device, kernels: None  # no harvest child in these tests
+    coder._device = "cuda"
+    opts = TuneOptions(device="cuda", ncu=False, **options)
+    return Tuner(opts, coder, store, run, session_factory=session), run, store
+
+
+def test_loop_climbs_confirms_and_stores_the_best_accepted(tmp_path):
+    session = FakeSession(_inductor_info(), {8: 1.2, 16: 1.4, 32: 1.1}, seconds=0.0)
+    tuner, run, store = _tuner(tmp_path, session)
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    run.close()
+    k = outcome.kernels[0]
+    assert k.stored_version == 1 and k.best_timing.speedup == pytest.approx(1.4)
+    assert read_point(store.active_file("m", k.kernel).source)["num_warps"] == 16
+    screened = [s for label, s in session.calls if "(confirm)" not in label]
+    confirmed = [s for label, s in session.calls if "(confirm)" in label]
+    assert screened and all(s == 0.25 for s in screened)  # exploration is timed briefly
+    assert confirmed and all(s == 1.0 for s in confirmed)  # what is stored was timed in full
+    assert outcome.model_timing.speedup == pytest.approx(1.3)
+    record, events = load_run(run.root)
+    roles = {e.role for e in events}
+    assert {"profiler", "planner", "coder", "reviewer", "benchmarker", "store"} <= roles or \
+        {"profiler", "planner", "coder", "benchmarker", "store"} <= roles
+    assert record.problems[0].kernels[0].history
+
+
+def test_loop_keeps_the_active_version_unless_beaten_beyond_noise(tmp_path):
+    session = FakeSession(_inductor_info(), {8: 1.5, 16: 1.45}, seconds=0.0)
+    tuner, run, store = _tuner(tmp_path, session)
+    tuner.tune_problem(_problem(tmp_path))
+    first = store.active_file("m", _info().name)
+    assert read_point(first.source)["num_warps"] == 8
+    again, run2, _ = _tuner(tmp_path, session)
+    outcome = again.tune_problem(_problem(tmp_path))
+    k = outcome.kernels[0]
+    assert k.stored_version is None and "not faster than the active v1" in k.message or "active" in k.message
+    assert store.manifest("m", _info().name).active == 1 and len(store.manifest("m", _info().name).versions) == 1
+
+
+def test_loop_honours_the_kernel_budget(tmp_path):
+    session = FakeSession(_inductor_info(), {8: 1.2, 16: 1.4, 2: 1.1, 1: 1.0}, seconds=0.2)
+    tuner, run, _ = _tuner(tmp_path, session, budget_s=0.5, confirm=0)
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    judged = [label for label, _ in session.calls]
+    assert 2 <= len(judged) <= 4  # stops before a candidate that would overrun (estimate: median so far)
+    assert outcome.kernels[0].gpu_seconds <= 0.5 + 0.2 + 0.1
+    _, events = load_run(run.root)
+    assert any(e.event == "stop" and "kernel budget" in e.data.get("reason", "") for e in events)
+
+
+def test_loop_records_rejections_by_stage_and_stores_nothing_slower(tmp_path):
+    session = FakeSession(_inductor_info(), {8: -1.0, 2: -1.0, 16: 0.97}, seconds=0.0)
+    tuner, run, store = _tuner(tmp_path, session)
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    k = outcome.kernels[0]
+    assert k.by_stage.get("rejected:kernel", 0) >= 2 and k.stored_version is None
+    assert store.manifest("m", k.kernel) is None
+
+
+def test_ctrl_c_keeps_the_record_and_leaves_no_partial_files(tmp_path):
+    from pytest_kernelopt.agents import tune
+    from pytest_kernelopt.store import KernelStore
+
+    class Interrupting(FakeSession):
+        def verify(self, kernel, source):
+            if len(self.calls) == 2:
+                raise KeyboardInterrupt
+            return super().verify(kernel, source)
+
+    import pytest_kernelopt.agents.loop as loop_mod
+
+    session = Interrupting(_inductor_info(), {8: 1.3, 16: 1.4}, seconds=0.0)
+    original = loop_mod.Tuner.__init__
+
+    def with_fake(self, *a, **kw):
+        kw["session_factory"] = session
+        original(self, *a, **kw)
+
+    loop_mod.Tuner.__init__ = with_fake
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            tune([_problem(tmp_path)], TuneOptions(device="cuda", ncu=False), agent="search",
+                 agent_options={"variants": []}, store=KernelStore(tmp_path / "kernels"), runs_dir=tmp_path / "runs")
+    finally:
+        loop_mod.Tuner.__init__ = original
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["interrupted"] is True and record["finished"]
+    assert not list(tmp_path.rglob("*.tmp"))
+    assert not (tmp_path / "kernels").exists() or not list((tmp_path / "kernels").rglob("v*.py"))
+
+
+# --- end to end, interpreter mode ----------------------------------------------------------------
+
+def test_tune_cli_interpreter(tmp_path):
+    """The real loop on a small problem: harvest child, session, profile, plan, candidates, run directory."""
+    cmd = [sys.executable, "-m", "pytest_kernelopt.cli", "tune", str(ROOT / "tests" / "problems" / "sum_reduce.py"),
+           "--device", "cpu", "--seeds", "1", "--kernels-dir", str(tmp_path / "kernels"), "--runs-dir",
+           str(tmp_path / "runs"), "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = RunRecord.model_validate_json(proc.stdout)
+    (problem,) = record.problems
+    assert problem.error is None and not problem.speed_measured
+    (kernel,) = problem.kernels
+    assert kernel.attempts >= 3 and kernel.stored_version is None
+    assert kernel.by_stage.get("correct", 0) >= 3, kernel.history  # harvest, rewrite, launch points: all correct
+    assert "nothing stored" in kernel.message
+    run_dir = tmp_path / "runs" / record.run_id
+    _, events = load_run(run_dir)
+    assert {"harvest", "profile", "plan", "proposals", "verdict"} <= {e.event for e in events}
+    files = [a.file for a in kernel.history if a.file]
+    assert files and all((run_dir / f).is_file() for f in files)
+    assert not (tmp_path / "kernels").exists()
+
+
+def test_tune_cli_rejects_bad_options(tmp_path):
+    problem = str(ROOT / "tests" / "problems" / "sum_reduce.py")
+    for extra, needle in ((["--min-share", "2"], "--min-share"), (["--max-usd", "3"], "anthropic only"),
+                          (["--budget-s", "-1"], "budget")):
+        proc = subprocess.run([sys.executable, "-m", "pytest_kernelopt.cli", "tune", problem, "--device", "cpu",
+                               *extra], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert proc.returncode == 2 and needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
