@@ -450,3 +450,36 @@ def test_tune_cli_rejects_bad_options(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "pytest_kernelopt.cli", "tune", problem, "--device", "cpu",
                                *extra], capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert proc.returncode == 2 and needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_reply_without_code_does_not_end_the_kernel(tmp_path):
+    """A backend whose round produced nothing usable (last_error set) gets the next round."""
+    session = FakeSession(_inductor_info(), {8: 1.3}, seconds=0.0)
+    tuner, run, _ = _tuner(tmp_path, session)
+
+    class Flaky:
+        name, model = "anthropic", "fake"
+        stopped = None
+        spend = SearchCoder().spend
+
+        def __init__(self):
+            self.calls, self.last_error = 0, None
+
+        def prepare(self, *a):
+            return None
+
+        def propose(self, ctx):
+            self.calls += 1
+            if self.calls == 1:
+                self.last_error = "the reply held no python block"
+                return []
+            self.last_error = None
+            if self.calls == 2:
+                return [Proposal(source=with_point(ctx.original, {"num_warps": 8}), origin="anthropic:fake")]
+            return []
+
+    tuner.coder = Flaky()
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    assert tuner.coder.calls == 3 and outcome.kernels[0].attempts == 1
+    _, events = load_run(run.root)
+    assert any(e.event == "proposals" and e.data.get("error") for e in events)

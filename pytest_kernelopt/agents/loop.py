@@ -233,9 +233,14 @@ class Tuner:
                 ev("planner", "stop", reason=why)
                 break
             proposals = self.coder.propose(ctx)
+            error = getattr(self.coder, "last_error", None)
+            reply = getattr(self.coder, "last_reply", None)
             ev("coder", "proposals", round=rounds, count=len(proposals), origins=[p.origin for p in proposals],
-               error=getattr(self.coder, "last_error", None))
+               error=error, reply=reply.model_dump(mode="json") if hasattr(reply, "model_dump") else None)
             if not proposals:
+                if error and not self.coder.stopped:
+                    rounds += 1  # a reply without usable code: the next round's prompt says why
+                    continue
                 ev("planner", "stop", reason=self.coder.stopped or "the coder has nothing new to try")
                 break
             for proposal in proposals:
