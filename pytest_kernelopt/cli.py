@@ -123,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where run directories go (default: .kernelopt/runs in the problems' project)")
     t.add_argument("--no-ncu", action="store_true", help="do not run Nsight Compute (roofline estimate only)")
     t.add_argument("--json", action="store_true", help="print the run record (run.json) on stdout")
+    t.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="tune in N processes, each on a GPU of its own (CUDA_VISIBLE_DEVICES), problems spread "
+                        "over them; at most one per visible GPU (default 1)")
+    t.add_argument("--shard", default=None, metavar="K/N",
+                   help="tune only the problems of shard K of N (stable: a problem's shard depends on its name "
+                        "alone), to spread one run over N machines")
     t.add_argument("--open-pr", action="store_true",
                    help="after the run, push a branch kernelopt/<model>/<kernel> per faster kernel and open or update "
                         "its pull request (GITHUB_TOKEN; without one, print where to open it)")
@@ -295,6 +301,21 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _tune_passthrough(args: argparse.Namespace, device: str, kernels: Path) -> list[str]:
+    """The options every ``--workers`` process gets (its problems and run directory are its own)."""
+    out = ["--agent", args.agent, "--budget-s", str(args.budget_s), "--min-share", str(args.min_share),
+           "--seeds", str(args.seeds), "--timeout", str(args.timeout), "--device", device, "--kernels-dir", str(kernels)]
+    for flag, value in (("--model", args.model), ("--max-usd", args.max_usd), ("--run-budget-s", args.run_budget_s),
+                        ("--config", args.config)):
+        if value is not None:
+            out += [flag, str(value)]
+    for name in args.kernel or []:
+        out += ["--kernel", name]
+    if args.no_ncu:
+        out.append("--no-ncu")
+    return out
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     """Exit 0: the run finished (whether or not anything faster was found); 2: bad input, or a
     problem that could not be tuned (the others still were); 130: interrupted (what was stored stays)."""
@@ -316,6 +337,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
     device = resolve_device(args.device or settings[0].device)
     store = KernelStore((args.kernels_dir or settings[0].kernels_path).resolve())
     runs = (args.runs_dir or settings[0].root / ".kernelopt" / "runs").resolve()
+    if args.shard is not None:
+        from .shard import parse_shard, shard_of
+
+        try:
+            shard = parse_shard(args.shard)
+        except UsageError as exc:
+            raise UsageError(f"--shard {exc}") from None
+        mine = [p for p in problems if shard_of(p.stem, shard.count) == shard.index]
+        print(f"shard {shard}: {len(mine)} of {len(problems)} problem(s): {', '.join(p.stem for p in mine) or 'none'}",
+              file=sys.stderr)
+        problems = mine
+    if args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, not {args.workers}")
     options = TuneOptions(device=device, budget_s=args.budget_s, run_budget_s=args.run_budget_s, seeds=args.seeds,
                           timeout=args.timeout, min_share=args.min_share, kernels=args.kernel, ncu=not args.no_ncu)
     agent_options: dict[str, Any] = {}
@@ -326,8 +360,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if device != "cuda":
             ui.message("interpreter mode: candidates are checked for correctness only; speed is not measured and "
                        "nothing is stored as faster")
-        record = tune(problems, options, agent=args.agent, agent_options=agent_options, store=store,
-                      runs_dir=runs, ui=ui)
+        if args.workers > 1:
+            from .agents.workers import tune_workers
+
+            record = tune_workers(problems, _tune_passthrough(args, device, store.root), args.workers, device, runs,
+                                  say=ui.message)
+        else:
+            record = tune(problems, options, agent=args.agent, agent_options=agent_options, store=store,
+                          runs_dir=runs, ui=ui)
     if args.json:
         print(record.model_dump_json(indent=2))
     else:

@@ -483,3 +483,29 @@ def test_a_reply_without_code_does_not_end_the_kernel(tmp_path):
     assert tuner.coder.calls == 3 and outcome.kernels[0].attempts == 1
     _, events = load_run(run.root)
     assert any(e.event == "proposals" and e.data.get("error") for e in events)
+
+
+def test_tune_workers_and_shards_merge_into_one_run(tmp_path):
+    """Two worker processes (interpreter mode: no pinning), one merged run.json and trace; a shard filter."""
+    problems = [str(ROOT / "tests" / "problems" / f"{name}.py") for name in ("sum_reduce", "softmax_rows")]
+    cmd = [sys.executable, "-m", "pytest_kernelopt.cli", "tune", *problems, "--device", "cpu", "--seeds", "1",
+           "--kernel", "none-selected", "--workers", "2", "--kernels-dir", str(tmp_path / "kernels"),
+           "--runs-dir", str(tmp_path / "runs"), "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = RunRecord.model_validate_json(proc.stdout)
+    assert sorted(p.model for p in record.problems) == ["softmax_rows", "sum_reduce"]
+    assert all(k.skipped == "not selected (--kernel)" for p in record.problems for k in p.kernels)
+    _, events = load_run(tmp_path / "runs" / record.run_id)
+    assert {e.data.get("worker") for e in events} == {1, 2}
+    from pytest_kernelopt.shard import shard_of
+
+    shard = shard_of("sum_reduce", 2)
+    proc = subprocess.run([*cmd[:5], "--device", "cpu", "--shard", f"{shard}/2", "--kernel", "x", "--runs-dir",
+                           str(tmp_path / "runs2"), "--json", "--kernels-dir", str(tmp_path / "kernels")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    kept = [p.model for p in RunRecord.model_validate_json(proc.stdout).problems]
+    assert "sum_reduce" in kept and f"shard {shard}/2" in proc.stderr
+    bad = subprocess.run([*cmd[:5], "--device", "cpu", "--shard", "3/2"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--shard" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
