@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 SCHEMA_VERSION = 1
 
@@ -134,6 +134,16 @@ class StageResult(Record):
     seconds: float = 0.0
     # Peak GPU memory allocated during the stage (GiB); None on the CPU.
     peak_gib: float | None = None
+
+    @field_validator("detail")
+    @classmethod
+    def _printable(cls, text: str) -> str:
+        # Details quote the candidate (its error messages, the worker's stderr): escape
+        # control and format characters, so that no candidate can erase a terminal line
+        # and print a verdict of its own, or reorder the text with bidi controls.
+        if text.isprintable():
+            return text
+        return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 class SeedErrors(Record):

@@ -17,6 +17,17 @@ argument tensors (no copies of inputs, so this works when an argument is 8 GiB):
   exactly): writing into an input is a failure;
 * the compiler's results are left in place, so the rest of the model runs on them.
 
+The candidate itself runs on copies of its tensor arguments inside **guard bands**
+(:mod:`.guards`): padding on both sides filled with a canary (NaN with a random
+payload in the poisoned pass, ordinary random values in the pre-filled one) that must be
+unchanged afterwards, so a store past the end of an output (into allocator slack, or
+a counter kept there) fails the stage. Guarded only while the arguments' memory
+totals at most ``guards.GUARD_BYTES`` (1 GiB; on a GPU also a quarter of the free
+memory): else the written ones, else none, and the stage's detail says which. The
+unchecked runs before each seed's checked one are guarded the same way
+(:class:`.guards.GuardedKernel`), so such a store is caught before it can corrupt
+the worker's own memory.
+
 Before each seed's checked run the model runs 1-3 times (from ``os.urandom``) with
 the candidate swapped in and nothing checked, so a candidate that counts its calls
 cannot know which ones are checked (:meth:`Prepared.extra_runs`).
@@ -38,6 +49,7 @@ import os
 from typing import Any
 
 from ..records import SeedErrors
+from .guards import Bands, GuardedKernel
 from .options import VerifyOptions
 from .prepared import Prepared, StageFailure
 from .tensors import (EXACT_COPY_BYTES, STRESS_VARIANTS, chunks, poison, random_fill, restore, snapshot, stress,
@@ -157,6 +169,10 @@ class _Checker:
         self.launches = 0
         self.failure: StageFailure | None = None
         self.worst_abs = self.worst_rel = 0.0
+        self.bands = Bands([self._name(i) for i in range(len(infos))], device)
+
+    def _name(self, i: int) -> str:
+        return self.infos[i].name if i < len(self.infos) else f"argument {i}"
 
     def _sync(self) -> None:
         if self.device == "cuda":
@@ -196,15 +212,20 @@ class _Checker:
                         self._sync()
                         results = {i: args[i].clone() for i in written}
                         continue
+                    # The candidate runs on guarded copies (the real tensors where none fit).
+                    ran_on, guards = self.bands.wrap(args, tensors, written, "nan" if mode == "poison" else "random")
                     try:
-                        kernel.run(*args, stream=stream, **kwargs)
+                        kernel.run(*ran_on, stream=stream, **kwargs)
                         self._sync()
                     except torch.OutOfMemoryError:
                         raise
                     except Exception as exc:
                         text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
                         raise StageFailure(f"candidate raised on {self.where}: {type(exc).__name__}: {text}") from exc
-                    self._compare(args, results, written, read_only, before, mode)
+                    breach = self.bands.check(guards, self.where)
+                    if breach is not None:
+                        raise StageFailure(breach)
+                    self._compare(ran_on, results, written, read_only, before, mode)
         except StageFailure as failure:
             self.failure = failure
         # Leave the compiler's results in place for the rest of the model.
@@ -216,11 +237,11 @@ class _Checker:
         return None
 
     def _label(self, i: int, mode: str) -> str:
-        name = self.infos[i].name if i < len(self.infos) else f"argument {i}"
-        return name + ("" if mode == "poison" else " (outputs pre-filled with random values)")
+        return self._name(i) + ("" if mode == "poison" else " (outputs pre-filled with random values)")
 
     def _compare(self, args: Any, results: dict[int, Any], written: list[int], read_only: list[int],
                  before: dict[int, Any], mode: str) -> None:
+        """``args``: what the candidate ran on (guarded copies or the real tensors)."""
         for i in written:
             rtol = self.options.kernel_rtol(str(args[i].dtype).removeprefix("torch."))
             a, r = compare(results[i], args[i], rtol, f"{self.where}, written argument {self._label(i, mode)}",
@@ -238,18 +259,26 @@ class KernelRows(list):
     stress_seed: int | None = None
     stress: list[str]  # variants that ran with the kernel launched
     skipped: list[str]  # "variant (why)": the model raised, or did not launch the kernel, on the compiler's side
+    guards: list[str]  # what the guard bands covered (one phrase per distinct case)
 
     def __init__(self, rows: Any = ()) -> None:
         super().__init__(rows)
-        self.stress, self.skipped = [], []
+        self.stress, self.skipped, self.guards = [], [], []
+
+    def saw(self, checker: _Checker) -> None:
+        self.guards += [note for note in checker.bands.notes if note not in self.guards]
 
     def describe(self) -> str:
-        """One phrase for the stage's detail: how many stress variants ran."""
+        """One phrase for the stage's detail: how many stress variants ran, what the guard bands covered."""
         if self.stress_seed is None:
-            return "no stress variants (no floating-point model inputs)"
-        text = f"{len(self.stress)} stress variant(s) of seed {self.stress_seed} ({', '.join(self.stress) or 'none'})"
+            text = "no stress variants (no floating-point model inputs)"
+        else:
+            variants = ", ".join(self.stress) or "none"
+            text = f"{len(self.stress)} stress variant(s) of seed {self.stress_seed} ({variants})"
         if self.skipped:
             text += f", skipped: {'; '.join(self.skipped)}"
+        if self.guards:
+            text += f"; {'; '.join(self.guards)}"
         return text
 
 
@@ -263,12 +292,16 @@ def kernel_stage(prepared: Prepared, name: str, candidate: Any, allow_reduced_pr
     rows = KernelRows()
     for seed in prepared.seeds:
         inputs = prepared.inputs(seed)
-        prepared.extra_runs({name: candidate}, inputs, f"seed {seed}")
+        unchecked = GuardedKernel(candidate, handle.info.args, f"seed {seed} (an unchecked run)", prepared.device)
+        prepared.extra_runs({name: unchecked}, inputs, f"seed {seed}")
+        if unchecked.failure is not None:
+            raise StageFailure(unchecked.failure)
         checker = _Checker(handle.original, candidate, handle.info.args, f"seed {seed}", options, prepared.device)
         with swapped(compiled, {name: checker}):
             compiled(*inputs)
         if checker.failure is not None:
             raise checker.failure
+        rows.saw(checker)
         prepared.check_inputs(seed, inputs)
         del inputs
         if not checker.launches:
@@ -323,6 +356,7 @@ def _stress(prepared: Prepared, name: str, candidate: Any, options: VerifyOption
         if not checker.launches:
             rows.skipped.append(f"{variant} (the model did not launch the kernel)")
             continue
+        rows.saw(checker)
         rows.stress.append(variant)
 
 

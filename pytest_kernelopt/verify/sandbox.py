@@ -292,6 +292,8 @@ def sweep(keep: set[int], rounds: int = 5) -> bool:
     the compiler started while the problem was opened (Inductor's compile workers).
     Only inside the sandbox, where this namespace holds nothing else.
     """
+    import time
+
     me, session = os.getpid(), os.getsid(0)
     for _ in range(rounds):
         found = []
@@ -312,12 +314,23 @@ def sweep(keep: set[int], rounds: int = 5) -> bool:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+        deadline = time.monotonic() + 2.0
         for pid in found:
             try:
                 os.waitpid(pid, 0)  # our own children: reap them
             except ChildProcessError:
-                pass
+                # Not ours: a killed process can take a moment to go (seen under load, in the
+                # middle of an exec), and the next round would count it as coming back.
+                while time.monotonic() < deadline and _running(pid):
+                    time.sleep(0.01)
     return False
+
+
+def _running(pid: int) -> bool:
+    try:
+        return _read(f"/proc/{pid}/stat").rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 if __name__ == "__main__":
