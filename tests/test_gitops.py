@@ -237,6 +237,33 @@ def test_a_human_commit_on_the_branch_is_not_overwritten(project, github, tmp_pa
     assert len(github.requests) == requests  # no pull request update either
 
 
+def test_a_human_commit_on_the_local_branch_is_not_overwritten(project, github, tmp_path):
+    clone, bare = project
+    publish_run(tune(clone, tmp_path, 1024, 1.184, "run-1"), clone)
+    ours = git(clone, "rev-parse", f"refs/heads/{BRANCH}")
+    # Alice commits on the local branch in a second worktree; the user's own checkout stays on main.
+    side = tmp_path / "side"
+    git(clone, "worktree", "add", "-q", str(side), BRANCH)
+    (side / "NOTES.md").write_text("local notes\n")
+    git(side, "add", "NOTES.md")
+    git(side, "commit", "-q", "-m", "Local notes")
+    alice_tip = git(clone, "rev-parse", f"refs/heads/{BRANCH}")
+    [result] = publish_run(tune(clone, tmp_path, 2048, 1.25, "run-2"), clone)
+    assert result.status == "refused" and "the local branch" in result.message and "Local notes" in result.message
+    assert git(clone, "rev-parse", f"refs/heads/{BRANCH}") == alice_tip
+    assert git(bare, "rev-parse", f"refs/heads/{BRANCH}") == ours
+
+    # Checked out but still ours: the remote branch moves, the checked-out local branch is left alone.
+    git(side, "reset", "-q", "--hard", ours)
+    (clone / FOLDER / "v3.py").unlink()  # the user discards the refused run's version
+    (clone / FOLDER / "manifest.json").write_text(git(clone, "show", f"{ours}:{FOLDER}/manifest.json") + "\n")
+    [result] = publish_run(tune(clone, tmp_path, 4096, 1.3, "run-3"), clone)
+    assert result.status == "pushed", result.line()
+    assert f"local branch {BRANCH} is checked out, left as it is" in result.message
+    assert git(clone, "rev-parse", f"refs/heads/{BRANCH}") == ours != result.commit
+    assert git(bare, "rev-parse", f"refs/heads/{BRANCH}") == result.commit
+
+
 def test_without_a_token_the_branch_is_pushed_and_the_page_named(project, github, tmp_path, monkeypatch):
     clone, bare = project
     monkeypatch.delenv("GITHUB_TOKEN")

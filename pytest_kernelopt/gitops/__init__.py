@@ -89,6 +89,7 @@ def publish_run(run_dir: Path | str, repo_path: Path | str = ".", *, base: str |
     ``$GITHUB_TOKEN``); without one the branch is pushed and ``open_url`` says where to
     open it. ``api_url`` defaults to ``$GITHUB_API_URL``, else the public API;
     ``repo`` ("owner/name") defaults to the remote's URL, else ``$GITHUB_REPOSITORY``.
+    ``templates_dir`` defaults to the repository's ``templates/`` (when it has one).
     ``progress`` gets one line per kernel. A problem with the repository as a whole
     (not a git repository, no such remote or base branch, GitPython missing) raises
     :class:`PublishError`; a problem with one kernel is that kernel's result.
@@ -115,6 +116,10 @@ def publish_run(run_dir: Path | str, repo_path: Path | str = ".", *, base: str |
     github = None
     if open_pr and token and where is not None:
         github = GitHub(token, where, api_url or os.environ.get("GITHUB_API_URL") or DEFAULT_API)
+    if templates_dir is None:
+        from ..templates import project_templates
+
+        templates_dir = project_templates(git.top)
     ctx = _Context(git=git, record=record, events=events, kernels_abs=kernels_abs,
                    kernels_rel=PurePosixPath(kernels_abs.relative_to(git.top).as_posix()), base=base,
                    base_sha=base_sha, where=where, github=github, open_pr=open_pr, templates_dir=templates_dir)
@@ -207,9 +212,12 @@ def _plan(ctx: _Context, model: str, kernel: str, version: int, outcome: Any
     """The kernel folder's files to commit, the commit message, the PR title and a speed summary;
     or why there is nothing to publish."""
     from ..records import load_json
-    from ..store import MANIFEST, Manifest, sha256_text
+    from ..store import MANIFEST, KernelStore, Manifest, sha256_text
 
-    folder_abs = ctx.kernels_abs / model / kernel
+    try:
+        folder_abs = KernelStore(ctx.kernels_abs).kernel_dir(model, kernel)  # names that cannot leave the store
+    except StoreError as exc:
+        raise RefusedError(str(exc)) from None
     folder_rel = ctx.kernels_rel / model / kernel
     try:
         manifest = load_json(Manifest, folder_abs / MANIFEST)
