@@ -243,6 +243,7 @@ class Tuner:
                     continue
                 ev("planner", "stop", reason=self.coder.stopped or "the coder has nothing new to try")
                 break
+            why = None
             for proposal in proposals:
                 why = self._out_of_budget(state, self._estimate(state))
                 if why:
@@ -251,6 +252,8 @@ class Tuner:
                         self.stop_reason = why
                     break
                 self._judge(session, model, state, proposal, ev)
+            if why:
+                break
             rounds += 1
         if self.coder.stopped:
             self.stop_reason = self.coder.stopped
