@@ -83,6 +83,16 @@ def test_html_report_escapes_what_agents_wrote(run, tmp_path):
     assert "reviewed 1, static 1, kernel 1, correct 1, accepted 1" in markdown
 
 
+def test_a_kernel_with_nothing_kept_shows_its_fastest_candidate(tmp_path):
+    outcome = s.softmax_outcome(s.variant(64), 1)
+    outcome.stored_version = outcome.best_timing = outcome.best_sha256 = None
+    outcome.history[-1].status = "correct"  # measured 1.184x but not confirmed: nothing stored
+    run_dir = s.write_run(tmp_path / "runs", tmp_path / "kernels", [s.softmax_problem(outcome)])
+    text = write_report(run_dir).report.read_text()
+    assert "| correct, not faster | best tried 1.184x [1.164, 1.204] | 2.4e-06 / 1.5e-06 |" in text
+    assert "No kernel got faster in this run: nothing was stored." in text
+
+
 def test_interpreter_run_says_not_measured_and_draws_no_chart(tmp_path):
     kernels = tmp_path / "kernels"
     source = s.variant(512)

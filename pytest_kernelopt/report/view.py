@@ -56,6 +56,8 @@ class KernelView:
     best_origin: str | None
     timing: Timing | None
     kernel_timing: Timing | None
+    # Nothing kept: the fastest candidate the cascade measured (correct or accepted), for context.
+    best_tried: Timing | None
     stored_version: int | None
     stored_file: str | None
     errors: Errors | None
@@ -177,7 +179,7 @@ def _kernel_view(problem: ProblemOutcome, outcome: KernelOutcome, store_root: Pa
         gpu_us=profile.gpu_us if profile else None, attempts=outcome.attempts or len(outcome.history),
         stages=_stages(outcome), reasons=_reasons(outcome.history), best_origin=outcome.best_origin,
         timing=outcome.best_timing, kernel_timing=outcome.best_kernel_timing,
-        stored_version=outcome.stored_version, stored_file=outcome.stored_file,
+        best_tried=None if outcome.best_timing else _fastest(outcome.history), stored_version=outcome.stored_version, stored_file=outcome.stored_file,
         errors=_errors(best.errors) if best is not None and best.errors else None,
         skipped=outcome.skipped, message=outcome.message, outcome=_outcome(outcome),
     )
@@ -198,6 +200,11 @@ def _best_attempt(outcome: KernelOutcome) -> Attempt | None:
         if matches:
             return matches[-1]
     return None
+
+
+def _fastest(history: list[Attempt]) -> Timing | None:
+    measured = [a.model_timing for a in history if a.status in ("accepted", "correct") and a.model_timing]
+    return max(measured, key=lambda t: t.speedup) if measured else None
 
 
 def _stages(outcome: KernelOutcome) -> list[tuple[str, int]]:
