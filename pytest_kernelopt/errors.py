@@ -40,3 +40,8 @@ class InterpreterUnsupported(KerneloptError):
 class VerifierError(KerneloptError):
     """The verifier itself could not judge (out of GPU memory, its worker failed while
     opening the problem): never a verdict on the candidate."""
+
+
+class MergeError(KerneloptError):
+    """Gate results that cannot be combined into one (``kernelopt merge``): shards that
+    overlap or are missing, other settings, another environment."""

@@ -85,6 +85,9 @@ class GateSession:
         self.base_commit: str | None = None
         self._git_top: Path | None = None
         self._sessions: dict[Path, Any] = {}
+        self.shard: Any = None  # --kernelopt-shard K/N (shard.Shard)
+        self.json_path: Path | None = None  # --kernelopt-json
+        self.items: list[Any] = []  # results.ItemResult of the items that ran (kept by the controller)
         try:
             self._configure()
         except KerneloptError as exc:
@@ -93,14 +96,21 @@ class GateSession:
     def _configure(self) -> None:
         """Settings, options, problem files, base revision and device, cheapest first; nothing compiled."""
         from .config import load_config, resolve_device
+        from .gate_workers import GateWorkers
 
         self.settings = load_config(self.rootpath)
         self.options = self._verify_options()
+        self._scale_out_options()
         self.problems = self._problem_files()
         if self.base_ref is not None:
             self._resolve_base_ref()
+        self.workers = GateWorkers(self.config)  # an xdist worker is pinned to its GPU here, before CUDA starts
         with _internal_warnings_ignored():  # resolving imports torch
             self.device = resolve_device(self.config.getoption("kernelopt_device") or self.settings.device)
+        self.workers.check(self.device)  # more workers than GPUs: UsageError
+        if self.workers.unpinned:  # this worker could time on another's GPU: its items fail, saying why
+            for problem in self.problems.values():
+                problem.loaded, problem.error = True, self.workers.unpinned
 
     def _verify_options(self) -> Any:
         from pydantic import ValidationError
@@ -133,6 +143,27 @@ class GateSession:
             by_id[path.stem] = path
         return {path: _Problem(path=path, id=path.stem) for path in files}
 
+    def _scale_out_options(self) -> None:
+        from .shard import parse_shard
+
+        shard = self.config.getoption("kernelopt_shard")
+        if shard is not None:
+            try:
+                self.shard = parse_shard(shard)
+            except UsageError as exc:
+                raise UsageError(f"--kernelopt-shard {exc}") from None
+        if (json_path := self.config.getoption("kernelopt_json")) is not None:
+            self.json_path = Path(self.config.invocation_params.dir, json_path).resolve()
+            folder = self.json_path.parent
+            if self.json_path.is_dir() or not (folder.is_dir() and os.access(folder, os.W_OK)):
+                raise UsageError(f"--kernelopt-json {json_path}: cannot write a file there")
+
+    def in_shard(self, problem: _Problem) -> bool:
+        """Whether this run checks ``problem`` (always, unless ``--kernelopt-shard`` puts it in another shard)."""
+        from .shard import shard_of
+
+        return self.shard is None or shard_of(problem.id, self.shard.count) == self.shard.index
+
     def _rel(self, path: Path) -> str:
         return os.path.relpath(path, self.rootpath)
 
@@ -164,7 +195,8 @@ class GateSession:
             return []
         here = Path(self.config.invocation_params.dir)
         roots = [(here / arg).resolve() for arg in self.config.args]
-        return [str(path) for path in self.problems if not any(path.is_relative_to(root) for root in roots)]
+        return [str(path) for path, problem in self.problems.items()
+                if self.in_shard(problem) and not any(path.is_relative_to(root) for root in roots)]
 
     # --- collection ----------------------------------------------------------------
 
@@ -174,6 +206,8 @@ class GateSession:
         if problem is None:
             return collected
         others = [c for c in collected if not isinstance(c, pytest.Module)]
+        if not self.in_shard(problem):  # another runner's: not compiled here
+            return others
         return [*others, ProblemFile.from_parent(parent, path=file_path, gate=self, problem=problem)]
 
     def load(self, problem: _Problem) -> _Problem:
@@ -370,6 +404,8 @@ class GateSession:
             item.prop("error_vs_fp64", worst)
             item.prop("baseline_error_vs_fp64", max((e.baseline_vs_fp64 or 0.0 for e in verdict.errors), default=0.0))
         item.prop("speed_measured", verdict.speed_measured)
+        if verdict.environment is not None and verdict.environment.gpu:
+            item.prop("gpu", verdict.environment.gpu)
         if verdict.model_timing is not None:
             t = verdict.model_timing
             item.prop("speedup", round(t.speedup, 4))
@@ -379,6 +415,41 @@ class GateSession:
         item.prop("verify_seconds", round(verdict.wall_seconds, 2))
 
     # --- reporting (runs in the controller under xdist) --------------------------------
+
+    def header_lines(self) -> list[str]:
+        lines = self.workers.header()
+        if self.shard is not None:
+            mine = sorted(p.id for p in self.problems.values() if self.in_shard(p))
+            lines.append(f"kernelopt: shard {self.shard}: {len(mine)} of {len(self.problems)} problems "
+                         f"({', '.join(mine) or 'none'}); {len(self.problems) - len(mine)} in other shards, "
+                         f"not collected")
+        return lines
+
+    def record(self, report: pytest.TestReport) -> None:
+        """Keep each gate item's result for ``--kernelopt-json`` (in the process that writes it)."""
+        from .results import item_result
+
+        if self.json_path is not None and self.workers.worker_id is None:
+            if (result := item_result(report)) is not None:
+                self.items.append(result)
+
+    def finish(self, session: pytest.Session) -> None:
+        """Controller, after every item: an empty shard is no failure; write ``--kernelopt-json``."""
+        if self.shard is not None and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED \
+                and not any(self.in_shard(p) for p in self.problems.values()):
+            session.exitstatus = pytest.ExitCode.OK
+        if self.json_path is None or self.workers.worker_id is not None:
+            return
+        from . import results
+
+        settings = results.GateSettings(seeds=self.options.seeds, timeout=self.options.timeout,
+                                        max_slowdown=self.policy.max_slowdown, strict=self.strict,
+                                        base_ref=self.base_ref, base_commit=self.base_commit)
+        result = results.gate_result(shard=self.shard, problems=[p.id for p in self.problems.values()
+                                                                 if self.in_shard(p)],
+                                     environment=results.environment(self.device, self.items),
+                                     settings=settings, items=self.items)
+        results.write(result, self.json_path)
 
     def write_summary(self, terminalreporter: Any) -> None:
         """The table of :func:`~pytest_kernelopt.report.gate_lines`, from the call reports pytest kept."""

@@ -32,6 +32,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="input seeds per check, 1 to 1000 (default 3)")
     group.addoption("--kernelopt-timeout", type=float, default=600.0, metavar="SECONDS",
                     help="seconds per isolated check (default 600)")
+    group.addoption("--kernelopt-shard", metavar="K/N", default=None,
+                    help="check only the problems of shard K of N (by a hash of the model id; see README)")
+    group.addoption("--kernelopt-json", metavar="PATH", default=None,
+                    help="write every gate item's result to PATH as JSON (merge shards with `kernelopt merge`)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -41,6 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
         gate = config.stash[_SESSION] = GateSession(config)  # bad settings or options: pytest.UsageError
         config.args.extend(gate.initial_paths())
+        config.pluginmanager.register(_Reports(gate), "kernelopt-reports")
 
 
 def _gate(config: pytest.Config) -> Any:
@@ -54,9 +59,48 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Any:
     return collected if gate is None else gate.collect_file(file_path, parent, collected)
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    gate = _gate(config)
+    return gate.header_lines() if gate is not None else []
+
+
+class _Reports:
+    """Registered with the gate: ``pytest_runtest_logreport`` is told no config to find the gate by."""
+
+    def __init__(self, gate: Any):
+        self.gate = gate
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.gate.record(report)  # for --kernelopt-json
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if (gate := _gate(session.config)) is not None:
         gate.close()  # stop the verification workers
+        gate.finish(session)  # an empty shard passes; --kernelopt-json
+
+
+# --- pytest-xdist (a dependency; optional hooks, so that -p no:xdist still works) ---------
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    if config.getoption("kernelopt"):
+        from .gate_workers import auto_workers
+
+        return auto_workers(config)  # -n auto: one worker per GPU on a CUDA run
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    if (gate := _gate(node.config)) is not None:
+        gate.workers.configure_node(node)  # the worker's GPU, before it starts
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    if (gate := _gate(node.config)) is not None:
+        gate.workers.node_down(node)  # its GPU is free for a replacement
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

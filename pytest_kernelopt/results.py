@@ -1,0 +1,303 @@
+"""The gate's machine-readable result (``pytest --kernelopt --kernelopt-json PATH``) and
+``kernelopt merge``, which combines the results of several shards into one.
+
+A :class:`GateResult` holds one :class:`ItemResult` per gate item that ran: the same
+figures the terminal table and the junit properties show (``kernelopt_*`` without the
+prefix), typed. Results of shards ``1/N .. N/N`` of one gate run merge into the result
+the unsharded run would have written (items, problems, table); shards that overlap,
+are missing, or ran with other settings or in another environment are refused.
+
+No torch here: ``kernelopt merge`` runs on a machine without it.
+"""
+
+from __future__ import annotations
+
+import platform
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+
+from .errors import MergeError, UsageError
+from .records import SCHEMA_VERSION, Record, dump_json
+from .shard import Shard
+
+PREFIX = "kernelopt_"
+KIND = "kernelopt-gate-result"
+
+
+class ItemResult(Record):
+    """One gate item as it ran. ``status`` is the gate's word for a kernel item (committed,
+    baseline, stale, rejected, slower, broken) and, for a model item, ``baseline`` when
+    nothing was swapped in; None when the item failed before deciding (a problem that
+    does not compile)."""
+
+    nodeid: str
+    problem: str  # the problem file's path from the rootdir (the node id before ``::``)
+    model: str  # the model id: the problem file's stem, as in kernels/<model>/
+    kernel: str | None = None  # None for the model item
+    item: Literal["kernel", "model"]
+    outcome: Literal["passed", "failed", "skipped"]
+    status: str | None = None
+    message: str | None = None  # why it failed or was skipped, as the terminal shows it
+    duration: float = 0.0
+    # The figures (junit: kernelopt_<name>); None when not measured or not reached.
+    version: int | None = None
+    kernels: int | None = None
+    committed: int | None = None
+    stale: int | None = None
+    baseline: int | None = None
+    speed_measured: bool | None = None
+    speedup: float | None = None
+    speedup_ci: list[float] | None = None
+    error_vs_fp64: float | None = None
+    baseline_error_vs_fp64: float | None = None
+    recorded_speedup: float | None = None
+    vs_base: str | None = None
+    vs_base_speedup: float | None = None
+    vs_base_ci: list[float] | None = None
+    gpu: str | None = None
+    wall_seconds: float | None = None
+    open_seconds: float | None = None
+    verify_seconds: float | None = None
+    stage_seconds: dict[str, float] = Field(default_factory=dict)
+    # Properties the gate records that this schema does not name yet.
+    other: dict[str, Any] = Field(default_factory=dict)
+
+    def properties(self) -> dict[str, Any]:
+        """The ``kernelopt_*`` properties without the prefix, as the terminal table reads them."""
+        props = self.model_dump(exclude_none=True, exclude={"nodeid", "problem", "kernel", "outcome", "message",
+                                                            "duration", "stage_seconds", "other"})
+        props.update({f"stage_{name}_seconds": s for name, s in self.stage_seconds.items()})
+        props.update(self.other)
+        return props
+
+
+class ResultShard(Record):
+    index: int
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+class ResultEnvironment(Record):
+    """Where the gate ran. ``gpus``: the GPUs its verdicts were measured on (none on the CPU)."""
+
+    device: str
+    torch: str
+    triton: str
+    cuda: str | None = None
+    python: str
+    gpus: list[str] = Field(default_factory=list)
+
+
+class GateSettings(Record):
+    """The options that decide verdicts; shards merge only when theirs are equal."""
+
+    seeds: int
+    timeout: float
+    max_slowdown: float
+    strict: bool
+    base_ref: str | None = None
+    base_commit: str | None = None
+
+
+class GateResult(Record):
+    """A gate run (or the merge of several shards of one)."""
+
+    schema_version: int = SCHEMA_VERSION
+    kind: Literal["kernelopt-gate-result"] = KIND
+    created: datetime
+    # The shards this result covers: [] for an unsharded run, [1/N] for one shard,
+    # every shard merged so far for a merge.
+    shards: list[ResultShard] = Field(default_factory=list)
+    # The models (problem ids) this result is responsible for, whether or not their items ran.
+    problems: list[str]
+    environment: ResultEnvironment
+    settings: GateSettings
+    items: list[ItemResult]
+
+    @property
+    def failed(self) -> list[ItemResult]:
+        return [i for i in self.items if i.outcome == "failed"]
+
+    def rows(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """(node id, outcome, properties) per item: the input of the terminal table."""
+        return [(i.nodeid, i.outcome, i.properties()) for i in self.items]
+
+    def counts(self) -> str:
+        found = {o: sum(i.outcome == o for i in self.items) for o in ("passed", "failed", "skipped")}
+        return ", ".join(f"{n} {o}" for o, n in found.items() if n) or "no items"
+
+
+# --- from pytest's reports -----------------------------------------------------------------
+
+_TYPED = set(ItemResult.model_fields) - {"nodeid", "problem", "model", "kernel", "item", "outcome", "message",
+                                          "duration", "stage_seconds", "other"}
+
+
+def item_result(report: Any) -> ItemResult | None:
+    """The result of a gate item's call report (None for anything else, e.g. the user's own tests)."""
+    if getattr(report, "when", None) != "call":
+        return None
+    props = {k[len(PREFIX):]: v for k, v in report.user_properties if k.startswith(PREFIX)}
+    kind = props.pop("item", None)
+    if kind not in ("kernel", "model"):
+        return None
+    problem, _, name = report.nodeid.partition("::")
+    fields: dict[str, Any] = {}
+    stages: dict[str, float] = {}
+    other: dict[str, Any] = {}
+    for key, value in props.items():
+        if key in _TYPED:
+            fields[key] = list(value) if isinstance(value, tuple) else value
+        elif key.startswith("stage_") and key.endswith("_seconds"):
+            stages[key[len("stage_"):-len("_seconds")]] = value
+        elif key != "model":
+            other[key] = value
+    return ItemResult(nodeid=report.nodeid, problem=problem, model=Path(problem).stem,
+                      kernel=name if kind == "kernel" else None, item=kind, outcome=report.outcome,
+                      message=_message(report), duration=round(report.duration, 3), stage_seconds=stages,
+                      other=other, **fields)
+
+
+def _message(report: Any) -> str | None:
+    if report.outcome == "passed":
+        return None
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (path, line, "Skipped: why")
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return report.longreprtext or None
+
+
+def environment(device: str, items: list[ItemResult]) -> ResultEnvironment:
+    """This process's software stack; the GPUs come from the verdicts (the controller never touches a GPU)."""
+    import torch
+    import triton
+
+    return ResultEnvironment(device=device, torch=torch.__version__, triton=triton.__version__,
+                             cuda=torch.version.cuda if device == "cuda" else None,
+                             python=platform.python_version(), gpus=sorted({i.gpu for i in items if i.gpu}))
+
+
+def gate_result(*, shard: Shard | None, problems: list[str], environment: ResultEnvironment,
+                settings: GateSettings, items: list[ItemResult]) -> GateResult:
+    return GateResult(created=datetime.now(timezone.utc),
+                      shards=[ResultShard(index=shard.index, count=shard.count)] if shard else [],
+                      problems=sorted(problems), environment=environment, settings=settings,
+                      items=sorted(items, key=lambda i: i.nodeid))
+
+
+def write(result: GateResult, path: Path) -> None:
+    """Atomically, so a reader never sees half a file."""
+    from .store import atomic_write
+
+    atomic_write(Path(path), dump_json(result))
+
+
+def read(path: Path) -> GateResult:
+    """A result file; anything else is a UsageError naming it."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise UsageError(f"{path}: cannot read ({why})") from None
+    try:
+        result = GateResult.model_validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "<root>"
+        raise UsageError(f"{path}: not a gate result written by --kernelopt-json ({where}: {first['msg']})") from None
+    if result.schema_version != SCHEMA_VERSION:
+        raise UsageError(f"{path}: schema_version {result.schema_version} is not supported "
+                         f"(this tool reads {SCHEMA_VERSION})")
+    return result
+
+
+# --- merge ---------------------------------------------------------------------------------
+
+def _where(name: str, result: GateResult) -> str:
+    shards = ", ".join(str(s) for s in result.shards)
+    return f"{name} (shard {shards})" if shards else f"{name} (unsharded)"
+
+
+def merge(results: list[tuple[str, GateResult]]) -> GateResult:
+    """One result from the results of the shards of one gate run, given as (file name, result).
+
+    Refused (MergeError, naming the files): other settings or another environment,
+    shard counts that differ, a shard given twice, a model or item in two results,
+    a shard missing.
+    """
+    if not results:
+        raise MergeError("no results to merge")
+    first_name, first = results[0]
+    for name, result in results[1:]:
+        if result.settings != first.settings:
+            diff = _difference(first.settings, result.settings)
+            raise MergeError(f"{first_name} and {name} ran with different settings ({diff}): not one gate run")
+        _same_environment(first_name, first.environment, name, result.environment)
+    counts = {s.count for _, r in results for s in r.shards}
+    unsharded = [name for name, r in results if not r.shards]
+    if len(counts) > 1:
+        raise MergeError("results of different shard counts (" + ", ".join(_where(n, r) for n, r in results)
+                         + "): merge the shards of one run")
+    if counts and unsharded:
+        raise MergeError(f"{unsharded[0]} is an unsharded run; it cannot be merged with shards")
+    owner: dict[str, str] = {}
+    for name, result in results:
+        for shard in result.shards:
+            if str(shard) in owner:
+                raise MergeError(f"shard {shard} is given twice: {owner[str(shard)]} and {name}")
+            owner[str(shard)] = name
+    if counts:
+        (count,) = counts
+        missing = [f"{k}/{count}" for k in range(1, count + 1) if f"{k}/{count}" not in owner]
+        if missing:
+            raise MergeError(f"shard{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing: give the "
+                             f"result of every shard")
+    models: dict[str, str] = {}
+    nodeids: dict[str, str] = {}
+    for name, result in results:
+        for model in result.problems:
+            if model in models:
+                raise MergeError(f"model {model} is in both {_where(models[model], dict(results)[models[model]])} "
+                                 f"and {_where(name, result)}")
+            models[model] = name
+        for item in result.items:
+            if item.nodeid in nodeids:
+                raise MergeError(f"item {item.nodeid} is in both {nodeids[item.nodeid]} and {name}")
+            nodeids[item.nodeid] = name
+    env = first.environment.model_copy(
+        update={"gpus": sorted({g for _, r in results for g in r.environment.gpus})})
+    return GateResult(created=datetime.now(timezone.utc),
+                      shards=sorted((s for _, r in results for s in r.shards), key=lambda s: s.index),
+                      problems=sorted(models), environment=env, settings=first.settings,
+                      items=sorted((i for _, r in results for i in r.items), key=lambda i: i.nodeid))
+
+
+def _difference(a: Record, b: Record) -> str:
+    left, right = a.model_dump(), b.model_dump()
+    return "; ".join(f"{k} {left[k]!r} vs {right[k]!r}" for k in left if left[k] != right[k])
+
+
+def _same_environment(name_a: str, a: ResultEnvironment, name_b: str, b: ResultEnvironment) -> None:
+    keys = ("device", "torch", "triton", "cuda")
+    diff = [f"{k} {getattr(a, k)!r} vs {getattr(b, k)!r}" for k in keys if getattr(a, k) != getattr(b, k)]
+    if a.gpus and b.gpus and a.gpus != b.gpus:
+        diff.append(f"gpus {', '.join(a.gpus)} vs {', '.join(b.gpus)}")
+    if diff:
+        raise MergeError(f"{name_a} and {name_b} ran in different environments ({'; '.join(diff)}): their timings "
+                         f"cannot be compared")
+
+
+def summary_lines(result: GateResult) -> list[str]:
+    """The gate's terminal table for ``result``, then one line of counts."""
+    from .report import gate_lines
+
+    shards = ", ".join(str(s) for s in result.shards) or "unsharded"
+    gpus = f" on {', '.join(result.environment.gpus)}" if result.environment.gpus else ""
+    return [*gate_lines(result.rows()),
+            f"{len(result.problems)} problem(s), shards {shards}, {result.environment.device}{gpus}, "
+            f"torch {result.environment.torch}, triton {result.environment.triton}: {result.counts()}"]
