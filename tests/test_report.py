@@ -208,8 +208,8 @@ def test_installed_wheel_renders_with_its_bundled_templates(tmp_path, run):
     assert _packages(src) <= shipped, "a package of the source tree is missing from pyproject's packages list"
 
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target),
-                    str(wheel)], check=True, capture_output=True, cwd=tmp_path)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-compile", "--target",
+                    str(target), str(wheel)], check=True, capture_output=True, cwd=tmp_path)
     elsewhere = tmp_path / "elsewhere"  # no pyproject.toml, no templates/ above it
     elsewhere.mkdir()
     code = ("import sys, pytest_kernelopt, pytest_kernelopt.templates as t; from pytest_kernelopt.cli import main; "
