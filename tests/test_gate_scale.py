@@ -213,3 +213,26 @@ def test_bad_shard_or_json_option_is_a_usage_error(problems_only: Path, pytester
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     lines = [line for line in result.stderr.str().splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"ERROR: kernelopt: {message}"), lines
+
+
+def test_the_matrix_workflow_runs_every_shard_then_merges() -> None:
+    """.github/workflows/gate-matrix.yml (test_workflows.py checks that its commands and options exist)."""
+    import yaml
+
+    path = Path(__file__).resolve().parent.parent / ".github" / "workflows" / "gate-matrix.yml"
+    workflow = yaml.safe_load(path.read_text())
+    gate, merge = workflow["jobs"]["gate"], workflow["jobs"]["merge"]
+    assert set(gate["runs-on"]) == {"self-hosted", "h200"} and gate["strategy"]["fail-fast"] is False
+    shards = gate["strategy"]["matrix"]["shard"]
+    assert shards == list(range(1, len(shards) + 1)) and len(shards) > 1
+    [pytest_run] = [s["run"] for s in gate["steps"] if "--kernelopt-shard" in s.get("run", "")]
+    assert "--kernelopt-shard ${{ matrix.shard }}/${{ strategy.job-total }}" in pytest_run
+    assert "--kernelopt-json kernelopt-shard-${{ matrix.shard }}.json" in pytest_run
+    uploaded = [s["with"]["path"] for s in gate["steps"] if s.get("uses", "").startswith("actions/upload-artifact")]
+    assert uploaded == ["kernelopt-shard-${{ matrix.shard }}.*"]
+    # The merge job waits for every shard, runs also when one failed, and merges what they uploaded.
+    assert merge["needs"] == "gate" and "always()" in merge["if"]
+    [download] = [s for s in merge["steps"] if s.get("uses", "").startswith("actions/download-artifact")]
+    assert download["with"] == {"pattern": "kernelopt-shard-*", "merge-multiple": True, "path": "shards"}
+    [merge_run] = [s["run"] for s in merge["steps"] if "kernelopt merge" in s.get("run", "")]
+    assert merge_run.split()[1:] == ["merge", "shards/kernelopt-shard-*.json", "--json", "kernelopt-gate.json"]
