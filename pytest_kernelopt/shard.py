@@ -142,7 +142,8 @@ class GpuPool:
     def assign(self, worker_id: str) -> str:
         if worker_id in self.held:
             return self.held[worker_id]
-        number = worker_number(worker_id)
+        match = _WORKER.fullmatch(worker_id)  # ids given with --tx ...//id=NAME get any free GPU
+        number = int(match[1]) if match else len(self.gpus)
         busy = set(self.held.values())
         preferred = [self.gpus[number]] if number < len(self.gpus) else []
         free = [g for g in preferred + self.gpus if g not in busy]

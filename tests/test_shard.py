@@ -117,3 +117,5 @@ def test_gpu_pool_gives_a_crashed_workers_gpu_to_its_replacement() -> None:
     pool.release("gw0")  # gw0 crashed; xdist starts gw2 in its place
     assert pool.assign("gw2") == "3"
     assert sorted(pool.held.values()) == ["3", "5"]
+    named = GpuPool(["3", "5"])
+    assert named.assign("gw1") == "5" and named.assign("box") == "3"  # --tx popen//id=box
