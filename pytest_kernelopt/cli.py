@@ -175,6 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "kernels":
             return cmd_kernels(args)
+        if args.command == "merge":
+            return cmd_merge(args)
         if args.command == "report":
             return cmd_report(args)
         if args.command == "tune":
@@ -377,6 +379,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"run directory: {Path(runs) / record.run_id}")
     published_ok = _publish(args, Path(runs) / record.run_id, settings[0].root) if args.open_pr else True
     return EXIT_USAGE if any(p.error for p in record.problems) else EXIT_OK if published_ok else EXIT_REJECTED
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from . import results
+
+    merged = results.merge([(str(path), results.read(path)) for path in args.results])
+    print("\n".join(results.summary_lines(merged)))
+    if args.json:
+        results.write(merged, args.json)
+        print(f"wrote {args.json}", file=sys.stderr)
+    return EXIT_REJECTED if merged.failed else EXIT_OK
+
 
 
 if __name__ == "__main__":  # pragma: no cover
