@@ -69,7 +69,12 @@ def tune(out: Path, budget: float, problems: list[Path]) -> None:
         if i > 0 or os.environ.get("NO_NCU") == "1":
             cmd.append("--no-ncu")  # Nsight Compute once, to check that path; it costs a compile
         t0 = time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=int(os.environ.get("TUNE_TIMEOUT", 240)))
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=int(os.environ.get("TUNE_TIMEOUT", 240)))
+        except subprocess.TimeoutExpired:
+            rows.append({"problem": problem.stem, "error": "timed out (TUNE_TIMEOUT)"})
+            _say(f"{problem.stem}: timed out")
+            continue
         wall = time.monotonic() - t0
         (out / f"tune_{problem.stem}.log").write_text(proc.stderr)
         if proc.returncode not in (0, 2) or not proc.stdout.strip():
@@ -93,7 +98,7 @@ def tune(out: Path, budget: float, problems: list[Path]) -> None:
             mt = p.get("model_timing") or {}
             _say(f"{p['model']}: whole model with stored kernels {mt.get('speedup')} [{mt.get('ci_low')}, "
                  f"{mt.get('ci_high')}]; triton share {prof.get('triton_share')}; wall {wall:.0f} s; error {p.get('error')}")
-    (out / "tune_rows.json").write_text(json.dumps(rows, indent=1))
+        (out / "tune_rows.json").write_text(json.dumps(rows, indent=1))
 
 
 def compare(out: Path, kernels: Path, problems: list[Path]) -> None:
