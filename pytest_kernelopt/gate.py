@@ -87,6 +87,7 @@ class GateSession:
         self._sessions: dict[Path, Any] = {}
         self.shard: Any = None  # --kernelopt-shard K/N (shard.Shard)
         self.json_path: Path | None = None  # --kernelopt-json
+        self.report_path: Path | None = None  # --kernelopt-report
         self.items: list[Any] = []  # results.ItemResult of the items that ran (kept by the controller)
         try:
             self._configure()
@@ -157,6 +158,11 @@ class GateSession:
             folder = self.json_path.parent
             if self.json_path.is_dir() or not (folder.is_dir() and os.access(folder, os.W_OK)):
                 raise UsageError(f"--kernelopt-json {json_path}: cannot write a file there")
+        if (report_path := self.config.getoption("kernelopt_report")) is not None:
+            self.report_path = Path(self.config.invocation_params.dir, report_path).resolve()
+            folder = self.report_path.parent
+            if self.report_path.is_dir() or not (folder.is_dir() and os.access(folder, os.W_OK)):
+                raise UsageError(f"--kernelopt-report {report_path}: cannot write a file there")
 
     def in_shard(self, problem: _Problem) -> bool:
         """Whether this run checks ``problem`` (always, unless ``--kernelopt-shard`` puts it in another shard)."""
@@ -426,10 +432,11 @@ class GateSession:
         return lines
 
     def record(self, report: pytest.TestReport) -> None:
-        """Keep each gate item's result for ``--kernelopt-json`` (in the process that writes it)."""
+        """Keep each gate item's result for ``--kernelopt-json`` and ``--kernelopt-report`` (in the process that
+        writes them)."""
         from .results import item_result
 
-        if self.json_path is not None and self.workers.worker_id is None:
+        if (self.json_path or self.report_path) is not None and self.workers.worker_id is None:
             if (result := item_result(report)) is not None:
                 self.items.append(result)
 
@@ -438,7 +445,7 @@ class GateSession:
         if self.shard is not None and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED \
                 and not any(self.in_shard(p) for p in self.problems.values()):
             session.exitstatus = pytest.ExitCode.OK
-        if self.json_path is None or self.workers.worker_id is not None:
+        if (self.json_path or self.report_path) is None or self.workers.worker_id is not None:
             return
         from . import results
 
@@ -449,7 +456,13 @@ class GateSession:
                                                                  if self.in_shard(p)],
                                      environment=results.environment(self.device, self.items),
                                      settings=settings, items=self.items)
-        results.write(result, self.json_path)
+        if self.json_path is not None:
+            results.write(result, self.json_path)
+        if self.report_path is not None:
+            from .report.gate import write_gate_report
+            from .templates import project_templates
+
+            write_gate_report(result, self.report_path, project_templates(self.rootpath))
 
     def write_summary(self, terminalreporter: Any) -> None:
         """The table of :func:`~pytest_kernelopt.report.gate_lines`, from the call reports pytest kept."""

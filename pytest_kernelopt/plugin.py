@@ -36,6 +36,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="check only the problems of shard K of N (by a hash of the model id; see README)")
     group.addoption("--kernelopt-json", metavar="PATH", default=None,
                     help="write every gate item's result to PATH as JSON (merge shards with `kernelopt merge`)")
+    group.addoption("--kernelopt-report", metavar="PATH", default=None,
+                    help="write a Markdown report of the gate run to PATH: what was checked, verdicts, speedups, "
+                         "failures with their stage and reason")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -71,13 +74,13 @@ class _Reports:
         self.gate = gate
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.gate.record(report)  # for --kernelopt-json
+        self.gate.record(report)  # for --kernelopt-json and --kernelopt-report
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if (gate := _gate(session.config)) is not None:
         gate.close()  # stop the verification workers
-        gate.finish(session)  # an empty shard passes; --kernelopt-json
+        gate.finish(session)  # an empty shard passes; --kernelopt-json, --kernelopt-report
 
 
 # --- pytest-xdist (a dependency; optional hooks, so that -p no:xdist still works) ---------

@@ -4,6 +4,7 @@
     view.py      the report's figures, computed from a run's records and the kernel store
     chart.py     the speedup chart (matplotlib, imported only when drawn)
     render.py    Markdown/HTML through the Jinja templates (``templates/report.*.j2``)
+    gate.py      the gate run's report (``pytest --kernelopt --kernelopt-report PATH``, ``templates/gate.md.j2``)
 
 The one entry point for a run's report is :func:`write_report`; ``kernelopt report
 RUN_DIR`` calls it. Importing this package imports neither jinja2 nor matplotlib.
