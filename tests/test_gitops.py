@@ -264,6 +264,26 @@ def test_a_human_commit_on_the_local_branch_is_not_overwritten(project, github, 
     assert git(bare, "rev-parse", f"refs/heads/{BRANCH}") == result.commit
 
 
+def test_a_branch_that_moved_since_it_was_read_is_not_overwritten(project, github, tmp_path, monkeypatch):
+    """The push carries a lease on the tip that was inspected: if someone pushed in between, git refuses."""
+    from pytest_kernelopt.gitops.branch import Repository
+
+    clone, bare = project
+    publish_run(tune(clone, tmp_path, 1024, 1.184, "run-1"), clone)
+    tip = git(bare, "rev-parse", f"refs/heads/{BRANCH}")
+    real = Repository.remote_tip
+
+    def stale(self, branch):  # reads the branch as it was before the first publication: absent
+        real(self, branch)
+        return None if branch == BRANCH else real(self, branch)
+
+    monkeypatch.setattr(Repository, "remote_tip", stale)
+    [result] = publish_run(tune(clone, tmp_path, 2048, 1.25, "run-2"), clone)
+    assert result.status == "failed" and result.message.startswith("git push failed: ! [rejected]"), result.message
+    assert "stale info" in result.message
+    assert git(bare, "rev-parse", f"refs/heads/{BRANCH}") == tip
+
+
 def test_without_a_token_the_branch_is_pushed_and_the_page_named(project, github, tmp_path, monkeypatch):
     clone, bare = project
     monkeypatch.delenv("GITHUB_TOKEN")

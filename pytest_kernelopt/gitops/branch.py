@@ -94,11 +94,7 @@ class Repository:
         try:
             return self.repo.git.execute(["git", *args], env=env, with_extended_output=False)  # type: ignore[call-overload]
         except self._git.GitCommandError as exc:
-            detail = (exc.stderr or "").strip().splitlines()
-            lines = [line.strip() for line in detail if line.strip()]
-            why = lines[-1] if lines else f"exit status {exc.status}"
-            why = why.removeprefix("stderr: ").strip("'").strip()
-            raise PublishError(f"git {args[0]} failed: {redact(why)}") from None
+            raise PublishError(f"git {args[0]} failed: {redact(_why(exc))}") from None
 
     def remote_url(self) -> str:
         """The remote's URL as configured (not rewritten by ``url.*.insteadOf``)."""
@@ -233,6 +229,18 @@ class Repository:
             self.git("check-ref-format", "--branch", branch)
         except PublishError:
             raise RefusedError(f"{branch!r} is not a valid git branch name") from None
+
+
+def _why(exc: Any) -> str:
+    """The informative line of git's stderr: a push's ``! [rejected] ...``, else the first ``fatal:``/``error:``."""
+    text = str(exc.stderr or "").strip()
+    text = text.removeprefix("stderr:").strip().removeprefix("'").removesuffix("'")  # GitPython's wrapping
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for prefix in ("! ", "fatal:", "error:"):
+        found = next((line for line in lines if line.startswith(prefix)), None)
+        if found:
+            return found
+    return lines[-1] if lines else f"exit status {exc.status}"
 
 
 def describe_foreign(where: str, branch: str, foreign: list[Any]) -> str:
