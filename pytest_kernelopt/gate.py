@@ -87,6 +87,8 @@ class GateSession:
         self._sessions: dict[Path, Any] = {}
         self.shard: Any = None  # --kernelopt-shard K/N (shard.Shard)
         self.json_path: Path | None = None  # --kernelopt-json
+        self.tune_runs: list[str] = []  # --kernelopt-tune: the run directories written
+        self._tuned: set[Path] = set()
         self.report_path: Path | None = None  # --kernelopt-report
         self.items: list[Any] = []  # results.ItemResult of the items that ran (kept by the controller)
         try:
@@ -102,6 +104,7 @@ class GateSession:
         self.settings = load_config(self.rootpath)
         self.options = self._verify_options()
         self._scale_out_options()
+        self._tune_options()
         self.problems = self._problem_files()
         if self.base_ref is not None:
             self._resolve_base_ref()
@@ -143,6 +146,30 @@ class GateSession:
                                  f"{self._rel(self.settings.kernels_path / path.stem)}/: rename one")
             by_id[path.stem] = path
         return {path: _Problem(path=path, id=path.stem) for path in files}
+
+    def _tune_options(self) -> None:
+        import math
+
+        self.tune = bool(self.config.getoption("kernelopt_tune"))
+        budget = self.config.getoption("kernelopt_budget_s")
+        if not (isinstance(budget, float) and math.isfinite(budget) and budget > 0):
+            raise UsageError(f"--kernelopt-budget-s {budget}: must be a positive, finite number of seconds")
+
+    def _tune_problem(self, problem: _Problem, item: _GateItem) -> None:
+        """``--kernelopt-tune``: tune the problem in a session of its own before the gate opens its session."""
+        from .agents import TuneOptions, tune
+
+        options = TuneOptions(device=self.device, budget_s=self.config.getoption("kernelopt_budget_s"),
+                              seeds=self.options.seeds, timeout=self.options.timeout)
+        started = time.monotonic()
+        with _internal_warnings_ignored():
+            record = tune([problem.path], options, agent=self.config.getoption("kernelopt_agent"), store=self.store,
+                          runs_dir=self.settings.root / ".kernelopt" / "runs")
+        run_dir = str(self.settings.root / ".kernelopt" / "runs" / record.run_id)
+        self.tune_runs.append(run_dir)
+        item.prop("tune_run", run_dir)
+        item.prop("tune_seconds", round(time.monotonic() - started, 2))
+        item.prop("tune_stored", sum(1 for p in record.problems for k in p.kernels if k.stored_version is not None))
 
     def _scale_out_options(self) -> None:
         from .shard import parse_shard
@@ -267,6 +294,9 @@ class GateSession:
         problem, kernel = item.problem, item.name
         if problem.error:
             raise GateFailure(problem.error)
+        if self.tune and problem.path not in self._tuned:
+            self._tuned.add(problem.path)
+            self._tune_problem(problem, item)  # first item of the problem: what it stores is then gated
         info = problem.compiled.kernel(kernel).info
         item.prop("model", problem.id)
         try:
@@ -307,6 +337,9 @@ class GateSession:
         problem = item.problem
         if problem.error:
             raise GateFailure(problem.error)
+        if self.tune and problem.path not in self._tuned:
+            self._tuned.add(problem.path)
+            self._tune_problem(problem, item)  # first item of the problem: what it stores is then gated
         item.prop("model", problem.id)
         replacements, stale, broken = {}, [], []
         for kernel in problem.kernels:
@@ -476,6 +509,7 @@ class GateSession:
                     if "item" in props:
                         rows.append((report.nodeid, report.outcome, props))
         lines = gate_lines(rows)
+        lines += [f"kernelopt tune: run directory {run}" for run in self.tune_runs]
         if lines:
             terminalreporter.section("kernelopt")
             for line in lines:

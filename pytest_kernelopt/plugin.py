@@ -36,6 +36,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="check only the problems of shard K of N (by a hash of the model id; see README)")
     group.addoption("--kernelopt-json", metavar="PATH", default=None,
                     help="write every gate item's result to PATH as JSON (merge shards with `kernelopt merge`)")
+    group.addoption("--kernelopt-tune", action="store_true",
+                    help="before checking a problem, run `kernelopt tune` on it: versions the cascade accepts are "
+                         "stored and then gated like any committed kernel")
+    group.addoption("--kernelopt-agent", choices=["search", "anthropic"], default="search",
+                    help="--kernelopt-tune: the agent backend (default search; anthropic needs ANTHROPIC_API_KEY)")
+    group.addoption("--kernelopt-budget-s", type=float, default=300.0, metavar="SECONDS",
+                    help="--kernelopt-tune: device seconds per kernel (default 300)")
     group.addoption("--kernelopt-report", metavar="PATH", default=None,
                     help="write a Markdown report of the gate run to PATH: what was checked, verdicts, speedups, "
                          "failures with their stage and reason")

@@ -1,0 +1,44 @@
+"""`pytest --kernelopt --kernelopt-tune`: each problem is tuned before its items are checked."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+PROBLEM = Path(__file__).resolve().parent / "problems" / "sum_reduce.py"
+
+
+@pytest.fixture
+def repo(pytester: pytest.Pytester) -> Path:
+    (pytester.path / "problems").mkdir()
+    shutil.copy(PROBLEM, pytester.path / "problems")
+    (pytester.path / "pyproject.toml").write_text('[tool.kernelopt]\nproblems = ["problems/*.py"]\ndevice = "cpu"\n')
+    return pytester.path
+
+
+def test_tune_then_gate(repo: Path, pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--kernelopt", "--kernelopt-tune", "--kernelopt-seeds", "1",
+                                           "--kernelopt-budget-s", "5", "-p", "no:cacheprovider", timeout=900)
+    out = result.stdout.str()
+    assert result.ret == 0, out + result.stderr.str()
+    assert "kernelopt tune: run directory" in out
+    (run,) = (repo / ".kernelopt" / "runs").iterdir()
+    record = json.loads((run / "run.json").read_text())
+    (problem,) = record["problems"]
+    assert problem["model"] == "sum_reduce" and problem["error"] is None
+    (kernel,) = problem["kernels"]
+    assert kernel["attempts"] >= 1 and kernel["stored_version"] is None  # interpreter mode: nothing stored
+    assert not (repo / "kernels").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan"])
+def test_bad_budget_is_a_usage_error(repo: Path, pytester: pytest.Pytester, value: str) -> None:
+    result = pytester.runpytest("--kernelopt", "--kernelopt-tune", "--kernelopt-budget-s", value, "-p",
+                                "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--kernelopt-budget-s" in result.stderr.str() and "Traceback" not in result.stderr.str()
