@@ -54,6 +54,15 @@ def _seeds(text: str) -> int:
     return value
 
 
+def _modes(text: str) -> list[str]:
+    from .benchmark import parse_modes
+
+    try:
+        return parse_modes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -71,6 +80,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_problem(k)
     k.add_argument("--json", action="store_true", help="print a JSON list of kernels and extern calls")
     k.add_argument("--dump", type=Path, metavar="DIR", help="write each Triton kernel to DIR/<kernel>.py in candidate format")
+
+    b = sub.add_parser("bench", help="time eager, torch.compile modes and the committed kernels side by side, "
+                                     "with correctness against float64 (one child process per problem)",
+                       epilog=SETTINGS_HELP)
+    b.add_argument("problems", type=Path, nargs="+", metavar="PROBLEM", help="KernelBench-format problem file(s)")
+    b.add_argument("--modes", type=_modes, default="eager,default,max-autotune-no-cudagraphs,kernelopt",
+                   help="comma-separated, default included: eager, default, max-autotune-no-cudagraphs, kernelopt "
+                        "(default: all four)")
+    b.add_argument("--json", type=Path, metavar="OUT", help="write every figure to OUT (JSON)")
+    b.add_argument("--device", choices=["auto", "cuda", "cpu"], default=None,
+                   help="where to run (default: [tool.kernelopt] device, else auto); cpu: no timings")
+    b.add_argument("--kernels-dir", type=Path, metavar="DIR",
+                   help="the kernel store of the kernelopt mode (default: [tool.kernelopt] kernels_dir of each "
+                        "problem's project)")
+    b.add_argument("--config", type=Path, metavar="PYPROJECT", help="read [tool.kernelopt] from this pyproject.toml")
+    b.add_argument("--seconds", type=_seconds, default=3.0, metavar="S",
+                   help="target seconds of interleaved timing per problem (default 3)")
+    b.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+                   help="seconds one problem may take in all (default: no limit)")
 
     v = sub.add_parser("verify", help="run the verification cascade on candidate kernels (one session)",
                        epilog=SETTINGS_HELP)
@@ -173,6 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     warnings.filterwarnings("ignore", message="Could not find an active CPU backend")
     try:
+        if args.command == "bench":
+            return cmd_bench(args)
         if args.command == "kernels":
             return cmd_kernels(args)
         if args.command == "merge":
@@ -225,6 +255,33 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
     print_table(kernels_table(summary))
     return EXIT_OK
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Exit 0: the bench ran (error rows and incorrect modes are reported, not gated); 2: bad input, or
+    every problem failed."""
+    from . import benchmark
+    from .config import config_for_problem, resolve_device
+
+    for path in args.problems:  # a missing file is bad input; anything wrong inside one is its error row
+        if not path.is_file() or path.suffix != ".py":
+            raise UsageError(f"{path}: {'not a .py file' if path.is_file() else 'no such file'}")
+    settings = [config_for_problem(p, config=args.config) for p in args.problems]
+    requested = args.device or settings[0].device
+    # Interpreter mode needs no torch in this process; the children resolve the device themselves.
+    device = "cpu" if requested == "cpu" else resolve_device(requested)
+    store = f"; kernelopt mode's store {args.kernels_dir.resolve()} (--kernels-dir)" if args.kernels_dir else ""
+    print(f"settings: {settings[0].describe()}{store}", file=sys.stderr)
+    jobs = [benchmark.BenchJob(problem=str(p.resolve()), modes=args.modes, device=device, seconds=args.seconds,
+                               kernels_dir=str((args.kernels_dir or s.kernels_path).resolve()))
+            for p, s in zip(args.problems, settings)]
+    result = benchmark.run_bench(jobs, benchmark.BenchSettings(modes=args.modes, device=requested,
+                                                               seconds=args.seconds, timeout=args.timeout))
+    benchmark.print_bench(result)
+    if args.json:
+        benchmark.write_json(result, args.json)
+        print(f"wrote {args.json}", file=sys.stderr)
+    return EXIT_USAGE if len(result.failed) == len(result.problems) else EXIT_OK
 
 
 def verdict_lines(verdict: Any) -> list[str]:

@@ -6,6 +6,11 @@ machine's state of that moment. The median of those ratios is the speedup; its
 95% confidence interval comes from order statistics (the binomial distribution of
 how many ratios fall below the true median), which assumes nothing about the
 shape of the timing distribution.
+
+With more than two steps timed round-robin (:func:`~.timing.interleaved_timings`),
+:func:`mode_estimates` gives each step its own median time with that interval and
+its speedup over one baseline step, paired by round. :func:`geomean` summarises
+speedups over several problems.
 """
 
 from __future__ import annotations
@@ -71,3 +76,37 @@ def speed_estimate(baseline: Sequence[float], candidate: Sequence[float], confid
         speedup=mid, ci_low=low, ci_high=high, pairs=len(ratios),
         baseline_ms=median(baseline), candidate_ms=median(candidate),
     )
+
+
+class ModeEstimate(BaseModel):
+    """One of several interleaved steps: its median time (95% CI) and its paired speedup over the baseline step."""
+
+    median_ms: float
+    ci_low_ms: float
+    ci_high_ms: float
+    samples: int
+    vs_baseline: SpeedEstimate
+
+
+def mode_estimates(times: dict[str, Sequence[float]], baseline: str,
+                   confidence: float = 0.95) -> dict[str, ModeEstimate]:
+    """Per step: median time with its interval, and ``speed_estimate(times[baseline], times[step])``.
+
+    Entry ``i`` of every list must come from the same round (the samples are paired).
+    The baseline's own speedup is 1 with the interval [1, 1].
+    """
+    if baseline not in times:
+        raise ValueError(f"the baseline {baseline!r} has no timings")
+    out = {}
+    for name, samples in times.items():
+        mid, low, high = median_ci(samples, confidence)
+        out[name] = ModeEstimate(median_ms=mid, ci_low_ms=low, ci_high_ms=high, samples=len(samples),
+                                 vs_baseline=speed_estimate(times[baseline], samples, confidence))
+    return out
+
+
+def geomean(values: Sequence[float]) -> float:
+    """Geometric mean of positive ratios (speedups over several problems)."""
+    if not values or any(not v > 0 for v in values):
+        raise ValueError("the geometric mean needs one or more positive values")
+    return math.exp(sum(math.log(v) for v in values) / len(values))

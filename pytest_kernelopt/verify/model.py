@@ -244,20 +244,10 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
         row = SeedErrors(seed=seed, candidate_vs_fp64=0.0, baseline_vs_fp64=0.0, scale=0.0)
         for k, (c, r) in enumerate(zip(outs, ref)):
             what = f"seed {seed}, output {k}"
-            if tuple(c.shape) != r.shape or c.dtype != r.dtype:
-                raise StageFailure(f"{what}: shape/dtype changed")
-            if not r.floating:
-                if not torch.equal(c, r.exact):
-                    raise StageFailure(f"{what}: integer output differs from the compiled baseline")
-                continue
-            cand_nonfinite = any_nonfinite(c)
-            if r.nonfinite is None and cand_nonfinite:
-                raise StageFailure(f"{what}: NaN/Inf where the compiled baseline is finite")
-            if r.nonfinite is not None and not torch.equal(~torch.isfinite(c), r.nonfinite):
-                raise StageFailure(f"{what}: NaN/Inf positions differ from the compiled baseline")
-            err = _max_err(c, r.ref_hi)
-            eps = 2.0**-8 if reduced_precision else _eps(c.dtype)
-            allowed = error_factor * r.baseline_err + ULP_FLOOR * eps * r.scale + 1e-30
+            err = output_error(c, r, what)
+            if err is None:
+                continue  # an integer output, equal to the baseline's
+            allowed = allowed_error(r, c.dtype, error_factor, reduced_precision)
             row.candidate_vs_fp64 = max(row.candidate_vs_fp64 or 0.0, err)
             row.baseline_vs_fp64 = max(row.baseline_vs_fp64 or 0.0, r.baseline_err)
             row.scale = max(row.scale or 0.0, r.scale)
@@ -268,3 +258,33 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
         del outs
         rows.append(row)
     return rows
+
+
+def output_error(c: Any, r: OutputReference, what: str, baseline: str = "the compiled baseline") -> float | None:
+    """Max |c - reference| over finite elements (None for an integer output, which must equal the baseline's).
+
+    StageFailure, naming ``what``, for a changed shape or dtype, a different integer
+    output, or NaN/Inf where ``baseline`` (whose outputs ``r`` was built from) has none
+    or elsewhere. Also used by ``kernelopt bench``, whose baseline is the eager model.
+    """
+    import torch
+
+    if tuple(c.shape) != r.shape or c.dtype != r.dtype:
+        raise StageFailure(f"{what}: shape/dtype changed")
+    if not r.floating:
+        if not torch.equal(c, r.exact):
+            raise StageFailure(f"{what}: integer output differs from {baseline}")
+        return None
+    if r.nonfinite is None and any_nonfinite(c):
+        raise StageFailure(f"{what}: NaN/Inf where {baseline} is finite")
+    if r.nonfinite is not None and not torch.equal(~torch.isfinite(c), r.nonfinite):
+        raise StageFailure(f"{what}: NaN/Inf positions differ from {baseline}")
+    return _max_err(c, r.ref_hi)
+
+
+def allowed_error(r: OutputReference, dtype: Any, error_factor: float, reduced_precision: bool) -> float:
+    """The largest error against the reference a run may have: ``error_factor`` x the baseline's
+    error plus ``ULP_FLOOR`` ulp of ``dtype`` (bf16's with ``reduced_precision``) times the scale.
+    A run passes when its error plus the reference's rounding residue is at most this."""
+    eps = 2.0**-8 if reduced_precision else _eps(dtype)
+    return error_factor * r.baseline_err + ULP_FLOOR * eps * r.scale + 1e-30

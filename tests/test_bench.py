@@ -1,0 +1,381 @@
+"""``kernelopt bench`` in interpreter mode, and the statistics behind its N-way timings.
+
+One bench run (module fixture) covers three problems, each in its own child process:
+``elementwise_chain`` with a committed kernel that adds 1.0 to its output (so the
+kernelopt mode visibly runs it and fails correctness), a problem whose forward raises
+(an error row; the others go on), and a small pointwise problem with nothing committed
+(kernelopt runs the compiler's kernels).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import TESTS, add_to_last_store
+
+ELEMENTWISE = TESTS / "problems" / "elementwise_chain.py"
+
+BROKEN = '''"""Compiles nowhere: the forward pass fails on its own input."""
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x @ torch.ones(3, 5)
+
+
+def get_inputs():
+    return [torch.randn(4, 4)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+NOTHING_COMMITTED = '''"""One pointwise kernel, quick to compile."""
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2.0 + 1.0
+
+
+def get_inputs():
+    return [torch.randn(8, 32)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+CRASH = '''"""Takes its process down at import, as a segfaulting extension would."""
+import os
+
+os._exit(3)
+'''
+
+
+# --- one bench run over three problems ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory, compiled_models: Any, kernelopt: Any) -> Any:
+    from pytest_kernelopt.candidate import render_dump
+    from pytest_kernelopt.store import Evidence, KernelStore, Provenance
+
+    folder = tmp_path_factory.mktemp("bench")
+    (handle,) = compiled_models.get(ELEMENTWISE).kernels.values()
+    KernelStore(folder / "kernels").add_version(
+        model="elementwise_chain", kernel=handle.info.name, fingerprint=handle.info.fingerprint,
+        args=handle.info.args, original_source=render_dump(handle.info, "elementwise_chain"),
+        source=add_to_last_store(render_dump(handle.info, "elementwise_chain"), 1.0),
+        evidence=Evidence(status="correct", speed_measured=False), provenance=Provenance(), environment=None)
+    broken = folder / "broken_matmul.py"
+    broken.write_text(BROKEN)
+    plain = folder / "relu_affine.py"
+    plain.write_text(NOTHING_COMMITTED)
+    out = folder / "bench.json"
+    result = kernelopt("bench", ELEMENTWISE, broken, plain, "--modes", "eager,default,kernelopt",
+                       "--device", "cpu", "--kernels-dir", folder / "kernels", "--json", out)
+    return result, json.loads(out.read_text()) if out.exists() else None
+
+
+def rows(data: dict[str, Any], model: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    (problem,) = [p for p in data["problems"] if p["model"] == model]
+    return problem, {m["mode"]: m for m in problem["modes"]}
+
+
+def test_bench_finishes_despite_a_broken_problem(bench):
+    result, data = bench
+
+    assert result.returncode == 0, result.stderr
+    assert data is not None
+    assert [p["model"] for p in data["problems"]] == ["elementwise_chain", "broken_matmul", "relu_affine"]
+    assert [p["status"] for p in data["problems"]] == ["ok", "error", "ok"]
+
+
+def test_broken_problem_is_an_error_row_naming_the_cause(bench):
+    result, data = bench
+    problem, _ = rows(data, "broken_matmul")
+
+    assert "fails in eager mode" in problem["error"] and "RuntimeError" in problem["error"]
+    assert "broken_matmul" in result.stdout and "ERROR" in result.stdout  # a row of the table
+
+
+def test_json_is_a_validated_bench_record(bench):
+    from pytest_kernelopt.benchmark import BenchResult
+
+    _, data = bench
+    record = BenchResult.model_validate(data)
+
+    assert record.schema_version == 1 and record.kind == "kernelopt-bench"
+    assert record.settings.modes == ["eager", "default", "kernelopt"]
+    assert record.environment is not None and record.environment.device == "cpu"
+
+
+@pytest.mark.parametrize("model", ["elementwise_chain", "relu_affine"])
+def test_every_mode_is_built_and_checked_against_float64(bench, model):
+    _, data = bench
+    problem, modes = rows(data, model)
+
+    assert list(modes) == ["eager", "default", "kernelopt"]
+    assert problem["reference"] == "float64" and problem["device"] == "cpu"
+    assert modes["eager"]["compile_seconds"] is None
+    for name in ("default", "kernelopt"):
+        assert modes[name]["compile_seconds"] > 0
+    for name in ("eager", "default"):
+        m = modes[name]
+        assert m["correct"] is True and m["error"] is None
+        assert 0 <= m["error_vs_allowed"] <= 1
+        assert 0 < m["max_abs_error"] < 1e-5
+        assert m["relative_error"] == pytest.approx(m["max_abs_error"] / m["scale"])
+
+
+def test_kernelopt_runs_the_committed_kernel(bench):
+    _, data = bench
+    _, modes = rows(data, "elementwise_chain")
+    m = modes["kernelopt"]
+
+    assert m["committed_kernels"] == 1
+    assert "v1" in m["kernels_note"]
+    # The committed version adds 1.0: kernelopt (and only kernelopt) is off by exactly that.
+    assert m["correct"] is False and m["max_abs_error"] == pytest.approx(1.0, abs=1e-5)
+    assert m["error_vs_allowed"] > 1
+    assert modes["default"]["max_abs_error"] < 1e-5
+
+
+def test_kernelopt_without_committed_kernels_says_it_is_default(bench):
+    result, data = bench
+    _, modes = rows(data, "relu_affine")
+    m = modes["kernelopt"]
+
+    assert m["committed_kernels"] == 0 and m["correct"] is True
+    assert m["kernels_note"].startswith("same as default")
+    assert m["max_abs_error"] == modes["default"]["max_abs_error"]
+    assert "same as default" in result.stdout
+
+
+def test_speed_is_not_measured_in_interpreter_mode(bench):
+    result, data = bench
+
+    assert data["speed_measured"] is False and data["geomeans"] == []
+    for problem in data["problems"]:
+        assert problem["speed_measured"] is False and problem["method"] is None
+        assert problem["triton_share"] is None and problem["kernels"] == []
+        for m in problem["modes"]:
+            assert m["median_us"] is m["speedup"] is m["speedup_ci_low"] is m["samples"] is None
+    assert "speed not measured" in result.stdout
+
+
+def test_progress_and_settings_go_to_stderr(bench):
+    result, _ = bench
+
+    assert "settings:" in result.stderr and "--kernels-dir" in result.stderr
+    assert "broken_matmul: error:" in result.stderr
+    assert "settings:" not in result.stdout
+
+
+def test_a_crashing_problem_alone_is_an_error_row_and_exit_2(kernelopt, tmp_path):
+    crash = tmp_path / "crash_at_import.py"
+    crash.write_text(CRASH)
+    out = tmp_path / "bench.json"
+    result = kernelopt("bench", crash, "--modes", "default", "--device", "cpu", "--json", out)
+
+    assert result.returncode == 2
+    (problem,) = json.loads(out.read_text())["problems"]
+    assert problem["status"] == "error"
+    assert "the benchmark process died (exit code 3) while loading the problem" in problem["error"]
+
+
+@pytest.mark.parametrize("modes, says", [
+    ("eager,bogus", "unknown mode 'bogus'"),
+    ("eager,kernelopt", "must include default"),
+    ("default,default", "named twice"),
+    ("default,", "comma-separated list"),
+])
+def test_bad_modes_are_one_error_line_and_exit_2(kernelopt, modes, says):
+    result = kernelopt("bench", ELEMENTWISE, "--modes", modes, "--device", "cpu")
+
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kernelopt: error:") and says in lines[0]
+
+
+def test_missing_problem_file_is_exit_2_before_any_work(kernelopt, tmp_path):
+    result = kernelopt("bench", tmp_path / "nope.py", "--device", "cpu")
+
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"kernelopt: error: {tmp_path / 'nope.py'}: no such file"
+
+
+# --- statistics of N interleaved modes ---------------------------------------------------
+
+def interleaved(ratios: dict[str, float], rounds: int = 80, noise: float = 0.03, drift: float = 0.2,
+                seed: int = 0) -> dict[str, list[float]]:
+    """Timings (ms) per mode, round by round: mode ``m`` takes ``ratios[m]`` times as long as 2 ms.
+
+    ``drift`` is shared by every mode of a round (the machine's state), which the
+    paired ratios cancel; ``noise`` is independent per timing.
+    """
+    rng = random.Random(seed)
+    times: dict[str, list[float]] = {m: [] for m in ratios}
+    for _ in range(rounds):
+        shared = math.exp(rng.gauss(0, drift))
+        for mode, ratio in ratios.items():
+            times[mode].append(2.0 * ratio * shared * math.exp(rng.gauss(0, noise)))
+    return times
+
+
+def test_each_modes_interval_covers_its_true_speedup_in_95_percent_of_runs():
+    from pytest_kernelopt.measure.stats import mode_estimates
+
+    true_time = {"default": 1.0, "eager": 1.25, "max-autotune": 0.8, "kernelopt": 0.95}
+    runs = 400
+    covered = {mode: 0 for mode in true_time}
+    for seed in range(runs):
+        est = mode_estimates(interleaved(true_time, seed=seed), "default")
+        for mode, ratio in true_time.items():
+            speedup = est[mode].vs_baseline
+            covered[mode] += speedup.ci_low <= 1 / ratio <= speedup.ci_high
+            assert (speedup.ci_high - speedup.ci_low) / speedup.speedup < 0.05, mode  # pairing removes the 20% drift
+            assert speedup.pairs == est[mode].samples == 80
+
+    assert covered["default"] == runs  # [1, 1]
+    for mode in ("eager", "max-autotune", "kernelopt"):
+        # 95% nominal (order statistics of 80 pairs: 96.5% exact); 400 runs put 93% 3 sd below that.
+        assert covered[mode] / runs >= 0.93, (mode, covered[mode])
+
+
+def test_speedups_beyond_noise_have_intervals_apart_from_one():
+    from pytest_kernelopt.measure.stats import mode_estimates
+
+    est = mode_estimates(interleaved({"default": 1.0, "eager": 1.25, "max-autotune": 0.8}), "default")
+
+    assert est["max-autotune"].vs_baseline.ci_low > 1.0 > est["eager"].vs_baseline.ci_high
+
+
+def test_identical_modes_have_an_interval_around_one():
+    from pytest_kernelopt.measure.stats import mode_estimates
+
+    est = mode_estimates(interleaved({"default": 1.0, "a": 1.0, "b": 1.0}, seed=3), "default")
+
+    for mode in ("a", "b"):
+        assert est[mode].vs_baseline.ci_low <= 1.0 <= est[mode].vs_baseline.ci_high
+        assert est[mode].vs_baseline.speedup == pytest.approx(1.0, abs=0.02)
+
+
+def test_the_baseline_against_itself_is_exactly_one():
+    from pytest_kernelopt.measure.stats import mode_estimates
+
+    est = mode_estimates(interleaved({"default": 1.0, "other": 0.5}), "default")["default"]
+
+    assert (est.vs_baseline.speedup, est.vs_baseline.ci_low, est.vs_baseline.ci_high) == (1.0, 1.0, 1.0)
+
+
+def test_mode_medians_and_intervals_are_in_milliseconds():
+    from statistics import median
+
+    from pytest_kernelopt.measure.stats import median_ci, mode_estimates
+
+    times = interleaved({"default": 1.0, "slow": 3.0}, rounds=41)
+    est = mode_estimates(times, "default")
+
+    assert est["slow"].median_ms == median(times["slow"])
+    assert (est["slow"].ci_low_ms, est["slow"].ci_high_ms) == median_ci(times["slow"])[1:]
+    assert est["slow"].ci_low_ms <= est["slow"].median_ms <= est["slow"].ci_high_ms
+
+
+def test_mode_estimates_need_the_baseline():
+    from pytest_kernelopt.measure.stats import mode_estimates
+
+    with pytest.raises(ValueError):
+        mode_estimates({"eager": [1.0, 2.0]}, "default")
+
+
+def test_geomean():
+    from pytest_kernelopt.measure.stats import geomean
+
+    assert geomean([2.0, 0.5]) == pytest.approx(1.0)
+    assert geomean([1.55, 1.38, 1.0]) == pytest.approx((1.55 * 1.38) ** (1 / 3))
+    for bad in ([], [1.0, 0.0], [1.0, -2.0]):
+        with pytest.raises(ValueError):
+            geomean(bad)
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3, 4])
+def test_round_robin_puts_every_mode_in_every_position(steps):
+    from pytest_kernelopt.measure.timing import round_order
+
+    orders = [round_order(i, steps) for i in range(steps)]
+
+    assert all(sorted(order) == list(range(steps)) for order in orders)  # each mode once per round
+    for position in range(steps):
+        assert sorted(order[position] for order in orders) == list(range(steps))
+    if steps == 2:
+        assert orders == [[0, 1], [1, 0]]  # the verifier's A B, B A
+
+
+def test_geomeans_skip_default_errors_and_untimed_problems():
+    from pytest_kernelopt.benchmark import ModeResult, ProblemResult, geomeans
+
+    def problem(status: str, measured: bool, eager: float | None, kernelopt: float) -> ProblemResult:
+        return ProblemResult(problem="p.py", model="p", status=status, speed_measured=measured, modes=[
+            ModeResult(mode="eager", speedup=eager), ModeResult(mode="default", speedup=1.0),
+            ModeResult(mode="kernelopt", speedup=kernelopt)])
+
+    result = geomeans([problem("ok", True, 0.5, 1.2), problem("ok", True, None, 1.0 / 1.2 * 1.5),
+                       problem("error", True, 4.0, 9.0), problem("ok", False, 4.0, 9.0)],
+                      ["eager", "default", "kernelopt"])
+
+    assert [(g.mode, g.problems) for g in result] == [("eager", 1), ("kernelopt", 2)]
+    assert result[0].speedup == pytest.approx(0.5)
+    assert result[1].speedup == pytest.approx(math.sqrt(1.5))
+
+
+def test_timed_modes_are_recorded_judged_and_tabled():
+    """The GPU path's bookkeeping, fed synthetic interleaved timings: figures, the speed policy's word, geomeans."""
+    import io
+
+    from rich.console import Console
+
+    from pytest_kernelopt.benchmark import (BenchResult, BenchSettings, ModeResult, ProblemResult, bench_table,
+                                            geomeans, record_timings)
+    from pytest_kernelopt.measure.stats import mode_estimates
+
+    modes = ["eager", "default", "max-autotune-no-cudagraphs", "kernelopt"]
+    problems = []
+    for name, base_ms in (("big", 0.2), ("tiny", 0.005)):  # 200 us, and 5 us: under the policy's 20 us floor
+        times = interleaved({"eager": 1.3, "default": 1.0, "max-autotune-no-cudagraphs": 0.8, "kernelopt": 1.0})
+        problem = ProblemResult(problem=f"{name}.py", model=name, method="cuda-graph",
+                                modes=[ModeResult(mode=m) for m in modes])  # type: ignore[arg-type]
+        record_timings(problem, mode_estimates({m: [t * base_ms / 2.0 for t in ts] for m, ts in times.items()},
+                                               "default"))
+        problems.append(problem)
+    big = {m.mode: m for m in problems[0].modes}
+
+    assert problems[0].speed_measured and problems[0].rounds == 80
+    assert big["default"].median_us == pytest.approx(200, rel=0.05)
+    assert big["default"].speedup == 1.0 and big["default"].vs_default is None
+    assert big["eager"].vs_default == "slower" and big["eager"].speedup == pytest.approx(1 / 1.3, rel=0.02)
+    assert big["max-autotune-no-cudagraphs"].vs_default == "faster"
+    assert big["kernelopt"].vs_default == "within noise"
+    assert {m.vs_default for m in problems[1].modes if m.mode != "default"} == {"too short to judge"}
+
+    result = BenchResult(created="2026-12-01T00:00:00Z", speed_measured=True, problems=problems,
+                         settings=BenchSettings(modes=modes, device="cuda", seconds=3.0, timeout=None),  # type: ignore[arg-type]
+                         geomeans=geomeans(problems, modes))
+    assert [(g.mode, g.problems) for g in result.geomeans] == [
+        ("eager", 2), ("max-autotune-no-cudagraphs", 2), ("kernelopt", 2)]
+    assert BenchResult.model_validate_json(result.model_dump_json()) == result
+    console = Console(file=io.StringIO(), width=250)
+    console.print(bench_table(result))
+    text = console.file.getvalue()
+    assert "geomean" in text and "over 2 problem(s)" in text and "cuda-graph timing, 80 rounds" in text
+    assert f"{result.geomeans[1].speedup:.3f}x" in text
