@@ -438,6 +438,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return EXIT_USAGE if any(p.error for p in record.problems) else EXIT_OK if published_ok else EXIT_REJECTED
 
 
+def _publish(args: argparse.Namespace, run_dir: Path, project: Path) -> bool:
+    """``tune --open-pr``: branches and pull requests for what the run stored; False when one was
+    refused or failed (each says why on its own line)."""
+    from .gitops import publish_run
+
+    say = (lambda line: print(line, file=sys.stderr)) if args.json else print
+    results = publish_run(run_dir, project, base=args.base, remote=args.remote, open_pr=True, progress=say)
+    return all(r.ok for r in results)
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
     from . import results
 
@@ -447,7 +457,6 @@ def cmd_merge(args: argparse.Namespace) -> int:
         results.write(merged, args.json)
         print(f"wrote {args.json}", file=sys.stderr)
     return EXIT_REJECTED if merged.failed else EXIT_OK
-
 
 
 if __name__ == "__main__":  # pragma: no cover
