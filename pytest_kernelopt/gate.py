@@ -89,6 +89,9 @@ class GateSession:
         self.json_path: Path | None = None  # --kernelopt-json
         self.tune_runs: list[str] = []  # --kernelopt-tune: the run directories written
         self._tuned: set[Path] = set()
+        self._tune_runs_by_file: dict[str, str] = {}  # controller: problem node id -> tune run directory
+        self._failed_files: set[str] = set()
+        self.publish_lines: list[str] = []  # --kernelopt-open-pr
         self.report_path: Path | None = None  # --kernelopt-report
         self.items: list[Any] = []  # results.ItemResult of the items that ran (kept by the controller)
         try:
@@ -151,6 +154,9 @@ class GateSession:
         import math
 
         self.tune = bool(self.config.getoption("kernelopt_tune"))
+        self.open_pr = bool(self.config.getoption("kernelopt_open_pr"))
+        if self.open_pr and not self.tune:
+            raise UsageError("--kernelopt-open-pr publishes what --kernelopt-tune stored; give both")
         budget = self.config.getoption("kernelopt_budget_s")
         if not (isinstance(budget, float) and math.isfinite(budget) and budget > 0):
             raise UsageError(f"--kernelopt-budget-s {budget}: must be a positive, finite number of seconds")
@@ -472,12 +478,21 @@ class GateSession:
         if (self.json_path or self.report_path) is not None and self.workers.worker_id is None:
             if (result := item_result(report)) is not None:
                 self.items.append(result)
+        if self.open_pr and self.workers.worker_id is None:
+            file = report.nodeid.split("::")[0]
+            if report.failed:
+                self._failed_files.add(file)
+            for key, value in report.user_properties:
+                if key == PREFIX + "tune_run":
+                    self._tune_runs_by_file[file] = str(value)
 
     def finish(self, session: pytest.Session) -> None:
         """Controller, after every item: an empty shard is no failure; write ``--kernelopt-json``."""
         if self.shard is not None and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED \
                 and not any(self.in_shard(p) for p in self.problems.values()):
             session.exitstatus = pytest.ExitCode.OK
+        if self.open_pr and self.workers.worker_id is None:
+            self._publish()
         if (self.json_path or self.report_path) is None or self.workers.worker_id is not None:
             return
         from . import results
@@ -497,6 +512,23 @@ class GateSession:
 
             write_gate_report(result, self.report_path, project_templates(self.rootpath))
 
+    def _publish(self) -> None:
+        """``--kernelopt-open-pr``: branches and pull requests for the problems whose gate items all passed."""
+        from .gitops import publish_run
+
+        for file, run_dir in sorted(self._tune_runs_by_file.items()):
+            if file in self._failed_files:
+                self.publish_lines.append(f"kernelopt publish: {file}: not published, one of its gate items failed")
+                continue
+            try:
+                results = publish_run(run_dir, self.rootpath, open_pr=True)
+            except KerneloptError as exc:
+                self.publish_lines.append(f"kernelopt publish: {file}: {exc}")
+                continue
+            if not results:
+                self.publish_lines.append(f"kernelopt publish: {file}: the tuning run stored nothing new")
+            self.publish_lines += [f"kernelopt publish: {r.line()}" for r in results]
+
     def write_summary(self, terminalreporter: Any) -> None:
         """The table of :func:`~pytest_kernelopt.report.gate_lines`, from the call reports pytest kept."""
         from .report import gate_lines
@@ -510,6 +542,7 @@ class GateSession:
                         rows.append((report.nodeid, report.outcome, props))
         lines = gate_lines(rows)
         lines += [f"kernelopt tune: run directory {run}" for run in self.tune_runs]
+        lines += self.publish_lines
         if lines:
             terminalreporter.section("kernelopt")
             for line in lines:

@@ -43,6 +43,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="--kernelopt-tune: the agent backend (default search; anthropic needs ANTHROPIC_API_KEY)")
     group.addoption("--kernelopt-budget-s", type=float, default=300.0, metavar="SECONDS",
                     help="--kernelopt-tune: device seconds per kernel (default 300)")
+    group.addoption("--kernelopt-open-pr", action="store_true",
+                    help="--kernelopt-tune: after the run, for each problem whose items all passed, commit what its "
+                         "tuning stored to branch kernelopt/<model>/<kernel>, push, and open or update a pull request "
+                         "(GITHUB_TOKEN; without one, print where to open it)")
     group.addoption("--kernelopt-report", metavar="PATH", default=None,
                     help="write a Markdown report of the gate run to PATH: what was checked, verdicts, speedups, "
                          "failures with their stage and reason")

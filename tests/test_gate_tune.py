@@ -22,11 +22,13 @@ def repo(pytester: pytest.Pytester) -> Path:
 
 
 def test_tune_then_gate(repo: Path, pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest_subprocess("--kernelopt", "--kernelopt-tune", "--kernelopt-seeds", "1",
+    result = pytester.runpytest_subprocess("--kernelopt", "--kernelopt-tune", "--kernelopt-open-pr", "--kernelopt-seeds", "1",
                                            "--kernelopt-budget-s", "5", "-p", "no:cacheprovider", timeout=900)
     out = result.stdout.str()
     assert result.ret == 0, out + result.stderr.str()
     assert "kernelopt tune: run directory" in out
+    # Interpreter mode stores nothing, so --kernelopt-open-pr has nothing to publish (and touches no git).
+    assert "kernelopt publish: problems/sum_reduce.py: the tuning run stored nothing new" in out
     (run,) = (repo / ".kernelopt" / "runs").iterdir()
     record = json.loads((run / "run.json").read_text())
     (problem,) = record["problems"]
@@ -42,3 +44,9 @@ def test_bad_budget_is_a_usage_error(repo: Path, pytester: pytest.Pytester, valu
                                 "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--kernelopt-budget-s" in result.stderr.str() and "Traceback" not in result.stderr.str()
+
+
+def test_open_pr_needs_tune(repo: Path, pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--kernelopt", "--kernelopt-open-pr", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--kernelopt-open-pr" in result.stderr.str() and "--kernelopt-tune" in result.stderr.str()
