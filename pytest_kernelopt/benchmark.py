@@ -422,19 +422,9 @@ def record_timings(result: ProblemResult, estimates: dict[str, Any]) -> None:
 
 def _profile(result: ProblemResult, fn: Callable[..., Any], inputs: list[Any]) -> None:
     """GPU time per run of the default mode by kernel name: ``triton_*`` against the rest."""
-    import torch
+    from .measure.profile import device_times
 
-    for _ in range(3):
-        fn(*inputs)
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(PROFILED_RUNS):
-            fn(*inputs)
-        torch.cuda.synchronize()
-    by_name: dict[str, list[float]] = {}
-    for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            by_name.setdefault(event.name, []).append(float(event.time_range.elapsed_us()))
+    by_name = device_times(lambda: fn(*inputs), PROFILED_RUNS)
     kernels = [KernelTime(name=name, us=sum(us) / PROFILED_RUNS, launches=round(len(us) / PROFILED_RUNS),
                           triton=name.startswith("triton_")) for name, us in by_name.items()]
     kernels.sort(key=lambda k: -k.us)

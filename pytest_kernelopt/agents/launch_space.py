@@ -37,7 +37,7 @@ _BLOCK = re.compile(r"^([XYZ]|R\d*)_?BLOCK$")
 
 
 @dataclass(frozen=True)
-class Literal_:
+class _LaunchLiteral:
     name: str
     value: int
     line: int  # 1-based
@@ -51,7 +51,7 @@ def _int(node: ast.AST) -> int | None:
     return None
 
 
-def _literals(source: str) -> list[Literal_]:
+def _literals(source: str) -> list[_LaunchLiteral]:
     """The tunable literals of ``run``: block constants it assigns and passes, num_warps, num_stages."""
     try:
         tree = ast.parse(source)
@@ -71,17 +71,17 @@ def _literals(source: str) -> list[Literal_]:
     used = {n.id for n in ast.walk(run) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
             and id(n) not in in_launch}
     assigned = {k: v for k, v in assigned.items() if k.startswith("R") or k in used}
-    found: dict[str, Literal_] = {}
+    found: dict[str, _LaunchLiteral] = {}
     for node in ast.walk(run):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript)):
             continue  # the launch: fn[grid](...)
         for kw in node.keywords:
             if kw.arg in ("num_warps", "num_stages") and _int(kw.value) is not None:
                 c = kw.value
-                found[kw.arg] = Literal_(kw.arg, _int(c), c.lineno, c.col_offset, c.end_col_offset)  # type: ignore[arg-type]
+                found[kw.arg] = _LaunchLiteral(kw.arg, _int(c), c.lineno, c.col_offset, c.end_col_offset)  # type: ignore[arg-type]
             elif (kw.arg in assigned and isinstance(kw.value, ast.Name) and kw.value.id == kw.arg):
                 c = assigned[kw.arg]
-                found[kw.arg] = Literal_(kw.arg, c.value, c.lineno, c.col_offset, c.end_col_offset)  # type: ignore[arg-type]
+                found[kw.arg] = _LaunchLiteral(kw.arg, c.value, c.lineno, c.col_offset, c.end_col_offset)  # type: ignore[arg-type]
     return list(found.values())
 
 
@@ -119,7 +119,7 @@ class Limits:
         # Extents the kernel hard-codes (Inductor writes ``xnumel = 4096`` in the body).
         for name, value in re.findall(r"^\s*(\w+numel) = (\d+)\s*$", source, re.M):
             values.setdefault(name, int(value))
-        for block in [*_BLOCK_NAMES(source)]:
+        for block in _block_names(source):
             extent = values.get(_extent_name(block))
             if extent is None and block == "RBLOCK":
                 extent = values.get("r0_numel")
@@ -156,7 +156,7 @@ class Limits:
         return tile <= MAX_TILE and tile // (32 * warps) <= MAX_PER_THREAD
 
 
-def _BLOCK_NAMES(source: str) -> list[str]:  # noqa: N802 - reads like the constants it finds
+def _block_names(source: str) -> list[str]:
     return sorted(set(re.findall(r"\b((?:[XYZ]|R\d*)_?BLOCK)\b", source)))
 
 

@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from ..errors import KerneloptError, StoreError, VerifierError
 from ..records import KernelInfo, Verdict
+from ..store import sha256_text
 from .coder import Coder
 from .planner import MIN_SHARE, PlanItem, plan
 from .records import Attempt, CoderContext, KernelOutcome, ProblemOutcome, Proposal
@@ -77,12 +78,6 @@ class _KernelState:
     verdicts: dict[str, Verdict] = field(default_factory=dict)  # sha -> verdict (non-rejected)
     sources: dict[str, str] = field(default_factory=dict)  # sha -> source
     spent: float = 0.0
-
-
-def _sha_of(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _score(verdict: Verdict) -> float | None:
@@ -369,8 +364,8 @@ class Tuner:
             verdict = self._confirm(session, state, sha, f"{origin[sha]} (confirm)", ev)
             if verdict.status == "accepted" and verdict.model_timing is not None:
                 confirmed.append((sha, verdict))
-        if active_ok and confirmed and _sha_of(active.source) in state.sources:
-            active_verdict = self._confirm(session, state, _sha_of(active.source),
+        if active_ok and confirmed and sha256_text(active.source) in state.sources:
+            active_verdict = self._confirm(session, state, sha256_text(active.source),
                                            f"active:v{active.record.version} (confirm)", ev)
         if not confirmed:
             result.message += (f"nothing faster than the {'active version' if active_ok else 'compiler kernel'} "

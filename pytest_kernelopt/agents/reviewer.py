@@ -8,10 +8,10 @@ outside what the kernel can take. Nothing is executed here.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from ..records import KernelInfo
+from ..store import sha256_text
 from ..verify.static import check_candidate
 from .launch_space import Limits, read_point
 
@@ -25,7 +25,7 @@ class Review:
 
 
 def review(source: str, kernel: KernelInfo, original: str, tried: set[str]) -> Review:
-    sha = hashlib.sha256(source.encode()).hexdigest()
+    sha = sha256_text(source)
     if sha in tried:
         return Review(False, sha, "duplicate", "these bytes were tried already in this run")
     if source == original:

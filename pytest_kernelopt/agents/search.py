@@ -17,11 +17,11 @@ The loop decides what "best" is from the verdicts; this module never times anyth
 
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 from typing import Any
 
+from ..store import sha256_text
 from .coder import Spend
 from .harvest import CPU_VARIANTS, VARIANTS, HarvestResult, harvest, matches
 from .launch_space import Limits, describe, neighbours, read_point, with_point
@@ -31,10 +31,6 @@ HARVEST_TIMEOUT = 900.0
 # In interpreter mode nothing is timed, so the launch search has no direction: a few
 # neighbours still exercise the loop and the cascade.
 CPU_LAUNCH_POINTS = 2
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def drop_eviction_hints(source: str) -> str:
@@ -82,7 +78,7 @@ class SearchCoder:
 
     def propose(self, ctx: CoderContext) -> list[Proposal]:
         done = self._done.setdefault(ctx.kernel.name, set())
-        tried = {a.sha256 for a in ctx.attempts} | {_sha(ctx.original)}
+        tried = {a.sha256 for a in ctx.attempts} | {sha256_text(ctx.original)}
         for strategy in ctx.strategies:
             if strategy in done or strategy == "launch":
                 continue
@@ -99,8 +95,8 @@ class SearchCoder:
         seen = set(tried)
         if strategy == "harvest":
             for alt in self.harvested.kernels:
-                if matches(ctx.kernel, alt) and _sha(alt.source) not in seen:
-                    seen.add(_sha(alt.source))
+                if matches(ctx.kernel, alt) and sha256_text(alt.source) not in seen:
+                    seen.add(sha256_text(alt.source))
                     same = "same kernel source" if alt.fingerprint == ctx.kernel.fingerprint else f"as {alt.name}"
                     out.append(Proposal(source=alt.source, origin=f"harvest:{alt.variant}",
                                         rationale=f"Inductor's {alt.variant} compile of this kernel ({same}), "
@@ -109,7 +105,7 @@ class SearchCoder:
             rule = REWRITES.get(strategy.split(":", 1)[1])
             if rule is not None:
                 text = rule(ctx.best)
-                if _sha(text) not in seen and text != ctx.best:
+                if sha256_text(text) not in seen and text != ctx.best:
                     out.append(Proposal(source=text, origin=strategy,
                                         rationale=f"{strategy} applied to the best so far ({ctx.best_origin})"))
         return out
@@ -122,7 +118,7 @@ class SearchCoder:
         out = []
         for p in neighbours(point, limits):
             text = with_point(ctx.best, p)
-            if _sha(text) in tried:
+            if sha256_text(text) in tried:
                 continue
             changed = {k: v for k, v in p.items() if point.get(k) != v}
             out.append(Proposal(source=text, origin=f"launch:{describe(p)}",

@@ -68,9 +68,13 @@ class RunDir:
               **data: Any) -> TraceEvent:
         entry = TraceEvent(t=round(time.monotonic() - self._t0, 3), role=role, event=event, model=model,  # type: ignore[arg-type]
                            kernel=kernel, data=data)
-        self._trace.write(entry.model_dump_json() + "\n")
-        self._trace.flush()
+        self.append(entry)
         return entry
+
+    def append(self, event: TraceEvent) -> None:
+        """Write an event recorded elsewhere (a ``--workers`` process), keeping its time."""
+        self._trace.write(event.model_dump_json() + "\n")
+        self._trace.flush()
 
     def save_candidate(self, model: str, kernel: str, sha256: str, source: str) -> str:
         """Store an attempt's exact bytes; returns the path relative to the run directory."""

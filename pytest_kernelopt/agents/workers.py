@@ -66,7 +66,6 @@ def tune_workers(problems: list[Path], argv: list[str], workers: int, device: st
 def _merge(run: RunDir, procs: list, interrupted: bool) -> None:  # type: ignore[type-arg]
     record = run.record
     record.interrupted = interrupted
-    trace = run._trace  # events keep the time of the worker that wrote them
     for k, sub, proc, _ in procs:
         runs = sorted(sub.iterdir()) if sub.is_dir() else []
         if not runs:
@@ -91,8 +90,7 @@ def _merge(run: RunDir, procs: list, interrupted: bool) -> None:  # type: ignore
         record.stop_reason = record.stop_reason or child.stop_reason
         for event in events:
             event.data = {**event.data, "worker": k}
-            trace.write(event.model_dump_json() + "\n")
+            run.append(event)  # keeping the time of the worker that wrote it
         if proc.returncode not in (0, 2, 130):
             record.stop_reason = record.stop_reason or f"worker {k} exited with {proc.returncode}"
-    trace.flush()
     record.finished = now_iso()

@@ -1,1 +1,1 @@
-"""Measuring: paired GPU timings (:mod:`.timing`) and the statistics behind every ratio (:mod:`.stats`)."""
+"""Measuring: paired GPU timings (:mod:`.timing`), the statistics behind every ratio (:mod:`.stats`), device time by kernel (:mod:`.profile`)."""

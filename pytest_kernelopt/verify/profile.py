@@ -61,29 +61,21 @@ def profile_model(prepared: Prepared, runs: int) -> Profiled:
     if prepared.device != "cuda":
         return Profiled(measured=False, kernels=figures)
 
+    from ..measure.profile import device_times
+
     inputs = prepared.inputs(prepared.seeds[0])
     with torch.no_grad():
-        for _ in range(3):
-            compiled(*inputs)
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(runs):
-                compiled(*inputs)
-            torch.cuda.synchronize()
+        times = device_times(lambda: compiled(*inputs), runs)
     total = 0.0
-    for event in prof.events():
-        if event.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        us = float(event.time_range.elapsed_us())
-        total += us
-        names = by_function.get(event.name)
+    for name, durations in times.items():
+        total += sum(durations)
+        names = by_function.get(name)
         if not names:
             continue
-        share = us / len(names)  # the same function in several graphs: split evenly
-        for name in names:
-            k = figures[name]
-            k.gpu_us += share / runs
-            k.launches += 1
+        for kernel in names:  # the same function in several graphs: split evenly
+            k = figures[kernel]
+            k.gpu_us += sum(durations) / len(names) / runs
+            k.launches += len(durations)
     for k in figures.values():
         k.launches = max(1, round(k.launches / runs)) if k.gpu_us else 0
     del inputs
