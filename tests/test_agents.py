@@ -509,3 +509,15 @@ def test_tune_workers_and_shards_merge_into_one_run(tmp_path):
     assert "sum_reduce" in kept and f"shard {shard}/2" in proc.stderr
     bad = subprocess.run([*cmd[:5], "--device", "cpu", "--shard", "3/2"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--shard" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_profile_notes_say_why_figures_are_estimates():
+    a = _info(name="k_a")
+    cpu = build_profile("m", "cpu", [a], Profiled(measured=False), None, "interpreter mode: no timing")
+    assert cpu.kernels[0].note == "interpreter mode: no timing"
+    failed = build_profile("m", "cuda", [a], Profiled(measured=False), None, "profiling failed (worker died)")
+    assert "profiling failed" in failed.kernels[0].note
+    timed = build_profile("m", "cuda", [a], Profiled(measured=True, model_gpu_us=10.0, copy_gbps=4000.0,
+                                                     kernels={"k_a": KernelTime(gpu_us=10.0, launches=1)}),
+                          None, "Nsight Compute not run (--no-ncu): roofline estimate")
+    assert timed.kernels[0].note.startswith("Nsight Compute not run")

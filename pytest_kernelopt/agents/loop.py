@@ -137,7 +137,8 @@ class Tuner:
             if harvested is not None:
                 ev("coder", "harvest", kernels=len(harvested.kernels), errors=harvested.errors,
                    seconds=harvested.seconds)
-            counters, note = None, "interpreter mode"
+            counters, note = None, ("Nsight Compute not run (--no-ncu): roofline estimate" if self.options.device == "cuda"
+                                    else "interpreter mode: no timing; shares are shares of bytes moved")
             if self.options.device == "cuda" and self.options.ncu:
                 self.ui.message(f"{model}: reading Nsight Compute counters")
                 counters, note = ncu_counters(problem.path, timeout=600.0)

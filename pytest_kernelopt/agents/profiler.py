@@ -117,7 +117,7 @@ def build_profile(model: str, device: str, kernels: list[KernelInfo], profiled: 
             rows.append(KernelProfile(
                 kernel=k.name, source="bytes", bottleneck="unknown", share=moved[k.name] / all_bytes,
                 bytes_moved=moved[k.name], registers=t.registers if t else None, spills=t.spills if t else None,
-                note="interpreter mode: no timing; share is the kernel's share of bytes moved"))
+                note=ncu_note or "no timing; share is the kernel's share of bytes moved"))
         profile = ModelProfile(model=model, device=device)
     profile.kernels = sorted(rows, key=lambda r: r.share, reverse=True)
     return profile
