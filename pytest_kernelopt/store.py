@@ -83,6 +83,11 @@ class Evidence(Record):
     errors: list[SeedErrors] = Field(default_factory=list)
     seeds: list[int] = Field(default_factory=list)
     environment: Environment | None = None
+    # Stored as one of a set (``kernelopt tune``'s combine pass): the whole model with this
+    # version and the ``combined_with`` kernels' versions, vs the compiler's kernels. Its own
+    # ``model_timing`` may then be below the 2% a version needs alone.
+    combined_timing: Timing | None = None
+    combined_with: list[str] = Field(default_factory=list)
 
 
 class Provenance(Record):
@@ -487,13 +492,16 @@ def _check_name(name: str, what: str) -> None:
 
 
 def accept_verdict(store: KernelStore, model: str, kernel: str, source: str, verdict: Verdict, *,
-                   allow_no_gain: bool = False, provenance: Provenance | None = None) -> AcceptOutcome:
+                   allow_no_gain: bool = False, provenance: Provenance | None = None,
+                   combined_timing: Timing | None = None, combined_with: list[str] | None = None) -> AcceptOutcome:
     """Store ``source``, the candidate ``verdict`` judged, as the next active version of ``model``/``kernel``.
 
     ``source`` is the text that was verified (never read again from disk); when the
     verdict records a sha256 of the candidate, ``source`` must match it. Rejected
     candidates, and on a GPU candidates that are correct but not faster (unless
     ``allow_no_gain``), are not stored; bytes already stored are not stored twice.
+    ``combined_timing``/``combined_with``: the model measured with this version and those
+    kernels' versions together, recorded in the evidence (the caller judged it).
     """
     from .candidate import render_dump
 
@@ -518,7 +526,8 @@ def accept_verdict(store: KernelStore, model: str, kernel: str, source: str, ver
     evidence = Evidence(
         status="accepted" if verdict.status == "accepted" else "correct", speed_measured=verdict.speed_measured,
         model_timing=verdict.model_timing, kernel_timing=verdict.kernel_timing, errors=verdict.errors,
-        seeds=verdict.seeds, environment=verdict.environment,
+        seeds=verdict.seeds, environment=verdict.environment, combined_timing=combined_timing,
+        combined_with=combined_with or [],
     )
     outcome = store.add_version(
         model=model, kernel=kernel, fingerprint=info.fingerprint, args=info.args,

@@ -169,6 +169,7 @@ class Tuner:
                 items = plan(profile, min_share=self.options.min_share, only=self.options.kernels)
                 self.ui.problem(model, sum(1 for i in items if i.skip is None))
                 stored: dict[str, str] = {}
+                tuned: dict[str, tuple[_KernelState, KernelOutcome, str | None]] = {}
                 for item in items:
                     ev("planner", "plan", kernel=item.kernel, strategies=item.strategies, skip=item.skip)
                     info = session.kernel_info(item.kernel)
@@ -176,21 +177,17 @@ class Tuner:
                         outcome.kernels.append(KernelOutcome(kernel=item.kernel, fingerprint=info.fingerprint,
                                                              profile=item.profile, skipped=item.skip))
                         continue
-                    result, source = self._tune_kernel(session, model, info, item)
+                    result, source, state = self._tune_kernel(session, model, info, item)
                     outcome.kernels.append(result)
+                    tuned[item.kernel] = (state, result, source)
                     if source is not None:
                         stored[item.kernel] = source
                     self.run.save()
                     self.ui.kernel_done(result)
                     if self.stop_reason:
                         break
-                if stored and self.options.device == "cuda":
-                    from ..verify import source_of
-
-                    verdict = session.verify_model({k: source_of(s, f"{k} (stored)") for k, s in stored.items()})
-                    outcome.model_timing = verdict.model_timing
-                    ev("benchmarker", "model", status=verdict.status, reason=verdict.reason,
-                       timing=verdict.model_timing.model_dump() if verdict.model_timing else None)
+                if self.options.device == "cuda":
+                    self._finish_model(session, model, outcome, tuned, stored, ev)
         except KerneloptError as exc:
             outcome.error = str(exc)
             ev("run", "error", error=str(exc))
@@ -202,7 +199,8 @@ class Tuner:
 
     # --- one kernel ---------------------------------------------------------------------
 
-    def _tune_kernel(self, session: Any, model: str, info: KernelInfo, item: PlanItem) -> tuple[KernelOutcome, str | None]:
+    def _tune_kernel(self, session: Any, model: str, info: KernelInfo,
+                     item: PlanItem) -> tuple[KernelOutcome, str | None, _KernelState]:
         from ..candidate import render_dump
 
         original = render_dump(info, model)
@@ -262,7 +260,7 @@ class Tuner:
                 f"rejected:{a.stage}" if a.status == "rejected" else None)
             if key:
                 result.by_stage[key] = result.by_stage.get(key, 0) + 1
-        return result, source
+        return result, source, state
 
     def _estimate(self, state: _KernelState) -> float:
         times = [a.seconds for a in state.attempts if a.status in ("accepted", "correct", "rejected") and a.seconds]
@@ -401,3 +399,143 @@ class Tuner:
             result.stored_file = str((folder / outcome.record.file).relative_to(self.store.root))
             return state.sources[sha]
         return in_force
+
+    # --- the whole model: kernels that are faster together ------------------------------
+
+    def _model_check(self, session: Any, sources: dict[str, str], label: str, ev: Callable[..., Any]) -> Verdict:
+        """The model with ``sources`` swapped in, timed at full length (what decides)."""
+        from ..verify import source_of
+
+        screen, session.options = session.options, self._full_options or session.options
+        try:
+            verdict = session.verify_model({k: source_of(s, f"{k} ({label})") for k, s in sources.items()})
+        finally:
+            session.options = screen
+        ev("benchmarker", "model", label=label, kernels=sorted(sources), status=verdict.status, reason=verdict.reason,
+           timing=verdict.model_timing.model_dump() if verdict.model_timing else None)
+        return verdict
+
+    def _finish_model(self, session: Any, model: str, outcome: ProblemOutcome,
+                      tuned: dict[str, tuple[_KernelState, KernelOutcome, str | None]], stored: dict[str, str],
+                      ev: Callable[..., Any]) -> None:
+        """Measure the model with every version in force; try the near misses together; record the baseline."""
+        verdict = self._model_check(session, stored, "stored", ev) if stored else None
+        combined = self._combine(session, model, tuned, stored, verdict, ev)
+        if combined is not None:
+            verdict = combined
+        if verdict is None:
+            return
+        outcome.model_timing = verdict.model_timing
+        if verdict.status == "accepted" and any(r.stored_version for _, r, _ in tuned.values()):
+            self._save_baseline(model, stored, verdict, ev)
+
+    def _near_miss(self, state: _KernelState) -> str | None:
+        """The kernel's best correct candidate that is faster alone beyond noise but missed the model's threshold."""
+        origin = {a.sha256: a.origin for a in state.attempts}
+        best: tuple[str, float] | None = None
+        for sha, v in state.verdicts.items():
+            k, m = v.kernel_timing, v.model_timing
+            if origin.get(sha, "").startswith("active:") or k is None or m is None:
+                continue
+            if k.ci_low > 1.0 and m.speedup > 1.0 and (best is None or m.speedup > best[1]):
+                best = (sha, m.speedup)
+        return best[0] if best else None
+
+    def _combine(self, session: Any, model: str, tuned: dict[str, tuple[_KernelState, KernelOutcome, str | None]],
+                 stored: dict[str, str], base: Verdict | None, ev: Callable[..., Any]) -> Verdict | None:
+        """Store near misses of several kernels as a set when, together, they make the model faster.
+
+        Each kernel's version must clear the model-level gain (2%) alone to be stored by its
+        own search; a model of several kernels, each a little faster, can gain that much
+        only together. A kernel whose compiler version is in force joins with its best
+        candidate that was faster alone beyond noise; each joins after a full-length check
+        of its own (correct, kernel faster, model not slower), and the set is stored only
+        if the model with all of them is faster than the compiler beyond the threshold and,
+        when versions are already in force, faster than the model with those beyond noise.
+        Returns the set's model verdict when it was stored.
+        """
+        from ..store import Provenance, StoreError, accept_verdict
+
+        if self.stop_reason or self.coder.stopped:
+            return None
+        near = {name: (state, result, sha) for name, (state, result, source) in tuned.items()
+                if source is None and (sha := self._near_miss(state)) is not None}
+        if not near or len(near) + len(stored) < 2:
+            return None
+        ev("planner", "combine", kernels=sorted(near), in_force=sorted(stored))
+        self.ui.message(f"{model}: trying {len(near)} near miss(es) together with {len(stored)} version(s) in force")
+        joined: dict[str, tuple[_KernelState, KernelOutcome, str, Verdict]] = {}
+        for name, (state, result, sha) in near.items():
+            if self._run_left() < self._estimate(state):  # the run's budget; a kernel's own was spent on search
+                break
+            origin = next(a.origin for a in state.attempts if a.sha256 == sha)
+            v = self._confirm(session, state, sha, f"{origin} (combine)", ev)
+            k, m = v.kernel_timing, v.model_timing
+            if v.status != "rejected" and k is not None and m is not None and k.ci_low > 1.0 and m.speedup > 1.0:
+                joined[name] = (state, result, sha, v)
+            else:
+                result.message += f"; near miss {origin} not confirmed at full length"
+        if not joined or len(joined) + len(stored) < 2:
+            return None
+        sources = {**stored, **{name: state.sources[sha] for name, (state, _, sha, _) in joined.items()}}
+        verdict = self._model_check(session, sources, "combined", ev)
+        t = verdict.model_timing
+        beats = base is None or (base.model_timing is not None and t is not None
+                                 and t.ci_low > base.model_timing.ci_high)
+        what = "+".join(sorted(sources))
+        if verdict.status != "accepted" or t is None or not beats:
+            why = verdict.reason or (f"{t.speedup:.3f}x, not beyond the threshold" if t is not None else "not timed")
+            if verdict.status == "accepted" and not beats:
+                why = "not faster than the versions in force beyond noise"
+            for _, result, _, _ in joined.values():
+                result.message += f"; together ({what}): {why}; not stored"
+            ev("store", "combine-not-stored", kernels=sorted(sources), reason=why)
+            return None
+        spend = self.coder.spend
+        for name, (state, result, sha, own) in joined.items():
+            attempt = next(a for a in state.attempts if a.sha256 == sha)
+            provenance = Provenance(proposed_by=f"kernelopt tune ({attempt.origin}, combined)", agent=attempt.origin,
+                                    backend=self.coder.name, llm_model=self.coder.model,
+                                    cost_usd=round(spend.usd, 4) if spend.usd else None,
+                                    tokens=(spend.input_tokens + spend.output_tokens) or None)
+            try:
+                stored_outcome = accept_verdict(self.store, model, name, state.sources[sha], own, allow_no_gain=True,
+                                                provenance=provenance, combined_timing=t,
+                                                combined_with=sorted(set(sources) - {name}))
+            except StoreError as exc:
+                result.message += f"; not stored: {exc}"
+                ev("store", "error", kernel=name, error=str(exc))
+                continue
+            ev("store", "stored" if stored_outcome.stored else "not-stored", kernel=name, combined=True,
+               message=stored_outcome.message, version=stored_outcome.record.version if stored_outcome.record else None)
+            if stored_outcome.record is not None and (stored_outcome.stored or stored_outcome.active):
+                result.stored_version = stored_outcome.record.version
+                folder = self.store.kernel_dir(model, name)
+                result.stored_file = str((folder / stored_outcome.record.file).relative_to(self.store.root))
+                result.best_origin, result.best_sha256 = attempt.origin, sha
+                result.best_timing, result.best_kernel_timing = own.model_timing, own.kernel_timing
+                result.message += (f"; stored v{stored_outcome.record.version} as one of a set: the model with "
+                                   f"{what} is {t.speedup:.3f}x [{t.ci_low:.3f}, {t.ci_high:.3f}]")
+                stored[name] = state.sources[sha]
+        return verdict
+
+    def _save_baseline(self, model: str, stored: dict[str, str], verdict: Verdict, ev: Callable[..., Any]) -> None:
+        """kernels/<model>/model.json: the speedup of the model with every version in force (the gate's reference)."""
+        from datetime import datetime, timezone
+
+        from ..store import ModelBaseline
+
+        if verdict.environment is None:
+            return
+        try:
+            versions = {}
+            for name in stored:
+                active = self.store.active_file(model, name)
+                if active is not None:
+                    versions[name] = active.record.version
+            worst = max((e.candidate_vs_fp64 or 0.0 for e in verdict.errors), default=None)
+            self.store.save_baseline(model, ModelBaseline(
+                environment=verdict.environment, measured=datetime.now(timezone.utc), kernels=versions,
+                timing=verdict.model_timing, worst_error_vs_fp64=worst))
+        except StoreError as exc:
+            ev("store", "error", error=f"model baseline not recorded: {exc}")
