@@ -407,7 +407,13 @@ class GateSession:
         if recorded is None or recorded.timing is None:
             return
         item.prop("recorded_speedup", round(recorded.timing.speedup, 4))
-        if self.policy.regressed(timing, recorded.timing.speedup):
+        regressed, note = self.policy.against_recorded(timing, recorded.timing)
+        if note is not None:
+            item.prop("recorded_note", note)
+            if regressed:
+                raise GateFailure(f"{model}: slower than recorded on {recorded.measured:%Y-%m-%d} in this environment: {note}")
+            return
+        if regressed:
             raise GateFailure(
                 f"{model}: speedup over the compiled model regressed: now {timing.speedup:.3f}x (95% CI "
                 f"[{timing.ci_low:.3f}, {timing.ci_high:.3f}]), recorded {recorded.timing.speedup:.3f}x on "

@@ -182,3 +182,29 @@ def test_one_policy_for_slower_and_regressed(baseline_us, speedup, low, high, re
     timing = _timing(baseline_us, speedup, low, high)
     assert policy.slower(timing) is slower_
     assert policy.regressed(timing, recorded) is regressed
+
+
+def _times(baseline_us: float, candidate_us: float, half: float = 0.005) -> Timing:
+    s = baseline_us / candidate_us
+    return Timing(baseline_ms=baseline_us / 1e3, candidate_ms=candidate_us / 1e3, speedup=s, ci_low=s - half,
+                  ci_high=s + half, pairs=100, method="cuda-graph")
+
+
+@pytest.mark.parametrize(
+    "now, recorded, regressed, compared",
+    [
+        ((83.0, 51.0), (82.7, 50.6), False, True),   # same compiled model, same speedup
+        ((83.0, 70.0), (82.7, 50.6), True, True),    # same compiled model, the kernels lost their gain
+        # The compiled model picked a faster launch configuration (H200: 82.7 -> 51.3 us): the
+        # speedup fell from 1.63x to 1.01x, but the committed kernels run as fast as recorded.
+        ((51.3, 50.9), (82.7, 50.6), False, False),
+        ((51.3, 60.0), (82.7, 50.6), True, False),   # ... and here they did get slower
+        ((90.0, 52.0), (82.7, 50.6), False, False),  # the compiled model slower, the kernels within 5% of recorded
+    ],
+)
+def test_recorded_speedups_are_compared_only_while_the_compiled_model_keeps_its_time(now, recorded, regressed, compared):
+    got, note = SpeedPolicy().against_recorded(_times(*now), _times(*recorded))
+    assert got is regressed
+    assert (note is None) is compared
+    if note:
+        assert "speedups not compared" in note and f"{now[1]:.1f} us now" in note

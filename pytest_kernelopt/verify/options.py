@@ -42,6 +42,7 @@ class SpeedPolicy(BaseModel):
     min_gain: float = Field(0.02, ge=0.0, lt=1.0)
     max_slowdown: float = Field(0.01, ge=0.0, lt=1.0)
     min_model_us: float = Field(20.0, ge=0.0)
+    max_baseline_drift: float = Field(0.05, ge=0.0, lt=1.0)
 
     def measurable(self, t: Timing) -> bool:
         return t.baseline_ms * 1e3 >= self.min_model_us
@@ -62,6 +63,27 @@ class SpeedPolicy(BaseModel):
     def regressed(self, t: Timing | None, recorded_speedup: float) -> bool:
         """Below a speedup recorded earlier (in the same environment) beyond noise and tolerance."""
         return t is not None and self.measurable(t) and t.ci_high < recorded_speedup * (1.0 - self.max_slowdown)
+
+    def against_recorded(self, t: Timing | None, recorded: Timing) -> tuple[bool, str | None]:
+        """(regressed?, why the speedups were not compared) against a timing recorded in the same environment.
+
+        A speedup is a ratio to the compiled model, and the compiled model itself is not
+        the same from one compile to the next: Inductor picks among launch configurations
+        by timing them while it compiles. On the H200 one pooling model's compiled kernel
+        ran at 82.7 us in one compile and 51.3 us in another. So speedups are compared only
+        while the compiled model runs within ``max_baseline_drift`` of its recorded time;
+        beyond it, the model's time with the committed kernels is compared with the recorded
+        one instead (regressed: slower by more than the same fraction).
+        """
+        if t is None or not self.measurable(t) or recorded.baseline_ms <= 0:
+            return False, None
+        if abs(t.baseline_ms / recorded.baseline_ms - 1.0) <= self.max_baseline_drift:
+            return self.regressed(t, recorded.speedup), None
+        slower = t.candidate_ms > recorded.candidate_ms * (1.0 + self.max_baseline_drift)
+        return slower, (f"the compiled model runs in {t.baseline_ms * 1e3:.1f} us now, {recorded.baseline_ms * 1e3:.1f} us "
+                        f"when recorded (Inductor chose other launch configurations): speedups not compared; with the "
+                        f"committed kernels {t.candidate_ms * 1e3:.1f} us now, {recorded.candidate_ms * 1e3:.1f} us "
+                        f"recorded")
 
 
 class VerifyOptions(BaseModel):
