@@ -44,6 +44,7 @@ _OPTION_RULES = {
     "seeds": ("--kernelopt-seeds", "must be a whole number from 1 to 1000"),
     "timeout": ("--kernelopt-timeout", "must be a positive, finite number of seconds"),
     "max_slowdown": ("--kernelopt-max-slowdown", "must be a fraction from 0 up to, not including, 1"),
+    "max_regression": ("--kernelopt-max-regression", "must be a fraction from 0 up to, not including, 1"),
 }
 
 
@@ -128,7 +129,7 @@ class GateSession:
         try:
             # Slower "beyond noise" must also be slower by more than max_slowdown: an unedited
             # dump measured 0.996x with a CI entirely below 1 on the H200 (20 of 20 runs).
-            speed = SpeedPolicy(max_slowdown=given["max_slowdown"])
+            speed = SpeedPolicy(max_slowdown=given["max_slowdown"], max_regression=given["max_regression"])
             return VerifyOptions(seeds=given["seeds"], timeout=given["timeout"], speed=speed)
         except ValidationError as exc:
             name = str(exc.errors()[0]["loc"][-1])
@@ -504,7 +505,8 @@ class GateSession:
         from . import results
 
         settings = results.GateSettings(seeds=self.options.seeds, timeout=self.options.timeout,
-                                        max_slowdown=self.policy.max_slowdown, strict=self.strict,
+                                        max_slowdown=self.policy.max_slowdown,
+                                        max_regression=self.policy.max_regression, strict=self.strict,
                                         base_ref=self.base_ref, base_commit=self.base_commit)
         result = results.gate_result(shard=self.shard, problems=[p.id for p in self.problems.values()
                                                                  if self.in_shard(p)],

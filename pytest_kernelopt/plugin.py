@@ -28,6 +28,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--kernelopt-max-slowdown", type=float, default=0.01, metavar="FRACTION",
                     help="fail only when the 95%% CI's upper bound is below 1 - FRACTION, 0 <= FRACTION < 1 "
                          "(default 0.01)")
+    group.addoption("--kernelopt-max-regression", type=float, default=0.05, metavar="FRACTION",
+                    help="fail the model item when its speedup falls below the one recorded in model.json (this "
+                         "environment) by more than FRACTION, 0 <= FRACTION < 1 (default 0.05)")
     group.addoption("--kernelopt-seeds", type=int, default=3, metavar="N",
                     help="input seeds per check, 1 to 1000 (default 3)")
     group.addoption("--kernelopt-timeout", type=float, default=600.0, metavar="SECONDS",

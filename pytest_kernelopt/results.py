@@ -99,6 +99,7 @@ class GateSettings(Record):
     seeds: int
     timeout: float
     max_slowdown: float
+    max_regression: float = 0.05
     strict: bool
     base_ref: str | None = None
     base_commit: str | None = None

@@ -56,6 +56,8 @@ def test_bad_setting_is_a_usage_error(pytester: pytest.Pytester, setting: str, n
     ("--kernelopt-max-slowdown", "-1"),
     ("--kernelopt-max-slowdown", "1"),
     ("--kernelopt-max-slowdown", "nan"),
+    ("--kernelopt-max-regression", "1"),
+    ("--kernelopt-max-regression", "-0.1"),
 ])
 def test_bad_option_is_a_usage_error(repo: Path, pytester: pytest.Pytester, option: str, value: str) -> None:
     _usage_error(pytester.runpytest("--kernelopt", option, value, "-p", "no:cacheprovider"), option, value)
