@@ -322,7 +322,9 @@ def _kernels_note(backend: Any, caught: list[str]) -> tuple[int, str]:
         note = f"{len(committed)} of {len(backend.kernels)} Triton kernel(s) run committed versions: " + \
                ", ".join(f"{k.name} v{k.version}" for k in committed)
     else:
-        note = "same as default: no committed kernels in use"
+        # Its own compile, though: Inductor times launch configurations while compiling, and
+        # its pick can differ from default's (gather_rows on the H200: 1.022x with no kernel).
+        note = "same as default: no committed kernels in use; a difference in time is the compiler's own pick"
     if fallbacks:
         note += "; compiler's kernel kept for " + "; ".join(fallbacks)
     elif not committed and caught:

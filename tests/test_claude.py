@@ -446,9 +446,12 @@ def test_prompt_templates_ship_in_the_wheel():
 
     setuptools = tomllib.loads((TESTS.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert setuptools["package-dir"]["pytest_kernelopt._templates"] == "templates"
-    shipped = {p.relative_to(TESTS.parent / "templates").as_posix()
-               for pattern in setuptools["package-data"]["pytest_kernelopt._templates"]
-               for p in (TESTS.parent / "templates").glob(pattern)}
+    assert "pytest_kernelopt._templates.prompts" in setuptools["packages"]
+    root = TESTS.parent / "templates"
+    shipped = {p.relative_to(root).as_posix()
+               for package, patterns in setuptools["package-data"].items() if package.startswith("pytest_kernelopt._templates")
+               for pattern in patterns
+               for p in (root / package.removeprefix("pytest_kernelopt._templates").lstrip(".").replace(".", "/")).glob(pattern)}
     assert {"prompts/system.md.j2", "prompts/kernel.md.j2"} <= shipped
     assert (bundled_dir() / "prompts" / "kernel.md.j2").is_file()
 
