@@ -324,7 +324,7 @@ def _kernels_note(backend: Any, caught: list[str]) -> tuple[int, str]:
     else:
         # Its own compile, though: Inductor times launch configurations while compiling, and
         # its pick can differ from default's (gather_rows on the H200: 1.022x with no kernel).
-        note = "same as default: no committed kernels in use; a difference in time is the compiler's own pick"
+        note = "same as default: no committed kernels in use"
     if fallbacks:
         note += "; compiler's kernel kept for " + "; ".join(fallbacks)
     elif not committed and caught:
@@ -716,7 +716,7 @@ def bench_table(result: BenchResult) -> Any:
 def print_bench(result: BenchResult) -> None:
     from rich.console import Console
 
-    Console(width=200).print(bench_table(result))
+    (Console() if sys.stdout.isatty() else Console(width=200)).print(bench_table(result))
     if not result.speed_measured:
         print("speed not measured: no CUDA device (interpreter mode); correctness and compile times only")
 

@@ -270,8 +270,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     requested = args.device or settings[0].device
     # Interpreter mode needs no torch in this process; the children resolve the device themselves.
     device = "cpu" if requested == "cpu" else resolve_device(requested)
-    store = f"; kernelopt mode's store {args.kernels_dir.resolve()} (--kernels-dir)" if args.kernels_dir else ""
-    print(f"settings: {settings[0].describe()}{store}", file=sys.stderr)
+    print(f"settings: {settings[0].describe(args.kernels_dir)}", file=sys.stderr)
     jobs = [benchmark.BenchJob(problem=str(p.resolve()), modes=args.modes, device=device, seconds=args.seconds,
                                kernels_dir=str((args.kernels_dir or s.kernels_path).resolve()))
             for p, s in zip(args.problems, settings)]
@@ -314,7 +313,7 @@ def cmd_verify_or_accept(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         raise UsageError(f"bad option: {exc.errors()[0]['msg']}") from exc
     say = (lambda text: None) if args.json else (lambda text: print(text, file=sys.stderr))
-    say(f"settings: {settings.describe()}")
+    say(f"settings: {settings.describe(getattr(args, 'kernels_dir', None))}")
     verdicts = []
     with VerifySession(problem.path, device, options, progress=say) as session:
         for source in sources:
@@ -415,7 +414,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.agent == "anthropic":
         agent_options = {k: v for k, v in (("model", args.model), ("max_usd", args.max_usd)) if v is not None}
     with RichUI(quiet=args.json) as ui:
-        ui.message(f"settings: {settings[0].describe()}")
+        ui.message(f"settings: {settings[0].describe(args.kernels_dir)}")
         if device != "cuda":
             ui.message("interpreter mode: candidates are checked for correctness only; speed is not measured and "
                        "nothing is stored as faster")

@@ -38,9 +38,11 @@ class Config(BaseModel):
     def kernels_path(self) -> Path:
         return (self.root / self.kernels_dir).resolve()
 
-    def describe(self) -> str:
-        """One line: where the settings came from and where the kernel store is."""
+    def describe(self, kernels_dir: Path | None = None) -> str:
+        """One line: where the settings came from and where the kernel store is (``kernels_dir``: --kernels-dir)."""
         origin = f"settings from {self.source} {SECTION}" if self.source else f"default settings (root {self.root})"
+        if kernels_dir is not None:
+            return f"{origin}; kernel store {kernels_dir.resolve()} (--kernels-dir)"
         return f"{origin}; kernel store {self.kernels_path}"
 
     def problem_files(self, globs: list[str] | None = None) -> list[Path]:

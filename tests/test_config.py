@@ -45,6 +45,7 @@ def test_settings_come_from_the_problems_project_not_the_cwd(project: Path, tmp_
     assert config.kernels_path == project / "store" / "kernels"
     assert config.describe() == (f"settings from {project / 'pyproject.toml'} [tool.kernelopt]; "
                                  f"kernel store {project / 'store' / 'kernels'}")
+    assert config.describe(tmp_path / "other").endswith(f"kernel store {tmp_path / 'other'} (--kernels-dir)")
     # A relative problem path is taken from the cwd, and the settings still from its project.
     monkeypatch.chdir(project / "models")
     assert config_for_problem(Path("deep/x.py")).source == project / "pyproject.toml"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from .loop import UI
@@ -84,8 +85,10 @@ def print_tune_table(record: Any) -> None:
                           f"v{k.stored_version}" if k.stored_version else "-", f"{k.gpu_seconds:.0f}")
         if p.model_timing is not None:
             table.add_row(p.model, "(whole model, stored kernels)", "", "", "", "", _x(p.model_timing), "", "", "")
-    Console().print(table)
+    # A terminal gets its own width; a log (CI) gets room for kernel names instead of 80 columns.
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    console.print(table)
     if not any(p.speed_measured for p in record.problems):
-        Console().print("speed not measured (interpreter mode): nothing was stored as faster")
+        console.print("speed not measured (interpreter mode): nothing was stored as faster")
     if record.interrupted or record.stop_reason:
-        Console().print(f"stopped early: {record.stop_reason or 'interrupted'}")
+        console.print(f"stopped early: {record.stop_reason or 'interrupted'}")
