@@ -14,7 +14,10 @@ What is stored: the candidate with the best whole-model speedup among those the
 cascade *accepted* (faster than the compiler's kernel beyond noise), and only if
 it also beats the active version: its model interval lies entirely above the
 active version's, both measured in this session against the same compiled
-baseline. On a CPU (interpreter mode) speed is not measured and nothing is stored.
+baseline. Then the combine pass (``_combine``) tries the kernels' near misses together:
+versions too small to clear the model-level gain alone are stored as a set when the
+model with all of them clears it. On a CPU (interpreter mode) speed is not measured and
+nothing is stored.
 Every store write is atomic and ``run.json`` is rewritten after each kernel, so
 Ctrl-C keeps what was accepted and leaves no half-written file.
 """
