@@ -517,8 +517,10 @@ class Tuner:
                 result.stored_file = str((folder / stored_outcome.record.file).relative_to(self.store.root))
                 result.best_origin, result.best_sha256 = attempt.origin, sha
                 result.best_timing, result.best_kernel_timing = own.model_timing, own.kernel_timing
-                result.message += (f"; stored v{stored_outcome.record.version} as one of a set: the model with "
-                                   f"{what} is {t.speedup:.3f}x [{t.ci_low:.3f}, {t.ci_high:.3f}]")
+                alone = own.model_timing.speedup if own.model_timing is not None else float("nan")
+                result.message = (f"alone {alone:.3f}x, under the model gain a version needs alone; stored "
+                                  f"v{stored_outcome.record.version} as one of a set: the model with {what} is "
+                                  f"{t.speedup:.3f}x [{t.ci_low:.3f}, {t.ci_high:.3f}]")
                 stored[name] = state.sources[sha]
         return verdict
 
