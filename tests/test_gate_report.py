@@ -111,3 +111,17 @@ def test_gate_writes_its_report(pytester: pytest.Pytester, compiled_models):
                                           "missing/gate.md")
     assert usage.ret == 4
     usage.stderr.fnmatch_lines(["ERROR: kernelopt: --kernelopt-report missing/gate.md: cannot write a file there"])
+
+
+def test_terminal_summary_says_why_a_recorded_speedup_was_not_compared():
+    from pytest_kernelopt.report import gate_lines
+
+    note = "the compiled model runs in 51.3 us now, 82.7 us when recorded (...): speedups not compared"
+    rows = [("problems/avg_pool.py::model", "passed",
+             {"item": "model", "committed": 1, "stale": 0, "baseline": 0, "speedup": 1.008,
+              "speedup_ci": [1.006, 1.009], "recorded_speedup": 1.634, "recorded_note": note}),
+            ("problems/sum.py::model", "passed", {"item": "model", "committed": 0, "stale": 0, "baseline": 1})]
+    lines = gate_lines(rows)
+    assert lines[-1] == f"problems/avg_pool.py: {note}"
+    assert not any(line.startswith("problems/sum.py:") for line in lines)
+    assert any("1.008x [1.006, 1.009]" in line for line in lines)

@@ -69,6 +69,8 @@ def gate_lines(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
                 m["vs_base"] = props["vs_base"]
             if props.get("error_vs_fp64") is not None:
                 m["error"] = props["error_vs_fp64"]
+            if props.get("recorded_note"):
+                m["note"] = props["recorded_note"]
             continue
         # A committed version that was checked and failed is still a committed one.
         status = {"rejected": "committed", "slower": "committed"}.get(props.get("status"), props.get("status"))
@@ -90,4 +92,6 @@ def gate_lines(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
                       m["speed"], m["vs_base"] or "-", err, m["outcome"])
     console = Console(file=io.StringIO(), width=200, color_system=None)
     console.print(table)
-    return console.file.getvalue().rstrip().splitlines()  # type: ignore[attr-defined]
+    lines = console.file.getvalue().rstrip().splitlines()  # type: ignore[attr-defined]
+    # Why a model's recorded speedup was not compared (the compiled model's own time moved).
+    return lines + [f"{name}: {problems[name]['note']}" for name in sorted(problems) if problems[name].get("note")]
