@@ -491,6 +491,14 @@ def _check_name(name: str, what: str) -> None:
                          f"(letters, digits, _ . + -, not starting with . or -)")
 
 
+def model_baseline(verdict: Verdict, kernels: dict[str, int], measured: datetime) -> ModelBaseline:
+    """``model.json``'s record of ``verdict``: the model's timing and worst error with ``kernels`` (name -> version)."""
+    assert verdict.environment is not None
+    worst = max((e.candidate_vs_fp64 or 0.0 for e in verdict.errors), default=None)
+    return ModelBaseline(environment=verdict.environment, measured=measured, kernels=kernels,
+                         timing=verdict.model_timing, worst_error_vs_fp64=worst)
+
+
 def accept_verdict(store: KernelStore, model: str, kernel: str, source: str, verdict: Verdict, *,
                    allow_no_gain: bool = False, provenance: Provenance | None = None,
                    combined_timing: Timing | None = None, combined_with: list[str] | None = None) -> AcceptOutcome:
@@ -535,12 +543,8 @@ def accept_verdict(store: KernelStore, model: str, kernel: str, source: str, ver
         provenance=provenance or Provenance(), environment=verdict.environment,
     )
     if outcome.stored and outcome.record is not None and verdict.environment is not None:
-        worst = max((e.candidate_vs_fp64 or 0.0 for e in verdict.errors), default=None)
         try:
-            store.save_baseline(model, ModelBaseline(
-                environment=verdict.environment, measured=outcome.record.created,
-                kernels={kernel: outcome.record.version}, timing=verdict.model_timing, worst_error_vs_fp64=worst,
-            ))
+            store.save_baseline(model, model_baseline(verdict, {kernel: outcome.record.version}, outcome.record.created))
         except StoreError as exc:
             raise StoreError(f"{exc} ({outcome.message}, but its model baseline was not recorded)") from exc
     return outcome

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -139,6 +140,14 @@ def kernels_listing(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 # --- editing candidates -----------------------------------------------------------------
+
+def gate_project(root: Path, problem: Path, device: str = "cpu") -> Path:
+    """``root`` as a project for the gate: ``problems/<problem>`` and a ``[tool.kernelopt]`` table."""
+    (root / "problems").mkdir()
+    shutil.copy(problem, root / "problems")
+    (root / "pyproject.toml").write_text(f'[tool.kernelopt]\nproblems = ["problems/*.py"]\ndevice = "{device}"\n')
+    return root
+
 
 def add_to_last_store(source: str, amount: float = 1.0) -> str:
     """``source`` with ``amount`` added to the value its last ``tl.store`` writes.

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import gate_project
+
 pytest_plugins = ["pytester"]
 
 PROBLEM = Path(__file__).resolve().parent / "problems" / "elementwise_chain.py"
@@ -19,10 +21,7 @@ PROBLEM = Path(__file__).resolve().parent / "problems" / "elementwise_chain.py"
 
 @pytest.fixture
 def repo(pytester: pytest.Pytester) -> Path:
-    (pytester.path / "problems").mkdir()
-    shutil.copy(PROBLEM, pytester.path / "problems")
-    (pytester.path / "pyproject.toml").write_text('[tool.kernelopt]\nproblems = ["problems/*.py"]\ndevice = "cpu"\n')
-    return pytester.path
+    return gate_project(pytester.path, PROBLEM)
 
 
 def _usage_error(result: pytest.RunResult, *needles: str) -> str:

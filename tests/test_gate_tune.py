@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+
+from conftest import gate_project
 
 pytest_plugins = ["pytester"]
 
@@ -15,10 +16,7 @@ PROBLEM = Path(__file__).resolve().parent / "problems" / "sum_reduce.py"
 
 @pytest.fixture
 def repo(pytester: pytest.Pytester) -> Path:
-    (pytester.path / "problems").mkdir()
-    shutil.copy(PROBLEM, pytester.path / "problems")
-    (pytester.path / "pyproject.toml").write_text('[tool.kernelopt]\nproblems = ["problems/*.py"]\ndevice = "cpu"\n')
-    return pytester.path
+    return gate_project(pytester.path, PROBLEM)
 
 
 def test_tune_then_gate(repo: Path, pytester: pytest.Pytester) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,6 +18,7 @@ from typing import Callable
 
 import pytest
 
+from conftest import gate_project
 from pytest_kernelopt.gate_workers import GPU, GateWorkers
 from pytest_kernelopt.shard import CUDA_VISIBLE_DEVICES
 
@@ -77,10 +77,7 @@ def test_probe(tmp_path):
 
 @pytest.fixture
 def repo(pytester: pytest.Pytester) -> Path:
-    (pytester.path / "problems").mkdir()
-    shutil.copy(PROBLEM, pytester.path / "problems")
-    (pytester.path / "pyproject.toml").write_text('[tool.kernelopt]\nproblems = ["problems/*.py"]\ndevice = "cuda"\n')
-    return pytester.path
+    return gate_project(pytester.path, PROBLEM, "cuda")
 
 
 @pytest.fixture

@@ -187,8 +187,7 @@ def test_one_policy_for_slower_and_regressed(baseline_us, speedup, low, high, re
 
 def _times(baseline_us: float, candidate_us: float, half: float = 0.005) -> Timing:
     s = baseline_us / candidate_us
-    return Timing(baseline_ms=baseline_us / 1e3, candidate_ms=candidate_us / 1e3, speedup=s, ci_low=s - half,
-                  ci_high=s + half, pairs=100, method="cuda-graph")
+    return _timing(baseline_us, s, s - half, s + half)
 
 
 @pytest.mark.parametrize(

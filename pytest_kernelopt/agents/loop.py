@@ -24,11 +24,12 @@ Ctrl-C keeps what was accepted and leaves no half-written file.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..errors import KerneloptError, StoreError, VerifierError
 from ..records import KernelInfo, Verdict
@@ -327,16 +328,24 @@ class Tuner:
                 state.best, state.best_origin, state.best_score = proposal.source, proposal.origin, score
         return verdict
 
+    @contextlib.contextmanager
+    def _full_length(self, session: Any) -> Iterator[None]:
+        """The session times with the verifier's full-length options inside (exploration's are short)."""
+        screen, session.options = session.options, self._full_options or session.options
+        try:
+            yield
+        finally:
+            session.options = screen
+
     def _confirm(self, session: Any, state: _KernelState, sha: str, label: str, ev: Callable[..., Any]) -> Verdict:
         """The full-length check of one candidate (what decides whether it is stored)."""
         from ..verify import source_of
 
-        screen, session.options = session.options, self._full_options
         t0 = time.monotonic()
         try:
-            verdict = session.verify(state.info.name, source_of(state.sources[sha], label))
+            with self._full_length(session):
+                verdict = session.verify(state.info.name, source_of(state.sources[sha], label))
         finally:
-            session.options = screen
             state.spent += time.monotonic() - t0
         ev("benchmarker", "confirm", origin=label, status=verdict.status, reason=verdict.reason,
            speedup=verdict.model_timing.speedup if verdict.model_timing else None,
@@ -409,11 +418,8 @@ class Tuner:
         """The model with ``sources`` swapped in, timed at full length (what decides)."""
         from ..verify import source_of
 
-        screen, session.options = session.options, self._full_options or session.options
-        try:
+        with self._full_length(session):
             verdict = session.verify_model({k: source_of(s, f"{k} ({label})") for k, s in sources.items()})
-        finally:
-            session.options = screen
         ev("benchmarker", "model", label=label, kernels=sorted(sources), status=verdict.status, reason=verdict.reason,
            timing=verdict.model_timing.model_dump() if verdict.model_timing else None)
         return verdict
@@ -528,7 +534,7 @@ class Tuner:
         """kernels/<model>/model.json: the speedup of the model with every version in force (the gate's reference)."""
         from datetime import datetime, timezone
 
-        from ..store import ModelBaseline
+        from ..store import model_baseline
 
         if verdict.environment is None:
             return
@@ -538,9 +544,6 @@ class Tuner:
                 active = self.store.active_file(model, name)
                 if active is not None:
                     versions[name] = active.record.version
-            worst = max((e.candidate_vs_fp64 or 0.0 for e in verdict.errors), default=None)
-            self.store.save_baseline(model, ModelBaseline(
-                environment=verdict.environment, measured=datetime.now(timezone.utc), kernels=versions,
-                timing=verdict.model_timing, worst_error_vs_fp64=worst))
+            self.store.save_baseline(model, model_baseline(verdict, versions, datetime.now(timezone.utc)))
         except StoreError as exc:
             ev("store", "error", error=f"model baseline not recorded: {exc}")
