@@ -99,6 +99,16 @@ def test_neighbours_respect_extents_masks_and_tile_size():
     assert not limits.valid({"XBLOCK": 16, "R0_BLOCK": 128, "num_warps": 4, "num_stages": 1})
     assert limits.valid({"XBLOCK": 8, "R0_BLOCK": 128, "num_warps": 4, "num_stages": 1})
     assert not limits.valid({"XBLOCK": 8, "R0_BLOCK": 128, "num_warps": 3, "num_stages": 1})
+    # Diagonal steps come after every single step: the tile's shape, or block and warps together.
+    wide = neighbours(point, Limits(_info(xnumel=64, r0_numel=1000), KERNEL_SRC))
+    described = [describe(p) for p in wide]
+    single = [i for i, p in enumerate(wide) if sum(p[k] != point[k] for k in p) == 1]
+    assert single == list(range(len(single)))
+    assert "R0_BLOCK=64,XBLOCK=16,num_stages=1,num_warps=4" in described
+    assert "R0_BLOCK=256,XBLOCK=4,num_stages=1,num_warps=4" in described
+    assert "R0_BLOCK=128,XBLOCK=16,num_stages=1,num_warps=8" in described
+    assert "R0_BLOCK=64,XBLOCK=8,num_stages=1,num_warps=2" in described
+    assert "R0_BLOCK=256,XBLOCK=16,num_stages=1,num_warps=4" not in described  # two steps, same direction
     big = Limits(_info(xnumel=1 << 20, r0_numel=1 << 20), KERNEL_SRC)
     assert not big.valid({"XBLOCK": 1024, "R0_BLOCK": 1024, "num_warps": 4, "num_stages": 1})  # tile too large
 
@@ -211,9 +221,15 @@ def test_search_proposes_harvest_then_rewrites_then_launch_neighbours():
     assert "eviction_policy" not in second[0].source and second[0].source == drop_eviction_hints(KERNEL_SRC)
     third = coder.propose(_ctx())
     assert third and all(p.origin.startswith("launch:") for p in third)
-    tried = [Attempt(kernel="k", origin=p.origin, sha256=__import__("hashlib").sha256(p.source.encode()).hexdigest(),
-                     status="correct") for p in third]
-    assert coder.propose(_ctx(attempts=tried)) == []  # every neighbour of the best was tried: the search ends
+    tried: list[Attempt] = []
+    batch = third
+    while batch:  # rounds of at most launch_per_round, until every neighbour of the best was tried
+        assert len(batch) <= coder.launch_per_round
+        tried += [Attempt(kernel="k", origin=p.origin, sha256=__import__("hashlib").sha256(p.source.encode()).hexdigest(),
+                          status="correct") for p in batch]
+        batch = coder.propose(_ctx(attempts=tried))
+    assert len(tried) == len(neighbours(read_point(KERNEL_SRC), Limits(_info(), KERNEL_SRC)))
+    assert coder.propose(_ctx(attempts=tried)) == []  # the search ends
     moved = coder.propose(_ctx(best=third[0].source, attempts=tried))
     assert moved and all(read_point(p.source) != read_point(third[0].source) for p in moved)
 

@@ -161,18 +161,36 @@ def _block_names(source: str) -> list[str]:
 
 
 def neighbours(point: dict[str, int], limits: Limits) -> list[dict[str, int]]:
-    """Every valid point one step away: a block or num_warps doubled or halved, num_stages +-1.
+    """Every valid point one step away, then every valid diagonal step.
 
-    Ordered so that the steps most often worth it come first: warps, then blocks, then stages.
+    One step: a block or num_warps doubled or halved, num_stages +-1; ordered so that
+    the steps most often worth it come first: warps, then blocks, then stages.
+    Diagonal steps change two things in opposite directions so that the work per
+    program or per thread stays the same: one block doubled while another halves
+    (the tile's shape changes, not its size), and a block doubled or halved together
+    with num_warps. Coordinate descent alone never takes them: each half of such a
+    move is often slower alone.
     """
     out: list[dict[str, int]] = []
     names = sorted(point, key=lambda n: (n != "num_warps", n == "num_stages", n))
+
+    def add(p: dict[str, int]) -> None:
+        if p != point and limits.valid(p) and p not in out:
+            out.append(p)
+
     for name in names:
         steps = (point[name] + 1, point[name] - 1) if name == "num_stages" else (point[name] * 2, point[name] // 2)
         for value in steps:
-            p = dict(point, **{name: value})
-            if value != point[name] and limits.valid(p) and p not in out:
-                out.append(p)
+            add(dict(point, **{name: value}))
+    blocks = [n for n in names if _BLOCK.match(n)]
+    for i, a in enumerate(blocks):
+        for b in blocks[i + 1:]:
+            add(dict(point, **{a: point[a] * 2, b: point[b] // 2}))
+            add(dict(point, **{a: point[a] // 2, b: point[b] * 2}))
+    if "num_warps" in point:
+        for a in blocks:
+            add(dict(point, **{a: point[a] * 2, "num_warps": point["num_warps"] * 2}))
+            add(dict(point, **{a: point[a] // 2, "num_warps": point["num_warps"] // 2}))
     return out
 
 

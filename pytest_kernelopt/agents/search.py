@@ -8,7 +8,8 @@ Per kernel, in rounds (the Planner's strategies decide which apply):
 2. ``rewrite:<rule>``: source rewrites chosen by the bottleneck class (today one
    rule: drop the loads' cache-eviction hints, for memory-bound kernels).
 3. ``launch``: coordinate descent over the launch configuration of the best
-   candidate so far (:mod:`.launch_space`): every neighbour not yet tried, each
+   candidate so far (:mod:`.launch_space`: single steps, then diagonal steps that
+   keep the tile size or the work per thread): every neighbour not yet tried, each
    judged by the session; when the best stops changing, every neighbour of it has
    been tried and the search ends.
 
