@@ -150,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--runs-dir", type=Path, metavar="DIR",
                    help="where run directories go (default: .kernelopt/runs in the problems' project)")
     t.add_argument("--no-ncu", action="store_true", help="do not run Nsight Compute (roofline estimate only)")
+    t.add_argument("--no-pin", action="store_true",
+                   help="store only what beats the compiler by the model gain; by default a kernel whose compiler "
+                        "pick varies between compiles (Inductor timed several configurations) is pinned to the "
+                        "fastest configuration the run measured")
     t.add_argument("--json", action="store_true", help="print the run record (run.json) on stdout")
     t.add_argument("--workers", type=int, default=1, metavar="N",
                    help="tune in N processes, each on a GPU of its own (CUDA_VISIBLE_DEVICES), problems spread "
@@ -371,6 +375,8 @@ def _tune_passthrough(args: argparse.Namespace, device: str, kernels: Path) -> l
         out += ["--kernel", name]
     if args.no_ncu:
         out.append("--no-ncu")
+    if args.no_pin:
+        out.append("--no-pin")
     return out
 
 
@@ -409,7 +415,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, not {args.workers}")
     options = TuneOptions(device=device, budget_s=args.budget_s, run_budget_s=args.run_budget_s, seeds=args.seeds,
-                          timeout=args.timeout, min_share=args.min_share, kernels=args.kernel, ncu=not args.no_ncu)
+                          timeout=args.timeout, min_share=args.min_share, kernels=args.kernel, ncu=not args.no_ncu,
+                          pin=not args.no_pin)
     agent_options: dict[str, Any] = {}
     if args.agent == "anthropic":
         agent_options = {k: v for k, v in (("model", args.model), ("max_usd", args.max_usd)) if v is not None}

@@ -503,6 +503,62 @@ def test_a_lone_near_miss_is_not_combined(tmp_path):
     assert not any(e.event == "combine" for e in events)
 
 
+def _varying(configs: int = 3) -> KernelInfo:
+    """A kernel Inductor compiled ``configs`` launch configurations of (timed at the first call)."""
+    info = _inductor_info()
+    return info.model_copy(update={"launch": info.launch.model_copy(update={"compiled_configs": configs})})
+
+
+def test_a_kernel_whose_compiler_pick_varies_is_pinned_to_the_fastest_measured(tmp_path):
+    from pytest_kernelopt.candidate import render_dump
+
+    info = _varying()
+    session = FakeSession(info, {4: 1.0}, seconds=0.0)  # nothing beats the compiler's pick (num_warps=4)
+    tuner, run, store = _tuner(tmp_path, session)
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    run.close()
+    k = outcome.kernels[0]
+    assert k.stored_version == 1 and k.pinned and k.best_origin == "compiler"
+    assert "pinned v1" in k.message and "3 launch configurations" in k.message
+    active = store.active_file("m", info.name)
+    assert active.source == render_dump(info, "m")  # exactly the compiler's pick of this compile
+    assert active.record.evidence.status == "correct"
+    assert active.record.provenance.proposed_by == "kernelopt tune (compiler, pinned)"
+    assert next(iter(store.model_record("m").baselines.values())).kernels == {info.name: 1}
+    assert any(label == "compiler (pin)" and s == 1.0 for label, s in session.calls)  # checked at full length
+    _, events = load_run(run.root)
+    assert any(e.event == "pinned" for e in events)
+
+
+def test_a_near_miss_is_pinned_before_the_compiler_pick(tmp_path):
+    # 1.5% faster: beyond noise, under the 2% a version needs to be stored as faster.
+    session = FakeSession(_varying(), {4: 1.0, 8: 1.015}, seconds=0.0)
+    tuner, run, store = _tuner(tmp_path, session)
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    run.close()
+    k = outcome.kernels[0]
+    assert k.pinned and k.stored_version == 1 and k.best_origin.startswith("launch:")
+    assert read_point(store.active_file("m", k.kernel).source)["num_warps"] == 8
+    assert not any(label == "compiler (pin)" for label, _ in session.calls)
+
+
+@pytest.mark.parametrize("configs, speed, pin, why", [
+    (1, {4: 1.0}, True, None),  # one configuration compiled: the pick does not vary
+    (3, {4: 1.0}, False, None),  # --no-pin
+    (3, {4: 0.97}, True, "not pinned: no configuration measured at least as fast"),  # the dump ran slower
+])
+def test_pins_only_where_the_pick_varies_and_nothing_slower(tmp_path, configs, speed, pin, why):
+    session = FakeSession(_varying(configs), speed, seconds=0.0)
+    tuner, run, store = _tuner(tmp_path, session, pin=pin)
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    run.close()
+    k = outcome.kernels[0]
+    assert k.stored_version is None and not k.pinned
+    assert not list((tmp_path / "kernels").rglob("v*.py"))
+    if why:
+        assert why in k.message
+
+
 def test_ctrl_c_keeps_the_record_and_leaves_no_partial_files(tmp_path):
     from pytest_kernelopt.agents import tune
     from pytest_kernelopt.store import KernelStore

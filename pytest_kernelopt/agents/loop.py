@@ -16,8 +16,9 @@ it also beats the active version: its model interval lies entirely above the
 active version's, both measured in this session against the same compiled
 baseline. Then the combine pass (``_combine``) tries the kernels' near misses together:
 versions too small to clear the model-level gain alone are stored as a set when the
-model with all of them clears it. On a CPU (interpreter mode) speed is not measured and
-nothing is stored.
+model with all of them clears it. Then the pin pass (``_pin``) stores, for kernels whose
+compiler pick varies between compiles, the fastest configuration the run measured. On a
+CPU (interpreter mode) speed is not measured and nothing is stored.
 Every store write is atomic and ``run.json`` is rewritten after each kernel, so
 Ctrl-C keeps what was accepted and leaves no half-written file.
 """
@@ -58,6 +59,9 @@ class TuneOptions:
     # the best few are then confirmed with the verifier's full-length timing, which alone
     # decides what is stored (the winner of many short races is biased upwards).
     screen_seconds: float = 0.25
+    # Store the fastest configuration measured for kernels whose compiler pick varies between
+    # compiles (Inductor timed several configurations at the first call); see Tuner._pin.
+    pin: bool = True
     confirm: int = 2
 
 
@@ -432,10 +436,12 @@ class Tuner:
         combined = self._combine(session, model, tuned, stored, verdict, ev)
         if combined is not None:
             verdict = combined
+        if self._pin(session, model, tuned, stored, ev):
+            verdict = self._model_check(session, stored, "stored and pinned", ev)
         if verdict is None:
             return
         outcome.model_timing = verdict.model_timing
-        if verdict.status == "accepted" and any(r.stored_version for _, r, _ in tuned.values()):
+        if verdict.status != "rejected" and any(r.stored_version for _, r, _ in tuned.values()):
             self._save_baseline(model, stored, verdict, ev)
 
     def _near_miss(self, state: _KernelState) -> str | None:
@@ -529,6 +535,83 @@ class Tuner:
                                   f"{t.speedup:.3f}x [{t.ci_low:.3f}, {t.ci_high:.3f}]")
                 stored[name] = state.sources[sha]
         return verdict
+
+    def _pin(self, session: Any, model: str, tuned: dict[str, tuple[_KernelState, KernelOutcome, str | None]],
+             stored: dict[str, str], ev: Callable[..., Any]) -> bool:
+        """Fix the launch configuration of kernels whose compiler pick varies between compiles.
+
+        Where Inductor compiled several configurations of a kernel, it times them once at
+        the first call and keeps the fastest of that one noisy race, so two compiles of one
+        model can run different configurations (on the H200, 51 vs 83 us for one pooling
+        kernel, 77 vs 88 us for one reduction). A kernel of that kind that nothing beat beyond
+        the model gain is stored ("pinned") as the fastest this run measured: its best
+        candidate that was faster alone beyond noise, else the compiler's own pick of this
+        compile (which every candidate tried failed to beat). Either is checked at full
+        length and stored only when correct and not slower than the compiled model's.
+        Returns whether anything was pinned.
+        """
+        from ..store import Provenance, StoreError, accept_verdict
+        from ..verify import source_of
+
+        if not self.options.pin or self.stop_reason or self.coder.stopped:
+            return False
+        pinned = False
+        for name, (state, result, source) in tuned.items():
+            configs = state.info.launch.compiled_configs or 0
+            if name in stored or source is not None or configs < 2:
+                continue
+            if self._run_left() < 2 * self._estimate(state):
+                result.message += "; not pinned: the run's budget is spent"
+                break
+            choice: tuple[str, str, Verdict] | None = None
+            sha = self._near_miss(state)
+            if sha is not None:
+                origin = next(a.origin for a in state.attempts if a.sha256 == sha)
+                v = self._confirm(session, state, sha, f"{origin} (pin)", ev)
+                k, m = v.kernel_timing, v.model_timing
+                if v.status != "rejected" and k is not None and m is not None and k.ci_low > 1.0 and m.speedup >= 1.0:
+                    choice = (origin, state.sources[sha], v)
+            if choice is None:
+                t0 = time.monotonic()
+                try:
+                    with self._full_length(session):
+                        v = session.verify(name, source_of(state.original, "compiler (pin)"))
+                finally:
+                    state.spent += time.monotonic() - t0
+                m = v.model_timing
+                ev("benchmarker", "confirm", origin="compiler (pin)", status=v.status, reason=v.reason,
+                   speedup=m.speedup if m else None, ci=[m.ci_low, m.ci_high] if m else None)
+                if v.status != "rejected" and m is not None and m.ci_high >= 1.0:
+                    choice = ("compiler", state.original, v)
+            if choice is None:
+                result.message += "; not pinned: no configuration measured at least as fast as the compiler's pick"
+                continue
+            origin, text, verdict = choice
+            spend = self.coder.spend
+            provenance = Provenance(proposed_by=f"kernelopt tune ({origin}, pinned)", agent=origin,
+                                    backend=self.coder.name, llm_model=self.coder.model,
+                                    cost_usd=round(spend.usd, 4) if spend.usd else None,
+                                    tokens=(spend.input_tokens + spend.output_tokens) or None)
+            try:
+                out = accept_verdict(self.store, model, name, text, verdict, allow_no_gain=True, provenance=provenance)
+            except StoreError as exc:
+                result.message += f"; not pinned: {exc}"
+                ev("store", "error", kernel=name, error=str(exc))
+                continue
+            ev("store", "pinned" if out.stored else "not-stored", kernel=name, origin=origin, message=out.message,
+               version=out.record.version if out.record else None)
+            if out.record is None or not (out.stored or out.active):
+                continue
+            t = verdict.model_timing
+            result.stored_version, result.pinned = out.record.version, True
+            result.stored_file = str((self.store.kernel_dir(model, name) / out.record.file).relative_to(self.store.root))
+            result.best_origin, result.best_sha256 = origin, sha256_text(text)
+            result.best_timing, result.best_kernel_timing = t, verdict.kernel_timing
+            result.message += (f"; pinned v{out.record.version} ({origin}, {t.speedup:.3f}x): Inductor picks among "  # type: ignore[union-attr]
+                               f"{configs} launch configurations by timing them at each compile, so its pick varies")
+            stored[name] = text
+            pinned = True
+        return pinned
 
     def _save_baseline(self, model: str, stored: dict[str, str], verdict: Verdict, ev: Callable[..., Any]) -> None:
         """kernels/<model>/model.json: the speedup of the model with every version in force (the gate's reference)."""

@@ -82,7 +82,8 @@ def print_tune_table(record: Any) -> None:
             stages = ", ".join(f"{n} {s}" for s, n in sorted(k.by_stage.items())) or "-"
             table.add_row(p.model, k.kernel, prof.bottleneck if prof else "-", share, str(k.attempts), stages,
                           _x(k.best_timing), _x(k.best_kernel_timing),
-                          f"v{k.stored_version}" if k.stored_version else "-", f"{k.gpu_seconds:.0f}")
+                          (f"v{k.stored_version}" + (" (pinned)" if k.pinned else "")) if k.stored_version else "-",
+                          f"{k.gpu_seconds:.0f}")
         if p.model_timing is not None:
             table.add_row(p.model, "(whole model, stored kernels)", "", "", "", "", _x(p.model_timing), "", "", "")
     # A terminal gets its own width; a log (CI) gets room for kernel names instead of 80 columns.

@@ -122,6 +122,9 @@ class KernelOutcome(Record):
     best_kernel_timing: Timing | None = None
     stored_version: int | None = None
     stored_file: str | None = None  # path of the stored version, relative to the kernels dir
+    # Stored although not faster beyond the model gain: the compiler's pick varies between
+    # compiles and this is the fastest configuration the run measured (Tuner._pin).
+    pinned: bool = False
     # The stored candidate's sha256 (links ``history`` and the manifest's version record).
     best_sha256: str | None = None
     # Every attempt on this kernel in this run, oldest first (reports list their stages and reasons).
