@@ -224,6 +224,28 @@ def _call_args(text: str, start: int) -> list[str]:
 
 # --- launch configuration --------------------------------------------------------------
 
+def _point(cfg: Any) -> dict[str, int]:
+    point = {k: int(v) for k, v in cfg.kwargs.items() if isinstance(v, int)}
+    for key in ("num_warps", "num_stages"):
+        if isinstance(getattr(cfg, key, None), int):
+            point[key] = getattr(cfg, key)
+    return point
+
+
+def _alternatives(autotuner: Any, chosen: Any) -> list[dict[str, int]]:
+    """The launch points of the configurations Inductor compiled besides the one it kept."""
+    out: list[dict[str, int]] = []
+    kept = _point(chosen)
+    for cfg in getattr(autotuner, "configs", None) or []:
+        try:
+            point = _point(cfg)
+        except Exception:  # a configuration we cannot read is simply not offered
+            continue
+        if point and point != kept and point not in out:
+            out.append(point)
+    return out
+
+
 def launch_config(autotuner: Any, interpreted: bool) -> LaunchConfig:
     """The configuration the kernel runs with: after autotuning, the winner."""
     from torch._inductor.runtime.triton_heuristics import GridExpr
@@ -261,6 +283,7 @@ def launch_config(autotuner: Any, interpreted: bool) -> LaunchConfig:
     compiled = getattr(autotuner, "compile_results", None) or getattr(autotuner, "configs", None) or []
     return LaunchConfig(
         compiled_configs=None if interpreted else (len(compiled) or None),  # the interpreter benchmarks nothing
+        alternatives=[] if interpreted else _alternatives(autotuner, cfg),
         kwargs={k: int(v) for k, v in cfg.kwargs.items()},
         num_warps=getattr(cfg, "num_warps", None),
         num_stages=getattr(cfg, "num_stages", None),

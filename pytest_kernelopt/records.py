@@ -49,6 +49,9 @@ class LaunchConfig(Record):
     # How many configurations Inductor compiled for the kernel: more than one means it
     # benchmarked them on the first run and kept the one above.
     compiled_configs: int | None = None
+    # The other configurations Inductor compiled (block sizes, num_warps, num_stages), each a
+    # drop-in the search tries: Inductor's own race between them ran once, briefly.
+    alternatives: list[dict[str, int]] = Field(default_factory=list)
 
 
 class KernelInfo(Record):

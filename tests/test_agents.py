@@ -234,6 +234,29 @@ def test_search_proposes_harvest_then_rewrites_then_launch_neighbours():
     assert moved and all(read_point(p.source) != read_point(third[0].source) for p in moved)
 
 
+def test_search_offers_the_other_configurations_inductor_compiled_first():
+    from types import SimpleNamespace
+
+    import triton
+
+    from pytest_kernelopt.capture import _alternatives
+
+    kept = triton.Config({"XBLOCK": 8, "R0_BLOCK": 128}, num_warps=4, num_stages=1)
+    other = triton.Config({"XBLOCK": 16, "R0_BLOCK": 64}, num_warps=8, num_stages=1)
+    points = _alternatives(SimpleNamespace(configs=[kept, other, other]), kept)
+    assert points == [{"XBLOCK": 16, "R0_BLOCK": 64, "num_warps": 8, "num_stages": 1}]
+    info = _info()
+    info = info.model_copy(update={"launch": info.launch.model_copy(update={
+        "compiled_configs": 3, "alternatives": points + [{"XBLOCK": 4, "R0_BLOCK": 128, "num_warps": 4, "num_stages": 1,
+                                                          "YBLOCK": 2}]})})
+    coder = SearchCoder()
+    coder._device = "cuda"
+    proposals = coder.propose(_ctx().model_copy(update={"kernel": info}))
+    assert [p.origin for p in proposals] == ["harvest:compiled"]  # the one with a setting the dump lacks is not offered
+    assert read_point(proposals[0].source) == points[0]
+    assert "3 configurations Inductor compiled" in proposals[0].rationale
+
+
 def test_search_in_interpreter_mode_tries_only_a_few_launch_points():
     coder = SearchCoder()
     ctx = _ctx(device="cpu").model_copy(update={"strategies": ["launch"]})

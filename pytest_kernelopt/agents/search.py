@@ -2,9 +2,10 @@
 
 Per kernel, in rounds (the Planner's strategies decide which apply):
 
-1. ``harvest``: Inductor's own alternatives for the same kernel
-   (:mod:`.harvest`: max-autotune, coordinate descent, looped reductions), each a
-   drop-in candidate.
+1. ``harvest``: Inductor's own alternatives for the same kernel: the other launch
+   configurations the default compile built (it raced them once, briefly, at the first
+   call) and recompiles (:mod:`.harvest`: max-autotune, coordinate descent, looped
+   reductions), each a drop-in candidate.
 2. ``rewrite:<rule>``: source rewrites chosen by the bottleneck class (today one
    rule: drop the loads' cache-eviction hints, for memory-bound kernels).
 3. ``launch``: coordinate descent over the launch configuration of the best
@@ -95,6 +96,18 @@ class SearchCoder:
         out: list[Proposal] = []
         seen = set(tried)
         if strategy == "harvest":
+            n = ctx.kernel.launch.compiled_configs or len(ctx.kernel.launch.alternatives) + 1
+            base = read_point(ctx.original)
+            for point in ctx.kernel.launch.alternatives:
+                if not base or not set(point) <= set(base):
+                    continue  # a setting the dump does not spell out: not a drop-in
+                text = with_point(ctx.original, point)
+                if read_point(text) == point | {k: v for k, v in base.items() if k not in point} and \
+                        sha256_text(text) not in seen:
+                    seen.add(sha256_text(text))
+                    out.append(Proposal(source=text, origin="harvest:compiled",
+                                        rationale=f"one of the {n} configurations Inductor compiled for this kernel "
+                                                  f"and raced once at the first call: {describe(point)}"))
             for alt in self.harvested.kernels:
                 if matches(ctx.kernel, alt) and sha256_text(alt.source) not in seen:
                     seen.add(sha256_text(alt.source))
