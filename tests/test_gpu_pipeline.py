@@ -32,7 +32,7 @@ def large(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KERNELOPT_SIZE", "large")
 
 
-def test_tune_profiles_the_model_and_stores_only_what_beats_the_compiler(large: None, tmp_path: Path) -> None:
+def test_tune_profiles_the_model_and_stores_only_what_beats_or_pins_the_compiler(large: None, tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pytest_kernelopt.cli", "tune", str(PROBLEMS / "cross_entropy.py"), "--device", "cuda",
          "--budget-s", "10", "--no-ncu", "--kernels-dir", str(tmp_path / "kernels"), "--runs-dir", str(tmp_path / "runs"),
@@ -51,6 +51,8 @@ def test_tune_profiles_the_model_and_stores_only_what_beats_the_compiler(large: 
         assert timing["method"] == "cuda-graph"
         if "as one of a set" in k["message"]:  # the combine pass: faster together, beyond the rule
             assert problem["model_timing"]["ci_low"] > 1.0 and problem["model_timing"]["speedup"] >= 1.02
+        elif k["pinned"]:  # the pin pass: the compiler's pick varies; the fastest measured, never slower
+            assert "pinned v" in k["message"] and timing["ci_high"] >= 1.0
         else:
             assert timing["ci_low"] > 1.0 and timing["speedup"] >= 1.02
         assert (tmp_path / "kernels" / k["stored_file"]).is_file()
