@@ -195,6 +195,20 @@ def test_new_branch_and_pull_request(project, github, tmp_path):
     assert "```diff" in body["body"] and "1.184x [1.164, 1.204]" in body["body"]
 
 
+def test_a_pinned_version_is_not_called_faster(project, github, tmp_path):
+    clone, _ = project  # v1 (1.050x) is committed; a pin replaces it only when measured faster
+    source = s.variant(512, 8)
+    record = s.store_version(clone / "kernels", s.SOFTMAX, s.SOFTMAX_KERNEL, source, 1.062)
+    outcome = s.softmax_outcome(source, record.version, 1.062).model_copy(update={"pinned": True})
+    run = s.write_run(tmp_path / "runs", clone / "kernels", [s.softmax_problem(outcome)], run_id="run-pin")
+    [result] = publish_run(run, clone)
+    assert result.ok, result.line()
+    message = git(project[1], "log", "-1", "--format=%B", result.commit)
+    assert message.startswith(f"kernelopt: {s.SOFTMAX}/{s.SOFTMAX_KERNEL} v2, pinned, model 1.062x\n")
+    assert "faster" not in message.splitlines()[0] and "Pinned: Inductor picks among" in message
+    assert github.pulls[1]["title"] == f"kernelopt: {s.SOFTMAX}/{s.SOFTMAX_KERNEL} v2 (pinned, 1.062x model speedup)"
+
+
 def test_second_run_updates_the_same_pull_request(project, github, tmp_path):
     clone, bare = project
     first = publish_run(tune(clone, tmp_path, 1024, 1.184, "run-1"), clone)[0]

@@ -266,13 +266,18 @@ def _plan(ctx: _Context, model: str, kernel: str, version: int, outcome: Any
         error_line = f"Max error vs float64: {worst:.3g}" + (f" (compiled baseline {baseline:.3g})" if baseline else "") \
             + ".\n"
     origin = outcome.best_origin or record.provenance.proposed_by
-    message = (f"kernelopt: {model}/{kernel} v{version}, model {new.speedup:.3f}x faster\n\n"
-               f"{kernel} of {model}: v{version} ({origin}) replaces {replaced}.\n"
+    pinned = outcome.pinned
+    headline = f"pinned, model {new.speedup:.3f}x" if pinned else f"model {new.speedup:.3f}x faster"
+    why_pinned = ("Pinned: Inductor picks among several launch configurations of this kernel by timing them once "
+                  "at each compile, so its pick varies; this is the fastest configuration the run measured.\n"
+                  if pinned else "")
+    message = (f"kernelopt: {model}/{kernel} v{version}, {headline}\n\n"
+               f"{kernel} of {model}: v{version} ({origin}) replaces {replaced}.\n{why_pinned}"
                f"Model speedup vs torch.compile: {new.speedup:.3f}x, 95% CI [{new.ci_low:.3f}, {new.ci_high:.3f}] "
                f"({new.pairs} pairs, {new.method}){on}.\n{error_line}"
                f"Report: {folder_rel / REPORT_FILE}\n\n"
                f"{RUN_TRAILER}: {ctx.record.run_id}\n{KERNEL_TRAILER}: {model}/{kernel}\n")
-    title = f"kernelopt: {model}/{kernel} v{version} ({new.speedup:.3f}x model speedup)"
+    title = f"kernelopt: {model}/{kernel} v{version} ({'pinned, ' if pinned else ''}{new.speedup:.3f}x model speedup)"
     return files, message, title, speed
 
 

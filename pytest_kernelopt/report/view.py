@@ -238,7 +238,7 @@ def _errors(errors: list[SeedErrors]) -> Errors:
 
 def _outcome(outcome: KernelOutcome) -> str:
     if outcome.stored_version is not None:
-        return f"stored v{outcome.stored_version}"
+        return f"stored v{outcome.stored_version}{' (pinned)' if outcome.pinned else ''}"
     if outcome.skipped:
         return "skipped"
     if not outcome.attempts and not outcome.history:
