@@ -54,7 +54,8 @@ class Problem:
         return model.to(device).eval()
 
     def make_inputs(self, seed: int, device: str = "cpu") -> list[Any]:
-        """``get_inputs()`` under ``seed``, drawn on ``device``: a list of tensors there."""
+        """``get_inputs()`` under ``seed``, drawn on ``device``: tensors there, and Python numbers
+        (``int``, ``float``, ``bool``: a scale factor, a dimension) passed as they are."""
         import torch
 
         torch.manual_seed(seed)
@@ -67,10 +68,13 @@ class Problem:
             raise ProblemError(self.path, f"get_inputs() failed{_where(exc, self.path)}: {exc!r}") from exc
         if not isinstance(inputs, (list, tuple)) or not inputs:
             raise ProblemError(self.path, f"get_inputs() must return a non-empty list of tensors, not {type(inputs).__name__}")
-        bad = [i for i, x in enumerate(inputs) if not isinstance(x, torch.Tensor)]
+        bad = [i for i, x in enumerate(inputs) if not isinstance(x, (torch.Tensor, int, float, bool))]
         if bad:
-            raise ProblemError(self.path, f"get_inputs() item {bad[0]} is a {type(inputs[bad[0]]).__name__}, not a tensor")
-        return [x.to(device) for x in inputs]
+            raise ProblemError(self.path, f"get_inputs() item {bad[0]} is a {type(inputs[bad[0]]).__name__}, "
+                                          f"not a tensor or a Python number")
+        if all(not isinstance(x, torch.Tensor) for x in inputs):
+            raise ProblemError(self.path, "get_inputs() returned no tensor")
+        return [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
 def load_problem(path: str | Path) -> Problem:

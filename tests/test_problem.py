@@ -141,8 +141,10 @@ BAD_FILES = {
     ),
     "inputs_not_a_list": (HEADER + "\ndef get_inputs():\n    return torch.randn(4)\n",
                           "inputs", ["get_inputs()", "list", "Tensor"], None),
-    "inputs_hold_a_number": (HEADER + "\ndef get_inputs():\n    return [torch.randn(4), 3]\n",
-                             "inputs", ["get_inputs()", "item 1", "int", "not a tensor"], None),
+    "inputs_hold_a_string": (HEADER + "\ndef get_inputs():\n    return [torch.randn(4), 'x']\n",
+                             "inputs", ["get_inputs()", "item 1", "str", "not a tensor or a Python number"], None),
+    "inputs_only_numbers": (HEADER + "\ndef get_inputs():\n    return [3, 0.5]\n",
+                            "inputs", ["get_inputs()", "no tensor"], None),
     "inputs_empty": (HEADER + "\ndef get_inputs():\n    return []\n", "inputs", ["non-empty"], None),
     "get_inputs_raises": (
         HEADER + "\ndef get_inputs():\n    return [torch.randn(4, -1)]\n",
@@ -203,6 +205,57 @@ def test_bad_file_gives_problem_error_naming_file_and_cause(name, tmp_path):
         assert fragment in message
     if line is not None:
         assert f"line {line_of(path, line)}" in message
+
+
+SCALAR = """
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, a, s, flip):
+        return (-a if flip else a) * s
+
+
+def get_inputs():
+    return [torch.randn(16, 24), 2.5, True]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_python_numbers_in_get_inputs_pass_as_they_are(tmp_path):
+    import torch
+
+    problem = load_problem(write_problem(tmp_path, SCALAR, "scalar_mul"))
+    a, s, flip = problem.make_inputs(3)
+    assert isinstance(a, torch.Tensor) and s == 2.5 and flip is True
+    assert torch.equal(problem.make_inputs(3)[0], a)
+
+
+@pytest.mark.slow
+def test_a_problem_with_number_inputs_goes_through_the_cascade(tmp_path):
+    """The compiler's kernel is correct; one that ignores the scale input is rejected."""
+    import json
+    import subprocess
+    import sys
+
+    path = write_problem(tmp_path, SCALAR, "scalar_mul")
+    cli = [sys.executable, "-m", "pytest_kernelopt.cli"]
+    dumped = subprocess.run([*cli, "kernels", str(path), "--device", "cpu", "--dump", str(tmp_path / "d"), "--json"],
+                            capture_output=True, text=True, timeout=600)
+    assert dumped.returncode == 0, dumped.stderr[-2000:]
+    [kernel] = [k for k in json.loads(dumped.stdout) if k["kind"] == "triton"]
+    good = tmp_path / "d" / f"{kernel['name']}.py"
+    text = good.read_text()
+    bad = tmp_path / "ignores_scale.py"
+    bad.write_text(text.replace("2.5", "2.0"))  # torch.compile specialised the number into the kernel
+    assert bad.read_text() != text
+    proc = subprocess.run([*cli, "verify", str(path), "--kernel", kernel["name"], "--candidate", str(good), str(bad),
+                           "--device", "cpu", "--seeds", "1", "--json"], capture_output=True, text=True, timeout=900)
+    verdicts = json.loads(proc.stdout)
+    assert [v["status"] for v in verdicts] == ["correct", "rejected"], proc.stderr[-2000:]
 
 
 def test_missing_file(tmp_path):

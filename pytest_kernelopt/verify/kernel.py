@@ -362,11 +362,14 @@ def _stress(prepared: Prepared, name: str, candidate: Any, options: VerifyOption
 
 def _stressed_inputs(prepared: Prepared, seed: int, variant: str, zero_seed: int) -> list[Any] | None:
     """The seed's inputs drawn afresh and turned into ``variant`` (None: no floating-point input)."""
+    import torch
+
     inputs = prepared.inputs(seed)
-    if not any(x.dtype.is_floating_point for x in inputs):
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]  # Python numbers pass as they are
+    if not any(x.dtype.is_floating_point for x in tensors):
         return None
     seen: set[tuple[int, Any]] = set()
-    for x in inputs:
+    for x in tensors:
         key = (x.data_ptr(), x.dtype)
         if key not in seen:  # one tensor passed twice is transformed once
             seen.add(key)

@@ -109,7 +109,8 @@ def _float64_outputs(model: Any, inputs: list[Any], device: str) -> list[Any]:
     import torch
 
     model64 = copy.deepcopy(model).to(device).double()
-    args = [x.to(device).double() if x.is_floating_point() else x.to(device) for x in inputs]
+    args = [(x.to(device).double() if x.is_floating_point() else x.to(device)) if isinstance(x, torch.Tensor) else x
+            for x in inputs]
     inputs.clear()
     with torch.no_grad():
         out = flatten(model64(*args))

@@ -90,7 +90,7 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
     from ..capture import compile_problem
     from ..config import resolve_device
     from ..problem import load_problem
-    from .tensors import checksum
+    from .tensors import input_checksums
 
     started = time.monotonic()
     device = resolve_device(request.device)
@@ -107,7 +107,7 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
         prepared = Prepared(compiled=compiled, device=device, seeds=seeds, references={})
         for seed in seeds:
             inputs = prepared.inputs(seed)
-            prepared.integrity[seed] = [checksum(x) for x in inputs]
+            prepared.integrity[seed] = input_checksums(inputs)
             del inputs
         prepared.references, kind, note = model_stage.build_references(prepared)
         prepared.weights = weight_sums(compiled.model)

@@ -112,9 +112,9 @@ class Prepared:
 
     def check_inputs(self, seed: int, inputs: list[Any]) -> None:
         """Raise StageFailure when a run wrote into the model's inputs (which it may only read)."""
-        from .tensors import checksum
+        from .tensors import input_checksums
 
-        if [checksum(x) for x in inputs] != self.integrity[seed]:
+        if input_checksums(inputs) != self.integrity[seed]:
             raise StageFailure(f"seed {seed}: the model's inputs changed during the run (the candidate wrote into "
                                "memory it may only read)")
 

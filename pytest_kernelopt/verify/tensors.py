@@ -91,6 +91,13 @@ def _int_view(flat: Any) -> Any:
 _WEIGHTS = [int.from_bytes(os.urandom(7), "little") | 1 for _ in range(64)]
 
 
+def input_checksums(inputs: list[Any]) -> list[Any]:
+    """:func:`checksum` of each tensor input; a Python number stands for itself."""
+    import torch
+
+    return [checksum(x) if isinstance(x, torch.Tensor) else (type(x).__name__, x) for x in inputs]
+
+
 def checksum(t: Any) -> tuple[int, int, int]:
     """Three 64-bit sums over the tensor's bytes: plain, squared, and weighted per chunk.
 
