@@ -161,6 +161,14 @@ class Tuner:
                    isolation=getattr(session, "isolation", None))
                 if self.run.record.environment is None:
                     self.run.record.environment = opened.environment
+                if not opened.kernels:
+                    targets = sorted({e.target for e in opened.externs})
+                    outcome.note = ("no Triton kernels to tune: Inductor generated none"
+                                    + (f"; the model runs {len(opened.externs)} extern call(s) ({', '.join(targets)}), "
+                                       "which kernelopt leaves alone" if targets else ""))
+                    ev("planner", "stop", reason=outcome.note)
+                    self.ui.message(f"{model}: {outcome.note}")
+                    return outcome
                 try:
                     profiled = session.profile()
                 except KerneloptError as exc:  # measuring is ours: fall back to bytes, say why

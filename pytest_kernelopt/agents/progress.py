@@ -69,8 +69,9 @@ def print_tune_table(record: Any) -> None:
                 "stored", "gpu s"):
         table.add_column(col)
     for p in record.problems:
-        if p.error:
-            table.add_row(p.model, "-", "-", "-", "-", f"error: {p.error}", "-", "-", "-", f"{p.seconds:.0f}")
+        if p.error or p.note:
+            what = f"error: {p.error}" if p.error else p.note
+            table.add_row(p.model, "-", "-", "-", "-", what, "-", "-", "-", f"{p.seconds:.0f}")
             continue
         for k in p.kernels:
             prof = k.profile

@@ -143,6 +143,7 @@ class ProblemOutcome(Record):
     # The whole model with every stored kernel of this run swapped in vs the compiler.
     model_timing: Timing | None = None
     error: str | None = None  # the problem could not be tuned (compile failure, verifier error)
+    note: str | None = None  # why nothing was tuned when that is no error (no Triton kernels)
     seconds: float = 0.0
 
 

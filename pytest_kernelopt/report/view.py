@@ -84,6 +84,7 @@ class ModelView:
     error: str | None
     seconds: float
     kernels: list[KernelView] = field(default_factory=list)
+    note: str | None = None  # why nothing was tuned when that is no error
 
     @property
     def stored(self) -> list[KernelView]:
@@ -163,7 +164,8 @@ def _model_view(problem: ProblemOutcome) -> ModelView:
     return ModelView(
         model=problem.model, problem=problem.problem, device=problem.device, speed_measured=problem.speed_measured,
         timing=problem.model_timing, triton_share=profile.triton_share if profile else None,
-        model_gpu_us=profile.model_gpu_us if profile else None, error=problem.error, seconds=problem.seconds,
+        model_gpu_us=profile.model_gpu_us if profile else None, error=problem.error, note=problem.note,
+        seconds=problem.seconds,
     )
 
 
