@@ -236,7 +236,10 @@ def _alternatives(autotuner: Any, chosen: Any) -> list[dict[str, int]]:
     """The launch points of the configurations Inductor compiled besides the one it kept."""
     out: list[dict[str, int]] = []
     kept = _point(chosen)
-    for cfg in getattr(autotuner, "configs", None) or []:
+    # Inductor drops ``configs`` once it has compiled them (torch 2.11-2.13: ``self.configs =
+    # None`` after precompiling); each compile result keeps its config.
+    compiled = [getattr(r, "config", None) for r in getattr(autotuner, "compile_results", None) or []]
+    for cfg in [c for c in compiled if c is not None] or getattr(autotuner, "configs", None) or []:
         try:
             point = _point(cfg)
         except Exception:  # a configuration we cannot read is simply not offered

@@ -245,6 +245,9 @@ def test_search_offers_the_other_configurations_inductor_compiled_first():
     other = triton.Config({"XBLOCK": 16, "R0_BLOCK": 64}, num_warps=8, num_stages=1)
     points = _alternatives(SimpleNamespace(configs=[kept, other, other]), kept)
     assert points == [{"XBLOCK": 16, "R0_BLOCK": 64, "num_warps": 8, "num_stages": 1}]
+    # After precompiling, Inductor keeps the configurations only in its compile results.
+    compiled = SimpleNamespace(configs=None, compile_results=[SimpleNamespace(config=kept), SimpleNamespace(config=other)])
+    assert _alternatives(compiled, kept) == points
     info = _info()
     info = info.model_copy(update={"launch": info.launch.model_copy(update={
         "compiled_configs": 3, "alternatives": points + [{"XBLOCK": 4, "R0_BLOCK": 128, "num_warps": 4, "num_stages": 1,
