@@ -12,6 +12,7 @@ from pytest_kernelopt.problem import load_problem
 
 PROBLEMS = Path(__file__).parent / "problems"
 EXAMPLES = sorted(PROBLEMS.glob("*.py"))
+BENCH = sorted((Path(__file__).parent.parent / "bench" / "problems").glob("*.py"))
 WEIGHTED = ["conv_relu_bias", "elementwise_chain", "gather_rows", "linear_gelu", "rms_norm", "small_mlp_graph_break"]
 
 examples = pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
@@ -47,6 +48,25 @@ def test_example_loads_and_runs_eagerly(path):
     assert inputs and all(isinstance(x, torch.Tensor) for x in inputs)
     with torch.no_grad():
         assert isinstance(model(*inputs), torch.Tensor)
+
+
+@pytest.mark.parametrize("path", BENCH, ids=lambda p: p.stem)
+def test_bench_problem_runs_eagerly_at_its_small_size(path):
+    """bench/problems' GPU-sized shapes run on the H200 only; the small ones must stay runnable here."""
+    import torch
+
+    problem = load_problem(path)
+    model = problem.build_model()
+    first, again = problem.make_inputs(0), problem.make_inputs(0)
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert sum(x.numel() for x in first) < 1 << 16  # the default size is the interpreter's
+    with torch.no_grad():
+        out = model(*first)
+    assert isinstance(out, torch.Tensor) and (not out.is_floating_point() or bool(torch.isfinite(out).all()))
+
+
+def test_bench_problems_are_found():
+    assert len(BENCH) >= 20
 
 
 @examples
