@@ -323,8 +323,9 @@ def _kernels_note(backend: Any, caught: list[str]) -> tuple[int, str]:
                ", ".join(f"{k.name} v{k.version}" for k in committed)
     else:
         # Its own compile, though: Inductor times launch configurations while compiling, and
-        # its pick can differ from default's (gather_rows on the H200: 1.022x with no kernel).
-        note = "same as default: no committed kernels in use"
+        # its pick can differ from default's (cosine_loss on the H200: 0.876x with no kernel).
+        note = ("same as default: no committed kernels in use; compiled again, so a difference from default is "
+                "Inductor's own launch-configuration race between two compiles")
     if fallbacks:
         note += "; compiler's kernel kept for " + "; ".join(fallbacks)
     elif not committed and caught:
