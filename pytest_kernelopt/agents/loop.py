@@ -439,7 +439,7 @@ class Tuner:
     def _finish_model(self, session: Any, model: str, outcome: ProblemOutcome,
                       tuned: dict[str, tuple[_KernelState, KernelOutcome, str | None]], stored: dict[str, str],
                       ev: Callable[..., Any]) -> None:
-        """Measure the model with every version in force; try the near misses together; record the baseline."""
+        """Measure the model with every version in force; try the near misses together; pin; record the baseline."""
         verdict = self._model_check(session, stored, "stored", ev) if stored else None
         combined = self._combine(session, model, tuned, stored, verdict, ev)
         if combined is not None:
