@@ -367,7 +367,7 @@ class Tuner:
     def _keep(self, session: Any, model: str, info: KernelInfo, state: _KernelState, result: KernelOutcome,
               active: Any, active_verdict: Verdict | None, ev: Callable[..., Any]) -> str | None:
         """Confirm the best few, store the best accepted one if it beats the active version; the source in force."""
-        from ..store import Provenance, accept_verdict
+        from ..store import accept_verdict
 
         active_ok = active is not None and active_verdict is not None and active_verdict.status != "rejected"
         in_force = active.source if active_ok else None
@@ -403,13 +403,9 @@ class Tuner:
                 result.message += (f"best candidate {best.model_timing.speedup:.3f}x is not faster than the active "  # type: ignore[union-attr]
                                    f"v{active.record.version} ({active_verdict.model_timing.speedup:.3f}x) beyond noise")
                 return in_force
-        spend = self.coder.spend
-        provenance = Provenance(proposed_by=f"kernelopt tune ({attempt.origin})", agent=attempt.origin,
-                                backend=self.coder.name, llm_model=self.coder.model,
-                                cost_usd=round(spend.usd, 4) if spend.usd else None,
-                                tokens=(spend.input_tokens + spend.output_tokens) or None)
         try:
-            outcome = accept_verdict(self.store, model, info.name, state.sources[sha], best, provenance=provenance)
+            outcome = accept_verdict(self.store, model, info.name, state.sources[sha], best,
+                                     provenance=self._provenance(attempt.origin))
         except StoreError as exc:
             result.message += f"not stored: {exc}"
             ev("store", "error", error=str(exc))
@@ -417,12 +413,7 @@ class Tuner:
         result.message += outcome.message
         ev("store", "stored" if outcome.stored else "not-stored", message=outcome.message,
            version=outcome.record.version if outcome.record else None)
-        if outcome.record is not None and (outcome.stored or outcome.active):
-            result.stored_version = outcome.record.version
-            folder = self.store.kernel_dir(model, info.name)
-            result.stored_file = str((folder / outcome.record.file).relative_to(self.store.root))
-            return state.sources[sha]
-        return in_force
+        return state.sources[sha] if self._in_store(model, info.name, result, outcome) else in_force
 
     # --- the whole model: kernels that are faster together ------------------------------
 
@@ -477,7 +468,7 @@ class Tuner:
         when versions are already in force, faster than the model with those beyond noise.
         Returns the set's model verdict when it was stored.
         """
-        from ..store import Provenance, StoreError, accept_verdict
+        from ..store import accept_verdict
 
         if self.stop_reason or self.coder.stopped:
             return None
@@ -514,16 +505,12 @@ class Tuner:
                 result.message += f"; together ({what}): {why}; not stored"
             ev("store", "combine-not-stored", kernels=sorted(sources), reason=why)
             return None
-        spend = self.coder.spend
         for name, (state, result, sha, own) in joined.items():
             attempt = next(a for a in state.attempts if a.sha256 == sha)
-            provenance = Provenance(proposed_by=f"kernelopt tune ({attempt.origin}, combined)", agent=attempt.origin,
-                                    backend=self.coder.name, llm_model=self.coder.model,
-                                    cost_usd=round(spend.usd, 4) if spend.usd else None,
-                                    tokens=(spend.input_tokens + spend.output_tokens) or None)
             try:
                 stored_outcome = accept_verdict(self.store, model, name, state.sources[sha], own, allow_no_gain=True,
-                                                provenance=provenance, combined_timing=t,
+                                                provenance=self._provenance(attempt.origin, "combined"),
+                                                combined_timing=t,
                                                 combined_with=sorted(set(sources) - {name}))
             except StoreError as exc:
                 result.message += f"; not stored: {exc}"
@@ -531,10 +518,7 @@ class Tuner:
                 continue
             ev("store", "stored" if stored_outcome.stored else "not-stored", kernel=name, combined=True,
                message=stored_outcome.message, version=stored_outcome.record.version if stored_outcome.record else None)
-            if stored_outcome.record is not None and (stored_outcome.stored or stored_outcome.active):
-                result.stored_version = stored_outcome.record.version
-                folder = self.store.kernel_dir(model, name)
-                result.stored_file = str((folder / stored_outcome.record.file).relative_to(self.store.root))
+            if self._in_store(model, name, result, stored_outcome):
                 result.best_origin, result.best_sha256 = attempt.origin, sha
                 result.best_timing, result.best_kernel_timing = own.model_timing, own.kernel_timing
                 alone = own.model_timing.speedup if own.model_timing is not None else float("nan")
@@ -558,15 +542,14 @@ class Tuner:
         length and stored only when correct and not slower than the compiled model's.
         Returns whether anything was pinned.
         """
-        from ..store import Provenance, StoreError, accept_verdict
-        from ..verify import source_of
+        from ..store import accept_verdict
 
         if not self.options.pin or self.stop_reason or self.coder.stopped:
             return False
         pinned = False
-        for name, (state, result, source) in tuned.items():
+        for name, (state, result, _) in tuned.items():
             configs = state.info.launch.compiled_configs or 0
-            if name in stored or source is not None or configs < 2:
+            if name in stored or configs < 2:
                 continue
             if self._run_left() < 2 * self._estimate(state):
                 result.message += "; not pinned: the run's budget is spent"
@@ -580,39 +563,29 @@ class Tuner:
                 if v.status != "rejected" and k is not None and m is not None and k.ci_low > 1.0 and m.speedup >= 1.0:
                     choice = (origin, state.sources[sha], v)
             if choice is None:
-                t0 = time.monotonic()
-                try:
-                    with self._full_length(session):
-                        v = session.verify(name, source_of(state.original, "compiler (pin)"))
-                finally:
-                    state.spent += time.monotonic() - t0
+                compiler = sha256_text(state.original)
+                state.sources[compiler] = state.original
+                v = self._confirm(session, state, compiler, "compiler (pin)", ev)
                 m = v.model_timing
-                ev("benchmarker", "confirm", origin="compiler (pin)", status=v.status, reason=v.reason,
-                   speedup=m.speedup if m else None, ci=[m.ci_low, m.ci_high] if m else None)
                 if v.status != "rejected" and m is not None and m.ci_high >= 1.0:
                     choice = ("compiler", state.original, v)
             if choice is None:
                 result.message += "; not pinned: no configuration measured at least as fast as the compiler's pick"
                 continue
             origin, text, verdict = choice
-            spend = self.coder.spend
-            provenance = Provenance(proposed_by=f"kernelopt tune ({origin}, pinned)", agent=origin,
-                                    backend=self.coder.name, llm_model=self.coder.model,
-                                    cost_usd=round(spend.usd, 4) if spend.usd else None,
-                                    tokens=(spend.input_tokens + spend.output_tokens) or None)
             try:
-                out = accept_verdict(self.store, model, name, text, verdict, allow_no_gain=True, provenance=provenance)
+                out = accept_verdict(self.store, model, name, text, verdict, allow_no_gain=True,
+                                     provenance=self._provenance(origin, "pinned"))
             except StoreError as exc:
                 result.message += f"; not pinned: {exc}"
                 ev("store", "error", kernel=name, error=str(exc))
                 continue
             ev("store", "pinned" if out.stored else "not-stored", kernel=name, origin=origin, message=out.message,
                version=out.record.version if out.record else None)
-            if out.record is None or not (out.stored or out.active):
+            if not self._in_store(model, name, result, out):
                 continue
             t = verdict.model_timing
-            result.stored_version, result.pinned = out.record.version, True
-            result.stored_file = str((self.store.kernel_dir(model, name) / out.record.file).relative_to(self.store.root))
+            result.pinned = True
             result.best_origin, result.best_sha256 = origin, sha256_text(text)
             result.best_timing, result.best_kernel_timing = t, verdict.kernel_timing
             result.message += (f"; pinned v{out.record.version} ({origin}, {t.speedup:.3f}x): Inductor picks among "  # type: ignore[union-attr]
@@ -620,6 +593,24 @@ class Tuner:
             stored[name] = text
             pinned = True
         return pinned
+
+    def _provenance(self, origin: str, how: str | None = None) -> Any:
+        """Who proposed a version this run stores: the candidate's origin, the backend, its spend so far."""
+        from ..store import Provenance
+
+        spend = self.coder.spend
+        return Provenance(proposed_by=f"kernelopt tune ({origin}{', ' + how if how else ''})", agent=origin,
+                          backend=self.coder.name, llm_model=self.coder.model,
+                          cost_usd=round(spend.usd, 4) if spend.usd else None,
+                          tokens=(spend.input_tokens + spend.output_tokens) or None)
+
+    def _in_store(self, model: str, name: str, result: KernelOutcome, outcome: Any) -> bool:
+        """Record a stored (or already active) version on the kernel's outcome; whether there is one."""
+        if outcome.record is None or not (outcome.stored or outcome.active):
+            return False
+        result.stored_version = outcome.record.version
+        result.stored_file = str((self.store.kernel_dir(model, name) / outcome.record.file).relative_to(self.store.root))
+        return True
 
     def _save_baseline(self, model: str, stored: dict[str, str], verdict: Verdict, ev: Callable[..., Any]) -> None:
         """kernels/<model>/model.json: the speedup of the model with every version in force (the gate's reference)."""
