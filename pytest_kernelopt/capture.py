@@ -323,6 +323,30 @@ def describe_value(name: str, value: Any, written: bool) -> ArgInfo:
 # --- compiling -------------------------------------------------------------------------
 
 @contextlib.contextmanager
+def _without_autotune_cache() -> Iterator[None]:
+    """Inductor's kernels with every launch configuration it compiles, not last time's pick.
+
+    Inductor remembers the winner of a kernel's first-call race on disk (its local
+    autotune cache) and later compiles on that machine build that one configuration
+    only: the capture then saw one configuration where a fresh machine races several,
+    and tune neither tried the others nor pinned the pick (seen on the H200: a pooling
+    kernel's 2 configurations captured as 1 after an earlier compile). The race still
+    runs and still writes its winner back.
+    """
+    try:
+        from torch._inductor.runtime.autotune_cache import AutotuneCache
+    except ImportError:  # a torch without the cache: nothing to bypass
+        yield
+        return
+    read_best = AutotuneCache.read_best
+    AutotuneCache.read_best = lambda self, inductor_meta, configs: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        AutotuneCache.read_best = read_best  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
 def _record_wrapper_modules() -> Iterator[list[ModuleType]]:
     """Collect the modules Inductor loads from generated code while the block runs."""
     from torch._inductor.codecache import PyCodeCache
@@ -403,7 +427,8 @@ def compile_problem(
                                          f"{type(exc).__name__}: {_first_line(exc)}") from exc
     compiled = torch.compile(model, backend="inductor", mode=mode)
     try:
-        with _record_wrapper_modules() as loaded, _record_kernel_args() as seen, torch.no_grad():
+        with _without_autotune_cache(), _record_wrapper_modules() as loaded, _record_kernel_args() as seen, \
+                torch.no_grad():
             compiled(*inputs)
     except (ProblemError, CaptureError):
         raise

@@ -21,7 +21,7 @@ from pytest_kernelopt.agents.planner import plan
 from pytest_kernelopt.agents.profiler import build_profile, bytes_moved, classify, parse_ncu_csv
 from pytest_kernelopt.agents.records import Attempt, CoderContext, ModelProfile, KernelProfile, Proposal, RunRecord
 from pytest_kernelopt.agents.reviewer import review
-from pytest_kernelopt.agents.search import SearchCoder, drop_eviction_hints
+from pytest_kernelopt.agents.search import SearchCoder, approximate_divisions, drop_eviction_hints
 from pytest_kernelopt.agents.trace import RunDir, load_run
 from pytest_kernelopt.records import ArgInfo, Environment, KernelInfo, LaunchConfig, StageResult, Timing, Verdict
 from pytest_kernelopt.verify.protocol import KernelTime, Profiled
@@ -198,6 +198,51 @@ def test_review_stops_duplicates_language_violations_and_bad_launches():
     assert not bad.ok and bad.status == "reviewed" and bad.reason
     too_big = with_point(KERNEL_SRC, {"XBLOCK": 128})
     assert "outside" in review(too_big, info, KERNEL_SRC, set()).reason
+
+
+WELFORD_SRC = KERNEL_SRC.replace('''@triton.jit
+def triton_red_fused_sum_0''', '''@triton.jit
+def welford_combine(mean_1, m2_1, weight_1, mean_2, m2_2, weight_2):
+    delta = mean_2 - mean_1
+    new_weight = weight_1 + weight_2
+    w2_over_w = tl.where(new_weight == 0.0, 0.0, weight_2 / new_weight)
+    return (mean_1 + delta * w2_over_w, m2_1 + m2_2 + delta * delta * weight_1 * w2_over_w, new_weight)
+
+
+@triton.jit
+def triton_red_fused_sum_0''').replace("    tmp1 = tl.sum(acc, 1)[:, None]\n",
+                                      "    tmp1 = (tl.sum(acc, 1)[:, None] / (r0_numel / 2)) / 3\n    x0 = xindex // 3\n")
+
+
+def test_approximate_division_rewrites_every_device_division_and_nothing_else():
+    assert "/ new_weight" in WELFORD_SRC and "/ 3" in WELFORD_SRC
+    out = approximate_divisions(WELFORD_SRC)
+    assert "tl.where(new_weight == 0.0, 0.0, tl.fdiv(weight_2, new_weight))" in out
+    # Nested divisions from the inside out (the call groups them), an integer literal divided as a float.
+    assert "tmp1 = tl.fdiv(tl.fdiv(tl.sum(acc, 1)[:, None], tl.fdiv(r0_numel, 2.0)), 3.0)" in out
+    assert "x0 = xindex // 3" in out  # floor division is integer arithmetic: untouched
+    assert out.replace("tl.fdiv(", "").count("/") == WELFORD_SRC.count("/") - 4  # docstring and host code untouched
+    assert approximate_divisions(out) == out  # nothing left to rewrite
+    assert approximate_divisions(KERNEL_SRC) == KERNEL_SRC  # no division: no candidate
+    no_tl = WELFORD_SRC.replace("import triton.language as tl", "from triton import language as tl")
+    assert approximate_divisions(no_tl) == no_tl  # the spelling it writes must mean Triton's language
+
+
+def test_an_approximate_division_candidate_passes_review():
+    info = _info(source=WELFORD_SRC)
+    r = review(approximate_divisions(WELFORD_SRC), info, WELFORD_SRC, set())
+    assert r.ok, r.reason
+
+
+def test_search_proposes_the_approximate_division_rewrite_of_the_best_so_far():
+    coder = SearchCoder()
+    coder._device = "cuda"
+    best = with_point(WELFORD_SRC, {"XBLOCK": 4})
+    ctx = CoderContext(model="m", device="cuda", kernel=_info(source=WELFORD_SRC), original=WELFORD_SRC, best=best,
+                       attempts=[], strategies=["rewrite:approx-div", "launch"])
+    first = coder.propose(ctx)
+    assert [p.origin for p in first] == ["rewrite:approx-div"]
+    assert first[0].source == approximate_divisions(best) and read_point(first[0].source)["XBLOCK"] == 4
 
 
 def _ctx(best: str = KERNEL_SRC, attempts: list[Attempt] | None = None, device: str = "cuda") -> CoderContext:

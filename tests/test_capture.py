@@ -210,3 +210,18 @@ def test_pointer_uses(body, params, read, written):
 
     assert pointer_uses(source, "kernel") == (read, written)
     assert written_args(source, "kernel") == written
+
+
+def test_capture_bypasses_inductors_remembered_pick_and_restores_it():
+    """A machine that compiled the model before must still show every configuration Inductor builds."""
+    from torch._inductor.runtime.autotune_cache import AutotuneCache
+
+    from pytest_kernelopt.capture import _without_autotune_cache
+
+    original = AutotuneCache.read_best
+    with _without_autotune_cache():
+        assert AutotuneCache.read_best(object.__new__(AutotuneCache), {}, ["a", "b"]) is None
+    assert AutotuneCache.read_best is original
+    with pytest.raises(RuntimeError), _without_autotune_cache():
+        raise RuntimeError("a failed compile")
+    assert AutotuneCache.read_best is original

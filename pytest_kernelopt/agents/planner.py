@@ -4,8 +4,9 @@ A kernel below ``min_share`` of the model's GPU time is left alone and the plan
 says so: even an infinitely fast version would gain the model less than that.
 Strategies follow the Profiler's class: every kernel gets Inductor's own
 alternatives and a launch-configuration search; memory-bound kernels also get the
-cache-hint rewrite; launch-bound ones have their search start from larger blocks
-(fewer, fuller programs).
+cache-hint rewrite; all but launch-bound ones the approximate-division rewrite (a
+kernel far from its memory roofline is often paying for IEEE divisions); launch-bound
+ones have their search start from larger blocks (fewer, fuller programs).
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from .records import KernelProfile, ModelProfile
 MIN_SHARE = 0.02
 
 STRATEGIES = {
-    "memory": ["harvest", "rewrite:eviction", "launch"],
-    "compute": ["harvest", "launch"],
-    "occupancy": ["harvest", "launch"],
+    "memory": ["harvest", "rewrite:eviction", "rewrite:approx-div", "launch"],
+    "compute": ["harvest", "rewrite:approx-div", "launch"],
+    "occupancy": ["harvest", "rewrite:approx-div", "launch"],
     "launch": ["harvest", "launch"],
-    "unknown": ["harvest", "rewrite:eviction", "launch"],
+    "unknown": ["harvest", "rewrite:eviction", "rewrite:approx-div", "launch"],
 }
 
 

@@ -6,8 +6,10 @@ Per kernel, in rounds (the Planner's strategies decide which apply):
    configurations the default compile built (it raced them once, briefly, at the first
    call) and recompiles (:mod:`.harvest`: max-autotune, coordinate descent, looped
    reductions), each a drop-in candidate.
-2. ``rewrite:<rule>``: source rewrites chosen by the bottleneck class (today one
-   rule: drop the loads' cache-eviction hints, for memory-bound kernels).
+2. ``rewrite:<rule>``: source rewrites chosen by the bottleneck class: ``eviction``
+   drops the loads' cache-eviction hints (memory-bound kernels); ``approx-div`` turns
+   the device code's divisions into ``tl.fdiv`` (every class but launch-bound; a
+   Welford reduction divides once per element).
 3. ``launch``: coordinate descent over the launch configuration of the best
    candidate so far (:mod:`.launch_space`: single steps, then diagonal steps that
    keep the tile size or the work per thread): every neighbour not yet tried, each
@@ -19,6 +21,7 @@ The loop decides what "best" is from the verdicts; this module never times anyth
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 from typing import Any
@@ -40,7 +43,57 @@ def drop_eviction_hints(source: str) -> str:
     return re.sub(r",\s*eviction_policy\s*=\s*'evict_(?:first|last)'", "", source)
 
 
-REWRITES = {"eviction": drop_eviction_hints}
+def _jit_functions(tree: ast.Module) -> list[ast.FunctionDef]:
+    def jit(d: ast.expr) -> bool:
+        d = d.func if isinstance(d, ast.Call) else d
+        return isinstance(d, ast.Attribute) and d.attr == "jit" or isinstance(d, ast.Name) and d.id == "jit"
+    return [f for f in tree.body if isinstance(f, ast.FunctionDef) and any(jit(d) for d in f.decorator_list)]
+
+
+def _is_div(node: ast.AST) -> bool:
+    return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
+
+
+def _float(operand: bytes) -> bytes:
+    """An integer literal as a float one: ``x / 3`` divides as floats in Python, ``tl.fdiv`` wants floats."""
+    return operand + b".0" if operand.isdigit() else operand
+
+
+def approximate_divisions(source: str) -> str:
+    """Every ``a / b`` in device code as ``tl.fdiv(a, b)``: the approximate division (about 2 ulp)
+    instead of the IEEE-rounded one, a few instructions instead of a dozen.
+
+    The cascade judges the result like any candidate: precision against the float64
+    reference, and a division of integers (which ``tl.fdiv`` refuses) fails to compile
+    and is rejected. Host code (``run``) is left alone; so is a file that does not
+    import ``triton.language as tl``.
+    """
+    if not re.search(r"^import triton\.language as tl$", source, re.M):
+        return source
+    data = source.encode()
+    for _ in range(256):  # innermost divisions first; each pass removes at least one
+        try:
+            tree = ast.parse(data)
+        except SyntaxError:
+            return source
+        lines = [0]
+        for line in data.splitlines(keepends=True):
+            lines.append(lines[-1] + len(line))
+        spans = []
+        for fn in _jit_functions(tree):
+            for node in ast.walk(fn):
+                if _is_div(node) and not any(_is_div(n) for side in (node.left, node.right) for n in ast.walk(side)):
+                    span = [lines[n.lineno - 1] + n.col_offset for n in (node, node.left, node.right)]
+                    ends = [lines[n.end_lineno - 1] + n.end_col_offset for n in (node, node.left, node.right)]  # type: ignore[operator]
+                    spans.append((span, ends))
+        if not spans:
+            return data.decode()
+        for (start, l0, r0), (end, l1, r1) in sorted(spans, reverse=True):
+            data = data[:start] + b"tl.fdiv(" + _float(data[l0:l1]) + b", " + _float(data[r0:r1]) + b")" + data[end:]
+    return data.decode()
+
+
+REWRITES = {"eviction": drop_eviction_hints, "approx-div": approximate_divisions}
 
 
 class SearchCoder:
