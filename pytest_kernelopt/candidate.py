@@ -46,6 +46,10 @@ def _helper_name(name: str) -> str:
 def _helpers_source(names: set[str]) -> list[str]:
     """Source of Inductor's ``triton_helpers`` functions (and what they call), renamed for a dump."""
     import torch._inductor.runtime.triton_helpers as helpers
+    try:
+        from triton.runtime.jit import ConstexprFunction
+    except ImportError:  # a Triton without compile-time helpers
+        ConstexprFunction = ()  # type: ignore[assignment,misc]
 
     ordered: list[str] = []
     constants: dict[str, str] = {}
@@ -74,7 +78,10 @@ def _helpers_source(names: set[str]) -> list[str]:
         func = tree.body[0]
         assert isinstance(func, ast.FunctionDef)
         func.name = _helper_name(name)
-        func.decorator_list = [ast.parse("triton.jit", mode="eval").body]
+        # Triton's compile-time helpers (``_log2``, which Inductor's sort borrows) stay
+        # compile-time: as @triton.jit their arguments would become tensors.
+        decorator = "triton.constexpr_function" if isinstance(obj, ConstexprFunction) else "triton.jit"
+        func.decorator_list = [ast.parse(decorator, mode="eval").body]
         ordered.append(ast.unparse(tree))
     # Callees were appended after callers; Python resolves globals at call time, but
     # reading top-down is easier with callees first.

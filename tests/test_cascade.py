@@ -246,6 +246,46 @@ def test_unedited_dump_is_correct(pointwise: Dump, tmp_path: Path) -> None:
         assert row["candidate_vs_fp64"] == row["baseline_vs_fp64"]
 
 
+SORT_MASKED = '''"""A row sort of masked values: Inductor's kernel reads a bool mask and borrows
+Triton's compile-time helper _log2 for its bitonic sort."""
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x, mask):
+        values, _ = torch.sort(x.masked_fill(mask, 0.0) * 2.0, dim=1)
+        return values
+
+
+def get_inputs():
+    return [torch.randn(4, 8), torch.rand(4, 8) > 0.5]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@slow
+def test_unedited_dump_of_a_sort_over_a_bool_mask_is_correct(tmp_path_factory: pytest.TempPathFactory,
+                                                              tmp_path: Path) -> None:
+    """Two ways a correct dump was once rejected: the guard band of a bool argument (its
+    canary copy normalised the padding bytes to True) and Triton's compile-time helper
+    inlined as a @triton.jit function (its argument became a tensor)."""
+    problems = tmp_path_factory.mktemp("sort-problem")
+    (problems / "sort_masked.py").write_text(SORT_MASKED)
+    folder = tmp_path_factory.mktemp("dump-sort")
+    proc = cli("kernels", str(problems / "sort_masked.py"), "--device", "cpu", "--json", "--dump", str(folder))
+    assert proc.returncode == 0, proc.stderr
+    (file,) = folder.glob("*.py")
+    source = file.read_text()
+    assert "@triton.constexpr_function\ndef _log2(" in source and "sort" in file.stem
+    dump = Dump(problem=problems / "sort_masked.py", kernel=file.stem, source=source, written="out_ptr0")
+    kinds = {a["name"]: a["dtype"] for row in json.loads(proc.stdout) for a in row["args"] if a["kind"] == "tensor"}
+    assert "bool" in kinds.values(), kinds
+    assert_correct(verify(dump, source, tmp_path))
+
+
 # --- kernel stage: what is written ----------------------------------------------------------
 
 @slow

@@ -89,7 +89,7 @@ def test_canaries(interpreter):
     flags = guards.Guard(torch.zeros(16, dtype=torch.bool), "m", "nan", seed=3)
     raw = flags.buffer.view(torch.uint8)
     assert bool((raw[: flags.offset] > 1).all())  # neither False nor True
-    for dtype in (torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int8):
+    for dtype in (torch.bool, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int8):  # bool: a mask
         g = guards.Guard(torch.zeros(8, dtype=dtype), "x", "nan", seed=5)
         assert g.breaches() == (0, "")
         torch.as_strided(g.view, (1,), (1,), g.offset + 8).zero_()

@@ -180,6 +180,18 @@ REJECTED = [
     ("f-string", host("s = f'{xnumel}'"), "f-string is not allowed"),
     ("list in host code", host("g = [1]"), "list is not allowed in host code (use a tuple)"),
     ("non-ASCII identifier", host("\u0435 = 1"), "identifier '\u0435' is not ASCII"),
+    ("launching a compile-time helper", edit("@triton.jit\ndef maximum", "@triton.constexpr_function\ndef log2_(i):\n    n = i\n    k = 0\n    while n > 1:\n        n >>= 1\n        k += 1\n    return k\n\n\n@triton.jit\ndef maximum",
+                                             HOST, "    log2_[(1,)](xnumel)\n" + HOST), "only kernel[grid](...) launches"),
+    ("compile-time helper with host powers", edit("@triton.jit\ndef maximum",
+                                                  "@triton.constexpr_function\ndef f(i):\n    return open(i)\n\n\n"
+                                                  "@triton.jit\ndef maximum"), "unknown name 'open'"),
+    ("compile-time helper with arguments", edit("@triton.jit\ndef maximum",
+                                                "@triton.constexpr_function(x=1)\ndef f(i):\n    return i\n\n\n"
+                                                "@triton.jit\ndef maximum"), "decorator 'triton.constexpr_function(x=1)'"),
+    ("compile-time and jit at once", edit("@triton.jit\ndef maximum", "@triton.constexpr_function\n@triton.jit\ndef maximum"),
+     "more than one decorator"),
+    ("compile-time decorator as a value", host("f = triton.constexpr_function"),
+     "only as the decorator @triton.constexpr_function"),
 ]
 
 
@@ -242,6 +254,9 @@ ACCEPTED = [
                                                 "d: tl.dtype = tl.float32, e: tl.constexpr = tl.constexpr(False)):"),
      ARGS),
     ("host guard raising ValueError", host("if xnumel < 0:\n        raise ValueError('bad size')"), ARGS),
+    ("a compile-time helper called from device code (Triton's _log2, which Inductor's sort uses)",
+     edit("@triton.jit\ndef maximum", "@triton.constexpr_function\ndef log2_(i):\n    n = i\n    k = 0\n    while n > 1:\n        n >>= 1\n        k += 1\n    return k\n\n\n@triton.jit\ndef maximum", DEVICE, "    k: tl.constexpr = log2_(XBLOCK)\n" + DEVICE),
+     ARGS),
 ]
 
 

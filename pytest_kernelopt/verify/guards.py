@@ -142,7 +142,8 @@ class Guard:
         shift = (t.data_ptr() - self.buffer.data_ptr() - front * size) % ALIGN
         self.offset = front + shift // size
         _fill(self.buffer, pattern, seed)
-        self.canary = self.buffer.clone()
+        # A copy of the bytes: clone() of a bool buffer turns the padding's 2..255 into 1.
+        self.canary = self.buffer.view(torch.uint8).clone().view(t.dtype)
         self.view = self.buffer.as_strided(self.shape, self.stride, self.offset)
         self.view.copy_(t)
 

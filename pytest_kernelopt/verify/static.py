@@ -15,7 +15,9 @@ reasons):
 
 * **module level**: a docstring, the import forms of :data:`IMPORTS`, constants
   (literals, tuples and arithmetic of them, ``tl.constexpr(<constant>)``) and
-  functions: ``@triton.jit`` device functions and undecorated host functions;
+  functions: ``@triton.jit`` device functions (``@triton.constexpr_function`` ones too,
+  Triton's compile-time helpers: device-code rules, never launched) and undecorated
+  host functions;
 * **names** resolve to a local, a module-level definition, an allowed builtin, or
   are an import alias followed by an allowlisted member
   (:data:`TL_FUNCTIONS`, :data:`LIBDEVICE_FUNCTIONS`, ...). Aliases are never values;
@@ -146,6 +148,9 @@ MATH_FUNCTIONS = frozenset({
 # triton: functions host code may call, and the one decorator.
 TRITON_HOST_FUNCTIONS = frozenset({"cdiv", "next_power_of_2"})
 TRITON_DECORATOR = "jit"
+# Triton's compile-time helpers (``_log2`` of its sort): called from device code, evaluated
+# while the kernel compiles; checked by the device-code rules, never launched.
+CONSTEXPR_DECORATOR = "constexpr_function"
 
 # Attributes and methods of values in device code (tl.tensor, tl.dtype): pure, and none of
 # them leads to a module. ``.item``/``.handle``/``.type``/``.value`` are left out on purpose.
@@ -328,6 +333,7 @@ class _Checker:
         self.problems: list[tuple[int, str]] = []
         self.modules: dict[str, str] = {}  # import alias -> canonical module
         self.device_fns: dict[str, ast.FunctionDef] = {}
+        self.constexpr_fns: set[str] = set()  # device functions Triton evaluates at compile time
         self.host_fns: dict[str, ast.FunctionDef] = {}
         self.constants: set[str] = set()
         self.scope: _Scope | None = None
@@ -407,6 +413,8 @@ class _Checker:
             elif isinstance(stmt, ast.FunctionDef):
                 bind(stmt, stmt.name, stmt)
                 (self.device_fns if stmt.decorator_list else self.host_fns)[stmt.name] = stmt
+                if any(self._module_member(d) == ("triton", CONSTEXPR_DECORATOR, []) for d in stmt.decorator_list):
+                    self.constexpr_fns.add(stmt.name)
             elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                 for target in targets:
@@ -501,13 +509,15 @@ class _Checker:
     def _function(self, func: ast.FunctionDef) -> None:
         device = bool(func.decorator_list)
         for decorator in func.decorator_list:
-            if self._module_member(decorator) != ("triton", TRITON_DECORATOR, []):
+            if self._module_member(decorator) not in (("triton", TRITON_DECORATOR, []),
+                                                      ("triton", CONSTEXPR_DECORATOR, [])):
                 member = self._module_member(decorator.func if isinstance(decorator, ast.Call) else decorator)
                 why = _WHY_NOT.get(member[1]) if member else None
                 self.add(decorator, f"decorator '{_short(decorator)}' is not allowed "
-                                    f"({why + '; ' if why else ''}only a bare @triton.jit)")
+                                    f"({why + '; ' if why else ''}only a bare @triton.jit or @triton.constexpr_function)")
         if len(func.decorator_list) > 1:
-            self.add(func, f"'{func.name}' has more than one decorator (only a bare @triton.jit)")
+            self.add(func, f"'{func.name}' has more than one decorator (only a bare @triton.jit or "
+                           "@triton.constexpr_function)")
         if func.returns is not None:
             self._annotation(func.returns)
         self._parameters(func, device)
@@ -866,8 +876,8 @@ class _Checker:
         elif module == "triton":
             if name in TRITON_HOST_FUNCTIONS:
                 why = None if role == CALL and not device else ("host code only" if device else "only called")
-            elif name == TRITON_DECORATOR:
-                why = None if role == DECORATOR else "only as the decorator @triton.jit"
+            elif name in (TRITON_DECORATOR, CONSTEXPR_DECORATOR):
+                why = None if role == DECORATOR else f"only as the decorator @triton.{name}"
             else:
                 why = _WHY_NOT.get(name, f"only triton.{TRITON_DECORATOR}, "
                                          f"triton.{', triton.'.join(sorted(TRITON_HOST_FUNCTIONS))}")
@@ -939,7 +949,7 @@ class _Checker:
         """``kernel[grid](args..., NAME=..., num_warps=...)``: host code launching one of the file's kernels."""
         kernel = func.value
         if self.kind != "host" or not isinstance(kernel, ast.Name) or kernel.id not in self.device_fns \
-                or self._is_local(kernel.id):
+                or kernel.id in self.constexpr_fns or self._is_local(kernel.id):
             self.add(node, f"call of '{_short(func)}' is not allowed (only kernel[grid](...) launches of the "
                            "file's @triton.jit functions, from host code)")
             return
