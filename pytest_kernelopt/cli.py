@@ -240,7 +240,9 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     from .problem import load_problem
 
     problem = load_problem(args.problem)  # bad file: exit 2 before torch compiles anything
-    device = _device(args, _settings(args))
+    settings = _settings(args)
+    device = _device(args, settings)
+    print(f"settings: {settings.describe(None)}", file=sys.stderr)
     from .capture import compile_problem
 
     compiled = compile_problem(problem, device)
@@ -258,6 +260,11 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     from .report import kernels_table, print_table
 
     print_table(kernels_table(summary))
+    if not summary.kernels:
+        targets = sorted({e.target for e in summary.externs})
+        print(f"{problem.id}: no Triton kernels: Inductor generated none"
+              + (f"; the model runs {len(summary.externs)} extern call(s) ({', '.join(targets)}), which kernelopt "
+                 "leaves alone" if targets else ""), file=sys.stderr)
     return EXIT_OK
 
 
@@ -316,6 +323,11 @@ def cmd_verify_or_accept(args: argparse.Namespace) -> int:
                                 allow_reduced_precision=args.allow_reduced_precision)
     except ValidationError as exc:
         raise UsageError(f"bad option: {exc.errors()[0]['msg']}") from exc
+    if args.command == "accept":  # a name the store cannot hold: say so before the verification runs
+        from .store import check_name
+
+        check_name(problem.id, "model id")
+        check_name(args.kernel, "kernel name")
     say = (lambda text: None) if args.json else (lambda text: print(text, file=sys.stderr))
     say(f"settings: {settings.describe(getattr(args, 'kernels_dir', None))}")
     verdicts = []
@@ -359,7 +371,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     files = write_report(args.run_dir, args.out, fmt=args.format, templates_dir=templates,
                          kernels_dir=args.kernels_dir)
     print(f"wrote {files.report}")
-    print(f"wrote {files.chart}" if files.chart else f"no chart: {files.chart_note}")
+    print(f"wrote {files.chart}" if files.chart else files.chart_note)
     return EXIT_OK
 
 

@@ -66,20 +66,25 @@ class Problem:
             raise
         except Exception as exc:
             raise ProblemError(self.path, f"get_inputs() failed{_where(exc, self.path)}: {exc!r}") from exc
-        if not isinstance(inputs, (list, tuple)) or not inputs:
-            raise ProblemError(self.path, f"get_inputs() must return a non-empty list of tensors, not {type(inputs).__name__}")
+        if not isinstance(inputs, (list, tuple)):
+            raise ProblemError(self.path, f"get_inputs() must return a list (of tensors and Python numbers), "
+                                          f"not {type(inputs).__name__}")
         bad = [i for i, x in enumerate(inputs) if not isinstance(x, (torch.Tensor, int, float, bool))]
         if bad:
             raise ProblemError(self.path, f"get_inputs() item {bad[0]} is a {type(inputs[bad[0]]).__name__}, "
                                           f"not a tensor or a Python number")
         if all(not isinstance(x, torch.Tensor) for x in inputs):
-            raise ProblemError(self.path, "get_inputs() returned no tensor")
+            what = "an empty list" if not inputs else "no tensor"
+            raise ProblemError(self.path, f"get_inputs() returned {what}: the model needs at least one tensor "
+                                          "input (a kernel's results are checked on the inputs drawn here)")
         return [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
 def load_problem(path: str | Path) -> Problem:
     """Import a problem file; any defect gives a ProblemError naming the file and the cause."""
     path = Path(path).resolve()
+    if path.is_dir():
+        raise ProblemError(path, "a folder, not a problem file (name the .py files, e.g. models/*.py)")
     if not path.is_file():
         raise ProblemError(path, "no such file")
     if path.suffix != ".py":

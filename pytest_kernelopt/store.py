@@ -277,12 +277,12 @@ class KernelStore:
 
     def model_dir(self, model: str) -> Path:
         """``kernels/<model>``; a model id that is not a plain folder name is a StoreError naming it."""
-        _check_name(model, "model id")
+        check_name(model, "model id")
         return self._inside(self.root / model, f"model {model!r}")
 
     def kernel_dir(self, model: str, kernel: str) -> Path:
         """``kernels/<model>/<kernel>``; names that are not plain folder names are a StoreError naming them."""
-        _check_name(kernel, "kernel name")
+        check_name(kernel, "kernel name")
         return self._inside(self.model_dir(model) / kernel, f"kernel {model}/{kernel}")
 
     # --- reading ---------------------------------------------------------------------
@@ -485,7 +485,8 @@ class KernelStore:
             atomic_write(folder / MODEL_RECORD, dump_json(record))
 
 
-def _check_name(name: str, what: str) -> None:
+def check_name(name: str, what: str) -> None:
+    """A StoreError unless ``name`` can name a folder or file stem in the store."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise StoreError(f"{what} {name!r} cannot name a folder in the kernel store "
                          f"(letters, digits, _ . + -, not starting with . or -)")

@@ -783,3 +783,12 @@ def test_profile_notes_say_why_figures_are_estimates():
                                                      kernels={"k_a": KernelTime(gpu_us=10.0, launches=1)}),
                           None, "Nsight Compute not run (--no-ncu): roofline estimate")
     assert timed.kernels[0].note.startswith("Nsight Compute not run")
+
+
+def test_progress_messages_stay_one_line_in_a_log(capsys):
+    from pytest_kernelopt.agents.progress import RichUI
+
+    text = "settings: default settings (root /a/very/long/path/that/goes/on); kernel store " + "/deep" * 40
+    with RichUI(quiet=False) as ui:
+        ui.message(text)
+    assert capsys.readouterr().err.strip() == text  # not hard-wrapped at the console's width

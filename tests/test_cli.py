@@ -48,6 +48,18 @@ def test_kernels_table_lists_triton_kernels_and_extern_calls(kernelopt, compiled
         assert name in result.stdout
     assert re.search(r"addmm_0\W+extern\W", result.stdout)  # the row of the GEMM is an extern call
     assert "extern_kernels.addmm" in result.stdout
+    assert result.stderr.startswith("settings: ")  # like every command
+
+
+def test_kernels_says_when_there_is_no_triton_kernel(kernelopt, tmp_path):
+    problem = tmp_path / "plain_matmul.py"
+    problem.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, a, b):\n"
+                       "        return a @ b\n\n\ndef get_inputs():\n    return [torch.randn(8, 8), torch.randn(8, 8)]\n"
+                       "\n\ndef get_init_inputs():\n    return []\n")
+    result = kernelopt("kernels", problem)
+    assert result.returncode == 0, result.stderr
+    assert "plain_matmul: no Triton kernels: Inductor generated none; the model runs 1 extern call(s) " \
+           "(extern_kernels.mm), which kernelopt leaves alone" in result.stderr
 
 
 @pytest.mark.slow
@@ -148,6 +160,10 @@ def test_bad_problem_file_is_one_error_line(name, kernelopt, tmp_path):
 def test_missing_problem_file(kernelopt, tmp_path):
     path = tmp_path / "missing.py"
     assert_one_error_line(kernelopt("kernels", path), str(path), "no such file")
+
+
+def test_a_folder_is_not_a_problem_file(kernelopt, tmp_path):
+    assert_one_error_line(kernelopt("kernels", tmp_path), str(tmp_path), "a folder, not a problem file")
 
 
 def test_device_cuda_without_cuda(kernelopt):
@@ -262,3 +278,13 @@ def test_cuda_without_cuda_is_a_usage_error(interpreter):
 def test_unknown_device_is_a_usage_error():
     with pytest.raises(UsageError, match="'gpu'"):
         resolve_device("gpu")
+
+
+def test_accept_refuses_a_model_id_the_store_cannot_hold_before_verifying(kernelopt, tmp_path):
+    problem = tmp_path / "my model.py"
+    problem.write_text((PROBLEMS / "elementwise_chain.py").read_text())
+    candidate = tmp_path / "c.py"
+    candidate.write_text("x = 1\n")
+    result = kernelopt("accept", problem, "--kernel", "k", "--candidate", candidate, "--kernels-dir", tmp_path / "k")
+    assert_one_error_line(result, "model id 'my model' cannot name a folder in the kernel store")
+    assert not (tmp_path / "k").exists()

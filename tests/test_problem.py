@@ -165,7 +165,8 @@ BAD_FILES = {
                              "inputs", ["get_inputs()", "item 1", "str", "not a tensor or a Python number"], None),
     "inputs_only_numbers": (HEADER + "\ndef get_inputs():\n    return [3, 0.5]\n",
                             "inputs", ["get_inputs()", "no tensor"], None),
-    "inputs_empty": (HEADER + "\ndef get_inputs():\n    return []\n", "inputs", ["non-empty"], None),
+    "inputs_empty": (HEADER + "\ndef get_inputs():\n    return []\n", "inputs",
+                     ["get_inputs() returned an empty list", "at least one tensor"], None),
     "get_inputs_raises": (
         HEADER + "\ndef get_inputs():\n    return [torch.randn(4, -1)]\n",
         "inputs", ["get_inputs() failed", "RuntimeError"], "torch.randn(4, -1)",

@@ -212,6 +212,10 @@ def test_problems_name_their_line_and_are_all_collected():
         assert any(p.startswith(f"line {line}: ") for p in found), (needle, found)
 
 
+def test_a_byte_order_mark_is_named():
+    assert problems("\ufeff" + VALID) == ["line 1: the file starts with a UTF-8 byte-order mark (U+FEFF): save it without one"]
+
+
 def test_syntax_error_is_the_only_problem():
     found = problems(VALID + "\n)\n")
     assert len(found) == 1 and found[0].startswith(f"line {len(VALID.splitlines()) + 2}: syntax error")

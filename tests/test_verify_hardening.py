@@ -302,3 +302,14 @@ def test_unchanged_is_bitwise_and_compare_finite_only(interpreter):
         compare(expected, torch.tensor([1.0, 5.0, 3.0, float("nan")]), 1e-4, "x", nonfinite="finite-only")
     with pytest.raises(StageFailure, match="differ beyond rtol"):
         compare(expected, torch.tensor([1.0, 5.0, 3.0, 2.1]), 1e-4, "x", nonfinite="finite-only")
+
+
+def test_python_numbers_in_a_models_output_are_compared_like_0d_tensors():
+    """``return float(loss)``: the model stage once compared nothing and printed an error of 0."""
+    import torch
+
+    from pytest_kernelopt.verify.model import flatten
+
+    out = flatten({"b": (torch.ones(2), 2.5), "a": [True, 3], "c": "text"})
+    assert [(t.dtype, t.tolist()) for t in out] == [(torch.bool, True), (torch.int64, 3), (torch.float32, [1.0, 1.0]),
+                                                     (torch.float32, 2.5)]

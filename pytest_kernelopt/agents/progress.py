@@ -29,7 +29,7 @@ class RichUI(UI):
 
     def message(self, text: str) -> None:
         if not self.quiet:
-            self.console.print(text, markup=False, highlight=False)
+            self.console.print(text, markup=False, highlight=False, soft_wrap=True)  # one line per message in logs
 
     def problem(self, model: str, kernels: int) -> None:
         self.message(f"{model}: tuning {kernels} kernel(s)")

@@ -51,6 +51,9 @@ def flatten(out: Any) -> list[Any]:
         return [t for item in out for t in flatten(item)]
     if isinstance(out, dict):
         return [t for key in sorted(out) for t in flatten(out[key])]
+    if isinstance(out, (bool, int, float)):  # ``float(loss)``: compared like a 0-d output
+        dtype = torch.bool if isinstance(out, bool) else torch.int64 if isinstance(out, int) else torch.float32
+        return [torch.tensor(out, dtype=dtype)]
     return []
 
 

@@ -223,6 +223,8 @@ class StaticReport:
 
 def check_candidate(source: str, entry_args: list[str] | None = None, entry_point: str = "run") -> StaticReport:
     """Statically check candidate ``source``; ``entry_args`` are the kernel's runtime argument names."""
+    if source.startswith("\ufeff"):  # some editors write one; the bytes are what is verified and stored
+        return StaticReport(False, ["line 1: the file starts with a UTF-8 byte-order mark (U+FEFF): save it without one"])
     try:
         with warnings.catch_warnings():  # e.g. SyntaxWarning for "\d" in a string: not our concern
             warnings.simplefilter("ignore")
