@@ -61,7 +61,8 @@ def gate_lines(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
                 lo, hi = props["speedup_ci"]
                 m["speed"] = f"{props['speedup']:.3f}x [{lo:.3f}, {hi:.3f}]"
             else:
-                m["speed"] = "not measured" if props.get("committed") else "compiler baseline"
+                m["speed"] = ("not measured" if props.get("committed") or outcome != "passed"
+                              else "compiler baseline")
             if "vs_base_speedup" in props:
                 lo, hi = props["vs_base_ci"]
                 m["vs_base"] = f"{props['vs_base_speedup']:.3f}x [{lo:.3f}, {hi:.3f}]"
