@@ -242,10 +242,10 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     problem = load_problem(args.problem)  # bad file: exit 2 before torch compiles anything
     settings = _settings(args)
     device = _device(args, settings)
-    print(f"settings: {settings.describe(None)}", file=sys.stderr)
     from .capture import compile_problem
 
-    compiled = compile_problem(problem, device)
+    compiled = compile_problem(problem, device)  # a model that fails: its one error line, nothing else
+    print(f"settings: {settings.describe(None)}", file=sys.stderr)
     summary = compiled.summary()
     if args.dump:
         from .candidate import write_dumps
