@@ -574,7 +574,7 @@ def test_a_lone_near_miss_is_not_combined(tmp_path):
     assert not any(e.event == "combine" for e in events)
 
 
-def test_a_model_without_triton_kernels_says_so(tmp_path):
+def test_a_model_without_triton_kernels_says_so(tmp_path, capsys):
     from pytest_kernelopt.agents.progress import print_tune_table
     from pytest_kernelopt.records import ExternCallInfo
 
@@ -590,6 +590,9 @@ def test_a_model_without_triton_kernels_says_so(tmp_path):
     assert session.calls == []
     record, _ = load_run(run.root)
     assert record.problems[0].note == outcome.note
+    print_tune_table(record)
+    row = next(line for line in capsys.readouterr().out.splitlines() if "no Triton kernels" in line)
+    assert row.rstrip(" │|").endswith(" 0")  # no candidate ran: no device seconds, whatever the compile took
 
 
 def _varying(configs: int = 3) -> KernelInfo:

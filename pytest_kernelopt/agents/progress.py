@@ -71,7 +71,7 @@ def print_tune_table(record: Any) -> None:
     for p in record.problems:
         if p.error or p.note:
             what = f"error: {p.error}" if p.error else p.note
-            table.add_row(p.model, "-", "-", "-", "-", what, "-", "-", "-", f"{p.seconds:.0f}")
+            table.add_row(p.model, "-", "-", "-", "-", what, "-", "-", "-", "0")  # no candidate ran
             continue
         for k in p.kernels:
             prof = k.profile
