@@ -363,12 +363,26 @@ class GateSession:
                 from .verify import source_of
 
                 replacements[kernel] = source_of(found.source, str(found.path))
+        orphaned: list[str] = []
+        try:
+            self.store.model_record(problem.id)  # a broken model.json fails here, measured or not
+            orphaned = [k for k in self.store.kernel_names(problem.id) if k not in problem.kernels]
+        except KerneloptError as exc:
+            record_error: str | None = str(exc)
+        else:
+            record_error = None
         item.prop("kernels", len(problem.kernels))
         item.prop("committed", len(replacements))
-        item.prop("stale", len(stale))
+        item.prop("stale", len(stale) + len(orphaned))
         item.prop("baseline", len(problem.kernels) - len(replacements) - len(stale) - len(broken))
-        if broken:
-            raise GateFailure("; ".join(broken))
+        if broken or record_error:
+            raise GateFailure("; ".join(broken + ([record_error] if record_error else [])))
+        if orphaned:  # counted as stale; the summary's note names them
+            item.prop("orphaned", orphaned)
+            if self.strict:
+                raise GateFailure(f"stale: {self.store.model_dir(problem.id)} holds committed versions of "
+                                  f"{', '.join(orphaned)}, which the compiler no longer generates for {problem.id}; "
+                                  "they are not used (re-tune, or remove the folders)")
         base_text = self._base_text(problem) if self.base_commit else None
         if self.base_commit and base_text is None:
             item.prop("vs_base", f"new at {self.base_ref}: nothing to compare")

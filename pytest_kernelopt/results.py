@@ -48,6 +48,7 @@ class ItemResult(Record):
     committed: int | None = None
     stale: int | None = None
     baseline: int | None = None
+    orphaned: list[str] | None = None  # model item: committed kernel folders the compiler no longer generates
     speed_measured: bool | None = None
     speedup: float | None = None
     speedup_ci: list[float] | None = None

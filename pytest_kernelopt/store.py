@@ -152,6 +152,11 @@ class Manifest(Record):
             raise ValueError(f"version {duplicates[0]} is recorded twice")
         if self.active is not None and self.active not in numbers:
             raise ValueError(f"active version {self.active} is not recorded in versions")
+        replaces = self.version(self.active).fingerprint if self.active is not None else None
+        if replaces is not None and replaces != self.fingerprint:
+            # The active version is what the gate swaps in for the compiler kernel named here.
+            raise ValueError(f"active version {self.active} replaces compiler kernel {replaces}, but the manifest "
+                             f"names {self.fingerprint}")
         return self
 
     def version(self, number: int) -> VersionRecord:
@@ -216,6 +221,7 @@ def atomic_write(path: Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would keep a serving process of another user out
         with os.fdopen(fd, "wb") as f:
             f.write(text.encode("utf-8"))
             f.flush()
@@ -335,6 +341,13 @@ class KernelStore:
                     raise StoreError(f"{folder / name}: original file recorded in {folder / MANIFEST} is missing")
         return manifest
 
+    def kernel_names(self, model: str) -> list[str]:
+        """The kernels ``kernels/<model>/`` holds a folder with a manifest for, sorted."""
+        folder = self.model_dir(model)
+        if not folder.is_dir():
+            return []
+        return sorted(p.name for p in folder.iterdir() if p.is_dir() and (p / MANIFEST).is_file())
+
     def model_record(self, model: str) -> ModelRecord:
         """``kernels/<model>/model.json`` (empty when absent); a broken one raises StoreError naming it."""
         path = self.model_dir(model) / MODEL_RECORD
@@ -421,6 +434,7 @@ class KernelStore:
                 manifest = Manifest(model=model, kernel=kernel, fingerprint=fingerprint, args=args)
             for existing in manifest.versions:
                 if existing.sha256 == digest:
+                    self._read_version(folder, existing, active=False)  # still those bytes, or a StoreError
                     active = existing.version == manifest.active
                     return AcceptOutcome(
                         record=existing, stored=False, active=active,

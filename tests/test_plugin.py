@@ -136,7 +136,9 @@ def test_edit_recorded_in_the_manifest_is_still_reverified(repo: Path, pytester:
 def test_stale_kernel_is_reported_and_fails_when_strict(repo: Path, pytester: pytest.Pytester) -> None:
     manifest_path = _kernel_dir(repo) / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
-    manifest["fingerprint"] = "0" * 16
+    manifest["fingerprint"] = "0" * 16  # as if accepted when the compiler generated another kernel
+    for version in manifest["versions"]:
+        version["fingerprint"] = "0" * 16
     manifest_path.write_text(json.dumps(manifest))
     result = _gate(pytester, "-rs")
     result.assert_outcomes(passed=1, skipped=1)
@@ -151,6 +153,38 @@ def test_stale_kernel_is_reported_and_fails_when_strict(repo: Path, pytester: py
     again.assert_outcomes(failed=1)
     again.stdout.fnmatch_lines(["collected 1 item", "run-last-failure: rerun previous 1 failure*"])
     assert re.search(ROW + r"0\s+1\s+0\s+1\s", again.stdout.str()), again.stdout.str()
+
+
+@pytest.mark.slow
+def test_committed_kernels_the_compiler_no_longer_generates_are_reported_and_fail_when_strict(
+        repo: Path, pytester: pytest.Pytester) -> None:
+    gone = repo / "kernels" / "elementwise_chain" / "triton_poi_fused_gone_0"
+    shutil.copytree(_kernel_dir(repo), gone)
+    manifest = json.loads((gone / "manifest.json").read_text())
+    (gone / "manifest.json").write_text(json.dumps({**manifest, "kernel": gone.name}))
+    result = _gate(pytester, "--kernelopt-json", "gate.json")
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    assert (f"{FILE}: committed versions of triton_poi_fused_gone_0 are not used: the compiler no longer "
+            "generates these kernels") in out
+    assert re.search(ROW + r"1\s+1\s+0\s+0\s", out), out  # counted as stale in the summary
+    model = next(i for i in json.loads((repo / "gate.json").read_text())["items"] if i["item"] == "model")
+    assert model["orphaned"] == ["triton_poi_fused_gone_0"] and model["stale"] == 1
+    strict = _gate(pytester, "--kernelopt-strict")
+    strict.assert_outcomes(passed=1, failed=1)
+    strict.stdout.fnmatch_lines([f"FAILED {FILE}::model*"])
+    assert "holds committed versions of triton_poi_fused_gone_0, which the compiler no longer generates" in \
+        strict.stdout.str()
+
+
+@pytest.mark.slow
+def test_a_broken_model_record_fails_the_model_item_without_a_gpu(repo: Path, pytester: pytest.Pytester) -> None:
+    """model.json is read even where nothing is timed: CI on a CPU must not pass a corrupt one."""
+    (repo / "kernels" / "elementwise_chain" / "model.json").write_text("[1,2")
+    result = _gate(pytester)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([f"FAILED {FILE}::model*"])
+    assert "elementwise_chain/model.json: invalid ModelRecord" in result.stdout.str()
 
 
 @pytest.mark.slow

@@ -479,3 +479,30 @@ def test_accept_refuses_source_that_was_not_verified(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="the verdict is for m/"):
         accept_verdict(store, "m", "triton_other", CANDIDATE, _verdict())
     assert not (tmp_path / "m").exists()
+
+
+def test_files_the_store_rewrites_are_readable_by_others(tmp_path: Path) -> None:
+    """manifest.json, model.json and JSON results go through atomic_write: not mkstemp's 0600."""
+    from pytest_kernelopt.store import atomic_write
+
+    atomic_write(tmp_path / "manifest.json", "{}")
+    assert (tmp_path / "manifest.json").stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]  # no temp file left
+
+
+def test_a_manifest_whose_active_version_replaces_another_kernel_is_an_error(tmp_path: Path) -> None:
+    _add(str(tmp_path), "a")
+    path = tmp_path / "m" / "k" / "manifest.json"
+    data = json.loads(path.read_text())
+    data["fingerprint"] = FP_B  # hand-edited: the versions still say FP_A
+    path.write_text(json.dumps(data))
+    with pytest.raises(StoreError, match=f"active version 1 replaces compiler kernel {FP_A}, but the manifest names {FP_B}"):
+        KernelStore(tmp_path).active_file("m", "k")
+
+
+def test_accepting_bytes_of_a_hand_edited_version_is_an_error_not_already_stored(tmp_path: Path) -> None:
+    _add(str(tmp_path), "a")
+    _add(str(tmp_path), "b")
+    (tmp_path / "m" / "k" / "v1.py").write_text("# edited\n")
+    with pytest.raises(StoreError, match="v1.py: contents differ from the sha256 recorded"):
+        _add_outcome(tmp_path, "a")

@@ -70,8 +70,12 @@ def gate_lines(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
                 m["vs_base"] = props["vs_base"]
             if props.get("error_vs_fp64") is not None:
                 m["error"] = props["error_vs_fp64"]
-            if props.get("recorded_note"):
-                m["note"] = props["recorded_note"]
+            notes = [props.get("recorded_note")]
+            if props.get("orphaned"):
+                notes.append(f"committed versions of {', '.join(props['orphaned'])} are not used: the compiler no "
+                             "longer generates these kernels (re-tune, or remove their folders)")
+            if any(notes):
+                m["note"] = "; ".join(n for n in notes if n)
             continue
         # A committed version that was checked and failed is still a committed one.
         status = {"rejected": "committed", "slower": "committed"}.get(props.get("status"), props.get("status"))
@@ -94,5 +98,6 @@ def gate_lines(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
     console = Console(file=io.StringIO(), width=200, color_system=None)
     console.print(table)
     lines = console.file.getvalue().rstrip().splitlines()  # type: ignore[attr-defined]
-    # Why a model's recorded speedup was not compared (the compiled model's own time moved).
+    # Why a model's recorded speedup was not compared (the compiled model's own time moved);
+    # committed kernels the compiler no longer generates.
     return lines + [f"{name}: {problems[name]['note']}" for name in sorted(problems) if problems[name].get("note")]
