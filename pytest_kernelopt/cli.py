@@ -413,6 +413,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
     device = resolve_device(args.device or settings[0].device)
     store = KernelStore((args.kernels_dir or settings[0].kernels_path).resolve())
     runs = (args.runs_dir or settings[0].root / ".kernelopt" / "runs").resolve()
+    if args.open_pr:  # a repository the pull requests cannot come from: say so before any tuning
+        from .gitops import PublishError
+        from .gitops.branch import Repository
+
+        try:
+            top = Repository(settings[0].root, args.remote).top
+        except PublishError as exc:
+            raise UsageError(f"--open-pr: {exc}") from None
+        if not store.root.is_relative_to(top):
+            raise UsageError(f"--open-pr: the kernel store {store.root} is not inside the repository {top}")
     if args.shard is not None:
         from .shard import parse_shard, shard_of
 

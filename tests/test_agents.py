@@ -717,6 +717,20 @@ def test_tune_cli_rejects_bad_options(tmp_path):
         assert proc.returncode == 2 and needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+def test_tune_open_pr_checks_the_repository_before_tuning(tmp_path):
+    """A repository the pull requests cannot come from is exit 2 at once, not after the run."""
+    problem = tmp_path / "sum_reduce.py"
+    problem.write_text((ROOT / "tests" / "problems" / "sum_reduce.py").read_text())
+    for where, extra, needle in ((problem, [], "not inside a git repository"),
+                                 (ROOT / "tests" / "problems" / "sum_reduce.py", ["--remote", "no-such-remote"],
+                                  "no git remote named 'no-such-remote'")):
+        proc = subprocess.run([sys.executable, "-m", "pytest_kernelopt.cli", "tune", str(where), "--device", "cpu",
+                               "--open-pr", *extra], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and "--open-pr" in lines[0] and needle in lines[0], proc.stderr
+    assert not (tmp_path / ".kernelopt").exists()  # nothing ran
+
+
 def test_a_reply_without_code_does_not_end_the_kernel(tmp_path):
     """A backend whose round produced nothing usable (last_error set) gets the next round."""
     session = FakeSession(_inductor_info(), {8: 1.3}, seconds=0.0)
