@@ -151,6 +151,10 @@ class KerneloptBackend:
         kernels = [(attr, fn) for attr, fn in _KERNEL_DEF.findall(source)
                    if hasattr(getattr(module, attr, None), "triton_meta")]
         self._graph_kernels[graph] = {attr for attr, _ in kernels}
+        if not kernels and "cpp_fused" in source and self._committed():
+            self._warn(f"kernelopt: model {self.model}: Inductor generated C++ kernels for graph {graph}, not Triton, "
+                       f"so the committed kernels in {self.store.model_dir(self.model)} are not used (on a CPU, call "
+                       "pytest_kernelopt.interpret.enable() before anything imports triton)")
         if kernels and not self.store.root.joinpath(self.model).is_dir():
             self._warn(f"kernelopt: model {self.model}: no tuned kernels in {self.store.root} "
                        f"(no folder {self.model}/); the compiler's kernels are used")
@@ -164,6 +168,12 @@ class KerneloptBackend:
                     ProductionKernel(self._name(attr, graph), graph, None, "compiler", module=module, attr=attr),
                     None, f"kernelopt failed to check it ({type(exc).__name__}: {exc})")
             self.kernels.append(record)
+
+    def _committed(self) -> bool:
+        try:
+            return bool(self.store.kernel_names(self.model))
+        except Exception:  # noqa: BLE001 - a store we cannot even list: nothing to say here
+            return False
 
     def _lookup(self, module: ModuleType, attr: str, function: str, graph: int) -> ProductionKernel:
         from .candidate import CandidateKernel, load_candidate_source

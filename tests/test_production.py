@@ -10,6 +10,7 @@ same file swapped in.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -359,3 +360,31 @@ def test_production_imports_no_agents_git_or_verifier_worker(tmp_path):
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None,
+                    reason="Inductor's C++ path needs a C++ compiler")
+def test_committed_kernels_unused_because_inductor_wrote_cpp_is_one_warning(tmp_path):
+    """Production on a CPU without interpreter mode: Inductor writes C++, nothing can be swapped; say so."""
+    kernel = tmp_path / "kernels" / "elementwise_chain" / "triton_poi_fused_add_clamp_mul_sigmoid_tanh_0"
+    kernel.mkdir(parents=True)
+    (kernel / "manifest.json").write_text("{}")  # only its presence matters here
+    code = textwrap.dedent(f"""
+        import warnings
+        import torch
+        import pytest_kernelopt
+        from pytest_kernelopt.problem import load_problem
+        problem = load_problem({str(ELEMENTWISE)!r})
+        model = pytest_kernelopt.compile(problem.build_model("cpu"), {str(tmp_path / "kernels")!r})
+        with warnings.catch_warnings(record=True) as seen, torch.no_grad():
+            warnings.simplefilter("always")
+            model(*problem.make_inputs(0, "cpu"))
+        for w in seen:
+            if issubclass(w.category, pytest_kernelopt.KerneloptWarning):
+                print("WARNING", w.message)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    warned = [line for line in out.stdout.splitlines() if line.startswith("WARNING")]
+    assert len(warned) == 1 and "Inductor generated C++ kernels" in warned[0] \
+        and "pytest_kernelopt.interpret.enable()" in warned[0], out.stdout
