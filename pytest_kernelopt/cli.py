@@ -324,10 +324,9 @@ def cmd_verify_or_accept(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         raise UsageError(f"bad option: {exc.errors()[0]['msg']}") from exc
     if args.command == "accept":  # a name the store cannot hold: say so before the verification runs
-        from .store import check_name
+        from .store import KernelStore
 
-        check_name(problem.id, "model id")
-        check_name(args.kernel, "kernel name")
+        KernelStore((args.kernels_dir or settings.kernels_path).resolve()).kernel_dir(problem.id, args.kernel)
     say = (lambda text: None) if args.json else (lambda text: print(text, file=sys.stderr))
     say(f"settings: {settings.describe(getattr(args, 'kernels_dir', None))}")
     verdicts = []

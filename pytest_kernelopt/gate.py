@@ -363,20 +363,18 @@ class GateSession:
                 from .verify import source_of
 
                 replacements[kernel] = source_of(found.source, str(found.path))
+        item.prop("baseline", len(problem.kernels) - len(replacements) - len(stale) - len(broken))
         orphaned: list[str] = []
         try:
             self.store.model_record(problem.id)  # a broken model.json fails here, measured or not
             orphaned = [k for k in self.store.kernel_names(problem.id) if k not in problem.kernels]
         except KerneloptError as exc:
-            record_error: str | None = str(exc)
-        else:
-            record_error = None
+            broken.append(str(exc))
         item.prop("kernels", len(problem.kernels))
         item.prop("committed", len(replacements))
         item.prop("stale", len(stale) + len(orphaned))
-        item.prop("baseline", len(problem.kernels) - len(replacements) - len(stale) - len(broken))
-        if broken or record_error:
-            raise GateFailure("; ".join(broken + ([record_error] if record_error else [])))
+        if broken:
+            raise GateFailure("; ".join(broken))
         if orphaned:  # counted as stale; the summary's note names them
             item.prop("orphaned", orphaned)
             if self.strict:

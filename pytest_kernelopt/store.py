@@ -283,12 +283,12 @@ class KernelStore:
 
     def model_dir(self, model: str) -> Path:
         """``kernels/<model>``; a model id that is not a plain folder name is a StoreError naming it."""
-        check_name(model, "model id")
+        _check_name(model, "model id")
         return self._inside(self.root / model, f"model {model!r}")
 
     def kernel_dir(self, model: str, kernel: str) -> Path:
         """``kernels/<model>/<kernel>``; names that are not plain folder names are a StoreError naming them."""
-        check_name(kernel, "kernel name")
+        _check_name(kernel, "kernel name")
         return self._inside(self.model_dir(model) / kernel, f"kernel {model}/{kernel}")
 
     # --- reading ---------------------------------------------------------------------
@@ -499,8 +499,7 @@ class KernelStore:
             atomic_write(folder / MODEL_RECORD, dump_json(record))
 
 
-def check_name(name: str, what: str) -> None:
-    """A StoreError unless ``name`` can name a folder or file stem in the store."""
+def _check_name(name: str, what: str) -> None:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise StoreError(f"{what} {name!r} cannot name a folder in the kernel store "
                          f"(letters, digits, _ . + -, not starting with . or -)")
