@@ -195,18 +195,29 @@ def load_candidate_source(source: str, label: str, sha256: str | None = None) ->
 
     Nothing goes through the import system, so no ``__pycache__`` beside a candidate
     (or anywhere) can run instead of the bytes that were checked. Triton reads a jit
-    function's source through ``inspect``/``linecache``; the text is registered there
-    under a name unique to its hash, which no file on disk can shadow.
+    function's source again (``inspect``/``linecache``); the text is registered there
+    under a name unique to its hash, which no file on disk can shadow, and before the
+    module is handed out every such reading is checked to give the very function that
+    was compiled here (:func:`_rereads_agree`). This runs on every path that runs a
+    candidate: the verifier's worker, the gate, the production loader.
     """
     import linecache
     import types
 
+    from .verify.static import text_problems
+
     digest = sha256 or hashlib.sha256(source.encode()).hexdigest()
     if hashlib.sha256(source.encode()).hexdigest() != digest:
         raise CandidateError(f"{label}: the source does not match its recorded sha256")
+    ambiguous = text_problems(source)
+    if ambiguous:
+        line, why = ambiguous[0]
+        raise CandidateError(f"{label}: line {line}: {why}")
     stem = re.sub(r"\W", "_", Path(label).stem)[:40]
     name = f"kernelopt_candidate_{stem}_{digest[:12]}"
     filename = f"<kernelopt-candidate {digest}>"
+    # Split where the parser splits (text_problems left no character on which
+    # str.splitlines would disagree), so line N is the same line for every reader.
     lines = source.splitlines(keepends=True)
     # mtime None: linecache.checkcache() never drops the entry (there is no file to check).
     linecache.cache[filename] = (len(source), None, lines, filename)
@@ -214,14 +225,85 @@ def load_candidate_source(source: str, label: str, sha256: str | None = None) ->
     module.__file__ = filename
     sys.modules[name] = module  # Triton resolves a jit function's globals through its module
     try:
-        code = compile(source, filename, "exec", dont_inherit=True)
+        tree = ast.parse(source, filename)
+        code = compile(tree, filename, "exec", dont_inherit=True)
         exec(code, module.__dict__)  # noqa: S102 - the candidate passed the static stage first
     except Exception as exc:
         sys.modules.pop(name, None)
         raise CandidateError(f"{label}: loading failed: {type(exc).__name__}: {exc}") from exc
+    try:
+        _rereads_agree(module, tree, label)
+    except CandidateError:
+        sys.modules.pop(name, None)
+        raise
     if not callable(getattr(module, ENTRY_POINT, None)):
         raise CandidateError(f"{label}: no entry point `{ENTRY_POINT}(...)`")
     return module
+
+
+def _rereads_agree(module: ModuleType, tree: ast.Module, label: str) -> None:
+    """Every text Triton will compile a function of ``module`` from parses to the tree that
+    was compiled (and checked); raises CandidateError naming the reader otherwise.
+
+    The readers (triton 3.6/3.7): ``inspect.getsourcelines`` (decorators included);
+    ``JITFunction.src``, what the GPU compiler parses; and the interpreter's re-read,
+    which starts at the last line beginning with ``def``. The interpreter's rewrite is
+    then done here, once, so the function that runs is fixed before any candidate code
+    has run. A reader whose text differs in comments or blank lines only is fine.
+    """
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef) or not node.decorator_list:
+            continue
+        obj = module.__dict__.get(node.name)
+        fn = getattr(obj, "fn", None)
+        if fn is None:
+            continue  # not a Triton function object: nothing re-reads it
+        bare = ast.Module(body=[ast.FunctionDef(**{**{f: getattr(node, f) for f in node._fields}, "decorator_list": []})],
+                          type_ignores=[])
+        expected_bare, expected_full = _shape(bare), _shape(ast.Module(body=[node], type_ignores=[]))
+        first_line = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        try:
+            lines, start = inspect.getsourcelines(fn)
+        except (OSError, TypeError) as exc:
+            raise CandidateError(f"{label}: Triton cannot read the source of '{node.name}' ({exc})") from exc
+        texts = {"inspect.getsourcelines": ("".join(lines), expected_full)}
+        src = getattr(obj, "src", None) if not hasattr(obj, "rewriter") else None
+        if isinstance(src, str):
+            texts["JITFunction.src"] = (src, expected_bare)
+        rewriter = getattr(obj, "rewriter", None)
+        if rewriter is not None:  # TRITON_INTERPRET=1: the interpreter's own reading
+            find_def = getattr(rewriter, "_find_def", None)
+            def_line = find_def(lines) if callable(find_def) else _last_def_line(lines)
+            texts["the interpreter's re-read"] = ("".join(lines[max(def_line, 1) - 1:]), expected_bare)
+        if start != first_line:
+            raise CandidateError(f"{label}: '{node.name}': inspect places it at line {start}, the parser at "
+                                 f"line {first_line}; Triton would read other source than was checked")
+        for reader, (text, expected) in texts.items():
+            if _shape(textwrap.dedent(text)) != expected:
+                raise CandidateError(f"{label}: '{node.name}': {reader} gives other source than was checked; "
+                                     "Triton would compile text the static stage never saw")
+        if rewriter is not None and callable(getattr(obj, "rewrite", None)):
+            obj.rewrite()  # cached by Triton per function: the checked reading is the one kept
+
+
+def _shape(tree_or_text: Any) -> str | None:
+    """The tree without positions (None: the text does not parse)."""
+    tree = tree_or_text
+    if isinstance(tree_or_text, str):
+        try:
+            tree = ast.parse(tree_or_text)
+        except (SyntaxError, ValueError):
+            return None
+    return ast.dump(tree, include_attributes=False)
+
+
+def _last_def_line(lines: list[str]) -> int:
+    """The interpreter's rule where its helper is not there to ask (1-based; 0: none)."""
+    found = 0
+    for i, line in enumerate(lines):
+        if line.strip().startswith("def "):
+            found = i + 1
+    return found
 
 
 def load_candidate(path: str | Path, source: str | None = None) -> ModuleType:

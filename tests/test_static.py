@@ -274,4 +274,4 @@ def test_checker_imports_neither_torch_nor_triton():
     tree = ast.parse(Path(static.__file__).read_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported <= {"__future__", "ast", "dataclasses", "io", "re", "tokenize", "warnings"}, imported
+    assert imported <= {"__future__", "ast", "dataclasses", "io", "re", "tokenize", "unicodedata", "warnings"}, imported
