@@ -3,6 +3,7 @@
 Exit codes (a contract, documented in the README):
     0  success (verify: every candidate correct or accepted; accept: stored, or already stored)
     1  verify/accept: a candidate was rejected (accept: or correct but not stored)
+       tune --open-pr/publish: a kernel's branch or pull request was refused or failed
     2  bad input (missing file, not a problem file, unknown kernel, bad option or setting), or
        the verifier itself could not judge (not enough GPU memory, its worker failed to open
        the problem); one line ``kernelopt: error: ...`` on stderr
@@ -168,6 +169,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --open-pr: the branch pull requests go into (default: the remote's default branch)")
     t.add_argument("--remote", metavar="NAME", default="origin", help="with --open-pr: the git remote (default origin)")
 
+    pub = sub.add_parser("publish", help="push the branches and open or update the pull requests of a finished tuning "
+                                         "run (what `tune --open-pr` does at its end), e.g. from a CI artifact; "
+                                         "refuses a run whose stored files changed since")
+    pub.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory `kernelopt tune` wrote")
+    pub.add_argument("--kernels-dir", type=Path, metavar="DIR",
+                     help="the kernel store holding the run's versions (default: the one run.json records when it "
+                          "lies in this repository, else [tool.kernelopt] kernels_dir of the current project)")
+    pub.add_argument("--base", metavar="BRANCH", default=None,
+                     help="the branch pull requests go into (default: the remote's default branch)")
+    pub.add_argument("--remote", metavar="NAME", default="origin", help="the git remote (default origin)")
+    pub.add_argument("--json", action="store_true", help="print what was published per kernel as JSON on stdout")
+
     m = sub.add_parser("merge", help="combine the --kernelopt-json results of a gate's shards into one table and "
                                      "one result; exit 1 when an item failed")
     m.add_argument("results", type=Path, nargs="+", metavar="SHARD.json",
@@ -215,6 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_report(args)
         if args.command == "tune":
             return cmd_tune(args)
+        if args.command == "publish":
+            return cmd_publish(args)
         return cmd_verify_or_accept(args)
     except KerneloptError as exc:
         print(f"kernelopt: error: {exc}", file=sys.stderr)
@@ -413,15 +428,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     store = KernelStore((args.kernels_dir or settings[0].kernels_path).resolve())
     runs = (args.runs_dir or settings[0].root / ".kernelopt" / "runs").resolve()
     if args.open_pr:  # a repository the pull requests cannot come from: say so before any tuning
-        from .gitops import PublishError
-        from .gitops.branch import Repository
+        from .gitops import PublishError, check_repository
 
         try:
-            top = Repository(settings[0].root, args.remote).top
+            check_repository(settings[0].root, args.remote, store.root)
         except PublishError as exc:
             raise UsageError(f"--open-pr: {exc}") from None
-        if not store.root.is_relative_to(top):
-            raise UsageError(f"--open-pr: the kernel store {store.root} is not inside the repository {top}")
     if args.shard is not None:
         from .shard import parse_shard, shard_of
 
@@ -473,6 +485,34 @@ def _publish(args: argparse.Namespace, run_dir: Path, project: Path) -> bool:
     say = (lambda line: print(line, file=sys.stderr)) if args.json else print
     results = publish_run(run_dir, project, base=args.base, remote=args.remote, open_pr=True, progress=say)
     return all(r.ok for r in results)
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    """Exit 0: every kernel published (or nothing to publish); 1: one was refused or failed (each says
+    why on its own line); 2: bad input, a repository it cannot publish from (the checks of
+    ``tune --open-pr``), or a run whose stored files changed since the run (naming the file)."""
+    from dataclasses import asdict
+
+    from .agents.trace import load_run
+    from .config import load_config
+    from .gitops import PublishError, check_repository, publish_run, store_for_run
+
+    record, _ = load_run(args.run_dir)  # not a run directory: exit 2 before git is touched
+    settings = load_config()
+    try:
+        top = check_repository(settings.root, args.remote)
+        store = store_for_run(args.run_dir, top, args.kernels_dir, settings.kernels_path)
+        check_repository(top, args.remote, store)
+    except PublishError as exc:
+        raise UsageError(f"publish: {exc}") from None
+    say = (lambda line: print(line, file=sys.stderr)) if args.json else print
+    say(f"publishing run {record.run_id} from the kernel store {store.relative_to(top).as_posix() or '.'}")
+    results = publish_run(args.run_dir, top, base=args.base, remote=args.remote, open_pr=True, progress=say,
+                          kernels_dir=store)
+    if args.json:
+        print(json.dumps({"run_id": record.run_id, "kernels_dir": store.relative_to(top).as_posix(),
+                          "results": [{**asdict(r), "ok": r.ok} for r in results]}, indent=2))
+    return EXIT_OK if all(r.ok for r in results) else EXIT_REJECTED
 
 
 def cmd_merge(args: argparse.Namespace) -> int:

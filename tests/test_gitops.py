@@ -386,3 +386,117 @@ def test_owner_and_repository_from_the_remote_url(url, slug, host):
     ref = parse_remote(url)
     assert (ref.slug if ref else None, ref.host if ref else None) == (slug, host)
     assert "abc" not in redact(url)
+
+
+# --- the split flow of CI: tune on the GPU runner without a token, `kernelopt publish` elsewhere with one ----------
+
+def checkout(tmp: Path, bare: Path, name: str) -> Path:
+    """A fresh clone of the remote's main, as actions/checkout makes one on a runner (origin: the GitHub URL)."""
+    clone = tmp / name
+    git(tmp, "init", "-q", "-b", "main", str(clone))
+    git(clone, "remote", "add", "origin", URL)
+    git(clone, "config", f"url.{bare}.insteadOf", URL)
+    git(clone, "fetch", "-q", "origin", "main")
+    git(clone, "checkout", "-q", "-B", "main", "origin/main")
+    return clone
+
+
+def gpu_tune(tmp: Path, bare: Path) -> tuple[Path, Path]:
+    """The GPU job: tune in its own checkout, no token anywhere; returns (checkout, the artifact folder)
+    holding the run directory and the kernel store, as the workflow uploads them."""
+    import shutil
+
+    runner = checkout(tmp, bare, "gpu-runner/_work/widgets/widgets")
+    source = s.variant(1024, 8)
+    record = s.store_version(runner / "kernels", s.SOFTMAX, s.SOFTMAX_KERNEL, source, 1.184)
+    problem = s.softmax_problem(s.softmax_outcome(source, record.version, 1.184)).model_copy(
+        update={"problem": str(runner / "tests" / "problems" / f"{s.SOFTMAX}.py")})  # tune records it absolute
+    run = s.write_run(runner / "kernelopt-artifact" / "runs", runner / "kernels", [problem], run_id="run-ci")
+    artifact = tmp / "artifact"
+    shutil.copytree(run, artifact / "runs" / run.name)
+    shutil.copytree(runner / "kernels", artifact / "kernels")
+    return runner, artifact
+
+
+def publish(cwd: Path, monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    from pytest_kernelopt.cli import main
+
+    monkeypatch.chdir(cwd)
+    code = main(["publish", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_split_flow_tune_without_token_then_publish_with_it(project, github, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    _, bare = project
+    monkeypatch.delenv("GITHUB_TOKEN")
+    runner, artifact = gpu_tune(tmp_path, bare)
+    assert git(bare, "branch", "--list", BRANCH) == "" and github.requests == []  # the GPU job pushed nothing
+    assert str(runner) in (artifact / "runs" / "run-ci" / "run.json").read_text()  # paths of the GPU runner
+
+    # The publish job: another machine, a fresh checkout; the artifact's kernel store copied into it.
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    here = checkout(tmp_path, bare, "publish-runner/_work/widgets/widgets")
+    shutil.copytree(artifact / "kernels", here / "kernels", dirs_exist_ok=True)
+    code, out, err = publish(here, monkeypatch, capsys, str(artifact / "runs" / "run-ci"), "--json")
+    assert code == 0, err
+    payload = json.loads(out)
+    assert payload["run_id"] == "run-ci" and payload["kernels_dir"] == "kernels"
+    [result] = payload["results"]
+    assert result["status"] == "pushed" and result["ok"] and result["pr_action"] == "opened", result
+    assert "publishing run run-ci from the kernel store kernels" in err
+
+    tip = git(bare, "rev-parse", f"refs/heads/{BRANCH}")
+    assert tip == result["commit"] and git(bare, "rev-parse", f"{tip}^") == git(bare, "rev-parse", "main")
+    assert git(bare, "show", f"{tip}:{FOLDER}/v2.py") == (runner / FOLDER / "v2.py").read_text().strip()
+    [post] = [r for r in github.requests if r[0] == "POST"]
+    body = post[2]["body"]
+    assert post[3] == f"Bearer {TOKEN}" and "1.184x [1.164, 1.204]" in body
+    # Repository-relative paths only: neither runner's checkout, nor the artifact, nor the machine's folders.
+    assert "`kernels`" in body and f"`tests/problems/{s.SOFTMAX}.py`" in body
+    for path in (runner, here, artifact, tmp_path):
+        assert str(path) not in body
+    report = git(bare, "show", f"{tip}:{FOLDER}/report.md")
+    assert str(tmp_path) not in report and f"`tests/problems/{s.SOFTMAX}.py`" in report
+
+
+@pytest.mark.parametrize("tamper", ["version", "version and manifest", "missing"])
+def test_publish_refuses_a_run_whose_stored_files_changed(project, github, tmp_path, monkeypatch, capsys, tamper):
+    import shutil
+
+    _, bare = project
+    runner, artifact = gpu_tune(tmp_path, bare)
+    here = checkout(tmp_path, bare, "publish-runner")
+    shutil.copytree(artifact / "kernels", here / "kernels", dirs_exist_ok=True)
+    version = here / FOLDER / "v2.py"
+    if tamper == "missing":
+        version.unlink()
+        expected = f"kernelopt: error: {FOLDER}/v2.py: cannot read the version run run-ci stored"
+    else:
+        version.write_text(version.read_text().replace("num_warps=8", "num_warps=16"))
+        expected = f"kernelopt: error: {FOLDER}/v2.py: changed since run run-ci stored it (sha256 "
+    if tamper == "version and manifest":  # the manifest made to agree: the run's own record still says no
+        manifest = json.loads((here / FOLDER / "manifest.json").read_text())
+        manifest["versions"][-1]["sha256"] = s.sha256_text(version.read_text())
+        (here / FOLDER / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        expected = f"kernelopt: error: {FOLDER}/manifest.json: v2 is recorded with sha256 "
+    code, out, err = publish(here, monkeypatch, capsys, str(artifact / "runs" / "run-ci"))
+    assert code == 2 and err.startswith(expected) and "pushed" not in out, err
+    assert len(err.strip().splitlines()) == 1
+    assert git(bare, "branch", "--list", BRANCH) == "" and github.requests == []  # nothing pushed, no PR
+
+
+def test_publish_makes_the_checks_of_tune_open_pr(project, tmp_path, monkeypatch, capsys):
+    clone, _ = project
+    run = tune(clone, tmp_path, 1024, 1.184, "run-1")
+    elsewhere = tmp_path / "not-a-repo"
+    elsewhere.mkdir()
+    for cwd, args, needle in ((elsewhere, [str(run)], "kernelopt: error: publish: "),
+                              (clone, [str(run), "--remote", "upstream"], "no git remote named 'upstream'"),
+                              (clone, [str(run), "--kernels-dir", str(tmp_path / "kernels")],
+                               "is not inside the repository"),
+                              (clone, [str(tmp_path)], "not a tuning run directory")):
+        code, out, err = publish(cwd, monkeypatch, capsys, *args)
+        assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err

@@ -223,3 +223,18 @@ def test_installed_wheel_renders_with_its_bundled_templates(tmp_path, run):
     text = (elsewhere / "out" / "report.md").read_text()
     assert text.startswith("# kernelopt tuning run `20261201-120000`")
     assert "1.151x [1.131, 1.171]" in text and png_size(elsewhere / "out" / "speedup.png")[0] == 800
+
+
+def test_paths_are_relative_to_the_repository(tmp_path):
+    """A report names the kernel store and problem files as the repository does, never by the machine's paths."""
+    repo = tmp_path / "runner" / "work"
+    (repo / ".git").mkdir(parents=True)  # a git working tree's top
+    kernels = repo / "kernels"
+    source = s.variant(1024, 8)
+    record = s.store_version(kernels, s.SOFTMAX, s.SOFTMAX_KERNEL, source, 1.184)
+    problem = s.softmax_problem(s.softmax_outcome(source, record.version)).model_copy(
+        update={"problem": str(repo / "models" / f"{s.SOFTMAX}.py"), "note": f"see {repo}/models/README"})
+    run_dir = s.write_run(tmp_path / "runs", kernels, [problem])
+    text = write_report(run_dir).report.read_text()
+    assert "| kernel store | `kernels` |" in text and f"`models/{s.SOFTMAX}.py`" in text
+    assert "see models/README" in text and str(tmp_path) not in text

@@ -5,7 +5,11 @@
     errors.py   PublishError, RefusedError, GitHubError
 
 The one entry point is :func:`publish_run`: ``kernelopt tune --open-pr`` and the
-plugin's ``--kernelopt-open-pr`` call it after a run. For each kernel the run stored
+plugin's ``--kernelopt-open-pr`` call it after a run, ``kernelopt publish RUN_DIR`` later
+(a run tuned on another machine, e.g. a CI artifact: see :func:`store_for_run`); both
+check the repository first with :func:`check_repository`. Before anything is pushed,
+every version the run stored is checked against the sha256 the run recorded
+(:func:`check_run_files`). For each kernel the run stored
 whose new version beats the one committed on the base branch it commits, on branch
 ``kernelopt/<model>/<kernel>`` made from the base branch, the kernel's folder (new
 version, manifest, the compiler's original) and a focused report, pushes, and opens
@@ -15,6 +19,7 @@ verifier or the production loader.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -24,10 +29,11 @@ from typing import Any, Literal
 
 from ..errors import KerneloptError, StoreError
 from .branch import KERNEL_TRAILER, RUN_TRAILER, Repository, branch_name, describe_foreign
-from .errors import GitHubError, PublishError, RefusedError
+from .errors import GitHubError, PublishError, RefusedError, RunChangedError
 from .github import DEFAULT_API, GitHub, RepoRef, parse_remote
 
-__all__ = ["GitHubError", "PublishError", "PublishResult", "RefusedError", "branch_name", "publish_run"]
+__all__ = ["GitHubError", "PublishError", "PublishResult", "RefusedError", "RunChangedError", "branch_name",
+           "check_repository", "check_run_files", "publish_run", "store_for_run"]
 
 REPORT_FILE = "report.md"
 CHART_FILE = "speedup.png"
@@ -78,10 +84,75 @@ class PublishResult:
         return text
 
 
+def check_repository(project: Path | str, remote: str = "origin", store: Path | None = None) -> Path:
+    """The checks ``tune --open-pr`` and ``publish`` make before any work: ``project`` lies in a git
+    working tree with ``remote`` (and GitPython is installed), and the kernel store ``store`` lies
+    inside it. Returns the working tree's top folder; raises :class:`PublishError` naming the problem."""
+    top = Repository(Path(project), remote).top
+    if store is not None and not Path(store).resolve().is_relative_to(top):
+        raise PublishError(f"the kernel store {Path(store).resolve()} is not inside the repository {top}")
+    return top
+
+
+def store_for_run(run_dir: Path | str, top: Path, explicit: Path | None, configured: Path) -> Path:
+    """Where the versions of the run in ``run_dir`` are, for ``kernelopt publish``.
+
+    ``explicit`` (``--kernels-dir``) when given; else the store the run recorded when it lies in
+    this repository (the run was tuned here); else ``configured`` (the project's ``kernels_dir``):
+    a run tuned on another machine, whose kernel store was copied into this checkout (the CI
+    artifact). :func:`check_run_files` then proves these are the files the run stored.
+    """
+    from ..agents.trace import load_run
+
+    if explicit is not None:
+        return Path(explicit).resolve()
+    record, _ = load_run(Path(run_dir))
+    recorded = Path(record.kernels_dir) if record.kernels_dir else None
+    if recorded is not None:
+        recorded = (recorded if recorded.is_absolute() else top / recorded).resolve()
+        if recorded.is_relative_to(top):
+            return recorded
+    return Path(configured).resolve()
+
+
+def check_run_files(record: Any, kernels_abs: Path, kernels_rel: PurePosixPath) -> None:
+    """Refuse the whole run (:class:`RunChangedError`, naming the file) when a version it stored
+    is missing, or its bytes or its manifest entry differ from the sha256 the run recorded."""
+    from ..store import MANIFEST, KernelStore, Manifest
+    from ..records import load_json
+
+    store = KernelStore(kernels_abs)
+    for problem in record.problems:
+        for outcome in problem.kernels:
+            if outcome.stored_version is None:
+                continue
+            model, kernel, version = problem.model, outcome.kernel, outcome.stored_version
+            try:
+                folder = store.kernel_dir(model, kernel)
+                entry = load_json(Manifest, folder / MANIFEST).version(version)
+            except StoreError as exc:
+                raise RunChangedError(f"{kernels_rel / model / kernel / MANIFEST}: no v{version}, which run "
+                                      f"{record.run_id} stored ({exc})") from None
+            name = str(kernels_rel / model / kernel / entry.file)
+            expected = outcome.best_sha256 or entry.sha256
+            if entry.sha256 != expected:
+                raise RunChangedError(f"{kernels_rel / model / kernel / MANIFEST}: v{version} is recorded with sha256 "
+                                      f"{entry.sha256[:12]}, run {record.run_id} stored {expected[:12]}: changed "
+                                      f"since the run; not publishing it")
+            try:
+                digest = hashlib.sha256((folder / entry.file).read_bytes()).hexdigest()
+            except OSError as exc:
+                raise RunChangedError(f"{name}: cannot read the version run {record.run_id} stored "
+                                      f"({exc.strerror})") from None
+            if digest != expected:
+                raise RunChangedError(f"{name}: changed since run {record.run_id} stored it (sha256 {digest[:12]}, "
+                                      f"recorded {expected[:12]}); not publishing the run")
+
+
 def publish_run(run_dir: Path | str, repo_path: Path | str = ".", *, base: str | None = None, remote: str = "origin",
                 open_pr: bool = True, token: str | None = None, api_url: str | None = None, repo: str | None = None,
                 templates_dir: Path | None = None, progress: Callable[[str], None] | None = None,
-                ) -> list[PublishResult]:
+                kernels_dir: Path | None = None) -> list[PublishResult]:
     """Publish every kernel the run in ``run_dir`` stored into the git repository at ``repo_path``.
 
     ``base``: the branch pull requests go into (default: the remote's default branch).
@@ -90,9 +161,11 @@ def publish_run(run_dir: Path | str, repo_path: Path | str = ".", *, base: str |
     open it. ``api_url`` defaults to ``$GITHUB_API_URL``, else the public API;
     ``repo`` ("owner/name") defaults to the remote's URL, else ``$GITHUB_REPOSITORY``.
     ``templates_dir`` defaults to the repository's ``templates/`` (when it has one).
-    ``progress`` gets one line per kernel. A problem with the repository as a whole
+    ``progress`` gets one line per kernel. ``kernels_dir``: the kernel store holding the run's
+    versions (default: the one the run recorded). A problem with the repository as a whole
     (not a git repository, no such remote or base branch, GitPython missing) raises
-    :class:`PublishError`; a problem with one kernel is that kernel's result.
+    :class:`PublishError`, a stored version that is not the file the run recorded
+    :class:`RunChangedError` (nothing is pushed); a problem with one kernel is that kernel's result.
     """
     from ..agents.trace import load_run
 
@@ -103,10 +176,12 @@ def publish_run(run_dir: Path | str, repo_path: Path | str = ".", *, base: str |
         say("publish: the run stored no kernel version; nothing to publish")
         return []
     git = Repository(Path(repo_path), remote)
-    kernels_abs = Path(record.kernels_dir)
+    kernels_abs = Path(kernels_dir) if kernels_dir is not None else Path(record.kernels_dir)
     kernels_abs = (kernels_abs if kernels_abs.is_absolute() else git.top / kernels_abs).resolve()
     if not kernels_abs.is_relative_to(git.top):
         raise PublishError(f"the run's kernel store {kernels_abs} is not inside the repository {git.top}")
+    kernels_rel = PurePosixPath(kernels_abs.relative_to(git.top).as_posix())
+    check_run_files(record, kernels_abs, kernels_rel)
     base = base or git.default_branch()
     base_sha = git.remote_tip(base)
     if base_sha is None:
@@ -120,8 +195,7 @@ def publish_run(run_dir: Path | str, repo_path: Path | str = ".", *, base: str |
         from ..templates import project_templates
 
         templates_dir = project_templates(git.top)
-    ctx = _Context(git=git, record=record, events=events, kernels_abs=kernels_abs,
-                   kernels_rel=PurePosixPath(kernels_abs.relative_to(git.top).as_posix()), base=base,
+    ctx = _Context(git=git, record=record, events=events, kernels_abs=kernels_abs, kernels_rel=kernels_rel, base=base,
                    base_sha=base_sha, where=where, github=github, open_pr=open_pr, templates_dir=templates_dir)
     results = []
     for problem, outcome in stored:
@@ -348,11 +422,23 @@ def _view(ctx: _Context, model: str, kernel: str) -> tuple[Any, bytes | None]:
     from ..report import build_view
     from ..report.chart import draw_chart
 
-    view = build_view(ctx.record, ctx.events, ctx.kernels_abs, only=(model, kernel))
+    # Paths relative to this repository and to the one the run was tuned in (another runner's checkout).
+    roots = [ctx.git.top, *([tuned] if (tuned := _tuned_in(ctx.record.kernels_dir, ctx.kernels_rel)) else [])]
+    view = build_view(ctx.record, ctx.events, ctx.kernels_abs, only=(model, kernel), roots=roots)
     with tempfile.TemporaryDirectory(prefix="kernelopt-chart-") as tmp:
         view.chart_note = draw_chart(view, Path(tmp) / CHART_FILE)
         png = (Path(tmp) / CHART_FILE).read_bytes() if view.chart_note is None else None
     return view, png
+
+
+def _tuned_in(recorded: str, kernels_rel: PurePosixPath) -> Path | None:
+    """The top of the checkout the run was tuned in: the kernel store it recorded, less the store's
+    place in the repository (``/runner/_work/w/w/kernels`` less ``kernels``); None when that does not fit."""
+    path = PurePosixPath(recorded)
+    depth = len(kernels_rel.parts)
+    if not path.is_absolute() or len(path.parts) <= depth or path.parts[len(path.parts) - depth:] != kernels_rel.parts:
+        return None
+    return Path(*path.parts[:len(path.parts) - depth])
 
 
 def _text(ctx: _Context, view: Any, chart_link: str | None) -> str:

@@ -15,7 +15,6 @@ commit on it that is not on the base branch carries them.
 
 from __future__ import annotations
 
-import os
 import re
 import tempfile
 from dataclasses import dataclass
@@ -185,12 +184,17 @@ class Repository:
         return [p.hexsha for p in self.repo.commit(commit).parents]
 
     def _identity(self) -> dict[str, str]:
-        """Environment for commit-tree: git's own identity when one is configured, else ours."""
-        reader = self.repo.config_reader()
-        email = reader.get_value("user", "email", default="") or os.environ.get("GIT_COMMITTER_EMAIL") \
-            or os.environ.get("EMAIL")
-        if email:
+        """Environment for commit-tree: git's own identity when one is configured, else ours.
+
+        Asked of git itself (``git var``), not read with GitPython's config reader: that one reads
+        ``~/.gitconfig`` even where git does not (``GIT_CONFIG_GLOBAL``), so a runner could pass the
+        check and then fail in commit-tree with "unable to auto-detect email address"."""
+        try:
+            for ident in ("GIT_AUTHOR_IDENT", "GIT_COMMITTER_IDENT"):
+                self.repo.git.execute(["git", "var", ident])
             return {}
+        except self._git.GitCommandError:
+            pass
         name, mail = FALLBACK_IDENTITY
         return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": mail, "GIT_COMMITTER_NAME": name,
                 "GIT_COMMITTER_EMAIL": mail}

@@ -22,3 +22,8 @@ class RefusedError(PublishError):
 
 class GitHubError(PublishError):
     """The GitHub API said no (401, 403, 404, 422, 5xx) or could not be reached; one line, no token in it."""
+
+
+class RunChangedError(RefusedError):
+    """A file the run stored is not the file it recorded (edited, or swapped, since the run):
+    the whole run is refused before anything is pushed. Exit code 2, naming the file."""

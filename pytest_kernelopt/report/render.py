@@ -9,7 +9,8 @@ from typing import Any
 
 from ..errors import UsageError
 from .chart import CHART_FILE, draw_chart
-from .view import RunView, build_view
+from .untrusted import HTML_FILTERS, MD_FILTERS
+from .view import RunView, build_view, kernels_path, repository_root
 
 # format -> (template, output file name)
 FORMATS = {"md": ("report.md.j2", "report.md"), "html": ("report.html.j2", "report.html")}
@@ -59,6 +60,9 @@ def _fence(text: str) -> str:
 
 
 FILTERS = {"speedup": _speedup, "ci": _ci, "ms": _ms, "pct": _pct, "sci": _sci, "cell": _cell, "fence": _fence}
+# Text a candidate or a worker wrote goes through text / text_cell / block (report/untrusted.py).
+MD = {**FILTERS, **MD_FILTERS}
+HTML = {**FILTERS, **HTML_FILTERS}
 
 
 def render_report(view: RunView, fmt: str = "md", templates_dir: Path | None = None) -> str:
@@ -68,13 +72,15 @@ def render_report(view: RunView, fmt: str = "md", templates_dir: Path | None = N
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown report format {fmt!r} (choose from {', '.join(FORMATS)})")
-    return render(FORMATS[fmt][0], {"run": view}, templates_dir, html=fmt == "html", filters=FILTERS)
+    return render(FORMATS[fmt][0], {"run": view}, templates_dir, html=fmt == "html",
+                  filters=HTML if fmt == "html" else MD)
 
 
 def write_report(run_dir: Path, out_dir: Path | None = None, *, fmt: str = "md", templates_dir: Path | None = None,
                  kernels_dir: Path | None = None) -> ReportFiles:
     """Render the report of the run in ``run_dir`` from ``run.json`` and ``trace.jsonl`` into
-    ``out_dir`` (default: the run directory), with ``speedup.png`` beside it."""
+    ``out_dir`` (default: the run directory), with ``speedup.png`` beside it. Paths are shown
+    relative to the git repository that holds the kernel store (when there is one)."""
     from ..agents.trace import load_run
     from ..store import atomic_write
 
@@ -82,7 +88,8 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, fmt: str = "md",
         raise UsageError(f"unknown report format {fmt!r} (choose from {', '.join(FORMATS)})")
     record, events = load_run(Path(run_dir))
     out = Path(out_dir) if out_dir is not None else Path(run_dir)
-    view = build_view(record, events, kernels_dir)
+    top = repository_root(kernels_path(record, kernels_dir))
+    view = build_view(record, events, kernels_dir, roots=[top] if top is not None else [])
     chart = out / CHART_FILE
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import re
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..agents.records import Attempt, KernelOutcome, ProblemOutcome, RunRecord, TraceEvent
@@ -134,9 +136,10 @@ def kernels_path(record: RunRecord, kernels_dir: Path | None = None) -> Path:
 
 
 def build_view(record: RunRecord, events: list[TraceEvent], kernels_dir: Path | None = None, *,
-               only: tuple[str, str] | None = None) -> RunView:
+               only: tuple[str, str] | None = None, roots: Sequence[Path] = ()) -> RunView:
     """The report's figures. ``only=(model, kernel)`` keeps that model and, of its kernels,
-    that one (the focused report of a pull request)."""
+    that one (the focused report of a pull request). ``roots``: the repository's top folder(s)
+    (here, and where the run was tuned): paths are shown relative to them (see :func:`relative_paths`)."""
     store_root = kernels_path(record, kernels_dir)
     models = []
     for problem in record.problems:
@@ -149,7 +152,7 @@ def build_view(record: RunRecord, events: list[TraceEvent], kernels_dir: Path | 
             view.kernels.append(_kernel_view(problem, outcome, store_root))
         models.append(view)
     roles = Counter(e.role for e in events)
-    return RunView(
+    view = RunView(
         run_id=record.run_id, started=record.started, finished=record.finished, agent=record.agent,
         agent_model=record.agent_model, budget_s=record.budget_s, environment=record.environment,
         kernels_dir=record.kernels_dir, input_tokens=record.input_tokens, output_tokens=record.output_tokens,
@@ -157,6 +160,54 @@ def build_view(record: RunRecord, events: list[TraceEvent], kernels_dir: Path | 
         trace_events=len(events), trace_roles=sorted(roles.items(), key=lambda kv: (-kv[1], kv[0])),
         last_event=events[-1] if events else None,
     )
+    return relative_paths(view, roots) if roots else view
+
+
+def repository_root(path: Path) -> Path | None:
+    """The top of the git working tree that holds ``path`` (the first folder up with a ``.git``), or None."""
+    path = Path(path).resolve()
+    for folder in [path, *path.parents]:
+        if (folder / ".git").exists():
+            return folder
+    return None
+
+
+def relative_paths(view: RunView, roots: Sequence[Path]) -> RunView:
+    """``view`` with every path shown relative to the innermost of ``roots`` that holds it.
+
+    A report goes into a pull request and an artifact: the absolute paths of the machine that
+    tuned (``/home/runner/_work/...``: the kernel store, the problem files) say nothing to a
+    reader and leak the runner's layout. The kernel store and problem fields become
+    repository-relative (a path outside every root: its file name); in free text (errors,
+    notes, diff notes) the roots' prefixes are removed.
+    """
+    prefixes = sorted({str(Path(r)).rstrip("/") for r in roots if str(r) not in ("", ".", "/")}, key=len,
+                      reverse=True)
+
+    def path(text: str) -> str:
+        if not text or not Path(text).is_absolute():
+            return text
+        for prefix in prefixes:
+            if text == prefix:
+                return "."
+            if text.startswith(prefix + "/"):
+                return text[len(prefix) + 1:]
+        return Path(text).name
+
+    def free(text: str | None) -> str | None:
+        for prefix in prefixes:  # "<root>/x" -> "x", "<root>" -> "."; "<root>-other/x" stays
+            text = re.sub(re.escape(prefix) + r"(/|(?![\w.-]))", lambda m: "" if m[1] == "/" else ".", text) \
+                if text else text
+        return text
+
+    view.kernels_dir, view.stop_reason = path(view.kernels_dir), free(view.stop_reason)
+    for model in view.models:
+        model.problem, model.error, model.note = path(model.problem), free(model.error), free(model.note)
+        for kernel in model.kernels:
+            kernel.message, kernel.skipped = free(kernel.message) or "", free(kernel.skipped)
+            kernel.diff_note = free(kernel.diff_note)
+            kernel.reasons = [replace(r, reason=free(r.reason) or "") for r in kernel.reasons]
+    return view
 
 
 def _model_view(problem: ProblemOutcome) -> ModelView:
