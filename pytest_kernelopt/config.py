@@ -29,6 +29,10 @@ class Config(BaseModel):
     problems: list[str] = []
     kernels_dir: str = "kernels"
     device: Device = "auto"
+    # The gate: a committed kernel it cannot verify at the problem's shape (stale, or a kernel the
+    # compiler no longer generates) is skipped with a note instead of failing. Command line:
+    # --kernelopt-allow-stale (and --kernelopt-strict, which overrides this to false).
+    allow_stale: bool = False
     # Where relative paths are taken from: the folder holding pyproject.toml.
     root: Path = Path(".")
     # The file the settings were read from; None: defaults.
@@ -95,6 +99,9 @@ def _validated(pyproject: Path, section: dict[str, Any]) -> Config:
         if key == "device":
             if value not in DEVICES:
                 raise bad(key, f"must be one of {', '.join(DEVICES)}, not {value!r}")
+        elif key == "allow_stale":
+            if not isinstance(value, bool):
+                raise bad(key, f"must be true or false, not {value!r}")
         elif key == "kernels_dir":
             if not isinstance(value, str) or not value.strip():
                 raise bad(key, f"must be a non-empty string (a folder relative to pyproject.toml), not {value!r}")
@@ -107,7 +114,8 @@ def _validated(pyproject: Path, section: dict[str, Any]) -> Config:
                 if not isinstance(item, str) or not item.strip():
                     raise bad(f"{key}[{i}]", f"must be a non-empty glob string, not {item!r}")
         else:
-            raise bad(key, f"unknown key (known: device, kernels_dir, problems; paths are relative to {pyproject.name})")
+            raise bad(key, f"unknown key (known: allow_stale, device, kernels_dir, problems; paths are relative to "
+                           f"{pyproject.name})")
     return Config(**section, root=pyproject.parent, source=pyproject)
 
 

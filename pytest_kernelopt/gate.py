@@ -6,8 +6,10 @@ Every configured problem file is collected by pytest as a :class:`ProblemFile`
 
 * kernel item: a committed active version goes through the whole cascade in an
   isolated worker (correct, and on a GPU not slower than the compiler's kernel);
-  a stale one (the compiler now generates a different kernel) is reported as
-  skipped, or fails under ``--kernelopt-strict``; no committed version: passes as
+  a stale one (the compiler now generates a different kernel, e.g. for another
+  batch size) cannot be verified at the problem's shape and fails, unless the user
+  opts out (``--kernelopt-allow-stale`` / ``allow_stale = true``: skipped with a note;
+  ``--kernelopt-strict`` overrides the setting); no committed version: passes as
   compiler baseline.
 * model item: the model with every active, non-stale version swapped in, against
   float64 (and on a GPU timed against the compiled baseline in the same run);
@@ -81,7 +83,7 @@ class GateSession:
     def __init__(self, config: pytest.Config):
         self.config = config
         self.rootpath = Path(config.rootpath)
-        self.strict = config.getoption("kernelopt_strict")
+        self.strict = True  # stale kernels fail; _configure reads the options and the setting
         self.base_ref: str | None = config.getoption("kernelopt_base_ref")
         self.base_commit: str | None = None
         self._git_top: Path | None = None
@@ -106,6 +108,7 @@ class GateSession:
         from .gate_workers import GateWorkers
 
         self.settings = load_config(self.rootpath)
+        self._stale_options()
         self.options = self._verify_options()
         self._scale_out_options()
         self._tune_options()
@@ -119,6 +122,27 @@ class GateSession:
         if self.workers.unpinned:  # this worker could time on another's GPU: its items fail, saying why
             for problem in self.problems.values():
                 problem.loaded, problem.error = True, self.workers.unpinned
+
+    def _stale_options(self) -> None:
+        """``self.strict``: whether a committed kernel that cannot be verified at the problem's shape fails.
+
+        It does unless ``--kernelopt-allow-stale`` or ``allow_stale = true`` says otherwise;
+        ``--kernelopt-strict`` (which predates the safe default) overrides the setting.
+        """
+        strict, allow = self.config.getoption("kernelopt_strict"), self.config.getoption("kernelopt_allow_stale")
+        if strict and allow:
+            raise UsageError("--kernelopt-strict and --kernelopt-allow-stale contradict each other: give one")
+        self.strict = strict or not (allow or self.settings.allow_stale)
+
+    def _stale_failure(self, message: str) -> None:
+        """A committed kernel the gate cannot verify at the problem's shape: fail, or skip with a note when allowed."""
+        if self.strict:
+            raise GateFailure(f"{message}. It was not verified at this shape, so the gate fails it (re-tune, or remove "
+                              f"it; to skip it instead, --kernelopt-allow-stale or allow_stale = true in "
+                              f"[tool.kernelopt])")
+        from .report.untrusted import plain
+
+        pytest.skip(plain(f"{message} (allowed: not verified at this shape)"))
 
     def _verify_options(self) -> Any:
         from pydantic import ValidationError
@@ -318,11 +342,8 @@ class GateSession:
         item.prop("version", manifest.active)
         if manifest.fingerprint != info.fingerprint:
             item.prop("status", "stale")
-            message = (f"stale: {path} replaces compiler kernel {manifest.fingerprint}, but the compiler now generates "
-                       f"{info.fingerprint}; the compiler's kernel is used")
-            if self.strict:
-                raise GateFailure(message)
-            pytest.skip(message)
+            self._stale_failure(f"stale: {path} replaces compiler kernel {manifest.fingerprint}, but the compiler now "
+                                f"generates {info.fingerprint}; the compiler's kernel is used")
         from .verify import source_of
 
         # The bytes the store just checked against its sha256 are the bytes verified.
@@ -380,7 +401,8 @@ class GateSession:
             if self.strict:
                 raise GateFailure(f"stale: {self.store.model_dir(problem.id)} holds committed versions of "
                                   f"{', '.join(orphaned)}, which the compiler no longer generates for {problem.id}; "
-                                  "they are not used (re-tune, or remove the folders)")
+                                  "they are not used and were not verified (re-tune, or remove the folders; to pass "
+                                  "anyway, --kernelopt-allow-stale or allow_stale = true in [tool.kernelopt])")
         base_text = self._base_text(problem) if self.base_commit else None
         if self.base_commit and base_text is None:
             item.prop("vs_base", f"new at {self.base_ref}: nothing to compare")
@@ -523,7 +545,8 @@ class GateSession:
         result = results.gate_result(shard=self.shard, problems=[p.id for p in self.problems.values()
                                                                  if self.in_shard(p)],
                                      environment=results.environment(self.device, self.items),
-                                     settings=settings, items=self.items)
+                                     settings=settings, items=self.items,
+                                     run_problems=[p.id for p in self.problems.values()])
         if self.json_path is not None:
             results.write(result, self.json_path)
         if self.report_path is not None:
@@ -613,7 +636,11 @@ class _GateItem(pytest.Item):
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> str:
         if isinstance(excinfo.value, (GateFailure, KerneloptError)):
-            return str(excinfo.value)
+            from .report.untrusted import plain
+
+            # It quotes the candidate (verdict reasons, exception text): what reaches the
+            # terminal and junit XML is escaped and capped.
+            return plain(str(excinfo.value))
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:

@@ -22,7 +22,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="device (default: [tool.kernelopt] device, else auto)")
     group.addoption("--kernelopt-problems", nargs="+", metavar="GLOB", default=None,
                     help="problem files (overrides [tool.kernelopt] problems)")
-    group.addoption("--kernelopt-strict", action="store_true", help="fail stale kernels instead of reporting them")
+    group.addoption("--kernelopt-strict", action="store_true",
+                    help="stale kernels fail even where [tool.kernelopt] allow_stale = true (they fail by default)")
+    group.addoption("--kernelopt-allow-stale", action="store_true", default=None,
+                    help="skip, with a note, committed kernels that cannot be verified at the problem's shape (stale, "
+                         "or no longer generated) instead of failing them (default: [tool.kernelopt] allow_stale, "
+                         "else false)")
     group.addoption("--kernelopt-base-ref", metavar="REF", default=None,
                     help="also compare each model with its problem file at git revision REF, measured side by side")
     group.addoption("--kernelopt-max-slowdown", type=float, default=0.01, metavar="FRACTION",

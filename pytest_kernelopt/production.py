@@ -4,14 +4,16 @@ A ``torch.compile`` backend that compiles each graph with Inductor exactly as th
 default backend does and then, for every Triton kernel of the graph, looks up the
 active version committed under ``kernels/<model>/<kernel>/``. A version is used
 only when its manifest's fingerprint equals the fingerprint of the kernel Inductor
-generated now (the same rule as the gate): it replaces the kernel global of the
+generated now (the same rule as the gate) and the manifest records a passing
+verification of the version's bytes against that same compiler kernel (what
+``accept`` writes from the verdict): it replaces the kernel global of the
 graph's wrapper module, as :mod:`pytest_kernelopt.swap` does in the verifier.
 
 Nothing is verified, timed or tuned here: that is the gate's job, done before the
 files were committed. What is checked at load is cheap and local: the sha256
 recorded at accept, the static check of the candidate language, and that the file
-loads. Whatever fails (a stale kernel, a missing or edited file, a file outside the
-language, one that does not load) leaves the compiler's kernel in place with one
+loads. Whatever fails (a stale kernel, a version with no recorded verification at this
+fingerprint, a missing or edited file, a file outside the language, one that does not load) leaves the compiler's kernel in place with one
 :class:`KerneloptWarning` naming the model, the kernel, the file and the cause;
 a tuned kernel never makes a model fail to compile.
 
@@ -202,6 +204,12 @@ class KerneloptBackend:
             return self._fallback(record, active.path, (
                 f"stale: it replaces compiler kernel {active.manifest.fingerprint}, but the compiler now generates "
                 f"{record.fingerprint} (another input shape, torch version or model change)"))
+        # The manifest must record a passing verification of these bytes against this very
+        # compiler kernel: a fingerprint edited by hand (or a version written outside accept)
+        # would otherwise run code no cascade ever checked at this shape.
+        unverified = active.record.unverified_reason(record.fingerprint)
+        if unverified is not None:
+            return self._fallback(record, active.path, f"not verified: {unverified}")
         report = check_candidate(active.source, entry_args=_runtime_args(compiler_kernel))
         if not report.ok:
             return self._fallback(record, active.path, "fails the static check: " + "; ".join(report.problems[:3]))

@@ -5,7 +5,10 @@ A :class:`GateResult` holds one :class:`ItemResult` per gate item that ran: the 
 figures the terminal table and the junit properties show (``kernelopt_*`` without the
 prefix), typed. Results of shards ``1/N .. N/N`` of one gate run merge into the result
 the unsharded run would have written (items, problems, table); shards that overlap,
-are missing, or ran with other settings or in another environment are refused.
+are missing, or ran with other settings or in another environment are refused, and so
+is a result that does not hold what its shard of the run must hold: the shard plan is
+recomputed from the run's problem list (``run_problems``) and K/N, and every planned
+problem must have its items, each in the shard the plan assigns it, once.
 
 No torch here: ``kernelopt merge`` runs on a machine without it.
 """
@@ -21,7 +24,7 @@ from pydantic import Field, ValidationError
 
 from .errors import MergeError, UsageError
 from .records import SCHEMA_VERSION, Record, dump_json
-from .shard import Shard
+from .shard import Shard, select, shard_of
 
 PREFIX = "kernelopt_"
 KIND = "kernelopt-gate-result"
@@ -117,6 +120,10 @@ class GateResult(Record):
     shards: list[ResultShard] = Field(default_factory=list)
     # The models (problem ids) this result is responsible for, whether or not their items ran.
     problems: list[str]
+    # Every model of the gate run, all shards' (the shard plan is computed from it); and the
+    # pytest-kernelopt that wrote the result. None: written before these were recorded.
+    run_problems: list[str] | None = None
+    tool_version: str | None = None
     environment: ResultEnvironment
     settings: GateSettings
     items: list[ItemResult]
@@ -184,12 +191,23 @@ def environment(device: str, items: list[ItemResult]) -> ResultEnvironment:
                              python=platform.python_version(), gpus=sorted({i.gpu for i in items if i.gpu}))
 
 
+def tool_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pytest-kernelopt")
+    except PackageNotFoundError:  # a checkout on sys.path, not installed
+        return None
+
+
 def gate_result(*, shard: Shard | None, problems: list[str], environment: ResultEnvironment,
-                settings: GateSettings, items: list[ItemResult]) -> GateResult:
+                settings: GateSettings, items: list[ItemResult], run_problems: list[str] | None = None) -> GateResult:
     return GateResult(created=datetime.now(timezone.utc),
                       shards=[ResultShard(index=shard.index, count=shard.count)] if shard else [],
                       problems=sorted(problems), environment=environment, settings=settings,
-                      items=sorted(items, key=lambda i: i.nodeid))
+                      items=sorted(items, key=lambda i: i.nodeid),
+                      run_problems=sorted(run_problems if run_problems is not None else problems),
+                      tool_version=tool_version())
 
 
 def write(result: GateResult, path: Path) -> None:
@@ -230,7 +248,8 @@ def merge(results: list[tuple[str, GateResult]]) -> GateResult:
 
     Refused (MergeError, naming the files): other settings or another environment,
     shard counts that differ, a shard given twice, a model or item in two results,
-    a shard missing.
+    a shard missing; and (see :func:`_check_plan`) a result whose problems or items are
+    not those the shard plan gives its shard.
     """
     if not results:
         raise MergeError("no results to merge")
@@ -268,15 +287,88 @@ def merge(results: list[tuple[str, GateResult]]) -> GateResult:
                                  f"and {_where(name, result)}")
             models[model] = name
         for item in result.items:
+            if nodeids.get(item.nodeid) == name:
+                raise MergeError(f"{_where(name, result)}: item {item.nodeid} appears twice")
             if item.nodeid in nodeids:
                 raise MergeError(f"item {item.nodeid} is in both {nodeids[item.nodeid]} and {name}")
             nodeids[item.nodeid] = name
+    _check_plan(results)
     env = first.environment.model_copy(
         update={"gpus": sorted({g for _, r in results for g in r.environment.gpus})})
     return GateResult(created=datetime.now(timezone.utc),
                       shards=sorted((s for _, r in results for s in r.shards), key=lambda s: s.index),
                       problems=sorted(models), environment=env, settings=first.settings,
-                      items=sorted((i for _, r in results for i in r.items), key=lambda i: i.nodeid))
+                      items=sorted((i for _, r in results for i in r.items), key=lambda i: i.nodeid),
+                      run_problems=first.run_problems, tool_version=first.tool_version)
+
+
+def _check_plan(results: list[tuple[str, GateResult]]) -> None:
+    """Each result holds exactly what the shard plan gives its shard, and all of it.
+
+    The plan is recomputed here from the run's problem list and K/N (:func:`shard.select`),
+    never taken from a result: every result must record the same problem list and the same
+    tool version; a result's ``problems`` must be its shard's; each item must be well formed
+    (its node id, problem file and model agree), belong to one of those problems, and appear
+    once; each problem must have its model item and as many kernel items as that item counted.
+    """
+    first_name, first = results[0]
+    for name, result in results:
+        where = _where(name, result)
+        if result.run_problems is None:
+            raise MergeError(f"{where}: records no problem list of the run (written by an older pytest-kernelopt), "
+                             f"so its shard cannot be checked: run the gate again")
+        if result.tool_version != first.tool_version:
+            raise MergeError(f"{_where(first_name, first)} and {where} were written by different versions of "
+                             f"pytest-kernelopt ({first.tool_version} vs {result.tool_version}): not one gate run")
+        if result.run_problems != first.run_problems:
+            diff = sorted(set(result.run_problems) ^ set(first.run_problems))
+            raise MergeError(f"{_where(first_name, first)} and {where} ran over different problem lists "
+                             f"(differing: {', '.join(diff) or 'order'}): not one gate run")
+    for name, result in results:
+        where = _where(name, result)
+        assert result.run_problems is not None
+        planned = (select(result.run_problems, result.shards[0].index, result.shards[0].count)
+                   if result.shards else list(result.run_problems))
+        if sorted(result.problems) != sorted(planned):
+            missing = sorted(set(planned) - set(result.problems))
+            extra = sorted(set(result.problems) - set(planned))
+            raise MergeError(f"{where}: its problems are not the ones the shard plan gives it"
+                             + (f"; missing {', '.join(missing)}" if missing else "")
+                             + (f"; not of this shard: {', '.join(extra)}" if extra else ""))
+        _check_items(where, result, planned)
+
+
+def _check_items(where: str, result: GateResult, planned: list[str]) -> None:
+    seen: set[str] = set()
+    kernel_items: dict[str, int] = {}
+    model_items: dict[str, ItemResult] = {}
+    for item in result.items:
+        expected = f"{item.problem}::{item.kernel if item.item == 'kernel' else 'model'}"
+        if item.nodeid != expected or Path(item.problem).stem != item.model or \
+                (item.item == "kernel") != (item.kernel is not None):
+            raise MergeError(f"{where}: item {item.nodeid!r} is malformed (problem {item.problem!r}, model "
+                             f"{item.model!r}, kernel {item.kernel!r}, {item.item} item)")
+        if item.nodeid in seen:
+            raise MergeError(f"{where}: item {item.nodeid} appears twice")
+        seen.add(item.nodeid)
+        if item.model not in planned:
+            count = result.shards[0].count if result.shards else 1
+            owner = f"shard {shard_of(item.model, count)}/{count}" if item.model in (result.run_problems or []) \
+                else "no shard: it is not a problem of the run"
+            raise MergeError(f"{where}: item {item.nodeid} is in the wrong shard (model {item.model} belongs to "
+                             f"{owner})")
+        if item.item == "model":
+            model_items[item.model] = item
+        else:
+            kernel_items[item.model] = kernel_items.get(item.model, 0) + 1
+    for model in planned:
+        if model not in model_items:
+            raise MergeError(f"{where}: model {model} is planned in this shard but its items are missing "
+                             f"(no {model} model item; a deselected or partial run cannot be merged)")
+        counted, found = model_items[model].kernels, kernel_items.get(model, 0)
+        if counted is not None and counted != found:
+            raise MergeError(f"{where}: model {model} has {found} kernel item(s), but its model item counted "
+                             f"{counted} kernels: items are missing or added")
 
 
 def _difference(a: Record, b: Record) -> str:
@@ -298,8 +390,12 @@ def summary_lines(result: GateResult) -> list[str]:
     """The gate's terminal table for ``result``, then one line of counts."""
     from .report import gate_lines
 
+    from .report.untrusted import plain
+
     shards = ", ".join(str(s) for s in result.shards) or "unsharded"
     gpus = f" on {', '.join(result.environment.gpus)}" if result.environment.gpus else ""
+    # A result file is read from disk (a CI artifact): its words are escaped like a candidate's.
     return [*gate_lines(result.rows()),
-            f"{len(result.problems)} problem(s), shards {shards}, {result.environment.device}{gpus}, "
-            f"torch {result.environment.torch}, triton {result.environment.triton}: {result.counts()}"]
+            plain(f"{len(result.problems)} problem(s), shards {shards}, {result.environment.device}{gpus}, "
+                  f"torch {result.environment.torch}, triton {result.environment.triton}: {result.counts()}",
+                  lines=False)]

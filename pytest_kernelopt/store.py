@@ -30,7 +30,7 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Iterator, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Iterator, Literal, TypeVar
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
@@ -48,6 +48,9 @@ from .records import (
 )
 
 MANIFEST = "manifest.json"
+# 2: each version's evidence records what was verified (``fingerprint``, ``sha256``).
+# Manifests of schema 1 are still read: see Manifest._from_schema_1.
+MANIFEST_SCHEMA_VERSION = 2
 ORIGINAL = "original.py"
 MODEL_RECORD = "model.json"
 
@@ -88,6 +91,11 @@ class Evidence(Record):
     # ``model_timing`` may then be below the 2% a version needs alone.
     combined_timing: Timing | None = None
     combined_with: list[str] = Field(default_factory=list)
+    # The verification this evidence is of: the fingerprint of the compiler kernel the cascade
+    # compared the version with, and the sha256 of the bytes it verified. None: no record
+    # (written outside ``accept_verdict``); the production loader does not run such a version.
+    fingerprint: str | None = None
+    sha256: str | None = None
 
 
 class Provenance(Record):
@@ -128,9 +136,25 @@ class VersionRecord(Record):
             raise ValueError(f"version {self.version} must be stored as v{self.version}.py, not {self.file}")
         return self
 
+    def unverified_reason(self, fingerprint: str) -> str | None:
+        """Why this version has no recorded passing verification against compiler kernel ``fingerprint``
+        (None: it has one). Evidence only exists for passing verdicts (accepted or correct)."""
+        verified = self.evidence
+        if verified.fingerprint is None or verified.sha256 is None:
+            return (f"v{self.version}'s manifest entry records no verification (what the cascade checked: "
+                    f"fingerprint and sha256); `kernelopt accept` of its file records one")
+        if verified.sha256 != self.sha256:  # accept writes both from one verdict: an edit
+            return (f"v{self.version}'s evidence is of other bytes (sha256 {verified.sha256[:12]}) than its file "
+                    f"(sha256 {self.sha256[:12]})")
+        if verified.fingerprint != fingerprint:
+            return (f"v{self.version} was verified against compiler kernel {verified.fingerprint}, not against "
+                    f"{fingerprint}, which the compiler generates now")
+        return None
+
 
 class Manifest(Record):
-    schema_version: int = SCHEMA_VERSION
+    readable_schema_versions: ClassVar[tuple[int, ...]] = (1, MANIFEST_SCHEMA_VERSION)
+    schema_version: int = MANIFEST_SCHEMA_VERSION
     model: str
     kernel: str
     # Fingerprint of the compiler kernel the versions replace: when the compiler
@@ -143,6 +167,22 @@ class Manifest(Record):
     args: list[ArgInfo] = Field(default_factory=list)
     environment: Environment | None = None
     versions: list[VersionRecord] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_schema_1(cls, data: Any) -> Any:
+        """Schema 1 evidence has no verification record. accept wrote each version's ``fingerprint``
+        from the same passing verdict as its evidence and its ``sha256`` from the same bytes, so
+        they are read as that record; a version without a fingerprint (the earliest manifests)
+        stays unverified."""
+        if not isinstance(data, dict) or data.get("schema_version", MANIFEST_SCHEMA_VERSION) != 1:
+            return data
+        versions = []
+        for v in data.get("versions") or []:
+            if isinstance(v, dict) and v.get("fingerprint") and isinstance(v.get("evidence"), dict):
+                v = {**v, "evidence": {"fingerprint": v["fingerprint"], "sha256": v.get("sha256"), **v["evidence"]}}
+            versions.append(v)
+        return {**data, "versions": versions}
 
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
@@ -436,6 +476,17 @@ class KernelStore:
                 if existing.sha256 == digest:
                     self._read_version(folder, existing, active=False)  # still those bytes, or a StoreError
                     active = existing.version == manifest.active
+                    if (evidence.fingerprint == fingerprint == existing.fingerprint and evidence.sha256 == digest
+                            and existing.unverified_reason(fingerprint) is not None):
+                        # Accepted again, verified now: record the verification its entry lacked
+                        # (a manifest of schema 1 without one), so that production runs it.
+                        existing = existing.model_copy(update={"evidence": evidence})
+                        versions = [existing if v.version == existing.version else v for v in manifest.versions]
+                        atomic_write(folder / MANIFEST, dump_json(manifest.model_copy(
+                            update={"versions": versions, "schema_version": MANIFEST_SCHEMA_VERSION})))
+                        return AcceptOutcome(record=existing, stored=False, active=active, message=(
+                            f"already stored as v{existing.version} ({'active' if active else 'not active'}) in "
+                            f"{folder / existing.file}; its verification against {fingerprint} is now recorded"))
                     return AcceptOutcome(
                         record=existing, stored=False, active=active,
                         message=f"already stored as v{existing.version} ({'active' if active else 'not active'}) "
@@ -549,7 +600,7 @@ def accept_verdict(store: KernelStore, model: str, kernel: str, source: str, ver
         status="accepted" if verdict.status == "accepted" else "correct", speed_measured=verdict.speed_measured,
         model_timing=verdict.model_timing, kernel_timing=verdict.kernel_timing, errors=verdict.errors,
         seeds=verdict.seeds, environment=verdict.environment, combined_timing=combined_timing,
-        combined_with=combined_with or [],
+        combined_with=combined_with or [], fingerprint=info.fingerprint, sha256=sha256_text(source),
     )
     outcome = store.add_version(
         model=model, kernel=kernel, fingerprint=info.fingerprint, args=info.args,

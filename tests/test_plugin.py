@@ -140,7 +140,8 @@ def test_stale_kernel_is_reported_and_fails_when_strict(repo: Path, pytester: py
     for version in manifest["versions"]:
         version["fingerprint"] = "0" * 16
     manifest_path.write_text(json.dumps(manifest))
-    result = _gate(pytester, "-rs")
+    # Skipped only where the user opts out (stale kernels fail by default: tests/test_trust_gate.py).
+    result = _gate(pytester, "-rs", "--kernelopt-allow-stale")
     result.assert_outcomes(passed=1, skipped=1)
     assert "stale" in result.stdout.str()
     strict = _gate(pytester, "--kernelopt-strict", cache=True)
@@ -162,7 +163,7 @@ def test_committed_kernels_the_compiler_no_longer_generates_are_reported_and_fai
     shutil.copytree(_kernel_dir(repo), gone)
     manifest = json.loads((gone / "manifest.json").read_text())
     (gone / "manifest.json").write_text(json.dumps({**manifest, "kernel": gone.name}))
-    result = _gate(pytester, "--kernelopt-json", "gate.json")
+    result = _gate(pytester, "--kernelopt-json", "gate.json", "--kernelopt-allow-stale")
     result.assert_outcomes(passed=2)
     out = result.stdout.str()
     assert (f"{FILE}: committed versions of triton_poi_fused_gone_0 are not used: the compiler no longer "

@@ -50,12 +50,14 @@ def get_init_inputs():
 def commit(kernels: Path, model: str, info: Any, source: str) -> Path:
     """Store ``source`` as the next active version of ``info``'s kernel; the version file."""
     from pytest_kernelopt.candidate import render_dump
-    from pytest_kernelopt.store import Evidence, KernelStore, Provenance
+    from pytest_kernelopt.store import Evidence, KernelStore, Provenance, sha256_text
 
+    # The record accept writes from a passing verdict: production runs nothing without one.
+    evidence = Evidence(status="correct", speed_measured=False, fingerprint=info.fingerprint, sha256=sha256_text(source))
     outcome = KernelStore(kernels).add_version(
         model=model, kernel=info.name, fingerprint=info.fingerprint, args=info.args,
         original_source=render_dump(info, model), source=source,
-        evidence=Evidence(status="correct", speed_measured=False), provenance=Provenance(), environment=None,
+        evidence=evidence, provenance=Provenance(), environment=None,
     )
     assert outcome.stored and outcome.record is not None
     return kernels / model / info.name / outcome.record.file

@@ -56,8 +56,9 @@ def test_markdown_report_shows_the_records_figures(run):
     assert (f"| `{s.SOFTMAX_KERNEL}` | memory | 62.5% | 71.0% | 5 | reviewed 1, static 1, kernel 1, correct 1, "
             f"accepted 1 | stored v1 | 1.184x [1.164, 1.204] | 2.4e-06 / 1.5e-06 |") in text
     assert f"| `{s.RMS_KERNEL}` | launch | 11.0% | 35.0% | 3 | model 3 | no candidate passed | - | - |" in text
-    assert "- kernel: out_ptr0: 12 of 4096 written values differ (max abs 0.5)" in text
-    assert "- model (x3): error vs float64 9.1e-03 exceeds 4x the compiled baseline's 1.2e-06" in text
+    # Reasons are the candidate's words: a code span (tests/test_trust_gate.py attacks it).
+    assert "- kernel: ` out_ptr0: 12 of 4096 written values differ (max abs 0.5) `" in text
+    assert "- model (x3): ` error vs float64 9.1e-03 exceeds 4x the compiled baseline's 1.2e-06 `" in text
     # the diff against the compiler's original, and the chart beside the report
     diff = text.split("```diff\n", 1)[1].split("```", 1)[0]
     assert diff.startswith(f"--- {s.SOFTMAX}/{s.SOFTMAX_KERNEL}/original.py\n+++ {s.SOFTMAX}/{s.SOFTMAX_KERNEL}/v1.py")
@@ -79,7 +80,7 @@ def test_html_report_escapes_what_agents_wrote(run, tmp_path):
     assert '<span class="add">+    XBLOCK = 1024</span>' in html
     markdown = render_report(view, "md")
     assert "&lt;script&gt;alert(1)&lt;/script&gt; \\| not allowed" not in markdown  # Markdown is not HTML-escaped
-    assert "- static: <script>alert(1)</script> | not allowed" in markdown
+    assert "- static: ` <script>alert(1)</script> | not allowed `" in markdown  # a code span: shown, not run
     assert "reviewed 1, static 1, kernel 1, correct 1, accepted 1" in markdown
 
 

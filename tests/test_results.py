@@ -39,7 +39,9 @@ def _items(model: str, failed: bool = False) -> list[results.ItemResult]:
 def _result(models: list[str], shard: Shard | None, *, env: results.ResultEnvironment = ENV,
             settings: results.GateSettings = SETTINGS, failed: str | None = None) -> results.GateResult:
     items = [i for m in models for i in _items(m, failed=m == failed)]
-    return results.gate_result(shard=shard, problems=models, environment=env, settings=settings, items=items)
+    # Every result names the run's whole problem list: merge recomputes the shard plan from it.
+    return results.gate_result(shard=shard, problems=models, environment=env, settings=settings, items=items,
+                               run_problems=MODELS)
 
 
 def _shard(k: int, n: int = 2, **kwargs: Any) -> results.GateResult:

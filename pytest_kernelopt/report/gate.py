@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .render import FILTERS
+from .render import MD
 
 
 @dataclass
@@ -81,7 +81,7 @@ def render_gate_report(result: Any, templates_dir: Path | None = None) -> str:
     """The gate report's Markdown (``templates/gate.md.j2``; the user's ``templates/`` override it)."""
     from ..templates import render
 
-    return render("gate.md.j2", {"gate": gate_view(result)}, templates_dir, filters=FILTERS)
+    return render("gate.md.j2", {"gate": gate_view(result)}, templates_dir, filters=MD)
 
 
 def write_gate_report(result: Any, path: Path, templates_dir: Path | None = None) -> Path:

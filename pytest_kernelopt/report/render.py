@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import UsageError
 from .chart import CHART_FILE, draw_chart
+from .untrusted import HTML_FILTERS, MD_FILTERS
 from .view import RunView, build_view, kernels_path, repository_root
 
 # format -> (template, output file name)
@@ -59,6 +60,9 @@ def _fence(text: str) -> str:
 
 
 FILTERS = {"speedup": _speedup, "ci": _ci, "ms": _ms, "pct": _pct, "sci": _sci, "cell": _cell, "fence": _fence}
+# Text a candidate or a worker wrote goes through text / text_cell / block (report/untrusted.py).
+MD = {**FILTERS, **MD_FILTERS}
+HTML = {**FILTERS, **HTML_FILTERS}
 
 
 def render_report(view: RunView, fmt: str = "md", templates_dir: Path | None = None) -> str:
@@ -68,7 +72,8 @@ def render_report(view: RunView, fmt: str = "md", templates_dir: Path | None = N
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown report format {fmt!r} (choose from {', '.join(FORMATS)})")
-    return render(FORMATS[fmt][0], {"run": view}, templates_dir, html=fmt == "html", filters=FILTERS)
+    return render(FORMATS[fmt][0], {"run": view}, templates_dir, html=fmt == "html",
+                  filters=HTML if fmt == "html" else MD)
 
 
 def write_report(run_dir: Path, out_dir: Path | None = None, *, fmt: str = "md", templates_dir: Path | None = None,

@@ -9,6 +9,16 @@ from rich.console import Console
 from rich.table import Table
 
 from ..records import ArgInfo, CaptureSummary
+from .untrusted import INLINE_LIMIT, plain
+
+
+def _inert(value: Any) -> Any:
+    """A property as the terminal may show it: text escaped and capped (a result file or a candidate wrote it)."""
+    if isinstance(value, str):
+        return plain(value, INLINE_LIMIT, lines=False)
+    if isinstance(value, (list, tuple)):
+        return [_inert(v) for v in value]
+    return value
 
 
 def _arg(a: ArgInfo) -> str:
@@ -49,6 +59,7 @@ def gate_lines(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
     against float64 come from the model item.
     """
     problems: dict[str, dict[str, Any]] = {}
+    rows = [(_inert(nodeid), _inert(outcome), {k: _inert(v) for k, v in props.items()}) for nodeid, outcome, props in rows]
     for nodeid, outcome, props in rows:
         m = problems.setdefault(nodeid.split("::")[0], {
             "counts": None, "kernels": {"committed": 0, "stale": 0, "baseline": 0}, "failed": 0, "error": None,
