@@ -67,15 +67,18 @@ os._exit(3)
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory: pytest.TempPathFactory, compiled_models: Any, kernelopt: Any) -> Any:
     from pytest_kernelopt.candidate import render_dump
-    from pytest_kernelopt.store import Evidence, KernelStore, Provenance
+    from pytest_kernelopt.store import Evidence, KernelStore, Provenance, sha256_text
 
     folder = tmp_path_factory.mktemp("bench")
     (handle,) = compiled_models.get(ELEMENTWISE).kernels.values()
+    source = add_to_last_store(render_dump(handle.info, "elementwise_chain"), 1.0)
+    # The verification record accept writes: the production path runs nothing without one.
+    evidence = Evidence(status="correct", speed_measured=False, fingerprint=handle.info.fingerprint,
+                        sha256=sha256_text(source))
     KernelStore(folder / "kernels").add_version(
         model="elementwise_chain", kernel=handle.info.name, fingerprint=handle.info.fingerprint,
         args=handle.info.args, original_source=render_dump(handle.info, "elementwise_chain"),
-        source=add_to_last_store(render_dump(handle.info, "elementwise_chain"), 1.0),
-        evidence=Evidence(status="correct", speed_measured=False), provenance=Provenance(), environment=None)
+        source=source, evidence=evidence, provenance=Provenance(), environment=None)
     broken = folder / "broken_matmul.py"
     broken.write_text(BROKEN)
     plain = folder / "relu_affine.py"
