@@ -341,7 +341,18 @@ def cmd_verify_or_accept(args: argparse.Namespace) -> int:
     if args.command == "accept":  # a name the store cannot hold: say so before the verification runs
         from .store import KernelStore
 
-        KernelStore((args.kernels_dir or settings.kernels_path).resolve()).kernel_dir(problem.id, args.kernel)
+        store = KernelStore((args.kernels_dir or settings.kernels_path).resolve())
+        store.kernel_dir(problem.id, args.kernel)
+        # The same bytes, stored and verified before: the answer is known without the cascade.
+        known = store.already_stored(problem.id, args.kernel, sources[0].source)
+        if known is not None:
+            if args.json:
+                print(json.dumps({"status": None, "stored": None, "message": known.message,
+                                  "version": known.record.version if known.record else None,
+                                  "active": known.active}, indent=2))
+            else:
+                print(known.message)
+            return EXIT_OK if known.active else EXIT_REJECTED
     say = (lambda text: None) if args.json else (lambda text: print(text, file=sys.stderr))
     say(f"settings: {settings.describe(getattr(args, 'kernels_dir', None))}")
     verdicts = []
@@ -431,7 +442,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         from .gitops import PublishError, check_repository
 
         try:
-            check_repository(settings[0].root, args.remote, store.root)
+            check_repository(settings[0].root, args.remote, store.root, base=args.base)
         except PublishError as exc:
             raise UsageError(f"--open-pr: {exc}") from None
     if args.shard is not None:
@@ -502,7 +513,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     try:
         top = check_repository(settings.root, args.remote)
         store = store_for_run(args.run_dir, top, args.kernels_dir, settings.kernels_path)
-        check_repository(top, args.remote, store)
+        check_repository(top, args.remote, store, base=args.base)
     except PublishError as exc:
         raise UsageError(f"publish: {exc}") from None
     say = (lambda line: print(line, file=sys.stderr)) if args.json else print

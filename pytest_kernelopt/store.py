@@ -381,6 +381,26 @@ class KernelStore:
                     raise StoreError(f"{folder / name}: original file recorded in {folder / MANIFEST} is missing")
         return manifest
 
+    def already_stored(self, model: str, kernel: str, source: str) -> AcceptOutcome | None:
+        """What ``accept`` would answer without verifying: these exact bytes are a stored version
+        whose file still holds them and whose entry records a passing verification of them
+        (``accept`` stores nothing for them whatever the cascade says). None otherwise: no such
+        version, or one whose verification is not recorded (accept verifies and records it)."""
+        folder = self.kernel_dir(model, kernel)
+        if not folder.is_dir():
+            return None
+        digest = sha256_text(source)
+        with self._locked(folder, shared=True):
+            manifest = self._read_manifest(model, kernel)
+            existing = next((v for v in (manifest.versions if manifest else []) if v.sha256 == digest), None)
+            if manifest is None or existing is None or existing.unverified_reason(existing.fingerprint) is not None:
+                return None
+            self._read_version(folder, existing, active=existing.version == manifest.active)
+        active = existing.version == manifest.active
+        return AcceptOutcome(record=existing, stored=False, active=active, message=(
+            f"already stored as v{existing.version} ({'active' if active else 'not active'}) in "
+            f"{folder / existing.file}; nothing stored (same sha256, not verified again)"))
+
     def kernel_names(self, model: str) -> list[str]:
         """The kernels ``kernels/<model>/`` holds a folder with a manifest for, sorted."""
         folder = self.model_dir(model)

@@ -288,3 +288,24 @@ def test_accept_refuses_a_model_id_the_store_cannot_hold_before_verifying(kernel
     result = kernelopt("accept", problem, "--kernel", "k", "--candidate", candidate, "--kernels-dir", tmp_path / "k")
     assert_one_error_line(result, "model id 'my model' cannot name a folder in the kernel store")
     assert not (tmp_path / "k").exists()
+
+
+def test_accept_of_bytes_already_stored_answers_without_verifying(kernelopt, tmp_path):
+    """The sha256 is known before the cascade: the same verified bytes again are answered at once."""
+    from pytest_kernelopt.store import Evidence, KernelStore, Provenance, sha256_text
+
+    source = "# a version accepted earlier\n"
+    fingerprint = "0123456789abcdef"
+    store = KernelStore(tmp_path / "kernels")
+    store.add_version(model="elementwise_chain", kernel="k", fingerprint=fingerprint, args=[],
+                      original_source="# original\n", source=source, provenance=Provenance(), environment=None,
+                      evidence=Evidence(status="correct", speed_measured=False, fingerprint=fingerprint,
+                                        sha256=sha256_text(source)))
+    candidate = tmp_path / "again.py"
+    candidate.write_text(source)
+    result = kernelopt("accept", PROBLEMS / "elementwise_chain.py", "--kernel", "k", "--candidate", candidate,
+                       "--kernels-dir", tmp_path / "kernels")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("already stored as v1 (active)") and "not verified again" in result.stdout
+    assert "verifying" not in result.stderr  # no session was opened (it is not a kernel of the problem at all)
+    assert [v.version for v in store.manifest("elementwise_chain", "k").versions] == [1]

@@ -495,8 +495,24 @@ def test_publish_makes_the_checks_of_tune_open_pr(project, tmp_path, monkeypatch
     elsewhere.mkdir()
     for cwd, args, needle in ((elsewhere, [str(run)], "kernelopt: error: publish: "),
                               (clone, [str(run), "--remote", "upstream"], "no git remote named 'upstream'"),
+                              (clone, [str(run), "--base", "nosuchbranch"], "no branch 'nosuchbranch'"),
                               (clone, [str(run), "--kernels-dir", str(tmp_path / "kernels")],
                                "is not inside the repository"),
                               (clone, [str(tmp_path)], "not a tuning run directory")):
         code, out, err = publish(cwd, monkeypatch, capsys, *args)
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_tune_open_pr_with_a_base_the_remote_lacks_stops_before_tuning(project, tmp_path, monkeypatch, capsys):
+    """--base names a branch the remote does not have: exit 2 at once, naming it (it used to tune, then exit 0)."""
+    from pytest_kernelopt.cli import main
+
+    clone, _ = project
+    problem = clone / "sum_reduce.py"
+    problem.write_text((Path(__file__).parent / "problems" / "sum_reduce.py").read_text())
+    monkeypatch.chdir(clone)
+    code = main(["tune", str(problem), "--device", "cpu", "--open-pr", "--base", "nosuchbranch"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--open-pr: remote origin has no branch 'nosuchbranch'" in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert not (clone / ".kernelopt").exists()  # nothing was tuned

@@ -84,13 +84,20 @@ class PublishResult:
         return text
 
 
-def check_repository(project: Path | str, remote: str = "origin", store: Path | None = None) -> Path:
+def check_repository(project: Path | str, remote: str = "origin", store: Path | None = None,
+                     base: str | None = None) -> Path:
     """The checks ``tune --open-pr`` and ``publish`` make before any work: ``project`` lies in a git
-    working tree with ``remote`` (and GitPython is installed), and the kernel store ``store`` lies
-    inside it. Returns the working tree's top folder; raises :class:`PublishError` naming the problem."""
-    top = Repository(Path(project), remote).top
+    working tree with ``remote`` (and GitPython is installed), the kernel store ``store`` lies
+    inside it, and the remote has the branch ``base`` (when one is named; this asks the remote).
+    Returns the working tree's top folder; raises :class:`PublishError` naming the problem."""
+    repository = Repository(Path(project), remote)
+    top = repository.top
     if store is not None and not Path(store).resolve().is_relative_to(top):
         raise PublishError(f"the kernel store {Path(store).resolve()} is not inside the repository {top}")
+    if base is not None:
+        out = repository.git("ls-remote", "--heads", remote, f"refs/heads/{base}")
+        if not any(line.endswith(f"\trefs/heads/{base}") for line in out.splitlines()):
+            raise PublishError(f"remote {remote} has no branch {base!r} to base the kernel branches on (--base)")
     return top
 
 
