@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..records import KernelInfo
 from ..store import sha256_text
+from ..verify import size_problem
 from ..verify.static import check_candidate
 from .launch_space import Limits, read_point
 
@@ -30,6 +31,9 @@ def review(source: str, kernel: KernelInfo, original: str, tried: set[str]) -> R
         return Review(False, sha, "duplicate", "these bytes were tried already in this run")
     if source == original:
         return Review(False, sha, "duplicate", "the compiler's kernel, unchanged")
+    too_large = size_problem(source, "the proposal")  # checked in this process: never a large text
+    if too_large:
+        return Review(False, sha, "reviewed", too_large)
     result = check_candidate(source, entry_args=[a.name for a in kernel.args])
     if result.problems:
         return Review(False, sha, "reviewed", "; ".join(result.problems)[:500])

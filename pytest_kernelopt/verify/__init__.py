@@ -8,9 +8,12 @@ float64 reference) and then judges many candidates against it::
         for path in candidates:
             verdict = session.verify("triton_per_fused_softmax_0", path)
 
-Each candidate is read once here, hashed, statically checked (stage 1, in this
-process: parsed, never run) and sent as those exact bytes to the worker for the
-kernel, model and speed stages. A candidate that crashes the worker, hangs past the
+Each candidate is read once here, hashed, statically checked (stage 1: parsed, never
+run, in a fresh short-lived process of its own, never the worker that earlier
+candidates ran in, under a time and an address-space limit) and sent as those exact
+bytes to the worker for the kernel, model and speed stages. A candidate file is at
+most :data:`CANDIDATE_BYTES`; whatever text comes back from a candidate's run is cut
+short (:func:`.worker.clip`). A candidate that crashes the worker, hangs past the
 time limit or corrupts the CUDA context is rejected, and the session starts a fresh
 worker for the next one. The verifier's own failures (out of memory, a problem
 that does not compile) raise :class:`~pytest_kernelopt.errors.KerneloptError`
@@ -22,23 +25,49 @@ from __future__ import annotations
 import hashlib
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import KerneloptError, ProblemError, UsageError, VerifierError
-from ..records import StageResult, Verdict
-from .options import SpeedPolicy, VerifyOptions
-from .protocol import CandidateSource, CheckDone, CheckRequest, Failure, Opened, OpenRequest, StageDone, StageStarted
+
+if TYPE_CHECKING:
+    from ..records import StageResult, Verdict
+    from .options import SpeedPolicy, VerifyOptions
+    from .protocol import CandidateSource, Failure, Opened, StageDone
 
 __all__ = ["SpeedPolicy", "VerifyOptions", "VerifySession", "read_candidate", "verify"]
 
 GIB = float(1 << 30)
+# The largest candidate file. Inductor's kernels are a few KiB (the largest dump of the
+# example and benchmark problems: 5 KiB); stage 1 costs about 6 s per MiB on one slow core.
+CANDIDATE_BYTES = 512 << 10
+STATIC_SECONDS = 20.0         # stage 1's wall-clock bound (or the check's --timeout, if smaller)
+STATIC_MEMORY = 1 << 30       # its process's address space (RLIMIT_AS)
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: the static checker's process imports this package and should
+    # start without pydantic (see worker.serve_static).
+    if name in ("SpeedPolicy", "VerifyOptions"):
+        from . import options
+
+        return getattr(options, name)
+    if name == "CandidateSource":
+        from .protocol import CandidateSource
+
+        return CandidateSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def read_candidate(path: str | Path) -> CandidateSource:
     """Read a candidate file once; what is hashed here is what runs and what is stored."""
+    from .protocol import CandidateSource
+
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            data = f.read(CANDIDATE_BYTES + 1)  # never more: a file past the cap is not read whole
+            if len(data) > CANDIDATE_BYTES:
+                raise UsageError(_oversized(str(path), max(len(data), _size_of(f))))
     except OSError as exc:
         raise UsageError(f"{path}: cannot read candidate ({exc.strerror or exc})") from exc
     try:
@@ -49,7 +78,32 @@ def read_candidate(path: str | Path) -> CandidateSource:
 
 
 def source_of(text: str, label: str) -> CandidateSource:
+    """A candidate held in memory (tuning's proposals, the store's versions). Its size is
+    checked by stage 1, which rejects a text over :data:`CANDIDATE_BYTES` before parsing it."""
+    from .protocol import CandidateSource
+
     return CandidateSource(label=label, source=text, sha256=hashlib.sha256(text.encode()).hexdigest())
+
+
+def size_problem(text: str, label: str) -> str | None:
+    """Why ``text`` is too large to be a candidate (one line: the file, its size, the cap), or None."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    return _oversized(label, size) if size > CANDIDATE_BYTES else None
+
+
+def _oversized(label: str, size: int) -> str:
+    return (f"{label}: candidate is {_human(size)}, over the {_human(CANDIDATE_BYTES)} limit on a candidate file "
+            "(compiler kernels are a few KiB); not parsed")
+
+
+def _size_of(f: Any) -> int:
+    import os
+
+    return os.fstat(f.fileno()).st_size
+
+
+def _human(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB ({n} bytes)" if n >= 1 << 20 else f"{n / 1024:.0f} KiB ({n} bytes)"
 
 
 class VerifySession:
@@ -58,11 +112,15 @@ class VerifySession:
     def __init__(self, problem: str | Path, device: str, options: VerifyOptions | None = None, *,
                  progress: Callable[[str], None] | None = None):
         self.problem = Path(problem).resolve()
+        from .options import VerifyOptions
+
         self.device = device
         self.options = options or VerifyOptions()
         self.progress = progress or (lambda _: None)
         self._worker: Any = None
         self._opened: Opened | None = None
+        self._checker: Any = None  # stage 1's next process, started ahead (see _static)
+        self._used: Any = None     # the one that served the last check, closed later
         self.restarts = 0
 
     # --- lifecycle -----------------------------------------------------------------
@@ -77,6 +135,10 @@ class VerifySession:
         if self._worker is not None:
             self._worker.close()
             self._worker = None
+        for checker in (self._checker, self._used):
+            if checker is not None:
+                checker.close()
+        self._checker = self._used = None
 
     def open(self) -> Opened:
         """Start the worker and prepare the problem (again, after a candidate killed the last worker)."""
@@ -101,13 +163,16 @@ class VerifySession:
             return self._open_worker()
 
     def _open_worker(self) -> Opened:
-        from .worker import WorkerExited, WorkerProcess
+        from .protocol import Failure, Opened, OpenRequest
+        from .worker import OPENED_BYTES, WorkerExited, WorkerProcess
 
         self._worker = worker = WorkerProcess()
+        if self._checker is None:
+            self._checker = _static_checker()  # starts while the problem compiles
         limit = self.options.open_timeout
         try:
             worker.send(OpenRequest(problem=str(self.problem), device=self.device, seeds=self.options.seed_list))
-            reply = worker.receive(limit)
+            reply = worker.receive(limit, limit=OPENED_BYTES)
         except WorkerExited as exc:
             self.close()
             raise VerifierError(f"{self.problem}: the verifier's worker failed while opening the problem ({exc})") from exc
@@ -147,7 +212,7 @@ class VerifySession:
 
     def profile(self, runs: int = 20) -> Any:
         """Per kernel device time, registers and spills of the compiled model (no candidate runs)."""
-        from .protocol import Profiled, ProfileRequest
+        from .protocol import Failure, Profiled, ProfileRequest
         from .worker import WorkerExited
 
         self.open()
@@ -169,18 +234,23 @@ class VerifySession:
 
     def verify(self, kernel: str, candidate: str | Path | CandidateSource) -> Verdict:
         """The whole cascade for one candidate of ``kernel``."""
+        from .protocol import CandidateSource
+
         source = candidate if isinstance(candidate, CandidateSource) else read_candidate(candidate)
         return self._check(kernel, {kernel: source}, None)
 
     def verify_model(self, replacements: dict[str, str | Path | CandidateSource],
                      base_problem: str | Path | None = None) -> Verdict:
         """The model with every replacement swapped in (the gate's model item): model and speed stages."""
+        from .protocol import CandidateSource
+
         sources = {k: v if isinstance(v, CandidateSource) else read_candidate(v) for k, v in replacements.items()}
         return self._check(None, sources, None if base_problem is None else str(base_problem))
 
     def _check(self, kernel: str | None, sources: dict[str, CandidateSource], base_problem: str | None) -> Verdict:
-        from .static import check_candidate
-        from .worker import WorkerExited
+        from ..records import StageResult, Verdict
+        from .protocol import CheckDone, CheckRequest, Failure, StageDone, StageStarted
+        from .worker import FOLDER_BYTES, WorkerExited, clip
 
         started = time.monotonic()
         opened = self.open()
@@ -202,14 +272,12 @@ class VerifySession:
             verdict._kernel_info = self.kernel_info(kernel)  # type: ignore[arg-type]
             verdict._source = only.source
 
-        # Stage 1, here: parsed, never run.
+        # Stage 1: parsed, never run, in a process of its own.
         t0 = time.monotonic()
-        problems = []
-        for name, src in sources.items():
-            entry = [a.name for a in self.kernel_info(name).args]
-            problems += [f"{Path(src.label).name}: {p}" for p in check_candidate(src.source, entry_args=entry).problems]
+        problems = self._static(sources)
         if problems:
-            return self._finish(verdict, [StageResult(name="static", passed=False, detail="; ".join(problems),
+            self._next_checker()
+            return self._finish(verdict, [StageResult(name="static", passed=False, detail=clip("; ".join(problems)),
                                                       seconds=time.monotonic() - t0)], started)
         stages = [StageResult(name="static", passed=True, seconds=time.monotonic() - t0,
                               detail="parses; entry point matches; only allowed imports and constructs")]
@@ -227,6 +295,7 @@ class VerifySession:
         worker = self._worker
         try:
             worker.send(request)
+            self._next_checker()  # while the worker runs the candidate
             while True:
                 reply = worker.receive(max(0.0, deadline - time.monotonic()))
                 if reply is None:
@@ -238,10 +307,17 @@ class VerifySession:
                 if isinstance(reply, StageStarted):
                     current, stage_t0 = reply.stage, time.monotonic()
                 elif isinstance(reply, StageDone):
+                    reply.result.detail = clip(reply.result.detail)  # it may quote the candidate
                     stages.append(reply.result)
                     self._merge(verdict, reply)
                 elif isinstance(reply, CheckDone):
                     verdict.peak_gib = _gib(reply.peak_bytes) or verdict.peak_gib
+                    written = worker.folder_bytes()
+                    if written > FOLDER_BYTES:  # its printed output, or files the candidate wrote
+                        worker.kill()
+                        stages.append(StageResult(name=current, passed=False, seconds=time.monotonic() - stage_t0,
+                                                  detail=f"the worker wrote {_human(written)} into its folder "
+                                                         f"(limit {_human(FOLDER_BYTES)}); this worker is replaced"))
                     break
                 elif isinstance(reply, Failure):
                     if reply.kind == "memory":
@@ -250,8 +326,60 @@ class VerifySession:
                     raise _failure(reply, self.problem)
         except WorkerExited as exc:
             stages.append(StageResult(name=current, passed=False, seconds=time.monotonic() - stage_t0,
-                                      detail=str(exc)))
+                                      detail=clip(str(exc))))
         return self._finish(verdict, stages, started)
+
+    def _static(self, sources: dict[str, CandidateSource]) -> list[str]:
+        """Stage 1's problems, each prefixed with its file's name.
+
+        The checker runs in a fresh process (:data:`.worker.STATIC_CHECKER`), never the
+        worker, which has run earlier candidates' code: bounded by :data:`STATIC_SECONDS`
+        (or the check's timeout) and :data:`STATIC_MEMORY`. Its timeout or crash rejects.
+        Each process serves one check. Starting one takes ~90 ms (in the sandbox) and
+        closing one ~50 ms, so both happen while the worker runs the previous candidate
+        (:meth:`_next_checker`): the stage itself then costs a few ms more than in-process.
+        """
+        from .protocol import STATIC_REPLY, StaticRequest
+        from .worker import WorkerExited
+
+        oversized = [p for src in sources.values() if (p := size_problem(src.source, Path(src.label).name))]
+        if oversized or not sources:
+            return oversized
+        limit = min(self.options.timeout, STATIC_SECONDS)
+        deadline = time.monotonic() + limit
+        problems: list[str] = []
+        checker, self._checker = self._checker, None
+        if checker is None or not checker.alive:  # none yet, or the spare died waiting
+            if checker is not None:
+                checker.close()
+            checker = _static_checker()
+        try:
+            for name, src in sources.items():
+                file = Path(src.label).name
+                entry = [a.name for a in self.kernel_info(name).args]
+                try:
+                    checker.send(StaticRequest(source=src.source, entry_args=entry), timeout=limit)
+                    reply = checker.receive(max(0.0, deadline - time.monotonic()), adapter=STATIC_REPLY)
+                except WorkerExited as exc:
+                    checker.kill()
+                    return [f"{file}: the static check failed ({exc})"]
+                if reply is None:
+                    checker.kill()
+                    return [f"{file}: the static check took longer than {limit:g} s (its bound); stopped"]
+                problems += [f"{file}: {p}" for p in reply.problems]
+                if reply.more:
+                    problems.append(f"{file}: and {reply.more} more problem(s)")
+        finally:
+            self._used = checker
+        return problems
+
+    def _next_checker(self) -> None:
+        """Close the static checker that served the last check; start the next one."""
+        used, self._used = self._used, None
+        if used is not None:
+            used.close()
+        if self._checker is None:
+            self._checker = _static_checker()
 
     @staticmethod
     def _merge(verdict: Verdict, done: StageDone) -> None:
@@ -274,10 +402,13 @@ class VerifySession:
             verdict.speed_measured = True
 
     def _finish(self, verdict: Verdict, stages: list[StageResult], started: float) -> Verdict:
+        from ..records import StageResult
+        from .worker import clip
+
         policy = self.options.speed
         failed = next((s for s in stages if s.passed is False), None)
         if failed is not None:
-            verdict.status, verdict.reason = "rejected", f"{failed.name}: {failed.detail}"
+            verdict.status, verdict.reason = "rejected", clip(f"{failed.name}: {failed.detail}")
         elif verdict.model_timing is not None:
             faster, why = policy.judge(verdict.model_timing)
             speed = next(s for s in stages if s.name == "speed")
@@ -294,6 +425,12 @@ class VerifySession:
         return verdict
 
 
+def _static_checker() -> Any:
+    from .worker import STATIC_CHECKER, WorkerProcess
+
+    return WorkerProcess(STATIC_CHECKER, memory=0, address_space=STATIC_MEMORY, file_size=1 << 20)
+
+
 def _looks_like_cuda(text: str) -> bool:
     lowered = text.lower()
     return any(word in lowered for word in ("cuda", "nvidia", "driver", "no gpu", "device-side"))
@@ -304,6 +441,9 @@ def _gib(value: int | None) -> float | None:
 
 
 def _failure(reply: Failure, problem: Path) -> KerneloptError:
+    from .worker import clip
+
+    reply = reply.model_copy(update={"message": clip(reply.message)})
     if reply.kind == "usage":
         return UsageError(reply.message)
     if reply.kind == "problem":

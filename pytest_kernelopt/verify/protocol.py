@@ -7,6 +7,10 @@ then one :class:`CheckRequest` per candidate; the worker answers with
 :class:`StageDone` and a final :class:`CheckDone`, or a :class:`Failure` when the
 verifier itself cannot go on (out of memory, a problem that fails to compile). The
 verdict is assembled by the parent from these figures; the worker never sends one.
+
+The static stage runs in a process of its own, started fresh for each check: it gets
+one :class:`StaticRequest` per candidate file and answers :class:`StaticDone`. Every
+reply line has a size cap (:mod:`.worker`); past it the sender is killed.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from ..records import Environment, ExternCallInfo, KernelInfo, SeedErrors, StageResult, Timing
+from ..records import Environment, ExternCallInfo, KernelInfo, SeedErrors, StageName, StageResult, Timing
 
 
 class Message(BaseModel):
@@ -64,6 +68,14 @@ class CloseRequest(Message):
     type: Literal["close"] = "close"
 
 
+class StaticRequest(Message):
+    """Stage 1 for one candidate file (to the static checker's process, never to the worker)."""
+
+    type: Literal["static"] = "static"
+    source: str
+    entry_args: list[str] | None = None
+
+
 Request = Annotated[Union[OpenRequest, CheckRequest, ProfileRequest, CloseRequest], Field(discriminator="type")]
 
 
@@ -87,7 +99,7 @@ class Opened(Message):
 
 class StageStarted(Message):
     type: Literal["start"] = "start"
-    stage: str
+    stage: StageName
 
 
 class StageDone(Message):
@@ -131,10 +143,19 @@ class Failure(Message):
     message: str
 
 
+class StaticDone(Message):
+    """The static checker's answer: the first problems found (each cut short) and how many more."""
+
+    type: Literal["static_done"] = "static_done"
+    problems: list[str]
+    more: int = Field(default=0, ge=0)
+
+
 Reply = Annotated[Union[Opened, StageStarted, StageDone, CheckDone, Profiled, Failure], Field(discriminator="type")]
 
 REQUEST = TypeAdapter(Request)
 REPLY = TypeAdapter(Reply)
+STATIC_REPLY = TypeAdapter(StaticDone)
 
 
 def encode(message: Message) -> bytes:

@@ -154,14 +154,21 @@ def memory_limit(value: str | None = None) -> int | None:
     return int(float(match.group(1)) * scale)
 
 
-def preexec(memory: int | None):  # noqa: ANN201 - a callable for Popen(preexec_fn=...)
-    """Runs in the child between fork and exec: die with the parent; cap host memory."""
+def preexec(memory: int | None, *, address_space: int | None = None,
+            file_size: int | None = None):  # noqa: ANN201 - a callable for Popen(preexec_fn=...)
+    """Runs in the child between fork and exec: die with the parent; cap host memory
+    (``RLIMIT_DATA``; ``RLIMIT_AS`` where no GPU driver needs to reserve address space)
+    and the size of any file it writes (``RLIMIT_FSIZE``: past it a write fails with
+    EFBIG, as Python ignores SIGXFSZ)."""
+    import resource
+
+    limits = [(resource.RLIMIT_DATA, memory), (resource.RLIMIT_AS, address_space), (resource.RLIMIT_FSIZE, file_size)]
+
     def setup() -> None:  # pragma: no cover - runs in the child
         _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if memory:
-            import resource
-
-            resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
+        for which, value in limits:
+            if value:
+                resource.setrlimit(which, (value, value))
     return setup
 
 

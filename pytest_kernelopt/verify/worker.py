@@ -11,6 +11,14 @@ every process it started dies too; its folder is removed. The worker side
 (:func:`serve`) reads requests and hands them to :mod:`.pipeline`; it decides nothing
 about the verdict, and inside the sandbox it kills whatever a candidate left running
 after each check.
+
+Everything the parent takes from a worker is bounded: one reply line (a longer one
+breaks the protocol and kills the worker), the worker's output (a file of at most
+:data:`FILE_BYTES`, like every file it writes, ``RLIMIT_FSIZE``; the parent reads its
+last :data:`OUTPUT_TAIL_BYTES` only) and every text relayed into a verdict
+(:func:`clip`). The same class starts the static checker's short-lived process
+(:data:`STATIC_CHECKER`, :func:`serve_static`), which is why this module imports
+neither pydantic nor the protocol at module level: that process should start fast.
 """
 
 from __future__ import annotations
@@ -26,12 +34,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Sequence
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any, Sequence
 
 from . import sandbox
-from .protocol import REPLY, REQUEST, Failure, Message, encode
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
+
+    from .protocol import Message
 
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE", re.I)
 _SECRET_PREFIXES = ("ANTHROPIC_", "OPENAI_", "GITHUB_", "GH_", "AWS_", "GOOGLE_", "AZURE_", "HF_", "HUGGING", "GIT_ASKPASS", "SSH_")
@@ -48,18 +58,42 @@ class WorkerExited(Exception):
 
 
 WORKER = (sys.executable, "-m", "pytest_kernelopt.verify.worker")
+# Stage 1's process: no site (-S: 20 ms to start instead of 60; it needs only the standard library).
+STATIC_CHECKER = (sys.executable, "-S", "-m", "pytest_kernelopt.verify.worker", "--static")
+
+KIB, MIB = 1 << 10, 1 << 20
+REPLY_BYTES = 1 * MIB        # one reply line: stage figures, a profile
+OPENED_BYTES = 64 * MIB      # Opened: every kernel's source (a 500-kernel model at 20 KiB each is 10 MiB)
+OUTPUT_TAIL_BYTES = 64 * KIB  # what the parent ever reads of a worker's stdout/stderr
+FILE_BYTES = 256 * MIB       # RLIMIT_FSIZE: any one file a worker writes (its output, compiler caches)
+FOLDER_BYTES = 64 * MIB      # its temporary folder (its output included), checked after each check
+TEXT_CHARS = 2000            # a text relayed into a verdict (reason, stage detail, error message)
+STATIC_PROBLEMS = 20         # problems listed by the static stage, then "and N more"
+PROBLEM_CHARS = 300          # one of them
+
+
+def clip(text: str, limit: int = TEXT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, keeping its head and its tail (the cause is often last)."""
+    if len(text) <= limit:
+        return text
+    left = max(0, limit - 40)
+    head, tail = left // 2, left - left // 2
+    return f"{text[:head]} ...[{len(text) - head - tail} characters cut]... {text[len(text) - tail:]}"
 
 
 class WorkerProcess:
     """One isolated worker and the two pipes to it.
 
     ``program`` is started with the two pipes' descriptors appended (the worker by
-    default; tests run small payloads). ``memory``: a cap on the worker's host memory
-    in bytes (``RLIMIT_DATA``); None reads ``KERNELOPT_WORKER_MEMORY`` (unset: no cap).
-    ``isolation`` describes what contains it, for the verdict.
+    default, :data:`STATIC_CHECKER`; tests run small payloads). ``memory``: a cap on
+    the worker's host memory in bytes (``RLIMIT_DATA``); None reads
+    ``KERNELOPT_WORKER_MEMORY`` (unset: no cap). ``address_space``: ``RLIMIT_AS``
+    (unusable with CUDA, fine for the static checker). ``file_size``: ``RLIMIT_FSIZE``,
+    the largest file it may write. ``isolation`` describes what contains it, for the verdict.
     """
 
-    def __init__(self, program: Sequence[str] = WORKER, *, memory: int | None = None) -> None:
+    def __init__(self, program: Sequence[str] = WORKER, *, memory: int | None = None,
+                 address_space: int | None = None, file_size: int = FILE_BYTES) -> None:
         from ..errors import UsageError
 
         try:
@@ -83,45 +117,75 @@ class WorkerProcess:
             self.proc = subprocess.Popen(
                 [*self.sandbox.prefix, *program, str(to_child_r), str(from_child_w)],
                 stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env, cwd=self.folder,
-                pass_fds=(to_child_r, from_child_w), start_new_session=True, preexec_fn=sandbox.preexec(self.memory),
+                pass_fds=(to_child_r, from_child_w), start_new_session=True,
+                preexec_fn=sandbox.preexec(self.memory, address_space=address_space, file_size=file_size),
             )
         os.close(to_child_r)
         os.close(from_child_w)
+        os.set_blocking(to_child_w, False)  # a worker that stops reading cannot block the parent in send()
         self._out = to_child_w
         self._in = from_child_r
-        self._buffer = b""
+        self._buffer = bytearray()
+        self._scanned = 0  # bytes of the buffer known to hold no newline
 
     @property
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def send(self, message: Message) -> None:
-        data = encode(message)
+    def send(self, message: Message, timeout: float = 60.0) -> None:
+        """Write one request; a worker that reads none of it for ``timeout`` seconds is killed."""
+        from .protocol import encode
+
+        data = memoryview(encode(message))
+        deadline = time.monotonic() + timeout
         try:
             while data:
-                written = os.write(self._out, data)
-                data = data[written:]
-        except (BrokenPipeError, OSError) as exc:
+                try:
+                    data = data[os.write(self._out, data):]
+                except BlockingIOError:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        self.kill()
+                        raise WorkerExited(f"the worker stopped reading its requests for {timeout:g} s") from None
+                    select.select([], [self._out], [], min(left, 1.0))
+        except OSError as exc:  # BrokenPipeError: it is gone
             raise WorkerExited(self.exit_cause()) from exc
 
-    def receive(self, timeout: float) -> Any | None:
-        """The next reply, or None when ``timeout`` seconds pass first."""
+    def receive(self, timeout: float, *, adapter: TypeAdapter[Any] | None = None, limit: int = REPLY_BYTES) -> Any | None:
+        """The next reply (validated by ``adapter``, the worker's replies by default), or None when
+        ``timeout`` seconds pass first. A line longer than ``limit`` bytes breaks the protocol."""
+        from pydantic import ValidationError
+
+        from .protocol import REPLY
+
         deadline = time.monotonic() + timeout
-        while b"\n" not in self._buffer:
+        while (end := self._buffer.find(b"\n", self._scanned)) < 0:
+            self._scanned = len(self._buffer)
+            if len(self._buffer) > limit:
+                self.kill()
+                raise WorkerExited(f"the worker broke the protocol (a message longer than {limit} bytes)")
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
             ready, _, _ = select.select([self._in], [], [], min(left, 1.0))
             if not ready:
                 continue
-            chunk = os.read(self._in, 1 << 20)
-            if not chunk:
-                self.proc.wait()
+            chunk = os.read(self._in, min(1 << 20, limit + 1))
+            if not chunk:  # its end of the pipe closed: it exits, or it is made to
+                try:
+                    self.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self.kill()
                 raise WorkerExited(self.exit_cause())
             self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
+        if end > limit:
+            self.kill()
+            raise WorkerExited(f"the worker broke the protocol (a message longer than {limit} bytes)")
+        line = bytes(self._buffer[:end])
+        del self._buffer[:end + 1]
+        self._scanned = 0
         try:
-            return REPLY.validate_json(line)
+            return (adapter or REPLY).validate_json(line)
         except ValidationError as exc:
             self.kill()
             raise WorkerExited(f"the worker broke the protocol ({exc.error_count()} error(s) in a message)") from exc
@@ -141,11 +205,24 @@ class WorkerProcess:
         return f"{cause}: {tail}" if tail else cause
 
     def stderr_tail(self, lines: int = 3) -> str:
+        """The last lines the worker printed (its stdout and stderr), from the file's last 64 KiB only."""
         try:
-            text = [ln for ln in self.stderr_path.read_text(errors="replace").splitlines() if ln.strip()]
+            with open(self.stderr_path, "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - OUTPUT_TAIL_BYTES))
+                data = f.read(OUTPUT_TAIL_BYTES)
         except OSError:
             return ""
-        return " | ".join(text[-lines:])[-600:]
+        text = [ln for ln in data.decode(errors="replace").splitlines() if ln.strip()]
+        return " | ".join(clip(ln, 200) for ln in text[-lines:])[-600:]
+
+    def folder_bytes(self) -> int:
+        """What the worker left in its temporary folder (its output file included), in bytes."""
+        total = 0
+        for path, _, files in os.walk(self.folder):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    total += os.lstat(os.path.join(path, name)).st_size
+        return total
 
     def kill(self) -> None:
         """SIGKILL to the process group: ``unshare`` and PID 1 of the namespace, so everything in it."""
@@ -160,7 +237,7 @@ class WorkerProcess:
             from .protocol import CloseRequest
 
             with contextlib.suppress(WorkerExited):
-                self.send(CloseRequest())
+                self.send(CloseRequest(), timeout=1.0)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=5)
         self.kill()  # also whatever it started in its group
@@ -178,6 +255,7 @@ def serve(in_fd: int, out_fd: int) -> int:
 
     from ..errors import KerneloptError, ProblemError, UsageError
     from . import pipeline
+    from .protocol import REQUEST, Failure, encode
 
     warnings.filterwarnings("ignore")
 
@@ -228,5 +306,31 @@ def serve(in_fd: int, out_fd: int) -> int:
     return 0
 
 
+def serve_static(in_fd: int, out_fd: int) -> int:
+    """The static checker's process: stage 1 for each request, until the parent closes the pipe.
+
+    It reads :class:`~.protocol.StaticRequest` and writes :class:`~.protocol.StaticDone` with
+    :mod:`json`: importing pydantic and the records would triple its start-up, and the
+    parent validates each reply against the model. Runs without site-packages (``-S``).
+    """
+    import json
+
+    from .static import check_candidate
+
+    for line in os.fdopen(in_fd, "rb"):
+        request = json.loads(line)
+        if request.get("type") != "static":
+            return 0  # CloseRequest
+        report = check_candidate(request["source"], entry_args=request["entry_args"])
+        shown = [clip(p, PROBLEM_CHARS) for p in report.problems[:STATIC_PROBLEMS]]
+        data = (json.dumps({"type": "static_done", "problems": shown, "more": len(report.problems) - len(shown)})
+                + "\n").encode()
+        while data:
+            data = data[os.write(out_fd, data):]
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--static":
+        sys.exit(serve_static(int(sys.argv[2]), int(sys.argv[3])))
     sys.exit(serve(int(sys.argv[1]), int(sys.argv[2])))
