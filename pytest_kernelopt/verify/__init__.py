@@ -370,6 +370,8 @@ class VerifySession:
                 if reply.more:
                     problems.append(f"{file}: and {reply.more} more problem(s)")
         finally:
+            if self._used is not None:  # the last check ended before it was closed
+                self._used.close()
             self._used = checker
         return problems
 
