@@ -311,7 +311,8 @@ def _build(mode: str, model: Any, model_id: str, kernels_dir: str) -> tuple[Call
         return torch.compile(model, mode="max-autotune-no-cudagraphs"), None
     import pytest_kernelopt
 
-    backend = pytest_kernelopt.backend(model_id, kernels_dir)  # what pytest_kernelopt.compile() uses
+    # What pytest_kernelopt.compile() uses; its start-up line is the row's kernels note here.
+    backend = pytest_kernelopt.backend(model_id, kernels_dir, quiet=True)
     return torch.compile(model, backend=backend), backend
 
 

@@ -469,14 +469,23 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if device != "cuda":
             ui.message("interpreter mode: candidates are checked for correctness only; speed is not measured and "
                        "nothing is stored as faster")
-        if args.workers > 1:
-            from .agents.workers import tune_workers
+            ui.message(f"budget: {args.budget_s:g} s of checks per kernel (--budget-s); in interpreter mode one "
+                       "candidate's checks take tens of seconds, so only a few candidates fit: raise --budget-s to "
+                       "try more")
+        try:
+            if args.workers > 1:
+                from .agents.workers import tune_workers
 
-            record = tune_workers(problems, _tune_passthrough(args, device, store.root), args.workers, device, runs,
-                                  say=ui.message)
-        else:
-            record = tune(problems, options, agent=args.agent, agent_options=agent_options, store=store,
-                          runs_dir=runs, ui=ui)
+                record = tune_workers(problems, _tune_passthrough(args, device, store.root), args.workers, device,
+                                      runs, say=ui.message)
+            else:
+                record = tune(problems, options, agent=args.agent, agent_options=agent_options, store=store,
+                              runs_dir=runs, ui=ui)
+        except KeyboardInterrupt as exc:  # Ctrl-C: the summary of what finished, then exit 130
+            interrupted = getattr(exc, "kernelopt_record", None)
+            if interrupted is None:
+                raise
+            record = interrupted
     if args.json:
         print(record.model_dump_json(indent=2))
     else:
@@ -484,6 +493,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
         print_tune_table(record)
         print(f"run directory: {Path(runs) / record.run_id}")
+    if record.interrupted:
+        print("kernelopt: interrupted", file=sys.stderr)
+        return 130
     published_ok = _publish(args, Path(runs) / record.run_id, settings[0].root) if args.open_pr else True
     return EXIT_USAGE if any(p.error for p in record.problems) else EXIT_OK if published_ok else EXIT_REJECTED
 

@@ -44,7 +44,8 @@ class Config(BaseModel):
 
     def describe(self, kernels_dir: Path | None = None) -> str:
         """One line: where the settings came from and where the kernel store is (``kernels_dir``: --kernels-dir)."""
-        origin = f"settings from {self.source} {SECTION}" if self.source else f"default settings (root {self.root})"
+        # Printed after "settings: ", so it does not say "settings" again.
+        origin = f"{self.source} {SECTION}" if self.source else f"defaults, no {SECTION} found (root {self.root})"
         if kernels_dir is not None:
             return f"{origin}; kernel store {kernels_dir.resolve()} (--kernels-dir)"
         return f"{origin}; kernel store {self.kernels_path}"

@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(__file__).resolve().parent.parent
     paths = [Path(p) for p in (argv or [])] or sorted((root / "tests" / "problems").glob("*.py"))
     out = root / "out" / "demo"
-    console = Console()
+    # Lines are never hard-wrapped (a log keeps paths whole); the table gets the width it needs.
+    console = Console(soft_wrap=True)
     device = resolve_device("auto")
     console.print(f"kernelopt demo on {device} ({'GPU' if device == 'cuda' else 'interpreter mode'}), {len(paths)} problems")
     table = Table(title="kernelopt demo")
@@ -73,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
                       good.status, f"{bad.status} at {failed_stage}", f"{time.monotonic() - t0:.0f}")
         console.print(f"{problem.id}: {len(infos)} kernel(s) dumped to {out / problem.id}; dump {good.status}, "
                       f"broken copy {bad.status}")
-    console.print(table)
+    console.print(table, width=max(console.width, console.measure(table, options=console.options.update_width(
+        400)).maximum), soft_wrap=False)
     return 1 if failures else 0
 
 

@@ -142,7 +142,8 @@ class GateSession:
                               f"[tool.kernelopt])")
         from .report.untrusted import plain
 
-        pytest.skip(plain(f"{message} (allowed: not verified at this shape)"))
+        # Reported at the problem file (``-rs``: "problems/x.py:1: ..."), not at this line of gate.py.
+        raise pytest.skip.Exception(plain(f"{message} (allowed: not verified at this shape)"), _use_item_location=True)
 
     def _verify_options(self) -> Any:
         from pydantic import ValidationError
@@ -164,7 +165,17 @@ class GateSession:
         globs = self.config.getoption("kernelopt_problems")
         files = self.settings.problem_files(globs)
         if not files:
-            where = "--kernelopt-problems" if globs else "[tool.kernelopt] problems"
+            if not globs and self.settings.source is None:  # nothing configured: say what to do
+                from .config import find_pyproject
+
+                found = find_pyproject(self.rootpath)
+                if found is None:
+                    raise UsageError(f"no pyproject.toml found above {self.rootpath}; pass problem files "
+                                     "(--kernelopt-problems 'models/*.py') or create one with [tool.kernelopt] "
+                                     "problems = [...]")
+                raise UsageError(f"{found} has no [tool.kernelopt] table; pass problem files "
+                                 "(--kernelopt-problems 'models/*.py') or add [tool.kernelopt] problems = [...]")
+            where = "--kernelopt-problems" if globs else f"[tool.kernelopt] problems of {self.settings.source}"
             raise UsageError(f"{where} matches no problem files")
         by_id: dict[str, Path] = {}
         for path in files:
@@ -644,7 +655,7 @@ class _GateItem(pytest.Item):
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, None, f"kernelopt {self.nodeid}"
+        return self.path, 0, f"kernelopt {self.nodeid}"  # line 0: skips are reported at the problem file
 
 
 class KernelItem(_GateItem):

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
+import sys
 import threading
 import time
 import warnings
@@ -39,13 +41,13 @@ from typing import Any, Literal
 
 from .errors import UsageError
 
-__all__ = ["BACKEND_NAME", "KerneloptBackend", "KerneloptWarning", "ProductionKernel", "backend", "compile",
-           "kernelopt_backend"]
+__all__ = ["BACKEND_NAME", "KerneloptBackend", "KerneloptWarning", "ProductionKernel", "ProductionStatus", "backend",
+           "compile", "kernelopt_backend", "status"]
 
 BACKEND_NAME = "kernelopt"
 # Keys of torch.compile(..., backend="kernelopt", options={...}) read by the backend;
 # every other key is an Inductor option.
-_OWN_OPTIONS = ("model", "kernels_dir")
+_OWN_OPTIONS = ("model", "kernels_dir", "quiet")
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,9 @@ class ProductionKernel:
     file: Path | None = None
     # Why the compiler's kernel runs although something is committed (None: nothing committed).
     reason: str | None = None
+    # The same in a few words, for the start-up line: "nothing committed", "no active version",
+    # "stale", "not verified", "fails the static check", "does not load", "edited file", ...
+    why: str | None = None
     module: ModuleType | None = field(default=None, repr=False)
     attr: str = ""
 
@@ -78,11 +83,13 @@ class KerneloptBackend:
     ``mode`` and ``options`` are Inductor's (torch passes them to the backend).
     ``kernels`` lists every Triton kernel compiled so far and what runs for it;
     ``startup_seconds`` is the time spent beyond Inductor's compile (fingerprints,
-    reading and hashing files, the static check, loading).
+    reading and hashing files, the static check, loading). Each compiled graph prints one
+    line on stderr saying which of its kernels come from the store (see :func:`status`);
+    ``quiet=True`` (or ``KERNELOPT_QUIET=1``) keeps it silent.
     """
 
     def __init__(self, model: str, kernels_dir: str | Path | None = None, *, mode: str | None = None,
-                 options: dict[str, Any] | None = None):
+                 options: dict[str, Any] | None = None, quiet: bool = False):
         from .store import KernelStore
 
         if not isinstance(model, str) or not model:
@@ -100,6 +107,8 @@ class KerneloptBackend:
         self._next_graph = 0
         self._warned: set[str] = set()
         self._lock = threading.Lock()
+        self.quiet = quiet
+        _BACKENDS.append(self)
 
     def __repr__(self) -> str:
         return f"KerneloptBackend(model={self.model!r}, kernels_dir={str(self.kernels_dir)!r})"
@@ -119,9 +128,18 @@ class KerneloptBackend:
         with self._lock:
             first = self._first_graph(len(graphs))
             for offset, module in enumerate(graphs):
+                before = len(self.kernels)
                 self._install(module, first + offset)
+                self._announce(first + offset, self.kernels[before:])
             self.startup_seconds += time.perf_counter() - started
         return compiled
+
+    def _announce(self, graph: int, kernels: list[ProductionKernel]) -> None:
+        """The start-up line of one compiled graph, on stderr (INFO log, too)."""
+        line = status_line(self.model, self.kernels_dir, graph, kernels)
+        log.info("%s", line)
+        if not self.quiet and os.environ.get("KERNELOPT_QUIET", "") in ("", "0"):
+            print(line, file=sys.stderr, flush=True)
 
     # --- graphs and names ----------------------------------------------------------
 
@@ -188,11 +206,14 @@ class KerneloptBackend:
         record = ProductionKernel(name=name, graph=graph, fingerprint=None, runs="compiler", module=module, attr=attr)
         try:
             if not self.store.kernel_dir(self.model, name).is_dir():
+                record.why = "nothing committed"
                 return record  # nothing committed: no need for a fingerprint (a few ms per kernel)
             active = self.store.active_file(self.model, name)
         except Exception as exc:  # StoreError names the file: missing, edited, a broken manifest
             return self._fallback(record, None, str(exc))
         if active is None:
+            record.why = "no active version" if self.store.kernel_dir(self.model, name).joinpath(
+                "manifest.json").is_file() else "nothing committed"
             return record  # committed versions, none active
         try:
             record.fingerprint = fingerprint(Path(compiler_kernel.filename).read_text(), function)
@@ -224,7 +245,7 @@ class KerneloptBackend:
         return record
 
     def _fallback(self, record: ProductionKernel, path: Path | None, cause: str) -> ProductionKernel:
-        record.runs, record.reason = "compiler", cause
+        record.runs, record.reason, record.why = "compiler", cause, _short_why(cause)
         where = f"{self.model}/{record.name}"
         file = f"{path}: " if path is not None and str(path) not in cause else ""
         self._warn(f"kernelopt: {where}: {file}{cause}; the compiler's kernel is used", path)
@@ -235,6 +256,109 @@ class KerneloptBackend:
             self._warned.add(message)
             # Located at the file in question: the caller's frame is deep inside Dynamo.
             warnings.warn_explicit(message, KerneloptWarning, str(where or self.kernels_dir), 0)
+
+
+def _short_why(cause: str) -> str:
+    """A few words for a fallback's cause (the warning has it all)."""
+    for prefix in ("stale", "not verified", "fails the static check", "does not load"):
+        if cause.startswith(prefix):
+            return prefix
+    if cause.startswith("cannot read the compiler"):
+        return "compiler kernel unreadable"
+    if cause.startswith("kernelopt failed"):
+        return "check failed"
+    if "sha256" in cause:
+        return "edited file"
+    if "missing" in cause:
+        return "missing file"
+    return "broken store"
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the current folder when inside it (``kernels/``), else absolute."""
+    try:
+        return f"{path.relative_to(Path.cwd()).as_posix()}/"
+    except ValueError:
+        return f"{path}/"
+
+
+def status_line(model: str, kernels_dir: Path, graph: int | None, kernels: list[ProductionKernel]) -> str:
+    """``kernelopt: softmax_rows: 1 of 2 Triton kernels from kernels/ (triton_per_fused_0 v2); 1 compiler
+    kernel: triton_poi_fused_1 (nothing committed)``; ``graph`` is named when it is not the first."""
+    where = f"{model}" + (f" graph {graph}" if graph else "")
+    if not kernels:
+        return f"kernelopt: {where}: no Triton kernels to swap (Inductor generated none for this graph)"
+    ours = [k for k in kernels if k.runs == "committed"]
+    theirs = [k for k in kernels if k.runs != "committed"]
+    text = f"kernelopt: {where}: {len(ours)} of {len(kernels)} Triton kernel{'s' if len(kernels) != 1 else ''} " \
+           f"from {_shown(kernels_dir)}"
+    if ours:
+        text += " (" + ", ".join(f"{k.name} v{k.version}" for k in ours) + ")"
+    if theirs:
+        text += f"; {len(theirs)} compiler kernel{'s' if len(theirs) != 1 else ''}: " + ", ".join(
+            f"{k.name} ({k.why or 'nothing committed'})" for k in theirs)
+    return text
+
+
+@dataclass
+class ProductionStatus:
+    """What :func:`status` answers: every Triton kernel compiled so far for ``model`` and what runs for it.
+
+    ``str(status)`` gives one line per compiled graph, as printed at start-up.
+    """
+
+    model: str
+    kernels_dir: Path
+    kernels: list[ProductionKernel]
+
+    @property
+    def committed(self) -> list[ProductionKernel]:
+        return [k for k in self.kernels if k.runs == "committed"]
+
+    def lines(self) -> list[str]:
+        if not self.kernels:
+            return [f"kernelopt: {self.model}: nothing compiled yet (call the model once; torch.compile compiles "
+                    "on the first call)"]
+        graphs = sorted({k.graph for k in self.kernels})
+        # A recompile (another input shape) appends records for its graph: the latest ones count.
+        latest: dict[tuple[int, str], ProductionKernel] = {(k.graph, k.name): k for k in self.kernels}
+        lines = [status_line(self.model, self.kernels_dir, g, [k for (kg, _), k in latest.items() if kg == g])
+                 for g in graphs]
+        try:
+            from .store import KernelStore
+
+            unused = [n for n in KernelStore(self.kernels_dir).kernel_names(self.model) if n not in {k.name for k in
+                                                                                               self.kernels}]
+        except Exception:  # noqa: BLE001 - a store we cannot list: the warnings said why
+            unused = []
+        if unused:
+            lines.append(f"kernelopt: {self.model}: committed in {_shown(self.kernels_dir)} but not generated by the "
+                         f"compiler here: {', '.join(unused)} (another input shape, device or torch version?)")
+        return lines
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+
+# Every backend made in this process, for status("model id"); a few per model at most.
+_BACKENDS: list[KerneloptBackend] = []
+
+
+def status(model: Any) -> ProductionStatus:
+    """Which kernels of a model compiled by :func:`compile` (or a backend, or a model id) come from the
+    store and which are the compiler's, and why: ``print(pytest_kernelopt.status(compiled))``."""
+    if isinstance(model, KerneloptBackend):
+        found = model
+    elif isinstance(model, str):
+        found = next((b for b in reversed(_BACKENDS) if b.model == model), None)
+        if found is None:
+            raise UsageError(f"kernelopt status: no kernelopt backend for model {model!r} in this process")
+    else:
+        found = getattr(model, "_kernelopt_backend", None)
+        if found is None:
+            raise UsageError("kernelopt status: pass what pytest_kernelopt.compile() returned, its backend or the "
+                             f"model id, not {type(model).__name__}")
+    return ProductionStatus(found.model, found.kernels_dir, list(found.kernels))
 
 
 def _frame_key() -> Any:
@@ -296,24 +420,30 @@ def model_id_of(model: Any) -> str:
 
 # --- entry points ------------------------------------------------------------------------
 
-def backend(model: str, kernels_dir: str | Path | None = None) -> KerneloptBackend:
+def backend(model: str, kernels_dir: str | Path | None = None, *, quiet: bool = False) -> KerneloptBackend:
     """A backend for ``torch.compile(m, backend=...)`` that runs ``model``'s committed kernels."""
-    return KerneloptBackend(model, kernels_dir)
+    return KerneloptBackend(model, kernels_dir, quiet=quiet)
 
 
-def compile(model: Any, kernels_dir: str | Path | None = None, *, model_id: str | None = None,
+def compile(model: Any, kernels_dir: str | Path | None = None, *, model_id: str | None = None, quiet: bool = False,
             **torch_compile_kwargs: Any) -> Any:
     """``torch.compile(model, **torch_compile_kwargs)`` with the committed kernels of ``model_id``.
 
     ``model_id`` defaults to the stem of the file that defines the model's class;
     ``kernels_dir`` to ``[tool.kernelopt] kernels_dir`` of the current folder's project.
+    ``quiet``: no start-up line on stderr. :func:`status` of the result says what runs.
     """
     import torch
 
     if "backend" in torch_compile_kwargs:
         raise UsageError("pytest_kernelopt.compile() chooses the backend; pass Inductor's mode= or options= instead")
-    return torch.compile(model, backend=KerneloptBackend(model_id or model_id_of(model), kernels_dir),
-                         **torch_compile_kwargs)
+    chosen = KerneloptBackend(model_id or model_id_of(model), kernels_dir, quiet=quiet)
+    compiled = torch.compile(model, backend=chosen, **torch_compile_kwargs)
+    try:
+        object.__setattr__(compiled, "_kernelopt_backend", chosen)  # for status(compiled)
+    except (AttributeError, TypeError):  # an object that takes no attributes: status(model id) still works
+        pass
+    return compiled
 
 
 # torch.compile(model, backend="kernelopt", options=...) calls the registered function for
@@ -336,5 +466,6 @@ def kernelopt_backend(gm: Any, example_inputs: Any, *, mode: str | None = None,
         kept = _BY_OPTIONS.get(id(options))
         if kept is None or kept[0] is not options:
             # Keep the dict alive with its backend so that its id is never reused.
-            kept = _BY_OPTIONS[id(options)] = (options, KerneloptBackend(options["model"], options.get("kernels_dir")))
+            kept = _BY_OPTIONS[id(options)] = (options, KerneloptBackend(options["model"], options.get("kernels_dir"),
+                                                                          quiet=bool(options.get("quiet", False))))
     return kept[1](gm, example_inputs, mode=mode, options=options)

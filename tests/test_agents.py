@@ -462,6 +462,9 @@ def test_loop_honours_the_kernel_budget(tmp_path):
     assert outcome.kernels[0].gpu_seconds <= 0.5 + 0.2 + 0.1
     _, events = load_run(run.root)
     assert any(e.event == "stop" and "kernel budget" in e.data.get("reason", "") for e in events)
+    # The kernel's line says that the budget, not the ideas, ended the search, and what to do.
+    assert "stopped by the kernel budget" in outcome.kernels[0].message
+    assert outcome.kernels[0].message.endswith(f"after {len(judged)} candidate(s): raise --budget-s to try more")
 
 
 def test_loop_records_rejections_by_stage_and_stores_nothing_slower(tmp_path):
@@ -682,6 +685,24 @@ def test_ctrl_c_keeps_the_record_and_leaves_no_partial_files(tmp_path):
     assert record["interrupted"] is True and record["finished"]
     assert not list(tmp_path.rglob("*.tmp"))
     assert not (tmp_path / "kernels").exists() or not list((tmp_path / "kernels").rglob("v*.py"))
+
+
+def test_ctrl_c_in_the_command_prints_the_summary_and_the_stop_reason(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during ``kernelopt tune``: the table of what finished, why it stopped, the run directory; exit 130."""
+    import pytest_kernelopt.agents.loop as loop_mod
+    from pytest_kernelopt.cli import main
+
+    def interrupted(self, problem_path):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loop_mod.Tuner, "tune_problem", interrupted)
+    code = main(["tune", str(ROOT / "tests" / "problems" / "sum_reduce.py"), "--device", "cpu", "--budget-s", "60",
+                 "--kernels-dir", str(tmp_path / "kernels"), "--runs-dir", str(tmp_path / "runs")])
+    out, err = capsys.readouterr()
+    assert code == 130
+    assert "stopped early: interrupted (Ctrl-C)" in out and f"run directory: {tmp_path / 'runs'}" in out
+    assert "cpu s" in out and "gpu s" not in out  # the seconds column names the device the checks ran on
+    assert "budget: 60 s of checks per kernel (--budget-s)" in err and err.rstrip().endswith("kernelopt: interrupted")
 
 
 # --- end to end, interpreter mode ----------------------------------------------------------------

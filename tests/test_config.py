@@ -43,7 +43,7 @@ def test_settings_come_from_the_problems_project_not_the_cwd(project: Path, tmp_
     config = config_for_problem(project / "models" / "deep" / "x.py")
     assert (config.root, config.source, config.device) == (project, project / "pyproject.toml", "cpu")
     assert config.kernels_path == project / "store" / "kernels"
-    assert config.describe() == (f"settings from {project / 'pyproject.toml'} [tool.kernelopt]; "
+    assert config.describe() == (f"{project / 'pyproject.toml'} [tool.kernelopt]; "
                                  f"kernel store {project / 'store' / 'kernels'}")
     assert config.describe(tmp_path / "other").endswith(f"kernel store {tmp_path / 'other'} (--kernels-dir)")
     # A relative problem path is taken from the cwd, and the settings still from its project.
@@ -58,7 +58,7 @@ def test_without_settings_the_nearest_pyproject_is_the_root(tmp_path: Path) -> N
     config = config_for_problem(problem)
     assert (config.root, config.source, config.device, config.problems) == (proj, None, "auto", [])
     assert config.kernels_path == proj / "kernels"
-    assert config.describe().startswith(f"default settings (root {proj})")
+    assert config.describe().startswith(f"defaults, no [tool.kernelopt] found (root {proj})")
 
 
 def test_without_any_pyproject_the_problems_folder_is_the_root(tmp_path: Path) -> None:

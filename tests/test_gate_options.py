@@ -93,3 +93,15 @@ def test_problem_files_sharing_a_store_id_are_a_usage_error(repo: Path, pytester
 def test_no_problems_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makefile(".toml", pyproject='[tool.kernelopt]\nproblems = ["nothing/*.py"]\n')
     _usage_error(pytester.runpytest("--kernelopt", "-p", "no:cacheprovider"), "matches no problem files")
+
+
+def test_without_settings_the_error_says_what_to_do(pytester: pytest.Pytester) -> None:
+    """No pyproject.toml (or one without [tool.kernelopt]): say so, not "problems matches no problem files"."""
+    if any((p / "pyproject.toml").is_file() for p in pytester.path.parents):
+        pytest.skip("a pyproject.toml above the temp folder")
+    line = _usage_error(pytester.runpytest("--kernelopt", "-p", "no:cacheprovider"),
+                        f"no pyproject.toml found above {pytester.path}", "pass problem files", "--kernelopt-problems")
+    assert "matches no problem files" not in line
+    pytester.makefile(".toml", pyproject='[project]\nname = "x"\n')
+    _usage_error(pytester.runpytest("--kernelopt", "-p", "no:cacheprovider"),
+                 f"{pytester.path / 'pyproject.toml'} has no [tool.kernelopt] table", "--kernelopt-problems")

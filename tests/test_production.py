@@ -10,6 +10,7 @@ same file swapped in.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -126,7 +127,7 @@ def gate_output(compiled_models: Any, path: Path, files: dict[str, Path]) -> Any
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", [ELEMENTWISE, MLP], ids=["one_graph", "graph_break"])
-def test_compile_runs_every_committed_version_bit_for_bit_as_the_gate(path, compiled_models, tmp_path):
+def test_compile_runs_every_committed_version_bit_for_bit_as_the_gate(path, compiled_models, tmp_path, capfd):
     import pytest_kernelopt
     from pytest_kernelopt.candidate import CandidateKernel
 
@@ -145,6 +146,15 @@ def test_compile_runs_every_committed_version_bit_for_bit_as_the_gate(path, comp
     import torch
 
     assert torch.equal(out, gate_output(compiled_models, path, files))
+    # One start-up line per compiled graph says so, and status() answers the same.
+    status = pytest_kernelopt.status(compiled)
+    assert {k.name for k in status.committed} == set(files)
+    assert len(status.lines()) == len({k.graph for k in status.kernels})  # one per graph, every kernel ours
+    for line in status.lines():
+        assert re.match(rf"kernelopt: {path.stem}( graph \d+)?: (\d+) of \2 Triton kernels? from ", line), line
+        assert "compiler kernel" not in line
+    printed = [line for line in capfd.readouterr().err.splitlines() if line.startswith("kernelopt: ")]
+    assert printed == status.lines()
 
 
 @pytest.mark.slow
@@ -255,6 +265,10 @@ def test_a_committed_file_that_cannot_be_used_falls_back_with_one_warning(case, 
     message = messages[0]
     for word in ["elementwise_chain", name, str(file), "the compiler's kernel is used", *words]:
         assert word in message, (word, message)
+    line, = pytest_kernelopt.status("elementwise_chain").lines()  # the latest backend for that model id
+    why = {"stale": "stale", "tampered": "edited file", "missing": "missing file", "static_check": "fails the static check",
+           "load": "does not load"}[case]
+    assert line.endswith(f"0 of 1 Triton kernel from {tmp_path / 'kernels'}/; 1 compiler kernel: {name} ({why})"), line
     assert hasattr(kernels[name], "triton_meta")  # Inductor's own kernel object
     with torch.no_grad():
         assert torch.equal(out, compiled_models.live(ELEMENTWISE)(*inputs))
@@ -302,6 +316,26 @@ def test_no_kernels_for_the_model_is_one_warning(tmp_path):
 
 
 # --- the API ----------------------------------------------------------------------------
+
+def test_interpret_is_reachable_from_the_package_as_the_readme_uses_it():
+    """``import pytest_kernelopt`` then ``pytest_kernelopt.interpret.enable()`` (it was an AttributeError)."""
+    code = ("import sys, pytest_kernelopt\n"
+            "assert callable(pytest_kernelopt.interpret.enable)\n"
+            "assert not pytest_kernelopt.interpret.is_enabled()\n"
+            "assert 'torch' not in sys.modules and 'triton' not in sys.modules\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_status_of_something_else_is_one_clear_error():
+    import pytest_kernelopt
+    from pytest_kernelopt.errors import UsageError
+
+    with pytest.raises(UsageError, match="pass what pytest_kernelopt.compile"):
+        pytest_kernelopt.status(object())
+    with pytest.raises(UsageError, match="no kernelopt backend for model 'never_compiled'"):
+        pytest_kernelopt.status("never_compiled")
+
 
 def test_string_backend_without_a_model_id_is_one_clear_error(interpreter):
     import torch
@@ -392,3 +426,15 @@ def test_committed_kernels_unused_because_inductor_wrote_cpp_is_one_warning(tmp_
     warned = [line for line in out.stdout.splitlines() if line.startswith("WARNING")]
     assert len(warned) == 1 and "Inductor generated C++ kernels" in warned[0] \
         and "pytest_kernelopt.interpret.enable()" in warned[0], out.stdout
+
+
+@pytest.mark.slow
+def test_the_readme_production_snippet_runs_as_written():
+    """The README's production example, copied as a user would, runs from the repository's top folder."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Tuned kernels in production"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("kernelopt: softmax_rows: ")  # print(status(model))
+    assert "kernelopt: softmax_rows: " in out.stderr  # the start-up line

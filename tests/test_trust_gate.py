@@ -124,6 +124,7 @@ def test_the_opt_out_skips_them_with_a_note_and_strict_overrides_the_setting(sta
     result.assert_outcomes(passed=1, skipped=1)
     out = result.stdout.str()
     assert "(allowed: not verified at this shape)" in out  # -rs shows the note
+    assert "SKIPPED [1] problems/scaled.py:1: " in out and "gate.py" not in out  # at the problem, not our code
     assert f"committed versions of {GONE} are not used" in out  # the summary's note on the model item
     if how == "setting":  # the command line wins over the setting
         strict = _gate(pytester, "--kernelopt-strict")

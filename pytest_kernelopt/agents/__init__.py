@@ -45,8 +45,9 @@ def tune(problems: list[Path], options: TuneOptions, *, agent: str = "search", a
             if tuner.stop_reason:
                 ui.message(f"stopping: {tuner.stop_reason}")
                 break
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         record.interrupted = True
+        exc.kernelopt_record = record  # type: ignore[attr-defined]  # the command line prints its summary
         raise
     finally:
         spend = coder.spend

@@ -234,6 +234,7 @@ class Tuner:
                 state.best, state.best_origin = active.source, f"active:v{active.record.version}"
                 state.best_score = _score(active_verdict) or 1.0
         rounds = 0
+        budget_stop: str | None = None  # the kernel or run budget ended the search (said in the result)
         while rounds < self.options.max_rounds and not self.stop_reason:
             ctx = CoderContext(model=model, device=self.options.device, kernel=info, original=original,
                                best=state.best, best_origin=state.best_origin, profile=item.profile,
@@ -241,6 +242,7 @@ class Tuner:
             why = self._out_of_budget(state, self._estimate(state))
             if why:
                 ev("planner", "stop", reason=why)
+                budget_stop = why
                 break
             proposals = self.coder.propose(ctx)
             error = getattr(self.coder, "last_error", None)
@@ -258,6 +260,7 @@ class Tuner:
                 why = self._out_of_budget(state, self._estimate(state))
                 if why:
                     ev("planner", "stop", reason=why)
+                    budget_stop = why
                     if self._run_left() <= 0 or self.coder.stopped:
                         self.stop_reason = why
                     break
@@ -269,6 +272,10 @@ class Tuner:
             self.stop_reason = self.coder.stopped
         source = self._keep(session, model, info, state, result, active, active_verdict, ev)
         result.attempts = sum(1 for a in state.attempts if a.status not in ("duplicate",))
+        if budget_stop and budget_stop.startswith("kernel budget"):
+            # On a CPU one candidate's checks take tens of seconds: the budget, not the ideas, ran out.
+            result.message += (f"; stopped by the {budget_stop} after {result.attempts} candidate(s): "
+                               f"raise --budget-s to try more")
         result.gpu_seconds = round(state.spent, 2)
         result.history = list(state.attempts)
         for a in state.attempts:

@@ -65,8 +65,10 @@ def print_tune_table(record: Any) -> None:
     from rich.table import Table
 
     table = Table(title=f"kernelopt tune ({record.agent}{', ' + record.agent_model if record.agent_model else ''})")
+    # Seconds of checks spent on candidates, on the device they ran on.
+    device_s = "gpu s" if any(p.device == "cuda" for p in record.problems) else "cpu s"
     for col in ("model", "kernel", "class", "share", "tried", "outcome by stage", "best (model)", "kernel alone",
-                "stored", "gpu s"):
+                "stored", device_s):
         table.add_column(col)
     for p in record.problems:
         if p.error or p.note:
@@ -93,4 +95,4 @@ def print_tune_table(record: Any) -> None:
     if not any(p.speed_measured for p in record.problems):
         console.print("speed not measured (interpreter mode): nothing was stored as faster")
     if record.interrupted or record.stop_reason:
-        console.print(f"stopped early: {record.stop_reason or 'interrupted'}")
+        console.print(f"stopped early: {record.stop_reason or 'interrupted (Ctrl-C); what was stored stays'}")
