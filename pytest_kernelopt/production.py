@@ -198,6 +198,7 @@ class KerneloptBackend:
     def _lookup(self, module: ModuleType, attr: str, function: str, graph: int) -> ProductionKernel:
         from .candidate import CandidateKernel, load_candidate_source
         from .capture import fingerprint
+        from .verify import size_problem
         from .verify.static import check_candidate
 
         compiler_kernel = getattr(module, attr)
@@ -231,6 +232,9 @@ class KerneloptBackend:
         unverified = active.record.unverified_reason(record.fingerprint)
         if unverified is not None:
             return self._fallback(record, active.path, f"not verified: {unverified}")
+        too_big = size_problem(active.source, str(active.path))  # the static check's cost grows with the size
+        if too_big:
+            return self._fallback(record, active.path, too_big)
         report = check_candidate(active.source, entry_args=_runtime_args(compiler_kernel))
         if not report.ok:
             return self._fallback(record, active.path, "fails the static check: " + "; ".join(report.problems[:3]))

@@ -218,3 +218,15 @@ def test_every_example_dump_passes_the_text_rules(compiled_models):
         for name, handle in compiled.kernels.items():
             report = check_candidate(render_dump(handle.info, compiled.problem.id), [a.name for a in handle.info.args])
             assert report.ok, (path.name, name, report.problems)
+
+
+def test_the_loader_refuses_an_oversized_text_before_reading_it_as_code(interpreter):
+    """Every path that runs a candidate (worker, gate, production) goes through the loader,
+    so the size cap holds there too, not only where a file is read."""
+    from pytest_kernelopt.candidate import load_candidate_source
+    from pytest_kernelopt.errors import CandidateError
+    from pytest_kernelopt.verify import CANDIDATE_BYTES
+
+    text = BASE.replace("    LAST\n", "") + "#" * CANDIDATE_BYTES + "\n"
+    with pytest.raises(CandidateError, match="over the .* limit"):
+        load_candidate_source(text, "huge.py")
