@@ -564,11 +564,9 @@ def _child_env() -> dict[str, str]:
 
 
 def _last_lines(path: Path, count: int = 3) -> str:
-    try:
-        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return ""
-    return " | ".join(lines[-count:])[-500:]
+    from .verify.worker import tail_lines
+
+    return tail_lines(path, count)
 
 
 def run_problem(job: BenchJob, timeout: float | None, on_step: Callable[[str], None]) -> ProblemResult:

@@ -53,6 +53,19 @@ def worker_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     return {k: v for k, v in environ.items() if not _SECRET.search(k) and not k.startswith(_SECRET_PREFIXES)}
 
 
+def tail_lines(path: str | os.PathLike[str], lines: int = 3) -> str:
+    """The last non-empty lines of a child's output file, joined with " | ", read from the
+    file's last :data:`OUTPUT_TAIL_BYTES` only (a child may have printed gigabytes)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - OUTPUT_TAIL_BYTES))
+            data = f.read(OUTPUT_TAIL_BYTES)
+    except OSError:
+        return ""
+    text = [ln for ln in data.decode(errors="replace").splitlines() if ln.strip()]
+    return " | ".join(clip(ln, 200) for ln in text[-lines:])[-600:]
+
+
 class WorkerExited(Exception):
     """The worker process ended (crash, signal, exit) or broke the protocol."""
 
@@ -206,14 +219,7 @@ class WorkerProcess:
 
     def stderr_tail(self, lines: int = 3) -> str:
         """The last lines the worker printed (its stdout and stderr), from the file's last 64 KiB only."""
-        try:
-            with open(self.stderr_path, "rb") as f:
-                f.seek(max(0, f.seek(0, os.SEEK_END) - OUTPUT_TAIL_BYTES))
-                data = f.read(OUTPUT_TAIL_BYTES)
-        except OSError:
-            return ""
-        text = [ln for ln in data.decode(errors="replace").splitlines() if ln.strip()]
-        return " | ".join(clip(ln, 200) for ln in text[-lines:])[-600:]
+        return tail_lines(self.stderr_path, lines)
 
     def folder_bytes(self) -> int:
         """What the worker left in its temporary folder (its output file included), in bytes."""
