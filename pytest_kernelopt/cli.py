@@ -45,6 +45,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _root_seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 <= value < 1 << 63:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 2^63 - 1, not {value}")
+    return value
+
+
 def _seeds(text: str) -> int:
     try:
         value = int(text)
@@ -142,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--min-share", type=float, default=0.02,
                    help="skip kernels below this share of model GPU time (default 0.02)")
     t.add_argument("--seeds", type=_seeds, default=3, help="input seeds for the kernel and model stages (default 3)")
+    t.add_argument("--seed", type=_root_seed, default=None, metavar="S",
+                   help="reproduce a run: derive every session's input seeds, fills and draws from S")
     t.add_argument("--timeout", type=_seconds, default=300.0, help="seconds one candidate's checks may take")
     t.add_argument("--device", choices=["auto", "cuda", "cpu"], default=None,
                    help="where to run (default: [tool.kernelopt] device, else auto)")
@@ -206,6 +218,9 @@ def _add_candidate_args(p: argparse.ArgumentParser, several: bool) -> None:
                    help="candidate file(s) (see README: candidate format)" if several else
                         "candidate file (see README: candidate format)")
     p.add_argument("--seeds", type=_seeds, default=3, help="input seeds for the kernel and model stages (default 3)")
+    p.add_argument("--seed", type=_root_seed, default=None, metavar="S",
+                   help="reproduce a verification: derive every input seed, fill and draw from S (default: drawn "
+                        "from the OS per session; verdicts record it as `seed`)")
     p.add_argument("--timeout", type=_seconds, default=300.0,
                    help="seconds each candidate's checks may take in the isolated worker (default 300)")
     p.add_argument("--allow-reduced-precision", action="store_true",
@@ -334,7 +349,7 @@ def cmd_verify_or_accept(args: argparse.Namespace) -> int:
     settings = _settings(args)
     device = _device(args, settings)
     try:
-        options = VerifyOptions(seeds=args.seeds, timeout=args.timeout,
+        options = VerifyOptions(seeds=args.seeds, seed=args.seed, timeout=args.timeout,
                                 allow_reduced_precision=args.allow_reduced_precision)
     except ValidationError as exc:
         raise UsageError(f"bad option: {exc.errors()[0]['msg']}") from exc
@@ -405,7 +420,7 @@ def _tune_passthrough(args: argparse.Namespace, device: str, kernels: Path) -> l
     out = ["--agent", args.agent, "--budget-s", str(args.budget_s), "--min-share", str(args.min_share),
            "--seeds", str(args.seeds), "--timeout", str(args.timeout), "--device", device, "--kernels-dir", str(kernels)]
     for flag, value in (("--model", args.model), ("--max-usd", args.max_usd), ("--run-budget-s", args.run_budget_s),
-                        ("--config", args.config)):
+                        ("--config", args.config), ("--seed", args.seed)):
         if value is not None:
             out += [flag, str(value)]
     for name in args.kernel or []:
@@ -459,7 +474,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, not {args.workers}")
     options = TuneOptions(device=device, budget_s=args.budget_s, run_budget_s=args.run_budget_s, seeds=args.seeds,
-                          timeout=args.timeout, min_share=args.min_share, kernels=args.kernel, ncu=not args.no_ncu,
+                          seed=args.seed, timeout=args.timeout, min_share=args.min_share, kernels=args.kernel,
+                          ncu=not args.no_ncu,
                           pin=not args.no_pin)
     agent_options: dict[str, Any] = {}
     if args.agent == "anthropic":

@@ -164,6 +164,10 @@ class SeedErrors(Record):
     kernel_max_abs: float | None = None
     kernel_max_rel: float | None = None
     scale: float | None = None
+    # The worst element's error as a fraction of its allowance under the one numerics rule
+    # (verify/numerics.py): at most 1 when the stage passed. Kernel stage, model stage.
+    kernel_ratio: float | None = None
+    model_ratio: float | None = None
 
 
 class Timing(Record):
@@ -204,6 +208,9 @@ class Verdict(Record):
     reason: str | None = None
     stages: list[StageResult] = Field(default_factory=list)
     seeds: list[int] = Field(default_factory=list)
+    # The root the seeds (and every fill, mask and draw of the check) derive from:
+    # ``--seed`` with this number reproduces the verification. None in older verdicts.
+    seed: int | None = None
     errors: list[SeedErrors] = Field(default_factory=list)
     model_timing: Timing | None = None
     kernel_timing: Timing | None = None

@@ -240,7 +240,8 @@ def test_unedited_dump_is_correct(pointwise: Dump, tmp_path: Path) -> None:
     # With secrets in the caller's environment: the worker must still run normally.
     env = {**os.environ, "ANTHROPIC_API_KEY": "sk-ant-test", "GITHUB_TOKEN": "ghp_test"}
     verdict = assert_correct(verify(pointwise, pointwise.source, tmp_path, env=env))
-    assert verdict["seeds"] == [1, 2]
+    # Two seeds drawn from the OS (not 1, 2), recorded with the root that reproduces them.
+    assert len(set(verdict["seeds"])) == 2 and verdict["seeds"] != [1, 2] and verdict["seed"] is not None
     for row in verdict["errors"]:
         assert row["kernel_max_abs"] == 0.0  # bit for bit the compiler kernel
         assert row["candidate_vs_fp64"] == row["baseline_vs_fp64"]
@@ -374,7 +375,9 @@ def test_fp16_round_trip_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
 
 @slow
 def test_fp16_round_trip_is_correct_with_reduced_precision(pointwise: Dump, tmp_path: Path) -> None:
-    source = before_store(pointwise.source, "{value} = {value}.to(tl.float16).to(tl.float32)")
+    # bf16 (float32's range): the input draws reach magnitudes beyond float16's 65504, where an fp16
+    # round trip turns the compiler's finite results into Inf, which no precision flag excuses.
+    source = before_store(pointwise.source, "{value} = {value}.to(tl.bfloat16).to(tl.float32)")
     verdict = assert_correct(verify(pointwise, source, tmp_path, "--allow-reduced-precision"))
     assert any(row["kernel_max_abs"] > 0 for row in verdict["errors"])  # it did lose precision
 
@@ -384,7 +387,7 @@ def test_small_bias_passes_kernel_but_not_model(pointwise: Dump, tmp_path: Path)
     # 5e-5 relative: inside the kernel stage's rtol (1e-4), far beyond what the compiled model's
     # own error against float64 (a few ulp) allows.
     source = before_store(pointwise.source, "{value} = {value} * 1.00005")
-    assert_rejected(verify(pointwise, source, tmp_path), "model", "exceeds")
+    assert_rejected(verify(pointwise, source, tmp_path), "model", "outside the allowance")
 
 
 # --- hidden state --------------------------------------------------------------------------

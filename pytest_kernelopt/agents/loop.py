@@ -53,6 +53,7 @@ class TuneOptions:
     min_share: float = MIN_SHARE
     kernels: list[str] | None = None  # only these kernels (names)
     seeds: int = 3
+    seed: int | None = None  # --seed: every session's seeds and draws derived from it (None: from the OS)
     timeout: float = 300.0  # one candidate's checks
     ncu: bool = True
     # Exploration times each candidate briefly (seconds of paired timing, model and kernel);
@@ -151,7 +152,8 @@ class Tuner:
                 self.ui.message(f"{model}: reading Nsight Compute counters")
                 counters, note = ncu_counters(problem.path, timeout=600.0)
                 ev("profiler", "ncu", kernels=len(counters or {}), note=note)
-            self._full_options = VerifyOptions(seeds=self.options.seeds, timeout=self.options.timeout)
+            self._full_options = VerifyOptions(seeds=self.options.seeds, seed=self.options.seed,
+                                               timeout=self.options.timeout)
             options = self._full_options.model_copy(update={"model_seconds": self.options.screen_seconds,
                                                             "kernel_seconds": self.options.screen_seconds})
             factory = self.session_factory or VerifySession

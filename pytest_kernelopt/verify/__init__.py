@@ -122,6 +122,10 @@ class VerifySession:
         self._checker: Any = None  # stage 1's next process, started ahead (see _static)
         self._used: Any = None     # the one that served the last check, closed later
         self.restarts = 0
+        # Drawn once per session (from the OS unless options.seed is given); a restarted
+        # worker prepares the same seeds. Every other random choice derives from them.
+        self.seed = self.options.session_seed()
+        self.seeds = self.options.seed_list_for(self.seed)
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -171,7 +175,7 @@ class VerifySession:
             self._checker = _static_checker()  # starts while the problem compiles
         limit = self.options.open_timeout
         try:
-            worker.send(OpenRequest(problem=str(self.problem), device=self.device, seeds=self.options.seed_list))
+            worker.send(OpenRequest(problem=str(self.problem), device=self.device, seeds=self.seeds))
             reply = worker.receive(limit, limit=OPENED_BYTES)
         except WorkerExited as exc:
             self.close()
@@ -263,7 +267,7 @@ class VerifySession:
             fingerprint=self.kernel_info(kernel).fingerprint if kernel else None,
             candidate=only.label if only else "committed kernels",
             candidate_sha256=only.sha256 if only else "",
-            status="rejected", seeds=self.options.seed_list, environment=opened.environment,
+            status="rejected", seed=self.seed, seeds=self.seeds, environment=opened.environment,
             reference=opened.reference, reference_note=opened.reference_note,
             eager_peak_gib=_gib(opened.eager_peak_bytes), peak_gib=_gib(opened.peak_bytes),
             isolation=self._worker.isolation,
@@ -393,7 +397,8 @@ class VerifySession:
             for row in done.errors:
                 k = kernel_rows.get(row.seed)
                 if k is not None:
-                    row = row.model_copy(update={"kernel_max_abs": k.kernel_max_abs, "kernel_max_rel": k.kernel_max_rel})
+                    row = row.model_copy(update={"kernel_max_abs": k.kernel_max_abs, "kernel_max_rel": k.kernel_max_rel,
+                                                  "kernel_ratio": k.kernel_ratio})
                 merged.append(row)
             verdict.errors = merged
         for key in ("model_timing", "kernel_timing", "base_timing"):

@@ -2,18 +2,23 @@
 
 A kernel's pointers reach any memory of the process (on a GPU, any device memory of
 the context), so a store one element past an output lands in allocator slack or in a
-neighbouring tensor and no comparison of the arguments themselves shows it. In the
-kernel stage the candidate therefore runs on copies of its tensor arguments, each
+neighbouring tensor and no comparison of the arguments themselves shows it. Wherever
+it runs (kernel and model stage) the candidate therefore runs on copies of its tensor arguments, each
 placed inside a larger buffer whose padding on both sides (and any gap inside a
 strided layout) holds a canary:
 
-* ``"nan"`` (the pass with poisoned outputs): for floating-point dtypes a quiet NaN
-  with a random sign and payload, so an out-of-bounds *read* poisons the result too;
-  other dtypes random bytes;
-* ``"random"`` (the pass with randomly pre-filled outputs): for floating-point dtypes
-  standard normal draws, other dtypes random bytes, so a store that rewrites what it
-  read (``slot + 1`` leaves a NaN's bits, and a huge float's, as they were) still
-  changes them.
+* ``"nan"``: for floating-point dtypes a quiet NaN with a random sign and payload, so
+  an out-of-bounds *read* poisons the result (a NaN where the compiler's kernel gives a
+  number fails the comparison); other dtypes random bytes;
+* ``"random"``: for floating-point dtypes standard normal draws, other dtypes random
+  bytes, so a store that rewrites what it read (``slot + 1`` leaves a NaN's bits, and a
+  huge float's, as they were) still changes them, and a read returns ordinary numbers
+  that change the result.
+
+The kind is drawn per launch (:meth:`Bands.canary`), in every stage: the kernel stage's
+checked passes (one of each kind per seed, in a drawn order) and unchecked runs, and
+every launch of the model stage (:class:`GuardedKernel`). A candidate that looks at the
+word before its pointer sees a canary wherever it runs, of a kind it cannot predict.
 
 After the run every byte outside the argument's elements must be as it was; the stage
 fails with "wrote N element(s) outside <arg>". The padding on each side is at least
@@ -28,15 +33,18 @@ guarded arguments' memory spans total at most :data:`GUARD_BYTES` (and, on a GPU
 quarter of the free device memory): every tensor argument when they fit, else the
 written ones, else none, and the stage's detail says which. Arguments that share
 memory with a written argument are not copied apart (the kernel may rely on the
-aliasing). The guard sees stores; a store farther away than the padding, or one that
-a candidate makes only when the memory around its outputs looks like the real
-allocator's (host code may read ``data_ptr()``), is not seen. The model stage runs
-without guards.
+aliasing). What is caught: any store into the padding or a strided layout's gaps
+(compared bitwise); a read of the padding whose value reaches an output, in the
+kernel stage (a NaN canary makes a finite output NaN; a random one changes it), in
+one pass at least since each seed runs one pass of each kind. What is not: a store or
+read farther away than the padding, a read whose value does not reach an output, and
+everything around arguments left unguarded by the cap above (the stage's detail says
+which). Outside the kernel stage reads are not judged (nothing compares the outputs
+there per launch); stores are.
 """
 
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -220,19 +228,38 @@ def _fill(buffer: Any, pattern: str, seed: int) -> None:
         buffer.view(int_dtype).bitwise_or_(bits)
 
 
-class Bands:
-    """Guard bands for the candidate's runs in one checker (one model run of the kernel stage)."""
+CANARIES = ("nan", "random")
 
-    def __init__(self, names: list[str], device: str):
+
+class Bands:
+    """Guard bands for the candidate's runs in one checker or one model run.
+
+    Every choice (padding, canary kind, canary values) comes from ``entropy``
+    (:class:`.tensors.Entropy`; from the OS when none is given).
+    """
+
+    def __init__(self, names: list[str], device: str, entropy: Any = None):
+        from .tensors import Entropy
+
         self.names, self.device = names, device
+        self.entropy = entropy or Entropy.from_os()
         self.notes: list[str] = []
 
-    def wrap(self, args: Any, tensors: list[int], written: list[int], pattern: str) -> tuple[list[Any], list[Guard]]:
-        """The arguments to run the candidate on (guarded copies where planned) and the guards."""
+    def canary(self) -> str:
+        """A canary kind drawn per launch: a candidate cannot tell a pass by the memory around its pointers."""
+        return CANARIES[self.entropy.below(len(CANARIES))]
+
+    def wrap(self, args: Any, tensors: list[int], written: list[int],
+             pattern: str | None = None) -> tuple[list[Any], list[Guard]]:
+        """The arguments to run the candidate on (guarded copies where planned) and the guards.
+
+        ``pattern``: the canary kind; None draws one (:meth:`canary`).
+        """
         p = plan(args, tensors, written, self.names, self.device)
         if p.note not in self.notes:
             self.notes.append(p.note)
-        seed = int.from_bytes(os.urandom(8), "little") >> 1
+        pattern = pattern or self.canary()
+        seed = self.entropy.seed()
         guards = {i: Guard(args[i], self.names[i], pattern, seed + i) for i in p.guarded}
         ran_on = [guards[i].view if i in guards else a for i, a in enumerate(args)]
         return ran_on, list(guards.values())
@@ -252,30 +279,49 @@ class Bands:
 
 
 class GuardedKernel:
-    """The candidate for the kernel stage's unchecked runs: every launch on guarded copies.
+    """The candidate wherever it runs unchecked against the compiler's kernel: on guarded copies.
 
-    What it wrote is copied back into the real arguments (the model goes on with it);
-    copies of arguments it may only read are dropped. The first store outside an
-    argument is kept in ``failure`` (a detail), which the stage raises after the run:
-    an out-of-bounds store is caught where it happens, before it can corrupt the
-    worker's memory ahead of the checked run.
+    Used for the kernel stage's unchecked runs and for every launch of the model stage
+    (unchecked and checked runs), so what lies around a candidate's pointers, and what
+    its written-only outputs hold before it runs (NaN or random values, drawn per launch,
+    as in the kernel stage's checked passes), look the same in every stage. What it wrote
+    is copied back into the real arguments (the model goes on with it). An argument the
+    compiler's kernel only reads must be bitwise unchanged afterwards (the copy compared
+    with the original; unguarded ones against a snapshot). The first breach is kept in
+    ``failure`` (a detail), which the stage raises after the run: an out-of-bounds store
+    is caught where it happens, before it can corrupt the worker's memory.
     """
 
-    def __init__(self, candidate: Any, infos: list[Any], where: str, device: str):
+    def __init__(self, candidate: Any, infos: list[Any], where: str, device: str, entropy: Any = None):
         self.candidate, self.where, self.device = candidate, where, device
         self.written = {i for i, a in enumerate(infos) if a.written}
-        self.bands = Bands([a.name for a in infos], device)
+        self.read = {i for i, a in enumerate(infos) if a.read}
+        self.names = [a.name for a in infos]
+        self.bands = Bands(self.names, device, entropy)
         self.failure: str | None = None
 
     def run(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
         import torch
 
+        from .tensors import poison, random_fill, same_bits, snapshot, unchanged
+
         tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         written = [i for i in tensors if i in self.written]
-        ran_on, guards = self.bands.wrap(args, tensors, written, "random")
+        read_only = [i for i in tensors if i not in self.written]
+        ran_on, guards = self.bands.wrap(args, tensors, written)
+        before = {i: snapshot(args[i]) for i in read_only if ran_on[i] is args[i]}
+        for i in written:
+            if i not in self.read and ran_on[i] is not args[i]:  # a copy: its contents are the candidate's to write
+                poison(ran_on[i]) if self.bands.entropy.below(2) else random_fill(ran_on[i], self.bands.entropy.seed())
         result = self.candidate.run(*ran_on, stream=stream, **kwargs)
         if self.device == "cuda":
             torch.cuda.synchronize()
+        for i in read_only:
+            same = unchanged(args[i], before[i]) if i in before else same_bits(ran_on[i], args[i])
+            if not same and self.failure is None:
+                name = self.names[i] if i < len(self.names) else f"argument {i}"
+                self.failure = (f"{self.where}, read-only argument {name}: changed (the candidate wrote into an "
+                                "argument the compiler kernel only reads)")
         breach = self.bands.check(guards, self.where)
         if self.failure is None:
             self.failure = breach

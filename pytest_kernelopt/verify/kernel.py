@@ -7,169 +7,102 @@ argument tensors (no copies of inputs, so this works when an argument is 8 GiB):
 * arguments the kernel reads and writes are saved first and put back before each run;
 * arguments it only writes are poisoned before each run (NaN, or the integer
   maximum) so unwritten elements show, and in a second pass pre-filled with random
-  values from an unpredictable seed (a candidate cannot recognise the harness by
-  its fill);
-* what the compiler's kernel wrote is kept, the candidate's output compared with it
-  in chunks: NaN/Inf positions must match; finite values within
-  ``atol + rtol * |expected|`` (rtol by dtype, atol a tenth of rtol times the
-  tensor's largest magnitude); integers and bools exactly;
+  values from an unpredictable seed;
+* what the compiler's kernel wrote is kept, the candidate's output judged against it
+  element by element by the one numerics rule (:mod:`.numerics`):
+  ``|candidate - compiler| <= atol + rtol * |compiler|`` with rtol by dtype and atol
+  rtol times the median magnitude of the compiler's output (never its maximum);
+  NaN/Inf only where the compiler's output has them; integers and bools exactly.
+  A failure names the element (flat index and multi-index), its input draw, the
+  expected and actual values and the allowance;
 * arguments it only reads are checksummed before and compared after (small ones
   exactly): writing into an input is a failure;
 * the compiler's results are left in place, so the rest of the model runs on them.
 
 The candidate itself runs on copies of its tensor arguments inside **guard bands**
-(:mod:`.guards`): padding on both sides filled with a canary (NaN with a random
-payload in the poisoned pass, ordinary random values in the pre-filled one) that must be
-unchanged afterwards, so a store past the end of an output (into allocator slack, or
-a counter kept there) fails the stage. Guarded only while the arguments' memory
-totals at most ``guards.GUARD_BYTES`` (1 GiB; on a GPU also a quarter of the free
-memory): else the written ones, else none, and the stage's detail says which. The
-unchecked runs before each seed's checked one are guarded the same way
-(:class:`.guards.GuardedKernel`), so such a store is caught before it can corrupt
-the worker's own memory.
+(:mod:`.guards`) whose canary kind (NaN with a random payload, or random numbers) is
+drawn per launch; each seed runs one pass of each kind, in a drawn order, so a read
+of the padding reaches an output in one pass at least. A store past the end of an
+output fails the stage. The unchecked runs before each seed's checked one, and the
+model stage, run the candidate on guarded copies too (:class:`.guards.GuardedKernel`),
+with written-only outputs pre-filled the same two ways: the memory around and under
+a candidate's pointers looks alike in every run.
 
-Before each seed's checked run the model runs 1-3 times (from ``os.urandom``) with
-the candidate swapped in and nothing checked, so a candidate that counts its calls
-cannot know which ones are checked (:meth:`Prepared.extra_runs`).
+Before each seed's checked run the model runs 1-3 times (drawn) with the candidate
+swapped in and nothing checked, so a candidate that counts its calls cannot know
+which ones are checked (:meth:`Prepared.extra_runs`).
 
-After the seeds, **stress variants** of the first seed's inputs run through the same
-checker (one pass, outputs poisoned): every floating-point model input scaled by
-1e4 and by 1e-4, made ``|x|`` and ``-|x|``, and with a random tenth of its elements
-set to zero (:data:`.tensors.STRESS_VARIANTS`; integer inputs stay as drawn). The
-compiler's kernel sets the standard: where its output is finite the candidate's
-must be finite and within the usual tolerance (dtype rtol, atol from the largest
-finite magnitude); where the compiler's is NaN/Inf (it overflowed too), the
-element is not compared. A softmax without max-subtraction passes randn inputs and
-fails here (Inf/Inf = NaN at 1e4 where the compiler's softmax is finite).
+**Inputs.** The seeded runs use the session's seeds (drawn from the OS when the session
+opens unless ``--seed`` was given; the model stage needs float64 references for them,
+computed then). After them, **input draws** run through the same checker (one pass,
+outputs pre-filled either way, drawn): for each of :data:`.tensors.STRESS_VARIANTS`, the
+inputs are drawn afresh under a seed drawn for this check (this stage compares with the
+compiler's kernel at each launch and needs no reference computed in advance, so every
+check sees new numbers) and every floating-point model input is turned in place into
+that draw: tiny, mid-range (|x| in [10, 1000]), huge, per-element mixes of magnitudes
+over 16 decades (float32) with exact zeros, one-signed, and NaN/+-Inf at random places.
+Integer inputs stay as drawn. The compiler's kernel sets the standard: where its output
+is NaN/Inf the candidate's must be the same; where finite, within the rule above. A
+draw on which the model raises without the candidate, or does not launch the kernel,
+or where the compiler's kernel writes no finite number at all, is skipped and the
+stage's detail says so. The draws' seeds are in the stage's detail.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from ..records import SeedErrors
-from .guards import Bands, GuardedKernel
-from .options import VerifyOptions
+from .guards import CANARIES, Bands, GuardedKernel
+from .numerics import Judgement, NumericsFailure, NumericsRule, Tolerance, judge
 from .prepared import Prepared, StageFailure
-from .tensors import (EXACT_COPY_BYTES, STRESS_VARIANTS, chunks, poison, random_fill, restore, snapshot, stress,
-                      unchanged)
+from .tensors import (EXACT_COPY_BYTES, STRESS_TEXT, STRESS_VARIANTS, chunks, decades, poison, random_fill, restore,
+                      snapshot, stress, unchanged)
 
 __all__ = ["EXACT_COPY_BYTES", "KernelRows", "compare", "kernel_stage"]
 
 
-def compare(expected: Any, actual: Any, rtol: float, what: str, nonfinite: str = "match") -> tuple[float, float]:
-    """Check ``actual`` against ``expected`` in chunks; returns (max abs, max rel) error.
+def compare(expected: Any, actual: Any, rtol: float | None, what: str, rule: NumericsRule | None = None) -> Judgement:
+    """``actual`` against ``expected`` under the kernel stage's tolerance (:meth:`NumericsRule.kernel_tolerance`).
 
-    ``nonfinite="match"``: NaN/Inf must sit in the same places (Inf with the same
-    sign). ``"finite-only"`` (stress inputs): elements where ``expected`` is NaN/Inf
-    are not compared; where it is finite, ``actual`` must be finite and close.
-
-    Figures accumulate on the device and are read once at the end (a synchronisation
-    per chunk cost seconds at 2^31 elements); only a failure walks the chunks again to
-    name the first offending index. Raises StageFailure naming ``what``.
+    ``rtol``: instead of the rule's for the dtype (None: the rule's). Raises StageFailure
+    naming ``what`` and the offending element.
     """
+    floating = expected.dtype.is_floating_point
+    tol = (rule or NumericsRule()).kernel_tolerance(expected, rtol) if floating else Tolerance(0.0, 0.0)
+    try:
+        return judge(expected, actual, tol, what)
+    except NumericsFailure as exc:
+        raise StageFailure(str(exc)) from exc
+
+
+def _any_finite(t: Any) -> bool:
     import torch
 
-    if nonfinite not in ("match", "finite-only"):
-        raise ValueError(f"nonfinite must be 'match' or 'finite-only', not {nonfinite!r}")
-
-    def is_odd(e: Any, a: Any) -> Any:
-        if nonfinite == "finite-only":
-            return torch.isfinite(e) & ~torch.isfinite(a)
-        return (torch.isnan(e) != torch.isnan(a)) | (torch.isinf(e) != torch.isinf(a)) | (torch.isinf(e) & (e != a))
-
-    if expected.shape != actual.shape or expected.dtype != actual.dtype:
-        raise StageFailure(f"{what}: shape/dtype changed ({actual.dtype}{list(actual.shape)})")
-    if not expected.dtype.is_floating_point:
-        differ = None
-        for e, a in chunks(expected, actual):
-            n = (e != a).sum()
-            differ = n if differ is None else differ + n
-        if differ is not None and int(differ):
-            offset, i = _first(expected, actual, lambda e, a: e != a)
-            e_flat, a_flat = _flat_at(expected, offset + i), _flat_at(actual, offset + i)
-            raise StageFailure(f"{what}: {int(differ)} element(s) differ, first at flat index {offset + i}: expected "
-                               f"{e_flat}, got {a_flat}")
-        return 0.0, 0.0
-    # The largest finite magnitude sets atol.
-    scale = torch.zeros((), dtype=torch.float64, device=expected.device)
-    for (e,) in chunks(expected):
-        e = e.double()
-        scale = torch.maximum(scale, torch.where(torch.isfinite(e), e.abs(), 0.0).max())
-    atol = rtol * 0.1 * max(float(scale), 1e-30)
-    zero = torch.zeros((), dtype=torch.float64, device=expected.device)
-    max_abs, max_rel, n_bad, n_odd = zero, zero, zero.long(), zero.long()
-    checked = 0
-    for e, a in chunks(expected, actual):
-        e, a = e.double(), a.double()
-        finite = torch.isfinite(e)
-        odd = is_odd(e, a)
-        err = torch.where(finite, (a - e).abs(), 0.0)
-        err = torch.where(torch.isnan(err), float("inf"), err)  # a NaN where a finite value was expected
-        magnitude = e.abs()
-        n_bad = n_bad + ((err > atol + rtol * torch.where(finite, magnitude, 0.0)) & finite).sum()
-        n_odd = n_odd + odd.sum()
-        max_abs = torch.maximum(max_abs, err.max())
-        max_rel = torch.maximum(max_rel, (err / torch.where(finite, magnitude + atol, 1.0)).max())
-        checked += int(e.numel())
-    bad, odd_count = int(n_bad), int(n_odd)
-    max_abs_f, max_rel_f = float(max_abs), float(max_rel)
-    if odd_count:
-        offset, i = _first(expected, actual, lambda e, a: is_odd(e.double(), a.double()))
-        exp_v, act_v = _flat_at(expected, offset + i), _flat_at(actual, offset + i)
-        kind = "NaN" if (exp_v != exp_v) or (act_v != act_v) else "Inf"
-        if nonfinite == "finite-only":
-            raise StageFailure(f"{what}: {kind} at flat index {offset + i} where the compiler kernel's output is "
-                               f"finite (expected {exp_v}, got {act_v}); {odd_count} such element(s)")
-        raise StageFailure(f"{what}: {kind} at flat index {offset + i} in one output only (expected {exp_v}, got "
-                           f"{act_v}); {odd_count} element(s) with NaN/Inf in different places")
-    if bad:
-        raise StageFailure(f"{what}: {bad} of {checked} element(s) differ beyond rtol={rtol:g}: "
-                           f"max abs error {max_abs_f:.3g}, max rel error {max_rel_f:.3g}")
-    return max_abs_f, max_rel_f
-
-
-def _first(expected: Any, actual: Any, test: Any) -> tuple[int, int]:
-    """(chunk offset, index in chunk) of the first element where ``test`` holds."""
-    for offset, (e, a) in _offset_chunks(expected, actual):
-        hit = test(e, a)
-        if bool(hit.any()):
-            return offset, int(hit.nonzero()[0, 0])
-    return 0, 0
-
-
-def _flat_at(t: Any, index: int) -> Any:
-    for offset, (flat,) in _offset_chunks(t):
-        if index < offset + flat.numel():
-            return flat[index - offset].item()
-    return None
-
-
-def _offset_chunks(*tensors: Any) -> Any:
-    offset = 0
-    for parts in chunks(*tensors):
-        yield offset, parts
-        offset += parts[0].numel()
+    if not t.dtype.is_floating_point:
+        return True
+    return any(bool(torch.isfinite(flat).any()) for (flat,) in chunks(t))
 
 
 class _Checker:
     """Stands in for the kernel during one model run; checks the candidate at every launch.
 
-    ``where`` names the run in messages ("seed 1", "seed 1, stress variant 'x1e4'");
-    ``modes`` are the passes per launch (written-only outputs poisoned, then
-    pre-filled with random values); ``nonfinite`` is :func:`compare`'s rule.
+    ``where`` names the run in messages ("seed 1", "draw 'mid' (seed 7...)"); ``passes``
+    is how many passes each launch gets: 2 for the seeds (outputs poisoned in the first,
+    pre-filled with random values in the second; one NaN and one random canary, which
+    pass gets which drawn), 1 for the draws (fill and canary drawn). ``draw``: skip a launch
+    where the compiler's kernel writes no finite number (nothing to hold the candidate to).
     """
 
-    def __init__(self, original: Any, candidate: Any, infos: list[Any], where: str, options: VerifyOptions,
-                 device: str, modes: tuple[str, ...] = ("poison", "random"), nonfinite: str = "match"):
+    def __init__(self, original: Any, candidate: Any, infos: list[Any], where: str, rule: NumericsRule,
+                 device: str, entropy: Any, passes: int = 2, draw: bool = False):
         self.original, self.candidate, self.infos = original, candidate, infos
-        self.where, self.options, self.device = where, options, device
-        self.modes, self.nonfinite = modes, nonfinite
-        self.launches = 0
+        self.where, self.rule, self.device, self.entropy = where, rule, device, entropy
+        self.passes, self.draw = passes, draw
+        self.launches = self.compared = 0
         self.failure: StageFailure | None = None
-        self.worst_abs = self.worst_rel = 0.0
-        self.bands = Bands([self._name(i) for i in range(len(infos))], device)
+        self.worst = Judgement()
+        self.bands = Bands([self._name(i) for i in range(len(infos))], device, entropy)
 
     def _name(self, i: int) -> str:
         return self.infos[i].name if i < len(self.infos) else f"argument {i}"
@@ -184,6 +117,13 @@ class _Checker:
         info = self.infos[i] if i < len(self.infos) else None
         return (bool(info and info.read), bool(info and info.written))
 
+    def _plan(self) -> list[tuple[str, str]]:
+        """(output fill, canary kind) per pass: poisoned then random outputs (an unwritten element shows as
+        NaN first), each with a canary kind drawn, one of each kind over the two passes."""
+        if self.passes == 1:
+            return [(("poison", "random")[self.entropy.below(2)], CANARIES[self.entropy.below(len(CANARIES))])]
+        return list(zip(["poison", "random"], self.entropy.shuffled(list(CANARIES))))
+
     def run(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
         import torch
 
@@ -197,23 +137,25 @@ class _Checker:
         read_only = [i for i in tensors if not self._role(i)[1]]
         saved = {i: args[i].clone() for i in in_out}
         before = {i: snapshot(args[i]) for i in read_only}
-        fill_seed = int.from_bytes(os.urandom(8), "little") >> 1
+        fill_seed = self.entropy.seed()
         results: dict[int, Any] = {}
         try:
-            for mode in self.modes:
+            for fill, canary in self._plan():
                 results = {}
                 for who, kernel in (("compiler", self.original), ("candidate", self.candidate)):
                     for i in in_out:
                         args[i].copy_(saved[i])
                     for k, i in enumerate(out_only):
-                        poison(args[i]) if mode == "poison" else random_fill(args[i], fill_seed + k)
+                        poison(args[i]) if fill == "poison" else random_fill(args[i], fill_seed + k)
                     if who == "compiler":
                         kernel.run(*args, stream=stream, **kwargs)
                         self._sync()
                         results = {i: args[i].clone() for i in written}
                         continue
+                    if self.draw and not any(_any_finite(results[i]) for i in written):
+                        break  # the compiler's kernel wrote no finite number: nothing to hold the candidate to
                     # The candidate runs on guarded copies (the real tensors where none fit).
-                    ran_on, guards = self.bands.wrap(args, tensors, written, "nan" if mode == "poison" else "random")
+                    ran_on, guards = self.bands.wrap(args, tensors, written, canary)
                     try:
                         kernel.run(*ran_on, stream=stream, **kwargs)
                         self._sync()
@@ -225,7 +167,8 @@ class _Checker:
                     breach = self.bands.check(guards, self.where)
                     if breach is not None:
                         raise StageFailure(breach)
-                    self._compare(ran_on, results, written, read_only, before, mode)
+                    self._compare(ran_on, results, written, read_only, before, fill)
+                    self.compared += 1
         except StageFailure as failure:
             self.failure = failure
         # Leave the compiler's results in place for the rest of the model.
@@ -236,67 +179,72 @@ class _Checker:
             restore(args[i], before[i])
         return None
 
-    def _label(self, i: int, mode: str) -> str:
-        return self._name(i) + ("" if mode == "poison" else " (outputs pre-filled with random values)")
+    def _label(self, i: int, fill: str) -> str:
+        return self._name(i) + (" (outputs poisoned with NaN before the run)" if fill == "poison"
+                                else " (outputs pre-filled with random values)")
 
     def _compare(self, args: Any, results: dict[int, Any], written: list[int], read_only: list[int],
-                 before: dict[int, Any], mode: str) -> None:
+                 before: dict[int, Any], fill: str) -> None:
         """``args``: what the candidate ran on (guarded copies or the real tensors)."""
         for i in written:
-            rtol = self.options.kernel_rtol(str(args[i].dtype).removeprefix("torch."))
-            a, r = compare(results[i], args[i], rtol, f"{self.where}, written argument {self._label(i, mode)}",
-                           self.nonfinite)
-            self.worst_abs, self.worst_rel = max(self.worst_abs, a), max(self.worst_rel, r)
+            j = compare(results[i], args[i], None, f"{self.where}, launch {self.launches}, written argument "
+                                             f"{self._label(i, fill)}", self.rule)
+            w = self.worst
+            w.worst_ratio, w.max_abs = max(w.worst_ratio, j.worst_ratio), max(w.max_abs, j.max_abs)
+            w.max_rel = max(w.max_rel, j.max_rel)
         for i in read_only:
             if not unchanged(args[i], before[i]):
-                raise StageFailure(f"{self.where}, read-only argument {self._label(i, mode)}: changed (the "
+                raise StageFailure(f"{self.where}, read-only argument {self._name(i)}: changed (the "
                                    "candidate wrote into an argument the compiler kernel only reads)")
 
 
 class KernelRows(list):
-    """The kernel stage's rows (one :class:`SeedErrors` per seed), with what the stress passes did."""
+    """The kernel stage's rows (one :class:`SeedErrors` per seed), with what the draws did."""
 
-    stress_seed: int | None = None
-    stress: list[str]  # variants that ran with the kernel launched
-    skipped: list[str]  # "variant (why)": the model raised, or did not launch the kernel, on the compiler's side
+    stress: list[str]  # draws that ran with the kernel launched and compared, "name (seed S)"
+    skipped: list[str]  # "draw (why)": the model raised, or did not launch the kernel, on the compiler's side
     guards: list[str]  # what the guard bands covered (one phrase per distinct case)
+    worst: float  # the worst element's error as a fraction of its allowance, over seeds and draws
 
     def __init__(self, rows: Any = ()) -> None:
         super().__init__(rows)
         self.stress, self.skipped, self.guards = [], [], []
+        self.worst = 0.0
 
     def saw(self, checker: _Checker) -> None:
         self.guards += [note for note in checker.bands.notes if note not in self.guards]
+        self.worst = max(self.worst, checker.worst.worst_ratio)
 
     def describe(self) -> str:
-        """One phrase for the stage's detail: how many stress variants ran, what the guard bands covered."""
-        if self.stress_seed is None:
-            text = "no stress variants (no floating-point model inputs)"
-        else:
-            variants = ", ".join(self.stress) or "none"
-            text = f"{len(self.stress)} stress variant(s) of seed {self.stress_seed} ({variants})"
+        """One phrase for the stage's detail: the draws that ran, what the guard bands covered."""
+        text = f"{len(self.stress)} input draw(s)"
+        if self.stress:
+            text += f": {', '.join(self.stress)}"
         if self.skipped:
-            text += f", skipped: {'; '.join(self.skipped)}"
+            text += f"; skipped: {'; '.join(self.skipped)}"
         if self.guards:
             text += f"; {'; '.join(self.guards)}"
         return text
 
 
 def kernel_stage(prepared: Prepared, name: str, candidate: Any, allow_reduced_precision: bool) -> KernelRows:
-    """Every launch of kernel ``name`` on every seed and stress variant, compiler's kernel vs candidate."""
+    """Every launch of kernel ``name`` on every seed and input draw, compiler's kernel vs candidate."""
     from ..swap import swapped
 
     compiled = prepared.compiled
     handle = compiled.kernel(name)
-    options = VerifyOptions(allow_reduced_precision=allow_reduced_precision)
+    rule = NumericsRule(reduced_precision=allow_reduced_precision)
+    entropy = prepared.entropy
     rows = KernelRows()
     for seed in prepared.seeds:
         inputs = prepared.inputs(seed)
-        unchecked = GuardedKernel(candidate, handle.info.args, f"seed {seed} (an unchecked run)", prepared.device)
+        unchecked = GuardedKernel(candidate, handle.info.args, f"seed {seed} (an unchecked run)", prepared.device,
+                                  entropy)
         prepared.extra_runs({name: unchecked}, inputs, f"seed {seed}")
         if unchecked.failure is not None:
             raise StageFailure(unchecked.failure)
-        checker = _Checker(handle.original, candidate, handle.info.args, f"seed {seed}", options, prepared.device)
+        checker = _Checker(handle.original, candidate, handle.info.args, f"seed {seed}", rule, prepared.device,
+                           entropy)
         with swapped(compiled, {name: checker}):
             compiled(*inputs)
         if checker.failure is not None:
@@ -306,33 +254,34 @@ def kernel_stage(prepared: Prepared, name: str, candidate: Any, allow_reduced_pr
         del inputs
         if not checker.launches:
             raise StageFailure(f"kernel {name} was not launched by the model on seed {seed}")
-        rows.append(SeedErrors(seed=seed, kernel_max_abs=checker.worst_abs, kernel_max_rel=checker.worst_rel))
-    _stress(prepared, name, candidate, options, rows)
+        w = checker.worst
+        rows.append(SeedErrors(seed=seed, kernel_max_abs=w.max_abs, kernel_max_rel=w.max_rel,
+                               kernel_ratio=w.worst_ratio))
+    _draws(prepared, name, candidate, rule, rows)
     return rows
 
 
-def _stress(prepared: Prepared, name: str, candidate: Any, options: VerifyOptions, rows: KernelRows) -> None:
-    """The stress variants of the first seed's inputs, one checked pass each (see the module's docstring).
+def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, rows: KernelRows) -> None:
+    """The input draws, one checked pass each (see the module's docstring).
 
-    Inputs are drawn again for each variant and transformed in place, so one seed's
-    inputs are on the device at a time. One pass (poisoned outputs) per launch: the
-    seeded runs already pre-filled outputs with random values.
+    Each draw's inputs are drawn under a seed of its own, fresh for this check, and
+    transformed in place, so one draw's inputs are on the device at a time.
     """
     import torch
 
     from ..swap import swapped
 
     compiled, handle = prepared.compiled, prepared.compiled.kernel(name)
-    seed = prepared.seeds[0]
-    for variant in STRESS_VARIANTS:
-        zero_seed = int.from_bytes(os.urandom(8), "little") >> 1
-        inputs = _stressed_inputs(prepared, seed, variant, zero_seed)
+    entropy = prepared.entropy
+    for variant in entropy.shuffled(list(STRESS_VARIANTS)):  # no fixed order to count on either
+        seed, transform = entropy.input_seed(), entropy.seed()
+        inputs = _stressed_inputs(prepared, seed, variant, transform)
         if inputs is None:
+            rows.skipped.append("every draw (no floating-point model input)")
             return
-        rows.stress_seed = seed
-        where = f"seed {seed}, stress variant {variant!r} (floating-point inputs {_STRESS_TEXT[variant]})"
-        checker = _Checker(handle.original, candidate, handle.info.args, where, options, prepared.device,
-                           modes=("poison",), nonfinite="finite-only")
+        where = f"draw {variant!r} (input seed {seed}, {_text(variant, inputs)}, transform seed {transform})"
+        checker = _Checker(handle.original, candidate, handle.info.args, where, rule, prepared.device, entropy,
+                           passes=1, draw=True)
         raised = None
         try:
             with swapped(compiled, {name: checker}):
@@ -345,7 +294,7 @@ def _stress(prepared: Prepared, name: str, candidate: Any, options: VerifyOption
             raised = type(exc).__name__  # not the exception: its frames hold the inputs
         del inputs
         if raised is not None:
-            if not _raises_alone(prepared, seed, variant, zero_seed):
+            if not _raises_alone(prepared, seed, variant, transform):
                 raise StageFailure(f"{where}: the model raised with the candidate checked in place, and not without "
                                    f"it ({raised})")
             # The model itself rejects these inputs: nothing to check the candidate on.
@@ -356,12 +305,23 @@ def _stress(prepared: Prepared, name: str, candidate: Any, options: VerifyOption
         if not checker.launches:
             rows.skipped.append(f"{variant} (the model did not launch the kernel)")
             continue
+        if not checker.compared:
+            rows.skipped.append(f"{variant} (the compiler's kernel wrote no finite number)")
+            continue
         rows.saw(checker)
-        rows.stress.append(variant)
+        rows.stress.append(f"{variant} (seed {seed})")
 
 
-def _stressed_inputs(prepared: Prepared, seed: int, variant: str, zero_seed: int) -> list[Any] | None:
-    """The seed's inputs drawn afresh and turned into ``variant`` (None: no floating-point input)."""
+def _text(variant: str, inputs: list[Any]) -> str:
+    import torch
+
+    dtypes = {x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.dtype.is_floating_point}
+    k = min((decades(d) for d in dtypes), default=8.0)
+    return "floating-point inputs " + STRESS_TEXT[variant].replace("K", f"{k:.3g}")
+
+
+def _stressed_inputs(prepared: Prepared, seed: int, variant: str, transform: int) -> list[Any] | None:
+    """The inputs drawn under ``seed`` and turned into ``variant`` (None: no floating-point input)."""
     import torch
 
     inputs = prepared.inputs(seed)
@@ -369,19 +329,19 @@ def _stressed_inputs(prepared: Prepared, seed: int, variant: str, zero_seed: int
     if not any(x.dtype.is_floating_point for x in tensors):
         return None
     seen: set[tuple[int, Any]] = set()
-    for x in tensors:
+    for k, x in enumerate(tensors):
         key = (x.data_ptr(), x.dtype)
         if key not in seen:  # one tensor passed twice is transformed once
             seen.add(key)
-            stress(x, variant, zero_seed)
+            stress(x, variant, transform + k)
     return inputs
 
 
-def _raises_alone(prepared: Prepared, seed: int, variant: str, zero_seed: int) -> bool:
-    """Whether the compiled model, with the compiler's kernels only, raises on this stress variant."""
+def _raises_alone(prepared: Prepared, seed: int, variant: str, transform: int) -> bool:
+    """Whether the compiled model, with the compiler's kernels only, raises on this draw."""
     import torch
 
-    inputs = _stressed_inputs(prepared, seed, variant, zero_seed)
+    inputs = _stressed_inputs(prepared, seed, variant, transform)
     try:
         prepared.compiled(*(inputs or []))
     except torch.OutOfMemoryError:
@@ -389,7 +349,3 @@ def _raises_alone(prepared: Prepared, seed: int, variant: str, zero_seed: int) -
     except Exception:  # noqa: BLE001 - any error of the model's own
         return True
     return False
-
-
-_STRESS_TEXT = {"x1e4": "times 1e4", "x1e-4": "times 1e-4", "abs": "made |x|", "-abs": "made -|x|",
-                "zeros": "with a random tenth of elements set to zero"}

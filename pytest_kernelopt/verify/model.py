@@ -1,31 +1,40 @@
 """Stage 3: the whole model with the candidate swapped in, against a float64 reference.
 
 The judge is a float64 copy of the eager model, run once per seed when the session
-opens. The candidate's max error against it may not exceed ``error_factor`` times
-the compiled baseline's error, plus a floor of 4 ulp of the output dtype times the
-output's scale: a reordered reduction passes; an fp16/bf16 round trip or TF32
-where the compiler used fp32 fails (``allow_reduced_precision`` puts the floor at
-bf16's). NaN/Inf positions must match the compiled baseline's; integer outputs
-must equal it.
+opens. Every output element is judged by the one numerics rule (:mod:`.numerics`)::
+
+    |candidate - reference| <= error_factor * (envelope + ulps * eps * |reference|)
+
+where ``(envelope, ulps * eps)`` is the compiled baseline's own error envelope against
+the same reference: ``ulps`` (4) units in the last place of the output dtype relative
+to each element, plus the smallest absolute term ``envelope`` with which the baseline
+itself passes (0 when the compiler is within 4 ulp everywhere). The allowance is thus
+not scaled by the output's largest element: a huge element no longer widens what the
+others may be off by. A reordered reduction passes; an fp16/bf16 round trip or TF32
+where the compiler used fp32 fails (``allow_reduced_precision`` puts the relative part
+at bf16's). NaN/Inf positions must match the compiled baseline's; integer outputs must
+equal it. A failure names the element (index, reference, candidate, allowance); a pass
+reports the worst element's fraction of its allowance.
 
 What is kept per seed is small: the reference rounded to the output's dtype
 (float64 itself up to 32 MiB) with the largest rounding residue, the
-compiled baseline's error and the output's scale, and the baseline's NaN/Inf mask
-only when it has any. The check ``|candidate - ref_hi| + max residue <= allowed``
-is therefore conservative by at most half an ulp of the scale.
+compiled baseline's error, envelope and the output's scale, and the baseline's NaN/Inf
+mask only when it has any. The residue is added to every element's error, so the
+check is conservative by at most half an ulp of the element's neighbourhood.
 
 If the float64 reference cannot be built or run (a model that does not support
 float64, or not enough memory even on the CPU), the fp32 eager model is the judge
 and every verdict says so (``reference: "eager"`` and ``reference_note``).
 
 The reference and the baseline are computed when the session opens, before any
-candidate runs, from inputs drawn afresh: a candidate cannot corrupt what it is
-judged against. During the stage each seed's checked run follows 1-3 unchecked
-ones (``os.urandom``), so a candidate that counts its calls cannot know which run
-is checked; in the checked run every launch of a candidate is guarded like the
-kernel stage's: the tensor arguments the compiler's kernel only reads must be
-unchanged afterwards (compared exactly up to 16 MiB, by checksum above). Inputs and
-weights are checksummed after the run as well.
+candidate runs, from the session's seeds (drawn from the OS unless ``--seed``): a
+candidate cannot corrupt what it is judged against. During the stage each seed's
+checked run follows 1-3 unchecked ones (drawn), so a candidate that counts its calls
+cannot know which run is checked; in every run, every launch of a candidate is on
+guarded copies, as in the kernel stage (:class:`.guards.GuardedKernel`: canary kind,
+padding and output pre-fill drawn per launch; a store outside an argument or into an
+argument the compiler's kernel only reads fails). Inputs and weights are checksummed
+after the run as well.
 """
 
 from __future__ import annotations
@@ -35,9 +44,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..records import SeedErrors
-from .options import ULP_FLOOR
+from .guards import GuardedKernel
+from .numerics import Judgement, NumericsFailure, NumericsRule, judge
 from .prepared import Prepared, StageFailure
-from .tensors import any_nonfinite, chunks, snapshot, unchanged
+from .tensors import any_nonfinite, chunks
 
 EXACT_REFERENCE_BYTES = 32 << 20  # float64 references up to this size; larger ones rounded, with their residue
 
@@ -66,6 +76,7 @@ class OutputReference:
     ref_hi: Any = None  # the reference, rounded to ref_hi's dtype
     residue: float = 0.0  # max |reference - ref_hi|
     baseline_err: float = 0.0  # max |baseline - reference| over finite elements
+    envelope: float = 0.0  # the baseline's absolute envelope term (numerics.envelope_atol), residue included
     scale: float = 0.0  # max |reference| over finite elements
     nonfinite: Any = None  # the baseline's NaN/Inf mask (None: all finite)
 
@@ -173,46 +184,33 @@ def _output_reference(base: Any, ref: Any) -> OutputReference:
         hi_dtype = base.dtype if base.dtype in (torch.float32, torch.float64) else torch.float32
         out.ref_hi = ref.to(hi_dtype)
         out.residue = _max_err(out.ref_hi, ref)
-    out.baseline_err = _max_err(base, ref)
+    rebase(out, base, ref)
     out.scale = _scale(ref)
-    if any_nonfinite(base):
-        out.nonfinite = ~torch.isfinite(base)
+    return out
+
+
+def rebase(out: OutputReference, base: Any, ref: Any = None) -> OutputReference:
+    """Make ``base`` the baseline ``out`` judges against: its error, envelope and NaN/Inf mask.
+
+    ``ref``: the float64 reference when at hand (the session opening), else ``out.ref_hi``
+    with its residue (``kernelopt bench``, which rebases on the default compile).
+    """
+    import torch
+
+    if not out.floating:
+        out.exact = base
+        return out
+    residue = 0.0 if ref is not None else out.residue
+    ref = out.ref_hi if ref is None else ref
+    out.baseline_err = _max_err(base, ref) + residue
+    out.envelope = NumericsRule().envelope_atol(base, ref) + residue
+    out.nonfinite = ~torch.isfinite(base) if any_nonfinite(base) else None
     return out
 
 
 def _short(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:200] if text else ""
-
-
-class ReadOnlyGuard:
-    """Launches one candidate and checks that it left the arguments the compiler's kernel only reads alone.
-
-    The first change found is kept in ``failure`` (the model finishes its run);
-    the stage raises it afterwards.
-    """
-
-    def __init__(self, name: str, candidate: Any, infos: list[Any], seed: int, device: str):
-        self.name, self.candidate, self.infos = name, candidate, infos
-        self.seed, self.device = seed, device
-        self.failure: StageFailure | None = None
-
-    def run(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
-        import torch
-
-        read_only = [i for i, a in enumerate(args)
-                     if isinstance(a, torch.Tensor) and not (i < len(self.infos) and self.infos[i].written)]
-        before = {i: snapshot(args[i]) for i in read_only}
-        result = self.candidate.run(*args, stream=stream, **kwargs)
-        if self.device == "cuda":
-            torch.cuda.synchronize()
-        for i in read_only:
-            if self.failure is None and not unchanged(args[i], before[i]):
-                arg = self.infos[i].name if i < len(self.infos) else f"argument {i}"
-                self.failure = StageFailure(
-                    f"seed {self.seed}, kernel {self.name}, read-only argument {arg}: changed during the model "
-                    "run (the candidate wrote into an argument the compiler kernel only reads)")
-        return result
 
 
 def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: float,
@@ -222,12 +220,21 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
     from ..swap import swapped
 
     compiled = prepared.compiled
+    rule = NumericsRule(error_factor=error_factor, reduced_precision=reduced_precision)
     rows = []
     for seed in prepared.seeds:
         inputs = prepared.inputs(seed)
-        prepared.extra_runs(candidates, inputs, f"seed {seed}")
-        guards = {name: ReadOnlyGuard(name, c, compiled.kernel(name).info.args, seed, prepared.device)
-                  for name, c in candidates.items()}
+
+        def guarded(run: str) -> dict[str, GuardedKernel]:
+            return {name: GuardedKernel(c, compiled.kernel(name).info.args, f"seed {seed}{run}, kernel {name}",
+                                        prepared.device, prepared.entropy) for name, c in candidates.items()}
+
+        unchecked = guarded(" (an unchecked run)")
+        prepared.extra_runs(unchecked, inputs, f"seed {seed}")
+        failure = next((g.failure for g in unchecked.values() if g.failure is not None), None)
+        if failure is not None:
+            raise StageFailure(failure)
+        guards = guarded("")
         try:
             with swapped(compiled, guards), torch.no_grad():
                 outs = flatten(compiled(*inputs))
@@ -239,37 +246,38 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
             raise StageFailure(f"model raised with the candidate on seed {seed}: {type(exc).__name__}: {_short(exc)}") from exc
         failure = next((g.failure for g in guards.values() if g.failure is not None), None)
         if failure is not None:
-            raise failure
+            raise StageFailure(failure)
         prepared.check_inputs(seed, inputs)
         del inputs
         ref = prepared.references[seed].outputs
         if len(outs) != len(ref):
             raise StageFailure(f"seed {seed}: the model returned {len(outs)} tensors instead of {len(ref)}")
-        row = SeedErrors(seed=seed, candidate_vs_fp64=0.0, baseline_vs_fp64=0.0, scale=0.0)
+        row = SeedErrors(seed=seed, candidate_vs_fp64=0.0, baseline_vs_fp64=0.0, scale=0.0, model_ratio=0.0)
         for k, (c, r) in enumerate(zip(outs, ref)):
-            what = f"seed {seed}, output {k}"
-            err = output_error(c, r, what)
-            if err is None:
+            try:
+                j = judge_output(c, r, rule, f"seed {seed}, output {k}")
+            except StageFailure as failure:
+                failure.errors = [row]
+                raise
+            if j is None:
                 continue  # an integer output, equal to the baseline's
-            allowed = allowed_error(r, c.dtype, error_factor, reduced_precision)
-            row.candidate_vs_fp64 = max(row.candidate_vs_fp64 or 0.0, err)
+            row.candidate_vs_fp64 = max(row.candidate_vs_fp64 or 0.0, j.max_abs)
             row.baseline_vs_fp64 = max(row.baseline_vs_fp64 or 0.0, r.baseline_err)
             row.scale = max(row.scale or 0.0, r.scale)
-            if err + r.residue > allowed:
-                raise StageFailure(
-                    f"{what}: error against the reference {err:.3g} exceeds {error_factor:g} x the compiled "
-                    f"baseline's {r.baseline_err:.3g} + floor (allowed {allowed:.3g})", errors=[row])
+            row.model_ratio = max(row.model_ratio or 0.0, j.worst_ratio)
         del outs
         rows.append(row)
     return rows
 
 
-def output_error(c: Any, r: OutputReference, what: str, baseline: str = "the compiled baseline") -> float | None:
-    """Max |c - reference| over finite elements (None for an integer output, which must equal the baseline's).
+def judge_output(c: Any, r: OutputReference, rule: NumericsRule, what: str,
+                 baseline: str = "the compiled baseline") -> Judgement | None:
+    """One output against its reference by the one numerics rule (None for an integer output).
 
     StageFailure, naming ``what``, for a changed shape or dtype, a different integer
-    output, or NaN/Inf where ``baseline`` (whose outputs ``r`` was built from) has none
-    or elsewhere. Also used by ``kernelopt bench``, whose baseline is the eager model.
+    output, NaN/Inf where ``baseline`` (whose envelope and mask ``r`` holds) has none or
+    elsewhere, or an element outside ``rule``'s allowance. Also used by ``kernelopt
+    bench``, which rebases ``r`` on the default compile (:func:`rebase`).
     """
     import torch
 
@@ -283,12 +291,10 @@ def output_error(c: Any, r: OutputReference, what: str, baseline: str = "the com
         raise StageFailure(f"{what}: NaN/Inf where {baseline} is finite")
     if r.nonfinite is not None and not torch.equal(~torch.isfinite(c), r.nonfinite):
         raise StageFailure(f"{what}: NaN/Inf positions differ from {baseline}")
-    return _max_err(c, r.ref_hi)
-
-
-def allowed_error(r: OutputReference, dtype: Any, error_factor: float, reduced_precision: bool) -> float:
-    """The largest error against the reference a run may have: ``error_factor`` x the baseline's
-    error plus ``ULP_FLOOR`` ulp of ``dtype`` (bf16's with ``reduced_precision``) times the scale.
-    A run passes when its error plus the reference's rounding residue is at most this."""
-    eps = 2.0**-8 if reduced_precision else _eps(dtype)
-    return error_factor * r.baseline_err + ULP_FLOOR * eps * r.scale + 1e-30
+    tol = rule.model_tolerance(c.dtype, r.envelope, baseline)
+    try:
+        # Where the baseline is NaN/Inf the candidate is too (checked above): not compared further.
+        return judge(r.ref_hi, c, tol, f"{what} against the float64 reference", residue=r.residue,
+                     ignore=r.nonfinite)
+    except NumericsFailure as exc:
+        raise StageFailure(str(exc)) from exc

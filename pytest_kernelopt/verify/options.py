@@ -9,19 +9,14 @@ against the recorded speedup" all come from it.
 from __future__ import annotations
 
 import math
+import random
+import secrets
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from ..records import Timing
-
-# Kernel stage: relative tolerance by dtype (atol is a tenth of it times the tensor's
-# largest magnitude). With --allow-reduced-precision every float gets bf16's.
-KERNEL_RTOL = {"float64": 1e-9, "float32": 1e-4, "float16": 2e-3, "bfloat16": 1.6e-2}
-REDUCED_PRECISION_RTOL = 1.6e-2
-# Model stage: the candidate's error against float64 may be this many times the
-# compiled baseline's, plus ``ULP_FLOOR`` units in the last place of the output's scale.
-ERROR_FACTOR = 4.0
-ULP_FLOOR = 4.0
+# The numerics defaults are written once, in the one numerics rule (:mod:`.numerics`).
+from .numerics import ERROR_FACTOR, KERNEL_RTOL, REDUCED_PRECISION_RTOL, ULP_FLOOR, NumericsRule  # noqa: F401
 
 
 class SpeedPolicy(BaseModel):
@@ -98,7 +93,11 @@ class VerifyOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     seeds: int = Field(3, ge=1, le=1000)
-    first_seed: int = Field(1, ge=0)
+    # The root every random choice of a session derives from (input seeds, fills, zero
+    # masks, canaries, the draws of each check): None draws one from the OS per session
+    # (:meth:`session_seed`), so no candidate can predict its inputs; a number (``--seed``)
+    # reproduces a run. Verdicts record the root they used.
+    seed: int | None = Field(None, ge=0, lt=1 << 63)
     # Seconds one candidate's checks may take in the worker (kernel, model, speed).
     timeout: float = 300.0
     # Seconds opening a session may take: starting the worker, compiling the problem,
@@ -119,11 +118,40 @@ class VerifyOptions(BaseModel):
             raise ValueError("must be a positive number of seconds")
         return value
 
+    def session_seed(self) -> int:
+        """The root of one session: ``seed`` when given, else 63 bits from the OS (``secrets``)."""
+        return self.seed if self.seed is not None else secrets.randbits(63)
+
+    def seed_list_for(self, root: int) -> list[int]:
+        """The model's input seeds of a session with root ``root`` (31-bit numbers, distinct)."""
+        return seeds_from(root, self.seeds)
+
     @property
     def seed_list(self) -> list[int]:
-        return list(range(self.first_seed, self.first_seed + self.seeds))
+        """The input seeds of this options object: drawn once (or from ``seed``) and then kept."""
+        if self._seed_list is None:
+            self._root = self.session_seed()
+            self._seed_list = self.seed_list_for(self._root)
+        return self._seed_list
+
+    _seed_list: list[int] | None = PrivateAttr(default=None)
+    _root: int | None = PrivateAttr(default=None)
+
+    @property
+    def rule(self) -> NumericsRule:
+        """The one numerics rule, with these options' factor and precision."""
+        return NumericsRule(error_factor=self.error_factor, reduced_precision=self.allow_reduced_precision)
 
     def kernel_rtol(self, dtype: str) -> float:
-        if self.allow_reduced_precision:
-            return REDUCED_PRECISION_RTOL
-        return KERNEL_RTOL.get(dtype, 1e-4)
+        return self.rule.kernel_rtol(dtype)
+
+
+def seeds_from(root: int, count: int) -> list[int]:
+    """``count`` distinct input seeds derived from ``root`` (the same root, the same seeds)."""
+    draw = random.Random(root)
+    seeds: list[int] = []
+    while len(seeds) < count:
+        s = draw.getrandbits(31)
+        if s not in seeds:
+            seeds.append(s)
+    return seeds

@@ -194,17 +194,19 @@ def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], N
             def kernel() -> tuple[str, dict[str, Any]]:
                 rows = kernel_stage.kernel_stage(prepared, request.kernel, candidates[request.kernel],
                                                  request.allow_reduced_precision)
-                worst = max((r.kernel_max_rel or 0.0) for r in rows)
-                return (f"{len(rows)} seed(s): every argument matches the compiler kernel "
-                        f"(max rel error {worst:.2g}); {rows.describe()}"), {"errors": list(rows)}
+                return (f"{len(rows)} seed(s) and {rows.describe()}: every element of every written argument "
+                        f"within its allowance against the compiler kernel (the worst at {rows.worst:.2g} of its "
+                        f"allowance; verify/numerics.py)"), {"errors": list(rows)}
             if not stage("kernel", kernel):
                 return
 
         def model() -> tuple[str, dict[str, Any]]:
             rows = model_stage.model_stage(prepared, candidates, request.error_factor, request.allow_reduced_precision)
             worst = max(rows, key=lambda r: r.candidate_vs_fp64 or 0.0)
-            return (f"{len(rows)} seed(s): error vs reference {worst.candidate_vs_fp64:.3g} "
-                    f"(compiled baseline {worst.baseline_vs_fp64:.3g}, scale {worst.scale:.3g})"), {"errors": rows}
+            ratio = max((r.model_ratio or 0.0) for r in rows)
+            return (f"{len(rows)} seed(s): every output element within its allowance against the reference (the "
+                    f"worst at {ratio:.2g} of its allowance; max abs error {worst.candidate_vs_fp64:.3g}, compiled "
+                    f"baseline {worst.baseline_vs_fp64:.3g}, scale {worst.scale:.3g})"), {"errors": rows}
         if not stage("model", model):
             return
         if prepared.device != "cuda" or not request.measure_speed:

@@ -6,14 +6,13 @@ order (:mod:`.pipeline`), which is why it lives apart from both.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..records import SeedErrors
 
 GIB = float(1 << 30)
-MAX_EXTRA_RUNS = 3  # unchecked model runs before each checked one: 1 to this many, from os.urandom
+MAX_EXTRA_RUNS = 3  # unchecked model runs before each checked one: 1 to this many, drawn
 
 
 class StageFailure(Exception):
@@ -66,6 +65,15 @@ class Prepared:
     # write anywhere its pointers reach, and must never reach the verdict that way.
     reference_sums: Any = None
     corrupted: bool = False  # the verifier's own memory changed: this worker must not judge again
+    # Every random choice of the checks (fills, canaries, draws, run counts): derived from
+    # the seeds, which come from the OS unless --seed gave them (see tensors.Entropy).
+    entropy: Any = None
+
+    def __post_init__(self) -> None:
+        if self.entropy is None:
+            from .tensors import Entropy
+
+            self.entropy = Entropy.from_seeds(self.seeds)
 
     def seal_references(self) -> None:
         self.reference_sums = _reference_sums(self.references)
@@ -81,7 +89,7 @@ class Prepared:
 
     def extra_run_count(self) -> int:
         """How many unchecked runs precede a checked one: 1 to MAX_EXTRA_RUNS, unpredictable."""
-        return 1 + os.urandom(1)[0] % MAX_EXTRA_RUNS
+        return 1 + self.entropy.below(MAX_EXTRA_RUNS)
 
     def extra_runs(self, candidates: dict[str, Any], inputs: list[Any], where: str) -> int:
         """Run the model with ``candidates`` swapped in a random number of times; outputs discarded.

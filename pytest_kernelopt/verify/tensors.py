@@ -8,7 +8,9 @@ few hundred MiB whatever the size.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import random
 from typing import Any, Iterator
 
 CHUNK = 1 << 25  # elements per step at most: 256 MiB of float64 scratch per temporary
@@ -145,45 +147,135 @@ def _bytes(t: Any) -> Any:
     return t.detach().contiguous().reshape(-1).view(torch.uint8)
 
 
+def same_bits(a: Any, b: Any) -> bool:
+    """Whether two tensors of one shape and dtype hold the same bytes, compared in chunks."""
+    import torch
+
+    for x, y in chunks(a.detach(), b.detach()):
+        if not torch.equal(_bytes(x), _bytes(y)):
+            return False
+    return True
+
+
 def restore(t: Any, snap: Any) -> None:
     """Put back what :func:`snapshot` copied (a checksum cannot be put back)."""
     if not isinstance(snap, tuple):
         t.copy_(snap)
 
 
-# Stress variants of the floating-point model inputs, beside the seeded draws: large and
-# small magnitudes, one sign, exact zeros. What each does is in ``stress``.
-STRESS_VARIANTS = ("x1e4", "x1e-4", "abs", "-abs", "zeros")
-STRESS_ZERO_FRACTION = 0.1
+class Entropy:
+    """Every random choice of one session's checks: fills, canaries, paddings, draws, run counts.
+
+    One stream per worker, derived from the session's input seeds (:meth:`from_seeds`):
+    those come from the OS (``secrets``) unless ``--seed`` gave a root, so without it
+    nothing here can be predicted by a candidate, and with it a run is reproduced.
+    """
+
+    def __init__(self, root: int):
+        self._draw = random.Random(root)
+
+    @classmethod
+    def from_seeds(cls, seeds: list[int]) -> "Entropy":
+        digest = hashlib.sha256(("kernelopt:" + ",".join(map(str, seeds))).encode()).digest()
+        return cls(int.from_bytes(digest[:8], "little"))
+
+    @classmethod
+    def from_os(cls) -> "Entropy":
+        return cls(int.from_bytes(os.urandom(8), "little"))
+
+    def seed(self) -> int:
+        """A 63-bit seed (fills, masks, guard paddings)."""
+        return self._draw.getrandbits(63)
+
+    def input_seed(self) -> int:
+        """A seed for the model's inputs (``torch.manual_seed``), 31 bits like the session's."""
+        return self._draw.getrandbits(31)
+
+    def below(self, n: int) -> int:
+        return self._draw.randrange(n)
+
+    def shuffled(self, items: list[Any]) -> list[Any]:
+        items = list(items)
+        self._draw.shuffle(items)
+        return items
+
+
+# Input draws of the kernel stage, beside the model's own (``get_inputs``) draws: each is a
+# fresh draw of the inputs under an unpredictable seed, its floating-point tensors then
+# turned, in place, into one of these. What each does is in ``stress``.
+STRESS_VARIANTS = ("tiny", "mid", "huge", "mixed", "signed", "special")
+STRESS_TEXT = {
+    "tiny": "scaled by 10^-k, k drawn in [1, K]",
+    "mid": "|x| drawn log-uniformly in [10, 1000] per element, signs kept",
+    "huge": "scaled by 10^k, k drawn in [1, K]",
+    "mixed": "each element scaled by 10^e, e drawn in [-K, K] per element, an eighth of them zero",
+    "signed": "made one-signed (|x| or -|x|, drawn)",
+    "special": "NaN, +Inf and -Inf at random places (about one element in 4096, four in a small tensor, "
+               "one of each at least)",
+}
+STRESS_ZERO_FRACTION = 0.125
+SPECIAL_FRACTION = 1.0 / 4096
+
+
+def decades(dtype: Any) -> float:
+    """K above: how many decades a draw may scale a dtype by (8 for float32, 2.1 for float16).
+
+    Half the decades to the dtype's largest (and smallest normal) value, so that a
+    product of two scaled values stays finite.
+    """
+    import math
+
+    import torch
+
+    info = torch.finfo(dtype)
+    return max(1.0, min(8.0, 0.5 * math.log10(info.max), -0.5 * math.log10(info.tiny)))
 
 
 def stress(t: Any, variant: str, seed: int) -> None:
-    """Turn a drawn floating-point input into a stress variant of itself, in place.
+    """Turn a drawn floating-point input into a draw of ``variant`` (:data:`STRESS_VARIANTS`), in place.
 
-    ``x1e4``/``x1e-4`` scale it, ``abs``/``-abs`` make it one-signed, ``zeros`` sets a
-    random tenth of its elements (from ``seed``) to zero. Integer and bool tensors
-    (indices, masks) are left as drawn. No copy of ``t`` is made: the ops are
-    in-place, the zero mask is drawn per piece of at most ``CHUNK`` elements.
+    Every choice (exponents, signs, positions) comes from ``seed``. Integer and bool
+    tensors (indices, masks) are left as drawn. No copy of ``t`` is made: the ops are
+    in place, random numbers drawn per piece of at most ``CHUNK`` elements, on its device.
     """
     import torch
 
+    if variant not in STRESS_TEXT:
+        raise ValueError(f"unknown stress variant {variant!r}")
     if not t.dtype.is_floating_point:
         return
+    k_max = decades(t.dtype)
+    scalar = random.Random(seed)
+    gen = torch.Generator(device=t.device).manual_seed(seed)
+
+    def rand(piece: Any) -> Any:
+        return torch.rand(piece.shape, generator=gen, device=t.device)
+
     with torch.no_grad():
-        if variant == "x1e4":
-            t.mul_(1e4)
-        elif variant == "x1e-4":
-            t.mul_(1e-4)
-        elif variant == "abs":
+        if variant in ("tiny", "huge"):
+            k = scalar.uniform(1.0, k_max)
+            t.mul_(10.0 ** (-k if variant == "tiny" else k))
+        elif variant == "signed":
             t.abs_()
-        elif variant == "-abs":
-            t.abs_().neg_()
-        elif variant == "zeros":
-            gen = torch.Generator(device=t.device).manual_seed(seed)
-            for piece in views(t):
-                piece.masked_fill_(torch.rand(piece.shape, generator=gen, device=t.device) < STRESS_ZERO_FRACTION, 0.0)
+            if scalar.random() < 0.5:
+                t.neg_()
         else:
-            raise ValueError(f"unknown stress variant {variant!r}")
+            fraction = min(0.125, max(SPECIAL_FRACTION, 4.0 / max(1, t.numel())))
+            for piece in views(t):
+                if variant == "mid":
+                    magnitude = torch.pow(10.0, 1.0 + 2.0 * rand(piece))
+                    piece.copy_(torch.where(piece < 0, -magnitude, magnitude))
+                elif variant == "mixed":
+                    piece.mul_(torch.pow(10.0, (2.0 * rand(piece) - 1.0) * k_max))
+                    piece.masked_fill_(rand(piece) < STRESS_ZERO_FRACTION, 0.0)
+                else:  # special
+                    hit = rand(piece) < fraction
+                    kind = torch.floor(rand(piece) * 3.0)
+                    value = torch.where(kind == 0, float("nan"), torch.where(kind == 1, float("inf"), float("-inf")))
+                    piece.copy_(torch.where(hit, value.to(piece.dtype), piece))
+            if variant == "special" and t.is_contiguous():  # one of each at least, wherever they fall
+                for value in (float("nan"), float("inf"), float("-inf")):
+                    t.view(-1)[scalar.randrange(t.numel())] = value
 
 
 def poison(t: Any) -> None:

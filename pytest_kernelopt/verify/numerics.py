@@ -1,0 +1,296 @@
+"""The one numerics rule: how close a result must be, element by element, to what judges it.
+
+Every numerical judgement of the tool asks :class:`NumericsRule`: the kernel stage (the
+candidate against the compiler's kernel at each launch), the model stage and the gate's
+model item (the model with candidates against a float64 reference), and ``kernelopt
+bench`` (each compile mode against the same float64 reference). An element passes when::
+
+    |actual - expected| <= atol + rtol * |expected|
+
+with NaN/Inf where ``expected`` has them (Inf with the same sign) and nowhere else;
+integers and bools must be equal. Where the two numbers come from:
+
+* **kernel stage** (expected: the compiler's kernel on the same arguments): ``rtol`` by
+  dtype (:data:`KERNEL_RTOL`; bf16's for every float with ``reduced_precision``) and
+  ``atol = rtol * typical``, ``typical`` being the median ``|expected|`` over finite
+  elements (of at most :data:`SAMPLE` elements spread over the tensor), at least the
+  dtype's smallest normal. The size of an ordinary element, not of the largest: one huge
+  element no longer loosens the allowance of every other (it did while atol was scaled by
+  the maximum), while an element that cancels to near zero (``x - mean``) is judged at the
+  scale of its neighbours, where a reordered reduction's rounding lives.
+* **model stage** (expected: the float64 reference): the compiled baseline's own error
+  sets both. With ``u = ulps * eps(dtype)`` (bf16's eps with ``reduced_precision``), the
+  baseline's *envelope* is ``(baseline_atol, u)``, ``baseline_atol`` the smallest absolute
+  term with which the baseline itself passes (:func:`envelope_atol`: the largest
+  ``|baseline - reference| - u * |reference|``, 0 when the compiler is within ``ulps``
+  ulp everywhere). A run may have ``error_factor`` times that envelope:
+  ``rtol = error_factor * u``, ``atol = error_factor * baseline_atol + ulps * tiny``.
+  The compiled baseline passes by construction (``error_factor >= 1``).
+
+A passing judgement reports its worst element as a fraction of that element's allowance
+(at most 1); a failing one names the element (flat index and multi-index), the expected
+and actual values and the allowance, never a maximum error next to a tolerance it exceeds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Kernel stage: relative tolerance by dtype; with reduced precision every float gets bf16's.
+KERNEL_RTOL = {"float64": 1e-9, "float32": 1e-4, "float16": 2e-3, "bfloat16": 1.6e-2}
+REDUCED_PRECISION_RTOL = 1.6e-2
+REDUCED_PRECISION_EPS = 2.0**-8  # bf16's
+# Model stage: a run's error may be this many times the compiled baseline's envelope, whose
+# relative part is ``ULP_FLOOR`` units in the last place of the output's dtype.
+ERROR_FACTOR = 4.0
+ULP_FLOOR = 4.0
+SAMPLE = 1 << 16  # elements the typical magnitude is estimated from, at most
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """One tensor's allowance: ``atol + rtol * |expected|`` per element; ``origin`` says where it came from."""
+
+    rtol: float
+    atol: float
+    origin: str = ""
+
+    def describe(self) -> str:
+        text = f"|actual - expected| <= {self.atol:.3g} + {self.rtol:.3g} * |expected|"
+        return f"{text} ({self.origin})" if self.origin else text
+
+
+@dataclass
+class Judgement:
+    """What :func:`judge` found: the worst element's error as a fraction of its allowance."""
+
+    worst_ratio: float = 0.0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    checked: int = 0
+
+
+class NumericsFailure(Exception):
+    """A judgement failed; the message names the element. Stages turn it into their own failure."""
+
+
+class NumericsRule(BaseModel):
+    """The tool's one numerics rule (see the module's docstring); every caller builds its tolerances here."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    error_factor: float = Field(ERROR_FACTOR, gt=0.0)
+    ulps: float = Field(ULP_FLOOR, gt=0.0)
+    reduced_precision: bool = False
+
+    # --- kernel stage ---------------------------------------------------------------
+
+    def kernel_rtol(self, dtype: Any) -> float:
+        if self.reduced_precision:
+            return REDUCED_PRECISION_RTOL
+        return KERNEL_RTOL.get(_name(dtype), 1e-4)
+
+    def kernel_tolerance(self, expected: Any, rtol: float | None = None) -> Tolerance:
+        """The kernel stage's allowance for one output of the compiler's kernel (``rtol``: not the dtype's)."""
+        rtol = self.kernel_rtol(expected.dtype) if rtol is None else rtol
+        typical = typical_magnitude(expected)
+        atol = max(rtol * typical, _tiny(expected.dtype))
+        return Tolerance(rtol, atol, f"rtol {rtol:g} for {_name(expected.dtype)}, atol rtol x the median "
+                                     f"|expected| {typical:.3g}")
+
+    # --- model stage and bench --------------------------------------------------------
+
+    def unit(self, dtype: Any) -> float:
+        """``ulps`` units in the last place (relative) of ``dtype``: the envelope's relative part."""
+        eps = REDUCED_PRECISION_EPS if self.reduced_precision else _eps(dtype)
+        return self.ulps * eps
+
+    def model_tolerance(self, dtype: Any, baseline_atol: float, baseline: str = "the compiled baseline") -> Tolerance:
+        """A run's allowance against the float64 reference, from ``baseline``'s envelope."""
+        u = self.unit(dtype)
+        atol = self.error_factor * baseline_atol + self.ulps * _tiny(dtype)
+        return Tolerance(self.error_factor * u, atol,
+                         f"{self.error_factor:g} x ({baseline}'s envelope: {baseline_atol:.3g} + {u:.3g} * |reference|)")
+
+    def envelope_atol(self, baseline: Any, reference: Any) -> float:
+        """See :func:`envelope_atol`, with this rule's ``u`` for the baseline's dtype."""
+        return envelope_atol(baseline, reference, self.unit(baseline.dtype))
+
+
+def envelope_atol(baseline: Any, reference: Any, u: float, residue: float = 0.0) -> float:
+    """The largest ``|baseline - reference| - u * |reference|`` over elements finite in both (0 at least).
+
+    Chunked; ``residue`` (the reference's own rounding) is added to every error.
+    """
+    import torch
+
+    from .tensors import chunks
+
+    worst = torch.zeros((), dtype=torch.float64, device=baseline.device)
+    for b, r in chunks(baseline, reference.to(baseline.device)):
+        b, r = b.double(), r.double()
+        finite = torch.isfinite(b) & torch.isfinite(r)
+        excess = (b - r).abs() + residue - u * r.abs()
+        worst = torch.maximum(worst, torch.where(finite, excess, 0.0).max())
+    return max(0.0, float(worst))
+
+
+def typical_magnitude(t: Any) -> float:
+    """The median ``|t|`` over finite elements of an even sample of at most :data:`SAMPLE` elements."""
+    import torch
+
+    from .tensors import chunks
+
+    n = t.numel()
+    if n == 0:
+        return 0.0
+    step = max(1, n // SAMPLE)
+    picked, offset = [], 0
+    for (flat,) in chunks(t):
+        start = (-offset) % step
+        picked.append(flat[start::step].double())
+        offset += flat.numel()
+    sample = torch.cat(picked).abs()
+    sample = sample[torch.isfinite(sample)]
+    if sample.numel() == 0:
+        return 0.0
+    return float(sample.median())
+
+
+def judge(expected: Any, actual: Any, tol: Tolerance, what: str, residue: float = 0.0,
+          ignore: Any = None) -> Judgement:
+    """Check ``actual`` against ``expected`` element by element; raise NumericsFailure naming the element.
+
+    NaN/Inf of ``expected`` must be in ``actual`` at the same places (Inf of the same sign);
+    where ``expected`` is finite, ``actual`` must be finite and within ``tol``. ``residue``
+    is added to every error (the model stage's reference is rounded; see :mod:`.model`).
+    ``ignore``: a bool mask of elements not judged (the model stage's baseline NaN/Inf,
+    matched beforehand).
+    Figures accumulate on the device and are read once at the end; only a failure walks
+    the tensors again, to name the first offending element.
+    """
+    import torch
+
+    from .tensors import chunks
+
+    floats = expected.dtype.is_floating_point and actual.dtype.is_floating_point  # a reference may be float64
+    if tuple(expected.shape) != tuple(actual.shape) or (expected.dtype != actual.dtype and not floats):
+        raise NumericsFailure(f"{what}: shape/dtype changed ({actual.dtype}{list(actual.shape)}, expected "
+                              f"{expected.dtype}{list(expected.shape)})")
+    if not (expected.dtype.is_floating_point or expected.dtype.is_complex):
+        differ = None
+        for e, a in chunks(expected, actual):
+            n = (e != a).sum()
+            differ = n if differ is None else differ + n
+        if differ is not None and int(differ):
+            index = _first(expected, actual, lambda e, a: e != a)
+            raise NumericsFailure(f"{what}: {int(differ)} element(s) differ, the first at {_where(expected, index)}: "
+                                  f"expected {_at(expected, index)}, got {_at(actual, index)}")
+        return Judgement(checked=expected.numel())
+    zero = torch.zeros((), dtype=torch.float64, device=expected.device)
+    n_bad, n_odd = zero.long(), zero.long()
+    worst, max_abs, max_rel = zero, zero, zero
+    pieces = chunks(expected, actual) if ignore is None else chunks(expected, actual, ignore.to(expected.device))
+    for e, a, *skip in pieces:
+        e, a = e.double(), a.double()
+        finite = torch.isfinite(e)
+        odd = _odd(e, a)
+        if skip:
+            finite, odd = finite & ~skip[0], odd & ~skip[0]
+        err = torch.where(finite, (a - e).abs() + residue, 0.0)
+        err = torch.where(torch.isnan(err), float("inf"), err)  # NaN where a finite value was expected
+        allow = tol.atol + tol.rtol * e.abs()
+        ratio = torch.where(finite, err / allow, 0.0)
+        n_bad = n_bad + ((ratio > 1.0) & finite).sum()
+        n_odd = n_odd + odd.sum()
+        worst = torch.maximum(worst, ratio.max())
+        max_abs = torch.maximum(max_abs, err.max())
+        max_rel = torch.maximum(max_rel, torch.where(finite & (e != 0), err / e.abs(), 0.0).max())
+    bad, odd_count = int(n_bad), int(n_odd)
+    if odd_count:
+        index = _first(expected, actual, lambda e, a, *skip: _odd(e.double(), a.double()) & _keep(e, skip), ignore)
+        exp_v, act_v = _at(expected, index), _at(actual, index)
+        raise NumericsFailure(f"{what}: {odd_count} element(s) with NaN/Inf where the expected result has none, "
+                              f"or not where it has them; the first at {_where(expected, index)}: expected {exp_v}, "
+                              f"got {act_v}")
+    if bad:
+        def over(e: Any, a: Any, *skip: Any) -> Any:
+            e, a = e.double(), a.double()
+            err = (a - e).abs() + residue
+            return torch.isfinite(e) & ~(err <= tol.atol + tol.rtol * e.abs()) & _keep(e, skip)
+
+        index = _first(expected, actual, over, ignore)
+        exp_v, act_v = _at(expected, index), _at(actual, index)
+        allow = tol.atol + tol.rtol * abs(exp_v)
+        diff = abs(act_v - exp_v) + residue
+        raise NumericsFailure(
+            f"{what}: {bad} of {expected.numel()} element(s) outside the allowance {tol.describe()}; the first at "
+            f"{_where(expected, index)}: expected {exp_v:.9g}, got {act_v:.9g}, |difference| {diff:.3g} > allowance "
+            f"{allow:.3g} ({diff / allow:.3g}x); the worst is {float(worst):.3g}x its allowance")
+    return Judgement(worst_ratio=float(worst), max_abs=float(max_abs), max_rel=float(max_rel),
+                     checked=expected.numel())
+
+
+def _odd(e: Any, a: Any) -> Any:
+    import torch
+
+    return (torch.isnan(e) != torch.isnan(a)) | (torch.isinf(e) != torch.isinf(a)) | (torch.isinf(e) & (e != a))
+
+
+def _keep(e: Any, skip: Any) -> Any:
+    import torch
+
+    return ~skip[0] if skip else torch.ones_like(e, dtype=torch.bool)
+
+
+def _first(expected: Any, actual: Any, test: Any, ignore: Any = None) -> int:
+    """The flat index (in ``chunks`` order: row-major) of the first element where ``test`` holds."""
+    from .tensors import chunks
+
+    offset = 0
+    tensors = (expected, actual) if ignore is None else (expected, actual, ignore.to(expected.device))
+    for e, a, *skip in chunks(*tensors):
+        hit = test(e, a, *skip)
+        if bool(hit.any()):
+            return offset + int(hit.nonzero()[0, 0])
+        offset += e.numel()
+    return 0
+
+
+def _at(t: Any, index: int) -> Any:
+    from .tensors import chunks
+
+    offset = 0
+    for (flat,) in chunks(t):
+        if index < offset + flat.numel():
+            return flat[index - offset].item()
+        offset += flat.numel()
+    return None
+
+
+def _where(t: Any, index: int) -> str:
+    """``flat index 17 [0, 17]``: the row-major flat index and the multi-index."""
+    multi, rest = [], index
+    for size in reversed(tuple(t.shape)):
+        multi.append(rest % size if size else 0)
+        rest //= max(size, 1)
+    return f"flat index {index} {list(reversed(multi))}"
+
+
+def _name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _eps(dtype: Any) -> float:
+    import torch
+
+    return float(torch.finfo(dtype).eps) if dtype.is_floating_point else 0.0
+
+
+def _tiny(dtype: Any) -> float:
+    import torch
+
+    return float(torch.finfo(dtype).tiny) if dtype.is_floating_point else 0.0

@@ -1,0 +1,249 @@
+"""Inputs no candidate can predict, judged element by element by one numerics rule.
+
+Each attack below is a dump of a one-kernel problem edited to be right where a
+predictable verifier looks and wrong elsewhere; each must be rejected, and an unedited
+dump verified in the same session afterwards must still be ``correct``:
+
+* wrong only where an input lies outside [-3, 3] (randn rarely goes there);
+* wrong, by a tenth of a percent, only where |x| lies in [10, 1000] (mid-range: a
+  tolerance scaled by the output's maximum let this through next to huge elements);
+* a NaN input turned into 0 (NaN/Inf were never drawn);
+* a constant truncated to four digits (1/sqrt(2) as 0.7071, a relative error of 1e-5:
+  inside the kernel stage's fp32 rtol, outside 4x the compiled baseline's envelope
+  against float64 in the model stage);
+* a kernel that reads the word before its input and, unless it is a NaN (the canary
+  of one pass), lets that word into its result (what lies around a pointer differed
+  between the checked pass and everything else).
+
+Seeds: ``--seed`` reproduces a session's seeds and draws; two sessions without it draw
+different ones.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+# Interpreter mode runs device code in numpy, which warns when the compiler's own kernels
+# overflow on the huge and special draws.
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",
+                                        "ignore:invalid value encountered:RuntimeWarning")
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBLEMS = ROOT / "tests" / "problems"
+
+AFFINE_TANH = '''"""One pointwise kernel: tanh of the input scaled by 1/sqrt(2), plus a quarter of the input."""
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.tanh(x * 0.7071067811865476) + 0.25 * x
+
+
+def get_inputs():
+    return [torch.randn(8, 32)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _edit_result(dump: str, expression: str, before: str = "") -> str:
+    """The dump with its stored value replaced by ``expression`` (which may use ``{v}``, that value, and
+    ``{x}``, the loaded input); ``before`` is inserted ahead of it (lines of the kernel body)."""
+    lines = dump.splitlines()
+    at = max(i for i, line in enumerate(lines) if "tl.store(" in line)
+    store = lines[at]
+    indent = store[: len(store) - len(store.lstrip())]
+    value = re.search(r"tl\.store\([^,]+, (tmp\d+)", store).group(1)
+    loaded = re.search(r"(tmp\d+) = tl\.load\(in_ptr0", dump).group(1)
+    new = [indent + line for line in before.splitlines() if line.strip()]
+    new.append(f"{indent}{value} = {expression.format(v=value, x=loaded)}")
+    lines[at:at] = new
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def affine(tmp_path_factory, compiled_models, interpreter):
+    """(problem, kernel name, unedited dump, an open session) of the one-kernel problem above."""
+    from pytest_kernelopt.candidate import render_dump
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession
+
+    problem = tmp_path_factory.mktemp("trust") / "affine_tanh.py"
+    problem.write_text(AFFINE_TANH)
+    compiled = compiled_models.get(problem)
+    (name, handle), = compiled.kernels.items()
+    dump = render_dump(handle.info, compiled.problem.id)
+    with VerifySession(problem, interpreter, VerifyOptions(seeds=2)) as session:
+        yield problem, name, dump, session
+
+
+def _verify(affine, text: str, label: str):
+    from pytest_kernelopt.verify import source_of
+
+    _, name, _, session = affine
+    return session.verify(name, source_of(text, label))
+
+
+@pytest.mark.slow
+def test_the_unedited_dump_is_correct_and_says_how_close(affine):
+    verdict = _verify(affine, affine[2], "dump.py")
+    assert verdict.status == "correct", verdict.reason
+    kernel = next(s for s in verdict.stages if s.name == "kernel")
+    # Every draw ran, and a pass reports a fraction of the allowance, never an error next to a tolerance.
+    for draw in ("tiny", "mid", "huge", "mixed", "signed", "special"):
+        assert f"{draw} (seed " in kernel.detail, kernel.detail
+    assert "the worst at 0 of its allowance" in kernel.detail
+    model = next(s for s in verdict.stages if s.name == "model")
+    ratio = float(re.search(r"the worst at ([\d.e-]+) of its allowance", model.detail).group(1))
+    assert 0 <= ratio <= 1
+    assert all(r.model_ratio is not None and r.model_ratio <= 1 for r in verdict.errors)
+    assert verdict.seed is not None and len(verdict.seeds) == 2 and verdict.seeds != [1, 2]
+
+
+@pytest.mark.slow
+def test_wrong_only_outside_minus_three_to_three_is_rejected(affine):
+    verdict = _verify(affine, _edit_result(affine[2], "tl.where(tl.abs({x}) > 3.0, {v} + 0.25, {v})"), "tails.py")
+    assert verdict.status == "rejected" and verdict.reason.startswith("kernel: "), verdict.reason
+    assert "outside the allowance" in verdict.reason and "flat index" in verdict.reason
+
+
+@pytest.mark.slow
+def test_wrong_only_for_mid_range_magnitudes_is_rejected(affine):
+    edited = _edit_result(affine[2], "tl.where((tl.abs({x}) >= 10.0) & (tl.abs({x}) <= 1000.0), {v} * 1.001, {v})")
+    verdict = _verify(affine, edited, "mid_range.py")
+    assert verdict.status == "rejected", verdict.reason
+    # Caught on a draw that reaches mid-range magnitudes, and the message names the element and its draw.
+    assert re.search(r"kernel: draw '(mid|mixed|huge)' \(input seed \d+", verdict.reason), verdict.reason
+    assert re.search(r"the first at flat index \d+ \[\d+, \d+\]: expected [-\d.e+]+, got [-\d.e+]+, \|difference\| "
+                     r"[\d.e+-]+ > allowance", verdict.reason), verdict.reason
+
+
+@pytest.mark.slow
+def test_nan_mapped_to_zero_is_rejected(affine):
+    verdict = _verify(affine, _edit_result(affine[2], "tl.where({v} != {v}, 0.0, {v})"), "nan_to_zero.py")
+    assert verdict.status == "rejected", verdict.reason
+    assert verdict.reason.startswith("kernel: draw 'special'"), verdict.reason
+    assert "NaN/Inf" in verdict.reason and "expected nan, got 0.0" in verdict.reason
+
+
+@pytest.mark.slow
+def test_a_constant_truncated_to_four_digits_is_rejected(affine):
+    truncated = affine[2].replace("0.7071067811865476", "0.7071")
+    assert truncated != affine[2]
+    verdict = _verify(affine, truncated, "truncated.py")
+    assert verdict.status == "rejected", verdict.reason
+    # 1e-5 relative: within the kernel stage's fp32 rtol, far outside the compiler's own error against float64.
+    assert verdict.reason.startswith("model: seed "), verdict.reason
+    assert "against the float64 reference" in verdict.reason and "outside the allowance" in verdict.reason
+
+
+@pytest.mark.slow
+def test_reading_before_its_input_unless_a_nan_canary_is_there_is_rejected(affine):
+    edited = _edit_result(affine[2], "tl.where(prev != prev, {v}, {v} + 0.001 * prev)",
+                          before="prev = tl.load(in_ptr0 - 1)")
+    verdict = _verify(affine, edited, "peek.py")
+    assert verdict.status == "rejected", verdict.reason
+    assert verdict.reason.startswith("kernel: ") and "outside the allowance" in verdict.reason, verdict.reason
+    again = _verify(affine, affine[2], "dump.py")  # nothing was corrupted
+    assert again.status == "correct", again.reason
+
+
+def test_seed_reproduces_the_seeds_and_no_seed_draws_new_ones():
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession
+
+    a = VerifySession("p.py", "cpu", VerifyOptions(seed=12345))
+    b = VerifySession("p.py", "cpu", VerifyOptions(seed=12345))
+    assert a.seed == b.seed == 12345 and a.seeds == b.seeds and len(set(a.seeds)) == 3
+    drawn = [VerifySession("p.py", "cpu", VerifyOptions()) for _ in range(2)]
+    assert drawn[0].seed != drawn[1].seed and drawn[0].seeds != drawn[1].seeds
+    assert drawn[0].seeds != [1, 2, 3]
+    options = VerifyOptions()  # one options object, two sessions: still two draws
+    assert VerifySession("p.py", "cpu", options).seeds != VerifySession("p.py", "cpu", options).seeds
+
+
+def test_the_draws_follow_from_the_seeds(interpreter):
+    """The worker's every choice comes from one stream derived from the session's seeds."""
+    import torch
+
+    from pytest_kernelopt.verify.tensors import STRESS_VARIANTS, Entropy, stress
+
+    one, two, other = Entropy.from_seeds([5, 6]), Entropy.from_seeds([5, 6]), Entropy.from_seeds([5, 7])
+    assert [one.seed() for _ in range(4)] == [two.seed() for _ in range(4)]
+    assert one.shuffled(list(STRESS_VARIANTS)) == two.shuffled(list(STRESS_VARIANTS))
+    assert [one.seed() for _ in range(4)] != [other.seed() for _ in range(4)]
+    for variant in STRESS_VARIANTS:
+        x, y = torch.randn(64, 64), None
+        y = x.clone()
+        stress(x, variant, 99)
+        stress(y, variant, 99)
+        assert torch.equal(x.nan_to_num(), y.nan_to_num()), variant
+
+
+def test_draws_cover_magnitudes_signs_zeros_and_specials(interpreter):
+    import torch
+
+    from pytest_kernelopt.verify.tensors import stress
+
+    def drawn(variant: str, dtype=torch.float32):
+        x = torch.randn(4096, dtype=dtype)
+        stress(x, variant, 3)
+        return x
+
+    assert drawn("tiny").abs().max() < 0.1 and drawn("huge").abs().max() > 30
+    mid = drawn("mid").abs()
+    assert mid.min() >= 10 and mid.max() <= 1000
+    mixed = drawn("mixed")
+    finite = mixed[mixed != 0].abs()
+    assert finite.min() < 1e-4 and finite.max() > 1e4 and 300 < int((mixed == 0).sum()) < 750
+    signed = drawn("signed")
+    assert bool((signed >= 0).all()) or bool((signed <= 0).all())
+    special = drawn("special")
+    assert int(special.isnan().sum()) + int(special.isinf().sum()) >= 1
+    assert bool(torch.isfinite(drawn("huge", torch.float16)).all())  # within float16's range
+    ints = torch.randint(0, 10, (100,))
+    kept = ints.clone()
+    stress(ints, "special", 0)
+    assert torch.equal(ints, kept)
+
+
+def test_one_rule_element_by_element(interpreter):
+    """A huge element does not widen the allowance of the others; a pass reports a fraction <= 1."""
+    import torch
+
+    from pytest_kernelopt.verify.numerics import NumericsFailure, NumericsRule, judge
+
+    rule = NumericsRule()
+    expected = torch.tensor([1e6, 0.5, 300.0, -2.0, 1.0])
+    actual = expected.clone()
+    actual[2] += 0.1  # 3e-4 relative on a mid-range element next to a huge one
+    tol = rule.kernel_tolerance(expected)
+    with pytest.raises(NumericsFailure, match=r"the first at flat index 2 \[2\]: expected 300, got 300.1"):
+        judge(expected, actual, tol, "x")
+    actual[2] = expected[2] * (1 + 5e-5)
+    passed = judge(expected, actual, tol, "x")
+    assert 0 < passed.worst_ratio <= 1
+    # The model stage: the compiled baseline's own error sets the envelope, and it passes by construction.
+    ref = torch.randn(1000, dtype=torch.float64)
+    base = (ref + 1e-6 * torch.randn(1000, dtype=torch.float64)).float()
+    envelope = rule.envelope_atol(base, ref)
+    assert judge(ref, base, rule.model_tolerance(torch.float32, envelope), "y").worst_ratio <= 1 / rule.error_factor
+    with pytest.raises(NumericsFailure, match="against"):
+        judge(ref, base + 1e-4, rule.model_tolerance(torch.float32, envelope), "against")
+
+
+@pytest.mark.slow
+def test_unedited_dumps_of_the_example_problems_are_correct(compiled_models, interpreter, tmp_path):
+    from pytest_kernelopt.candidate import render_dump
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession, source_of
+
+    for stem in ("softmax_rows", "cross_entropy", "linear_gelu"):
+        compiled = compiled_models.get(PROBLEMS / f"{stem}.py")
+        with VerifySession(PROBLEMS / f"{stem}.py", interpreter, VerifyOptions(seeds=1)) as session:
+            for name, handle in compiled.kernels.items():
+                verdict = session.verify(name, source_of(render_dump(handle.info, compiled.problem.id), f"{name}.py"))
+                assert verdict.status == "correct", (stem, name, verdict.reason)
