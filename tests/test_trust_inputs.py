@@ -247,3 +247,25 @@ def test_unedited_dumps_of_the_example_problems_are_correct(compiled_models, int
             for name, handle in compiled.kernels.items():
                 verdict = session.verify(name, source_of(render_dump(handle.info, compiled.problem.id), f"{name}.py"))
                 assert verdict.status == "correct", (stem, name, verdict.reason)
+
+
+def test_bench_judges_every_mode_by_the_default_compiles_own_error(interpreter):
+    """``kernelopt bench`` asks the same rule: default compile is never FAIL for its own error."""
+    import torch
+
+    from pytest_kernelopt.benchmark import ModeResult, _check
+    from pytest_kernelopt.verify.model import _output_reference, rebase
+
+    ref = torch.randn(4096, dtype=torch.float64)
+    eager = ref.float()  # eager: rounding only
+    default = (ref + 3e-6 * torch.randn(4096, dtype=torch.float64)).float()  # ~25x eager's error, as on the H200
+    reference = [_output_reference(eager, ref)]
+    rebase(reference[0], default)  # what bench does once the default compile ran
+    rows = {m: ModeResult(mode=m) for m in ("default", "eager", "kernelopt")}
+    _check(rows["default"], [default], reference, "float64", "the default compile")
+    _check(rows["eager"], [eager], reference, "float64", "the default compile")
+    assert rows["default"].correct is True and rows["default"].error_vs_allowed <= 0.25
+    assert rows["eager"].correct is True
+    _check(rows["kernelopt"], [default + 1e-3], reference, "float64", "the default compile")
+    assert rows["kernelopt"].correct is False and rows["kernelopt"].error_vs_allowed > 1
+    assert "the first at flat index" in rows["kernelopt"].correctness_detail

@@ -297,4 +297,6 @@ def judge_output(c: Any, r: OutputReference, rule: NumericsRule, what: str,
         return judge(r.ref_hi, c, tol, f"{what} against the float64 reference", residue=r.residue,
                      ignore=r.nonfinite)
     except NumericsFailure as exc:
-        raise StageFailure(str(exc)) from exc
+        failure = StageFailure(str(exc))
+        failure.judgement = exc.judgement  # type: ignore[attr-defined]  # bench reports the figures
+        raise failure from exc
