@@ -309,3 +309,12 @@ def test_accept_of_bytes_already_stored_answers_without_verifying(kernelopt, tmp
     assert result.stdout.startswith("already stored as v1 (active)") and "not verified again" in result.stdout
     assert "verifying" not in result.stderr  # no session was opened (it is not a kernel of the problem at all)
     assert [v.version for v in store.manifest("elementwise_chain", "k").versions] == [1]
+
+
+def test_the_quick_start_names_files_that_exist():
+    """Every file the README's Quick start commands name is in the repository (it named models/softmax.py)."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Quick start"):readme.index("## Adopt it in your own repository")]
+    named = [word for block in re.findall(r"```\n(.*?)```", section, re.S) for word in block.split()
+             if word.endswith(".py")]
+    assert named and all((REPO / word).is_file() for word in named), named
