@@ -78,3 +78,15 @@ def test_dump_into_a_file_or_unwritable_place_is_bad_input(tmp_path, monkeypatch
     monkeypatch.setattr(Path, "mkdir", refuse)
     with pytest.raises(UsageError, match="cannot write .*Permission denied"):
         write_dumps([], "m", tmp_path / "new")
+
+
+def test_building_gives_no_license_deprecation_warning(tmp_path):
+    """``project.license`` in the SPDX string form, with a setuptools that reads it: the TOML-table
+    form made every install print setuptools' deprecation box (setuptools >= 77)."""
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "-w",
+                          str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
+    if out.returncode != 0 and "No module named" in out.stderr:
+        pytest.skip("pip or setuptools missing in this environment")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "license" not in (out.stdout + out.stderr).lower() or "deprecated" not in (out.stdout + out.stderr).lower()
+    assert isinstance(PROJECT["license"], str)
