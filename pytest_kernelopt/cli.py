@@ -181,6 +181,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --open-pr: the branch pull requests go into (default: the remote's default branch)")
     t.add_argument("--remote", metavar="NAME", default="origin", help="with --open-pr: the git remote (default origin)")
 
+    rf = sub.add_parser("refresh", help="after a compiler upgrade (or a changed model): replay each stale kernel's "
+                                        "recipe on the new compiler kernel, store what the cascade passes, retire "
+                                        "the rest", epilog=SETTINGS_HELP)
+    rf.add_argument("problems", type=Path, nargs="*", metavar="PROBLEM",
+                    help="problem file(s) (default: [tool.kernelopt] problems of the current project)")
+    rf.add_argument("--device", choices=["auto", "cuda", "cpu"], default=None,
+                    help="where to run (default: [tool.kernelopt] device, else auto)")
+    rf.add_argument("--config", type=Path, metavar="PYPROJECT", help="read [tool.kernelopt] from this pyproject.toml")
+    rf.add_argument("--kernels-dir", type=Path, metavar="DIR",
+                    help="the kernel store (default: [tool.kernelopt] kernels_dir of the problems' project)")
+    rf.add_argument("--runs-dir", type=Path, metavar="DIR",
+                    help="where the run directory goes (default: .kernelopt/runs in the problems' project); "
+                         "`kernelopt publish` takes it")
+    rf.add_argument("--seeds", type=_seeds, default=3, help="input seeds for the kernel and model stages (default 3)")
+    rf.add_argument("--timeout", type=_seconds, default=300.0, help="seconds one candidate's checks may take")
+    rf.add_argument("--json", action="store_true", help="print the refresh record (refresh.json) on stdout")
+
     pub = sub.add_parser("publish", help="push the branches and open or update the pull requests of a finished tuning "
                                          "run (what `tune --open-pr` does at its end), e.g. from a CI artifact; "
                                          "refuses a run whose stored files changed since")
@@ -245,6 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_tune(args)
         if args.command == "publish":
             return cmd_publish(args)
+        if args.command == "refresh":
+            return cmd_refresh(args)
         return cmd_verify_or_accept(args)
     except KerneloptError as exc:
         print(f"kernelopt: error: {exc}", file=sys.stderr)
@@ -552,6 +571,47 @@ def cmd_publish(args: argparse.Namespace) -> int:
         print(json.dumps({"run_id": record.run_id, "kernels_dir": store.relative_to(top).as_posix(),
                           "results": [{**asdict(r), "ok": r.ok} for r in results]}, indent=2))
     return EXIT_OK if all(r.ok for r in results) else EXIT_REJECTED
+
+
+def cmd_refresh(args: argparse.Namespace) -> int:
+    """Exit 0: every stale kernel was handled (refreshed, retired, or reported not refreshable and retired);
+    2: bad input, or a problem that could not be refreshed (compile failure, broken store, the verifier's own
+    failure; the other problems still were); 130: interrupted (what was stored or retired stays)."""
+    from .config import config_for_problem, load_config, resolve_device
+    from .problem import load_problem
+    from .refresh import refresh, refresh_table
+    from .report import print_table
+    from .store import KernelStore
+    from .verify.options import VerifyOptions
+
+    paths = args.problems
+    if not paths:
+        project = config_for_problem(args.config, config=args.config) if args.config else load_config()
+        paths = project.problem_files()
+        if not paths:
+            raise UsageError(f"no problem files given and none configured ({project.describe(None)}): pass "
+                             f"PROBLEM.py or set problems in [tool.kernelopt]")
+    problems = [load_problem(p).path for p in paths]  # every file checked before any work
+    settings = [config_for_problem(p, config=args.config) for p in problems]
+    if args.kernels_dir is None and len({s.kernels_path for s in settings}) > 1:
+        raise UsageError("the problems belong to projects with different kernel stores; refresh them separately "
+                         "or pass --kernels-dir")
+    device = resolve_device(args.device or settings[0].device)
+    store = KernelStore((args.kernels_dir or settings[0].kernels_path).resolve())
+    runs = (args.runs_dir or settings[0].root / ".kernelopt" / "runs").resolve()
+    say = (lambda line: print(line, file=sys.stderr))
+    say(f"settings: {settings[0].describe(args.kernels_dir)}")
+    if device != "cuda":
+        say("interpreter mode: replayed kernels are checked for correctness only; speed is not measured, so a "
+            "correct one is stored without a speed comparison")
+    record = refresh(problems, store, device, VerifyOptions(seeds=args.seeds, timeout=args.timeout), runs_dir=runs,
+                     say=say)
+    if args.json:
+        print(record.model_dump_json(indent=2))
+    else:
+        print_table(refresh_table(record))
+        print(f"run directory: {record.run_dir} (`kernelopt publish` opens the pull requests)")
+    return EXIT_USAGE if any(p.error for p in record.problems) else EXIT_OK
 
 
 def cmd_merge(args: argparse.Namespace) -> int:

@@ -91,8 +91,10 @@ class GateSession:
         self.shard: Any = None  # --kernelopt-shard K/N (shard.Shard)
         self.json_path: Path | None = None  # --kernelopt-json
         self.tune_runs: list[str] = []  # --kernelopt-tune: the run directories written
+        self.refresh_lines: list[str] = []  # --kernelopt-refresh: one line per stale kernel, and the run directory
         self._tuned: set[Path] = set()
-        self._tune_runs_by_file: dict[str, str] = {}  # controller: problem node id -> tune run directory
+        # controller: problem node id -> the tune and refresh run directories (--kernelopt-open-pr publishes them)
+        self._tune_runs_by_file: dict[str, list[str]] = {}
         self._failed_files: set[str] = set()
         self.publish_lines: list[str] = []  # --kernelopt-open-pr
         self.report_path: Path | None = None  # --kernelopt-report
@@ -190,9 +192,11 @@ class GateSession:
         import math
 
         self.tune = bool(self.config.getoption("kernelopt_tune"))
+        self.refresh = bool(self.config.getoption("kernelopt_refresh"))
         self.open_pr = bool(self.config.getoption("kernelopt_open_pr"))
-        if self.open_pr and not self.tune:
-            raise UsageError("--kernelopt-open-pr publishes what --kernelopt-tune stored; give both")
+        if self.open_pr and not (self.tune or self.refresh):
+            raise UsageError("--kernelopt-open-pr publishes what --kernelopt-tune or --kernelopt-refresh stored; "
+                             "give one of them too")
         budget = self.config.getoption("kernelopt_budget_s")
         if not (isinstance(budget, float) and math.isfinite(budget) and budget > 0):
             raise UsageError(f"--kernelopt-budget-s {budget}: must be a positive, finite number of seconds")
@@ -212,6 +216,32 @@ class GateSession:
         item.prop("tune_run", run_dir)
         item.prop("tune_seconds", round(time.monotonic() - started, 2))
         item.prop("tune_stored", sum(1 for p in record.problems for k in p.kernels if k.stored_version is not None))
+
+    def _refresh_problem(self, problem: _Problem, item: _GateItem) -> None:
+        """``--kernelopt-refresh``: when the problem's committed kernels are stale, refresh them in the gate's
+        session of the problem (compiled once) before its items are checked."""
+        from .refresh import refresh, stale_kernels
+
+        try:
+            stale = stale_kernels(self.store, problem.id,
+                                  {n: problem.compiled.kernel(n).info.fingerprint for n in problem.kernels})
+        except KerneloptError:
+            return  # a broken store: the items fail naming the file
+        if not stale:
+            return
+        session = self.session(problem, item)
+        runs = self.settings.root / ".kernelopt" / "runs"
+        with _internal_warnings_ignored():
+            record = refresh([problem.path], self.store, self.device, self.options, runs_dir=runs,
+                             session_factory=lambda *a, **k: _Borrowed(session))
+        for p in record.problems:
+            if p.error:
+                self.refresh_lines.append(f"kernelopt refresh: {p.model}: {p.error}")
+            self.refresh_lines += [f"kernelopt refresh: {p.model}/{k.kernel} v{k.version}: {k.status}: {k.reason}"
+                                   for k in p.kernels]
+        self.refresh_lines.append(f"kernelopt refresh: run directory {record.run_dir}")
+        item.prop("refresh_run", record.run_dir)
+        item.prop("refreshed", sum(1 for p in record.problems for k in p.kernels if k.status == "refreshed"))
 
     def _scale_out_options(self) -> None:
         from .shard import parse_shard
@@ -336,9 +366,12 @@ class GateSession:
         problem, kernel = item.problem, item.name
         if problem.error:
             raise GateFailure(problem.error)
-        if self.tune and problem.path not in self._tuned:
-            self._tuned.add(problem.path)
-            self._tune_problem(problem, item)  # first item of the problem: what it stores is then gated
+        if (self.tune or self.refresh) and problem.path not in self._tuned:
+            self._tuned.add(problem.path)  # first item of the problem: what refresh and tune store is then gated
+            if self.refresh:
+                self._refresh_problem(problem, item)
+            if self.tune:
+                self._tune_problem(problem, item)
         info = problem.compiled.kernel(kernel).info
         item.prop("model", problem.id)
         try:
@@ -376,9 +409,12 @@ class GateSession:
         problem = item.problem
         if problem.error:
             raise GateFailure(problem.error)
-        if self.tune and problem.path not in self._tuned:
-            self._tuned.add(problem.path)
-            self._tune_problem(problem, item)  # first item of the problem: what it stores is then gated
+        if (self.tune or self.refresh) and problem.path not in self._tuned:
+            self._tuned.add(problem.path)  # first item of the problem: what refresh and tune store is then gated
+            if self.refresh:
+                self._refresh_problem(problem, item)
+            if self.tune:
+                self._tune_problem(problem, item)
         item.prop("model", problem.id)
         replacements, stale, broken = {}, [], []
         for kernel in problem.kernels:
@@ -399,7 +435,9 @@ class GateSession:
         orphaned: list[str] = []
         try:
             self.store.model_record(problem.id)  # a broken model.json fails here, measured or not
-            orphaned = [k for k in self.store.kernel_names(problem.id) if k not in problem.kernels]
+            # A folder with no active version (retired by refresh) runs nothing: not stale.
+            orphaned = [k for k in self.store.kernel_names(problem.id) if k not in problem.kernels
+                        and (m := self.store.manifest(problem.id, k)) is not None and m.active is not None]
         except KerneloptError as exc:
             broken.append(str(exc))
         item.prop("kernels", len(problem.kernels))
@@ -535,8 +573,8 @@ class GateSession:
             if report.failed:
                 self._failed_files.add(file)
             for key, value in report.user_properties:
-                if key == PREFIX + "tune_run":
-                    self._tune_runs_by_file[file] = str(value)
+                if key in (PREFIX + "tune_run", PREFIX + "refresh_run"):
+                    self._tune_runs_by_file.setdefault(file, []).append(str(value))
 
     def finish(self, session: pytest.Session) -> None:
         """Controller, after every item: an empty shard is no failure; write ``--kernelopt-json``."""
@@ -570,7 +608,7 @@ class GateSession:
         """``--kernelopt-open-pr``: branches and pull requests for the problems whose gate items all passed."""
         from .gitops import publish_run
 
-        for file, run_dir in sorted(self._tune_runs_by_file.items()):
+        for file, run_dir in sorted((f, r) for f, runs in self._tune_runs_by_file.items() for r in runs):
             if file in self._failed_files:
                 self.publish_lines.append(f"kernelopt publish: {file}: not published, one of its gate items failed")
                 continue
@@ -596,11 +634,25 @@ class GateSession:
                         rows.append((report.nodeid, report.outcome, props))
         lines = gate_lines(rows)
         lines += [f"kernelopt tune: run directory {run}" for run in self.tune_runs]
+        lines += self.refresh_lines
         lines += self.publish_lines
         if lines:
             terminalreporter.section("kernelopt")
             for line in lines:
                 terminalreporter.write_line(line)
+
+
+class _Borrowed:
+    """The gate's verification session lent to ``refresh`` (which would close a session it opened)."""
+
+    def __init__(self, session: Any):
+        self.session = session
+
+    def __enter__(self) -> Any:
+        return self.session
+
+    def __exit__(self, *exc: object) -> None:
+        pass
 
 
 # --- nodes -----------------------------------------------------------------------------

@@ -51,8 +51,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="--kernelopt-tune: the agent backend (default search; anthropic needs ANTHROPIC_API_KEY)")
     group.addoption("--kernelopt-budget-s", type=float, default=300.0, metavar="SECONDS",
                     help="--kernelopt-tune: device seconds per kernel (default 300)")
+    group.addoption("--kernelopt-refresh", action="store_true",
+                    help="before checking a problem whose committed kernels are stale (a compiler upgrade, a changed "
+                         "model), run `kernelopt refresh` on it: each stale kernel's recipe is replayed on the new "
+                         "compiler kernel and stored when the cascade passes it, else the kernel is retired")
     group.addoption("--kernelopt-open-pr", action="store_true",
-                    help="--kernelopt-tune: after the run, for each problem whose items all passed, commit what its "
+                    help="--kernelopt-tune or --kernelopt-refresh: after the run, for each problem whose items all passed, commit what its "
                          "tuning stored to branch kernelopt/<model>/<kernel>, push, and open or update a pull request "
                          "(GITHUB_TOKEN; without one, print where to open it)")
     group.addoption("--kernelopt-report", metavar="PATH", default=None,

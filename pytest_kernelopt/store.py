@@ -35,6 +35,7 @@ from typing import Annotated, Any, ClassVar, Iterator, Literal, TypeVar
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from .errors import StoreError
+from .recipe import Recipe
 from .records import (
     SCHEMA_VERSION,
     ArgInfo,
@@ -49,8 +50,12 @@ from .records import (
 
 MANIFEST = "manifest.json"
 # 2: each version's evidence records what was verified (``fingerprint``, ``sha256``).
+# 3: each version records how it was made (``recipe``, replayed by ``kernelopt refresh``), its
+#    provenance whether it was refreshed (``refreshed_from``, compilers before/after), and the
+#    manifest why its kernel went back to the compiler's (``retired``). Nothing is inferred:
+#    a schema 2 manifest reads as it is (no recipes; refresh derives one from the files).
 # Manifests of schema 1 are still read: see Manifest._from_schema_1.
-MANIFEST_SCHEMA_VERSION = 2
+MANIFEST_SCHEMA_VERSION = 3
 ORIGINAL = "original.py"
 MODEL_RECORD = "model.json"
 
@@ -107,6 +112,12 @@ class Provenance(Record):
     llm_model: str | None = None
     cost_usd: float | None = None
     tokens: int | None = None
+    # ``kernelopt refresh``: the version (and kernel, when the compiler renamed it) this one
+    # replays the recipe of, and the compilers before and after ("torch 2.11.0, triton 3.6.0").
+    refreshed_from: int | None = None
+    refreshed_from_kernel: str | None = None
+    compiler_before: str | None = None
+    compiler_after: str | None = None
 
 
 class VersionRecord(Record):
@@ -122,6 +133,8 @@ class VersionRecord(Record):
     # manifests written before these were recorded).
     fingerprint: str | None = None
     original: OriginalName | None = None
+    # How it was made, replayable on a new compiler kernel (recipe.py); None before schema 3.
+    recipe: Recipe | None = None
 
     @field_validator("file")
     @classmethod
@@ -152,8 +165,18 @@ class VersionRecord(Record):
         return None
 
 
+class Retirement(Record):
+    """Why a kernel went back to the compiler's (``active`` is null): written by ``kernelopt refresh``."""
+
+    version: int  # the version that was active
+    reason: str
+    when: datetime
+    # The compiler kernel it was retired for (the one generated when it was found stale).
+    fingerprint: str | None = None
+
+
 class Manifest(Record):
-    readable_schema_versions: ClassVar[tuple[int, ...]] = (1, MANIFEST_SCHEMA_VERSION)
+    readable_schema_versions: ClassVar[tuple[int, ...]] = (1, 2, MANIFEST_SCHEMA_VERSION)
     schema_version: int = MANIFEST_SCHEMA_VERSION
     model: str
     kernel: str
@@ -167,6 +190,9 @@ class Manifest(Record):
     args: list[ArgInfo] = Field(default_factory=list)
     environment: Environment | None = None
     versions: list[VersionRecord] = Field(default_factory=list)
+    # Set when a stale active version was retired (``active`` null: the compiler's kernel runs);
+    # cleared by the next stored version. The version files stay.
+    retired: Retirement | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -473,7 +499,7 @@ class KernelStore:
 
     def add_version(
         self, *, model: str, kernel: str, fingerprint: str, args: list[ArgInfo], original_source: str, source: str,
-        evidence: Evidence, provenance: Provenance, environment: Environment | None,
+        evidence: Evidence, provenance: Provenance, environment: Environment | None, recipe: Recipe | None = None,
     ) -> AcceptOutcome:
         """Store ``source`` as the next version and make it active.
 
@@ -526,6 +552,7 @@ class KernelStore:
                 record = VersionRecord(
                     version=number, file=path.name, sha256=digest, created=datetime.now(timezone.utc),
                     evidence=evidence, provenance=provenance, fingerprint=fingerprint, original=original,
+                    recipe=recipe,
                 )
                 updated = Manifest(
                     model=model, kernel=kernel, fingerprint=fingerprint, original=original,
@@ -562,6 +589,23 @@ class KernelStore:
             pass  # kept from an earlier accept of this fingerprint: the compiler's kernel at that first accept
         return name
 
+    def retire(self, model: str, kernel: str, reason: str, *, fingerprint: str | None = None) -> Manifest | None:
+        """Make the compiler's kernel the one used: no active version (``active`` null), ``retired`` saying
+        why. Every version file stays; None when nothing was active (then nothing is written)."""
+        folder = self.kernel_dir(model, kernel)
+        if not folder.is_dir():
+            return None
+        with self._locked(folder):
+            manifest = self._read_manifest(model, kernel)
+            if manifest is None or manifest.active is None:
+                return None
+            updated = manifest.model_copy(update={
+                "active": None, "schema_version": MANIFEST_SCHEMA_VERSION,
+                "retired": Retirement(version=manifest.active, reason=reason, when=datetime.now(timezone.utc),
+                                      fingerprint=fingerprint)})
+            atomic_write(folder / MANIFEST, dump_json(updated))
+        return updated
+
     def save_baseline(self, model: str, baseline: ModelBaseline) -> None:
         folder = self.model_dir(model)
         with self._locked(folder):
@@ -586,7 +630,8 @@ def model_baseline(verdict: Verdict, kernels: dict[str, int], measured: datetime
 
 def accept_verdict(store: KernelStore, model: str, kernel: str, source: str, verdict: Verdict, *,
                    allow_no_gain: bool = False, provenance: Provenance | None = None,
-                   combined_timing: Timing | None = None, combined_with: list[str] | None = None) -> AcceptOutcome:
+                   combined_timing: Timing | None = None, combined_with: list[str] | None = None,
+                   recipe: Recipe | None = None, alternatives: list[tuple[str, str]] | None = None) -> AcceptOutcome:
     """Store ``source``, the candidate ``verdict`` judged, as the next active version of ``model``/``kernel``.
 
     ``source`` is the text that was verified (never read again from disk); when the
@@ -595,8 +640,11 @@ def accept_verdict(store: KernelStore, model: str, kernel: str, source: str, ver
     ``allow_no_gain``), are not stored; bytes already stored are not stored twice.
     ``combined_timing``/``combined_with``: the model measured with this version and those
     kernels' versions together, recorded in the evidence (the caller judged it).
+    ``recipe``: how ``source`` was made (default: derived from the compiler kernel and ``source``,
+    with ``alternatives``, (variant, source) of other Inductor compiles of the kernel, as bases).
     """
     from .candidate import render_dump
+    from .recipe import derive_recipe
 
     if verdict.status == "rejected":
         return AcceptOutcome(None, stored=False, active=False,
@@ -622,10 +670,13 @@ def accept_verdict(store: KernelStore, model: str, kernel: str, source: str, ver
         seeds=verdict.seeds, environment=verdict.environment, combined_timing=combined_timing,
         combined_with=combined_with or [], fingerprint=info.fingerprint, sha256=sha256_text(source),
     )
+    original = render_dump(info, model)
+    if recipe is None:
+        recipe = derive_recipe(original, source, fingerprint=info.fingerprint, alternatives=alternatives or ())
     outcome = store.add_version(
         model=model, kernel=kernel, fingerprint=info.fingerprint, args=info.args,
-        original_source=render_dump(info, model), source=source, evidence=evidence,
-        provenance=provenance or Provenance(), environment=verdict.environment,
+        original_source=original, source=source, evidence=evidence,
+        provenance=provenance or Provenance(), environment=verdict.environment, recipe=recipe,
     )
     if outcome.stored and outcome.record is not None and verdict.environment is not None:
         try:

@@ -241,7 +241,7 @@ def test_a_schema_1_manifest_reads_its_versions_fingerprint_as_the_verification(
                                    "active": 1, "versions": [record]})
     assert old.version(1).unverified_reason("f1") is None
     assert "not against f2" in old.version(1).unverified_reason("f2")
-    assert Manifest(model="m", kernel="k", fingerprint="f1").schema_version == MANIFEST_SCHEMA_VERSION == 2
+    assert Manifest(model="m", kernel="k", fingerprint="f1").schema_version == MANIFEST_SCHEMA_VERSION == 3
     # Schema 2 takes no such inference: its evidence says what was verified, or nothing was.
     new = Manifest.model_validate({"schema_version": 2, "model": "m", "kernel": "k", "fingerprint": "f1",
                                    "active": 1, "versions": [record]})

@@ -414,7 +414,8 @@ class Tuner:
                 return in_force
         try:
             outcome = accept_verdict(self.store, model, info.name, state.sources[sha], best,
-                                     provenance=self._provenance(attempt.origin))
+                                     provenance=self._provenance(attempt.origin),
+                                     alternatives=self._alternatives(info))
         except StoreError as exc:
             result.message += f"not stored: {exc}"
             ev("store", "error", error=str(exc))
@@ -520,7 +521,8 @@ class Tuner:
                 stored_outcome = accept_verdict(self.store, model, name, state.sources[sha], own, allow_no_gain=True,
                                                 provenance=self._provenance(attempt.origin, "combined"),
                                                 combined_timing=t,
-                                                combined_with=sorted(set(sources) - {name}))
+                                                combined_with=sorted(set(sources) - {name}),
+                                                alternatives=self._alternatives(state.info))
             except StoreError as exc:
                 result.message += f"; not stored: {exc}"
                 ev("store", "error", kernel=name, error=str(exc))
@@ -584,7 +586,8 @@ class Tuner:
             origin, text, verdict = choice
             try:
                 out = accept_verdict(self.store, model, name, text, verdict, allow_no_gain=True,
-                                     provenance=self._provenance(origin, "pinned"))
+                                     provenance=self._provenance(origin, "pinned"),
+                                     alternatives=self._alternatives(state.info))
             except StoreError as exc:
                 result.message += f"; not pinned: {exc}"
                 ev("store", "error", kernel=name, error=str(exc))
@@ -612,6 +615,14 @@ class Tuner:
                           backend=self.coder.name, llm_model=self.coder.model,
                           cost_usd=round(spend.usd, 4) if spend.usd else None,
                           tokens=(spend.input_tokens + spend.output_tokens) or None)
+
+    def _alternatives(self, info: Any) -> list[tuple[str, str]]:
+        """(variant, source) of the harvested Inductor compiles of ``info``: what a stored version's recipe
+        may start from (recipe.derive_recipe)."""
+        from .harvest import matches
+
+        harvested = getattr(self.coder, "harvested", None)
+        return [(alt.variant, alt.source) for alt in getattr(harvested, "kernels", []) if matches(info, alt)]
 
     def _in_store(self, model: str, name: str, result: KernelOutcome, outcome: Any) -> bool:
         """Record a stored (or already active) version on the kernel's outcome; whether there is one."""

@@ -322,7 +322,10 @@ def _plan(ctx: _Context, model: str, kernel: str, version: int, outcome: Any
             return f"v{version} is already the active version on {ctx.base}"
         old = active.evidence.model_timing
         replaced = f"v{active.version}" + (f" ({old.speedup:.3f}x)" if old else "")
-        if new is not None and old is not None and new.speedup <= old.speedup:
+        # A committed version for another compiler kernel (stale: ``kernelopt refresh`` replaced it) is
+        # no competitor: it no longer runs.
+        if new is not None and old is not None and new.speedup <= old.speedup and \
+                (active.fingerprint is None or active.fingerprint == record.fingerprint):
             return (f"v{version} ({new.speedup:.3f}x) does not beat v{active.version} ({old.speedup:.3f}x), "
                     f"committed on {ctx.base}")
     if new is None:

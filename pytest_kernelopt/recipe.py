@@ -1,0 +1,244 @@
+"""How a stored version was made, as data that ``kernelopt refresh`` replays on a new compiler kernel.
+
+A version is one of:
+
+* ``compiler``: the compiler's own kernel with its launch configuration pinned (the pin pass);
+* ``launch``: the compiler's kernel with another launch configuration (block sizes,
+  ``num_warps``, ``num_stages``);
+* ``rewrite``: source rewrites of the search backend applied in order (``approx-div``,
+  ``eviction``), then a launch configuration;
+* ``inductor``: the kernel of another Inductor compile of the model (``max-autotune``,
+  ``coordinate-descent``, ``looped-reductions``), then rewrites and a launch configuration;
+* ``edit``: anything else (a hand or LLM edit): the unified diff against the compiler
+  kernel it started from.
+
+The recipe is *derived* from the bytes, never taken on trust: :func:`derive_recipe`
+keeps a structured recipe only when replaying it on the compiler kernel gives exactly
+the stored bytes, and records a diff otherwise. Importing this module imports neither
+torch nor triton (the store reads it).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from itertools import permutations
+from typing import Any, Callable, Iterable, Literal
+
+from pydantic import Field
+
+from .records import KernelInfo, Record
+
+RecipeKind = Literal["compiler", "launch", "rewrite", "inductor", "edit"]
+
+
+class RewriteStep(Record):
+    """One source rewrite of the search backend (``agents/search.py`` REWRITES), with its parameters."""
+
+    rule: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class InductorRecipe(Record):
+    """The Inductor compile the version's kernel came from (``agents/harvest.py`` VARIANTS)."""
+
+    variant: str
+    mode: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class Recipe(Record):
+    """How a version was made from the compiler kernel ``base_fingerprint``; see the module's docstring."""
+
+    kind: RecipeKind
+    # The launch configuration the version runs (every tunable literal of its ``run``) and the
+    # compiler's at the time; empty when the file spells none out.
+    launch: dict[str, int] = Field(default_factory=dict)
+    compiler_launch: dict[str, int] = Field(default_factory=dict)
+    rewrites: list[RewriteStep] = Field(default_factory=list)
+    inductor: InductorRecipe | None = None
+    # kind "edit": unified diff from the compiler kernel (candidate format) to the version.
+    diff: str | None = None
+    base_fingerprint: str | None = None
+
+    def describe(self) -> str:
+        """A few words, e.g. ``rewrite approx-div, launch XBLOCK=2,num_warps=2``."""
+        if self.kind == "edit":
+            changed = sum(1 for line in (self.diff or "").splitlines()
+                          if line[:1] in "+-" and not line.startswith(("+++", "---")))
+            return f"hand/LLM edit ({changed} changed line(s))"
+        parts = []
+        if self.inductor is not None:
+            parts.append(f"inductor {self.inductor.variant}")
+        if self.rewrites:
+            parts.append("rewrite " + " then ".join(s.rule for s in self.rewrites))
+        if self.launch:
+            pinned = "compiler's launch pinned" if self.kind == "compiler" else "launch"
+            parts.append(f"{pinned} {','.join(f'{k}={v}' for k, v in sorted(self.launch.items()))}")
+        return ", ".join(parts) or "the compiler's kernel"
+
+
+def _rewrites() -> dict[str, Callable[[str], str]]:
+    from .agents.search import REWRITES  # lazily: agents imports the store, which imports this module
+
+    return REWRITES
+
+
+def _chains(names: list[str]) -> list[tuple[str, ...]]:
+    """Every ordered selection of distinct rules, shortest first."""
+    return [c for n in range(len(names) + 1) for c in permutations(names, n)]
+
+
+def _apply_rules(text: str, chain: Iterable[str]) -> str | None:
+    """``text`` with each rule applied in order; None when a rule changes nothing (it was not used)."""
+    rules = _rewrites()
+    for name in chain:
+        changed = rules[name](text)
+        if changed == text:
+            return None
+        text = changed
+    return text
+
+
+def derive_recipe(original: str, source: str, *, fingerprint: str | None = None,
+                  alternatives: Iterable[tuple[str, str]] = ()) -> Recipe:
+    """The recipe that turns ``original`` (the compiler kernel, candidate format) into ``source``.
+
+    ``alternatives``: (variant, kernel source) of other Inductor compiles of the same kernel
+    (the tuner's harvest) that ``source`` may have started from. A structured recipe is
+    returned only when replaying it reproduces ``source`` byte for byte; otherwise an edit.
+    """
+    from .agents.harvest import VARIANTS
+    from .agents.launch_space import read_point, with_point
+
+    point, compiler_point = read_point(source), read_point(original)
+    names = sorted(_rewrites())
+    for variant, base in [(None, original), *alternatives]:
+        for chain in _chains(names):
+            text = _apply_rules(base, chain)
+            if text is None or set(read_point(text)) != set(point) or with_point(text, point) != source:
+                continue
+            inductor = None
+            if variant is not None:
+                mode, options = VARIANTS.get(variant, (None, {}))
+                inductor = InductorRecipe(variant=variant, mode=mode, options=dict(options))
+            kind: RecipeKind = ("inductor" if inductor else "rewrite" if chain else
+                                "launch" if point != compiler_point else "compiler")
+            return Recipe(kind=kind, launch=point, compiler_launch=compiler_point, inductor=inductor,
+                          rewrites=[RewriteStep(rule=r) for r in chain], base_fingerprint=fingerprint)
+    return Recipe(kind="edit", launch=point, compiler_launch=compiler_point, base_fingerprint=fingerprint,
+                  diff=unified_diff(original, source))
+
+
+def unified_diff(before: str, after: str) -> str:
+    return "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                        "original.py", "version.py", n=3))
+
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def apply_patch(text: str, diff: str) -> tuple[str | None, str]:
+    """``diff`` (unified, from :func:`unified_diff`) applied to ``text``: (patched text, "") or (None, why).
+
+    A hunk applies where its context and removed lines appear exactly (whitespace included),
+    at the recorded line or anywhere after the previous hunk, the nearest such place first, as
+    ``patch`` does without fuzz. A hunk that matches nowhere makes the whole patch fail.
+    """
+    hunks: list[tuple[int, list[str], list[str]]] = []
+    current: tuple[int, list[str], list[str]] | None = None
+    for line in diff.splitlines(keepends=True):
+        if line.startswith(("---", "+++")) and current is None:
+            continue
+        m = _HUNK.match(line)
+        if m:
+            current = (int(m.group(1)), [], [])
+            hunks.append(current)
+            continue
+        if current is None or not line:
+            continue
+        tag, body = line[0], line[1:]
+        if tag == "\\":  # "\ No newline at end of file": the previous line had none
+            for block in (current[1], current[2]):
+                if block and block[-1].endswith("\n"):
+                    block[-1] = block[-1][:-1]
+            continue
+        if tag in " -":
+            current[1].append(body)
+        if tag in " +":
+            current[2].append(body)
+    if not hunks:
+        return text, ""
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    pos = 0  # lines[:pos] are done
+    offset = 0
+    for number, (start, old, new) in enumerate(hunks, 1):
+        want = max(start - 1 + offset, pos) if old else max(start + offset, pos)
+        places = [i for i in range(pos, len(lines) - len(old) + 1) if lines[i:i + len(old)] == old]
+        if not places:
+            first = next((s.strip() for s in old if s.strip()), "")
+            return None, (f"hunk {number} of {len(hunks)} (line {start} of the old compiler kernel, at "
+                          f"{first[:60]!r}) does not apply: its lines are not in the new compiler kernel")
+        at = min(places, key=lambda i: abs(i - want))
+        out += lines[pos:at] + new
+        offset += at - (start - 1 if old else start)
+        pos = at + len(old)
+    return "".join(out + lines[pos:]), ""
+
+
+@dataclass
+class Replay:
+    """What replaying a recipe gave: the candidate text, or None and why it does not apply."""
+
+    source: str | None
+    how: str
+
+
+def replay(recipe: Recipe, original: str, info: KernelInfo,
+           alternative: Callable[[str], str | None] | None = None) -> Replay:
+    """``recipe`` replayed on the compiler kernel ``info`` (``original``: its candidate-format dump).
+
+    ``alternative(variant)``: the new compile's kernel of that Inductor variant matching
+    ``info`` (None: none). The result still has to go through the cascade.
+    """
+    from .agents.launch_space import Limits, describe, read_point, with_point
+
+    if recipe.kind == "edit":
+        patched, why = apply_patch(original, recipe.diff or "")
+        if patched is None:
+            return Replay(None, f"the hand/LLM edit does not apply to the new compiler kernel ({why})")
+        return Replay(patched, "hand/LLM edit re-applied as a patch")
+    text, steps = original, []
+    if recipe.inductor is not None:
+        found = alternative(recipe.inductor.variant) if alternative is not None else None
+        if found is None:
+            return Replay(None, f"Inductor's {recipe.inductor.variant} compile has no kernel matching the new one")
+        text = found
+        steps.append(f"inductor {recipe.inductor.variant}")
+    rules = _rewrites()
+    for step in recipe.rewrites:
+        rule = rules.get(step.rule)
+        if rule is None:
+            return Replay(None, f"rewrite {step.rule} is not a rule of this version of the search backend "
+                                f"(known: {', '.join(sorted(rules))})")
+        changed = rule(text)
+        if changed == text:
+            return Replay(None, f"rewrite {step.rule} changes nothing in the new compiler kernel")
+        text = changed
+        steps.append(f"rewrite {step.rule}")
+    if recipe.launch:
+        now = read_point(text)
+        missing = sorted(set(recipe.launch) - set(now))
+        if missing:
+            return Replay(None, f"the new compiler kernel has no launch parameter {', '.join(missing)} "
+                                f"(it has {describe(now) or 'none'})")
+        target = dict(now, **recipe.launch)
+        if not Limits(info, text).valid(target):
+            return Replay(None, f"launch {describe(recipe.launch)} is not valid for the new compiler kernel "
+                                f"(block beyond its extent, an unmasked block that does not divide it, or too "
+                                f"large a tile)")
+        text = with_point(text, target)
+        steps.append(f"launch {describe(recipe.launch)}")
+    return Replay(text, ", ".join(steps) or "the compiler's kernel")
