@@ -79,6 +79,9 @@ def accept_correct(project: Path, run: dict, env: dict[str, str]) -> None:
                 continue
             tried = [a for a in kernel.get("history", []) if a["status"] == "correct" and a.get("file")
                      and not a["origin"].startswith("active:")]
+            # A harvested kernel accepted by hand records an edit recipe (accept has no harvest to name
+            # it by; tune does): prefer launch and rewrite candidates, whose recipes replay.
+            tried.sort(key=lambda a: a["origin"].startswith("harvest:"))
             if tried:
                 _run([str(KERNELOPT), "accept", problem["problem"], "--kernel", kernel["kernel"], "--candidate",
                       str(run_dir / tried[0]["file"]), "--allow-no-gain", "--seeds", "1",
