@@ -32,8 +32,9 @@ KIND = "kernelopt-gate-result"
 
 class ItemResult(Record):
     """One gate item as it ran. ``status`` is the gate's word for a kernel item (committed,
-    baseline, stale, rejected, slower, broken) and, for a model item, ``baseline`` when
-    nothing was swapped in; None when the item failed before deciding (a problem that
+    baseline, stale, rejected, slower, broken) and, for a model item that passed,
+    ``committed`` (committed kernels swapped in) or ``baseline`` (nothing swapped in); None
+    when the item failed (its ``message`` says why) or failed before deciding (a problem that
     does not compile)."""
 
     nodeid: str

@@ -171,6 +171,7 @@ def test_committed_kernels_the_compiler_no_longer_generates_are_reported_and_fai
     assert re.search(ROW + r"1\s+1\s+0\s+0\s", out), out  # counted as stale in the summary
     model = next(i for i in json.loads((repo / "gate.json").read_text())["items"] if i["item"] == "model")
     assert model["orphaned"] == ["triton_poi_fused_gone_0"] and model["stale"] == 1
+    assert model["status"] == "committed"  # passed with the committed kernel swapped in (it was null)
     strict = _gate(pytester, "--kernelopt-strict")
     strict.assert_outcomes(passed=1, failed=1)
     strict.stdout.fnmatch_lines([f"FAILED {FILE}::model*"])
