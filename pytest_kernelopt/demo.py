@@ -31,6 +31,13 @@ def break_candidate(source: str) -> str:
     raise ValueError("no tl.store to break")
 
 
+def print_whole(console: Console, table: Table) -> None:
+    """``table`` at the width it needs: rich cuts cells to the console's width (80 in a log)."""
+    needed = console.measure(table, options=console.options.update_width(400)).maximum
+    # Console.print(width=...) cannot exceed the console's own width: a wider console, same output.
+    (console if console.width >= needed else Console(file=console.file, width=needed)).print(table)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .candidate import write_dumps
     from .capture import compile_problem
@@ -74,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                       good.status, f"{bad.status} at {failed_stage}", f"{time.monotonic() - t0:.0f}")
         console.print(f"{problem.id}: {len(infos)} kernel(s) dumped to {out / problem.id}; dump {good.status}, "
                       f"broken copy {bad.status}")
-    console.print(table, width=max(console.width, console.measure(table, options=console.options.update_width(
-        400)).maximum), soft_wrap=False)
+    print_whole(console, table)
     return 1 if failures else 0
 
 

@@ -318,3 +318,20 @@ def test_the_quick_start_names_files_that_exist():
     named = [word for block in re.findall(r"```\n(.*?)```", section, re.S) for word in block.split()
              if word.endswith(".py")]
     assert named and all((REPO / word).is_file() for word in named), named
+
+
+def test_the_demo_table_is_not_cut_at_80_columns():
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from pytest_kernelopt.demo import print_whole
+
+    out = io.StringIO()
+    table = Table(title="kernelopt demo")
+    for col in ("problem", "graphs", "triton", "extern", "dump verified", "0.1% error", "seconds"):
+        table.add_column(col)
+    table.add_row("small_mlp_graph_break", "2", "3", "3", "correct", "rejected at kernel", "25")
+    print_whole(Console(file=out, width=80), table)
+    assert "small_mlp_graph_break" in out.getvalue() and "rejected at kernel" in out.getvalue()
