@@ -352,6 +352,8 @@ def verdict_lines(verdict: Any) -> list[str]:
     tail = f"verdict: {verdict.status}"
     if verdict.reason:
         tail += f" ({verdict.reason})"
+    if verdict.status == "rejected" and getattr(verdict, "seed", None) is not None:
+        tail += f" [inputs from seed {verdict.seed}: reproduce with --seed {verdict.seed}]"
     lines.append(tail)
     return lines
 

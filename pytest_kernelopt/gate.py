@@ -44,10 +44,17 @@ PREFIX = "kernelopt_"
 # check itself is VerifyOptions' / SpeedPolicy's (one rule, parsed once).
 _OPTION_RULES = {
     "seeds": ("--kernelopt-seeds", "must be a whole number from 1 to 1000"),
+    "seed": ("--kernelopt-seed", "must be a whole number from 0 up to 2**63"),
     "timeout": ("--kernelopt-timeout", "must be a positive, finite number of seconds"),
     "max_slowdown": ("--kernelopt-max-slowdown", "must be a fraction from 0 up to, not including, 1"),
     "max_regression": ("--kernelopt-max-regression", "must be a fraction from 0 up to, not including, 1"),
 }
+
+
+def _reproduce(verdict: Any) -> str:
+    """How to run a rejection again with the same inputs (the seeds are the OS's otherwise)."""
+    seed = getattr(verdict, "seed", None)
+    return "" if seed is None else f" (inputs from seed {seed}: reproduce with --kernelopt-seed {seed})"
 
 
 class GateFailure(Exception):
@@ -157,7 +164,7 @@ class GateSession:
             # Slower "beyond noise" must also be slower by more than max_slowdown: an unedited
             # dump measured 0.996x with a CI entirely below 1 on the H200 (20 of 20 runs).
             speed = SpeedPolicy(max_slowdown=given["max_slowdown"], max_regression=given["max_regression"])
-            return VerifyOptions(seeds=given["seeds"], timeout=given["timeout"], speed=speed)
+            return VerifyOptions(seeds=given["seeds"], seed=given["seed"], timeout=given["timeout"], speed=speed)
         except ValidationError as exc:
             name = str(exc.errors()[0]["loc"][-1])
             option, rule = _OPTION_RULES[name]
@@ -397,7 +404,7 @@ class GateSession:
         self._figures(item, verdict)
         if verdict.status == "rejected":
             item.prop("status", "rejected")
-            raise GateFailure(f"{path}: rejected at {verdict.reason}")
+            raise GateFailure(f"{path}: rejected at {verdict.reason}{_reproduce(verdict)}")
         timing = verdict.model_timing
         if self.policy.slower(timing):
             item.prop("status", "slower")
@@ -463,7 +470,7 @@ class GateSession:
             verdict = session.verify_model(replacements, base_problem=base_problem)
         self._figures(item, verdict)
         if verdict.status == "rejected":
-            raise GateFailure(f"{problem.id} with committed kernels: rejected at {verdict.reason}")
+            raise GateFailure(f"{problem.id} with committed kernels: rejected at {verdict.reason}{_reproduce(verdict)}")
         timing = verdict.model_timing
         if replacements and self.policy.slower(timing):
             raise GateFailure(f"{problem.id}: committed kernels make the model slower: {timing.speedup:.3f}x "

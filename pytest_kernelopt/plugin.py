@@ -38,6 +38,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "environment) by more than FRACTION, 0 <= FRACTION < 1 (default 0.05)")
     group.addoption("--kernelopt-seeds", type=int, default=3, metavar="N",
                     help="input seeds per check, 1 to 1000 (default 3)")
+    group.addoption("--kernelopt-seed", type=int, default=None, metavar="S",
+                    help="reproduce a gate run: derive every session's input seeds, fills and draws from S "
+                         "(default: drawn from the OS per problem; a failure names the seed it ran with)")
     group.addoption("--kernelopt-timeout", type=float, default=600.0, metavar="SECONDS",
                     help="seconds per isolated check (default 600)")
     group.addoption("--kernelopt-shard", metavar="K/N", default=None,

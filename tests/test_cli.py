@@ -335,3 +335,16 @@ def test_the_demo_table_is_not_cut_at_80_columns():
     table.add_row("small_mlp_graph_break", "2", "3", "3", "correct", "rejected at kernel", "25")
     print_whole(Console(file=out, width=80), table)
     assert "small_mlp_graph_break" in out.getvalue() and "rejected at kernel" in out.getvalue()
+
+
+def test_a_rejection_names_the_seed_that_reproduces_it():
+    """Inputs are drawn from the OS: the verdict line says how to run the same inputs again."""
+    from types import SimpleNamespace
+
+    from pytest_kernelopt.cli import verdict_lines
+
+    verdict = SimpleNamespace(stages=[], reference="float64", status="rejected", reason="kernel: off", seed=424242)
+    assert verdict_lines(verdict)[-1] == ("verdict: rejected (kernel: off) [inputs from seed 424242: reproduce with "
+                                          "--seed 424242]")
+    verdict.status, verdict.reason = "correct", None
+    assert verdict_lines(verdict)[-1] == "verdict: correct"
