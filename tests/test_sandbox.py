@@ -295,7 +295,7 @@ subprocess.Popen(sleeper)
 before = sorted(sandbox.processes() - keep)
 swept = sandbox.sweep(keep)
 print(json.dumps({"before": before, "swept": swept, "after": sorted(sandbox.processes() - keep)}), flush=True)
-input()  # stay alive: only the sweep may have ended the sleepers
+import time; time.sleep(600)  # stay alive (stdin is /dev/null: input() returned at once, a race): only the sweep may have ended the sleepers
 """
 
 

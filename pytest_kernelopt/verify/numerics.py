@@ -128,10 +128,11 @@ class NumericsRule(BaseModel):
         return envelope_atol(baseline, reference, self.unit(baseline.dtype))
 
 
-def envelope_atol(baseline: Any, reference: Any, u: float, residue: float = 0.0) -> float:
+def envelope_atol(baseline: Any, reference: Any, u: float, residue: float = 0.0, residue_rel: float = 0.0) -> float:
     """The largest ``|baseline - reference| - u * |reference|`` over elements finite in both (0 at least).
 
-    Chunked; ``residue`` (the reference's own rounding) is added to every error.
+    Chunked; the reference's own rounding, ``residue + residue_rel * |reference|``, is
+    added to every error.
     """
     import torch
 
@@ -141,7 +142,7 @@ def envelope_atol(baseline: Any, reference: Any, u: float, residue: float = 0.0)
     for b, r in chunks(baseline, reference.to(baseline.device)):
         b, r = b.double(), r.double()
         finite = torch.isfinite(b) & torch.isfinite(r)
-        excess = (b - r).abs() + residue - u * r.abs()
+        excess = (b - r).abs() + residue - (u - residue_rel) * r.abs()
         worst = torch.maximum(worst, torch.where(finite, excess, 0.0).max())
     return max(0.0, float(worst))
 
@@ -169,12 +170,13 @@ def typical_magnitude(t: Any) -> float:
 
 
 def judge(expected: Any, actual: Any, tol: Tolerance, what: str, residue: float = 0.0,
-          ignore: Any = None) -> Judgement:
+          ignore: Any = None, residue_rel: float = 0.0) -> Judgement:
     """Check ``actual`` against ``expected`` element by element; raise NumericsFailure naming the element.
 
     NaN/Inf of ``expected`` must be in ``actual`` at the same places (Inf of the same sign);
-    where ``expected`` is finite, ``actual`` must be finite and within ``tol``. ``residue``
-    is added to every error (the model stage's reference is rounded; see :mod:`.model`).
+    where ``expected`` is finite, ``actual`` must be finite and within ``tol``.
+    ``residue + residue_rel * |expected|`` is added to each element's error (the model
+    stage's reference may be rounded; see :mod:`.model`).
     ``ignore``: a bool mask of elements not judged (the model stage's baseline NaN/Inf,
     matched beforehand).
     Figures accumulate on the device and are read once at the end; only a failure walks
@@ -208,7 +210,7 @@ def judge(expected: Any, actual: Any, tol: Tolerance, what: str, residue: float 
         odd = _odd(e, a)
         if skip:
             finite, odd = finite & ~skip[0], odd & ~skip[0]
-        err = torch.where(finite, (a - e).abs() + residue, 0.0)
+        err = torch.where(finite, (a - e).abs() + residue + residue_rel * e.abs(), 0.0)
         err = torch.where(torch.isnan(err), float("inf"), err)  # NaN where a finite value was expected
         allow = tol.atol + tol.rtol * e.abs()
         ratio = torch.where(finite, err / allow, 0.0)
@@ -227,13 +229,13 @@ def judge(expected: Any, actual: Any, tol: Tolerance, what: str, residue: float 
     if bad:
         def over(e: Any, a: Any, *skip: Any) -> Any:
             e, a = e.double(), a.double()
-            err = (a - e).abs() + residue
+            err = (a - e).abs() + residue + residue_rel * e.abs()
             return torch.isfinite(e) & ~(err <= tol.atol + tol.rtol * e.abs()) & _keep(e, skip)
 
         index = _first(expected, actual, over, ignore)
         exp_v, act_v = _at(expected, index), _at(actual, index)
         allow = tol.atol + tol.rtol * abs(exp_v)
-        diff = abs(act_v - exp_v) + residue
+        diff = abs(act_v - exp_v) + residue + residue_rel * abs(exp_v)
         raise NumericsFailure(
             f"{what}: {bad} of {expected.numel()} element(s) outside the allowance {tol.describe()}; the first at "
             f"{_where(expected, index)}: expected {exp_v:.9g}, got {act_v:.9g}, |difference| {diff:.3g} > allowance "
