@@ -76,6 +76,19 @@ def compare(expected: Any, actual: Any, rtol: float | None, what: str, rule: Num
         raise StageFailure(str(exc)) from exc
 
 
+def is_pointwise(info: Any) -> bool:
+    """Whether the compiler's kernel computes each output element on its own (Inductor's
+    ``triton_poi_`` kernels): no reduction, scan, dot or atomic in its source."""
+    import re
+
+    if not info.function.startswith("triton_poi_"):
+        return False
+    body = info.source
+    return re.search(r"\btl\.(?:sum|max|min|reduce|argmax|argmin|associative_scan|cumsum|cumprod|dot|sort|"
+                     r"xor_sum|reduce_or|atomic_\w+)\(|triton_helpers\.(?:max2|min2|welford\w*|prod|any)\(",
+                     body) is None
+
+
 def _any_finite(t: Any) -> bool:
     import torch
 
@@ -233,7 +246,7 @@ def kernel_stage(prepared: Prepared, name: str, candidate: Any, allow_reduced_pr
 
     compiled = prepared.compiled
     handle = compiled.kernel(name)
-    rule = NumericsRule(reduced_precision=allow_reduced_precision)
+    rule = NumericsRule(reduced_precision=allow_reduced_precision, pointwise=is_pointwise(handle.info))
     entropy = prepared.entropy
     rows = KernelRows()
     for seed in prepared.seeds:
