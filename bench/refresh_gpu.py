@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-KERNELOPT = Path(sys.executable).with_name("kernelopt")
+KERNELOPT = [sys.executable, "-m", "pytest_kernelopt.cli"]  # the console script may not be beside this Python
 
 
 def _say(text: str) -> None:
@@ -53,7 +53,9 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], allowed: tuple[int, ..
 
 
 _BATCH = [re.compile(r"^((?:batch_size|BATCH\w*)\s*=\s*)(\d+)", re.M | re.I),
-          re.compile(r"(if LARGE else \()(\d+)")]
+          # The bundled examples' ``(large) if LARGE else (small)``: the tuple the run uses.
+          re.compile(r"(= \()(\d+)(?=[^\n]*\) if LARGE else)") if os.environ.get("KERNELOPT_SIZE") == "large"
+          else re.compile(r"(if LARGE else \()(\d+)")]
 
 
 def change_shape(path: Path) -> str:
@@ -83,14 +85,14 @@ def accept_correct(project: Path, run: dict, env: dict[str, str]) -> None:
             # it by; tune does): prefer launch and rewrite candidates, whose recipes replay.
             tried.sort(key=lambda a: a["origin"].startswith("harvest:"))
             if tried:
-                _run([str(KERNELOPT), "accept", problem["problem"], "--kernel", kernel["kernel"], "--candidate",
+                _run([*KERNELOPT, "accept", problem["problem"], "--kernel", kernel["kernel"], "--candidate",
                       str(run_dir / tried[0]["file"]), "--allow-no-gain", "--seeds", "1",
                       "--proposed-by", f"bench/refresh_gpu.py ({tried[0]['origin']})"], project, env, allowed=(0, 1))
 
 
 def bench(project: Path, problems: list[Path], device: str, seconds: float, env: dict[str, str],
           out: Path) -> dict[str, float | None]:
-    _run([str(KERNELOPT), "bench", *map(str, problems), "--modes", "default,kernelopt", "--device", device,
+    _run([*KERNELOPT, "bench", *map(str, problems), "--modes", "default,kernelopt", "--device", device,
           "--seconds", str(seconds), "--json", str(out)], project, env)
     data = json.loads(out.read_text())
     speedups: dict[str, float | None] = {}
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copy(path, project / "problems" / path.name)
         problems.append(project / "problems" / path.name)
     env = dict(os.environ)
-    run = json.loads(_run([str(KERNELOPT), "tune", *map(str, problems), "--agent", "search", "--budget-s",
+    run = json.loads(_run([*KERNELOPT, "tune", *map(str, problems), "--agent", "search", "--budget-s",
                            str(args.budget_s), "--no-ncu", "--device", args.device, "--json"], project, env,
                           allowed=(0, 2)))
     if args.device == "cpu":
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         env["TORCHINDUCTOR_PERSISTENT_REDUCTIONS"] = "0"
         _say("TORCHINDUCTOR_PERSISTENT_REDUCTIONS=0 from here on")
-    record = json.loads(_run([str(KERNELOPT), "refresh", "--device", args.device, "--json"], project, env,
+    record = json.loads(_run([*KERNELOPT, "refresh", "--device", args.device, "--json"], project, env,
                              allowed=(0, 2)))
     after = bench(project, problems, args.device, args.seconds, env, project / "bench-after.json")
     refreshed = {p["model"]: p for p in record["problems"]}
