@@ -382,6 +382,9 @@ class GateSession:
         info = problem.compiled.kernel(kernel).info
         item.prop("model", problem.id)
         try:
+            # The whole folder (every version against its sha256, no file the manifest does not
+            # record), then the active version: what the gate passes is what the store holds.
+            self.store.check(problem.id, kernel)
             found = self.store.active_file(problem.id, kernel)
         except KerneloptError as exc:
             item.prop("status", "broken")

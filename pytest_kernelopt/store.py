@@ -405,6 +405,11 @@ class KernelStore:
             for name in sorted(originals):
                 if not (folder / name).is_file():
                     raise StoreError(f"{folder / name}: original file recorded in {folder / MANIFEST} is missing")
+            known = {MANIFEST, *originals, *(v.file for v in manifest.versions)}
+            stray = sorted(p.name for p in folder.iterdir() if p.name not in known)
+            if stray:  # nothing reads them, but nobody verified them either: a committed store says what it holds
+                raise StoreError(f"{folder}: {', '.join(stray[:5])}{' ...' if len(stray) > 5 else ''} not recorded "
+                                 f"in {MANIFEST} (remove, or store a version through kernelopt accept)")
         return manifest
 
     def already_stored(self, model: str, kernel: str, source: str) -> AcceptOutcome | None:

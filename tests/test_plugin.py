@@ -198,6 +198,17 @@ def test_corrupt_manifest_fails_the_item_not_the_run(repo: Path, pytester: pytes
 
 
 @pytest.mark.slow
+def test_a_stray_file_in_a_kernel_folder_fails_its_kernel_item(repo: Path, pytester: pytest.Pytester) -> None:
+    """Nothing loads an unrecorded file, but the gate reports what the store holds: a file the
+    manifest does not record (here a version nobody verified) fails the kernel item."""
+    (_kernel_dir(repo) / "v2.py").write_text("# not accepted\n")
+    result = _gate(pytester)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([f"FAILED {FILE}::triton_*"])
+    assert "v2.py not recorded in manifest.json" in result.stdout.str()
+
+
+@pytest.mark.slow
 def test_k_selects_the_model_item(repo: Path, pytester: pytest.Pytester) -> None:
     # -W default after the helper's -W ignore: warnings torch raises while the gate compiles
     # and verifies must not reach the summary.

@@ -206,6 +206,16 @@ def test_check_covers_inactive_versions_and_the_original(tmp_path: Path) -> None
     assert "v3.py" not in _files(folder)
 
 
+def test_check_names_files_the_manifest_does_not_record(tmp_path: Path) -> None:
+    _add(str(tmp_path), "a")
+    store, folder = KernelStore(tmp_path), tmp_path / "m" / "k"
+    (folder / "v9.py").write_text("# never accepted\n")
+    (folder / "notes").mkdir()
+    with pytest.raises(StoreError, match=r"notes, v9.py not recorded in manifest.json"):
+        store.check("m", "k")
+    assert store.active_file("m", "k") is not None  # production and accept still read the active version
+
+
 # --- 4. manifest file names cannot leave the kernel's folder -------------------------------------
 
 @pytest.mark.parametrize("version, file, words", [
