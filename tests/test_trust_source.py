@@ -230,3 +230,17 @@ def test_the_loader_refuses_an_oversized_text_before_reading_it_as_code(interpre
     text = BASE.replace("    LAST\n", "") + "#" * CANDIDATE_BYTES + "\n"
     with pytest.raises(CandidateError, match="over the .* limit"):
         load_candidate_source(text, "huge.py")
+
+
+def test_host_code_cannot_read_an_address():
+    """Guarded copies and the model's own buffers differ in where they lie (production's
+    consecutive allocations sit a rounded size apart): host code that could read an address
+    could launch differently outside verification."""
+    from pytest_kernelopt.verify.static import check_candidate
+
+    text = BASE.replace("    LAST\n", "").replace(
+        "    XBLOCK = 64\n",
+        "    XBLOCK = 64\n    if out_ptr0.data_ptr() - in_ptr0.data_ptr() == 512:\n        XBLOCK = 32\n")
+    report = check_candidate(text, ARGS)
+    assert not report.ok
+    assert any("data_ptr" in p for p in report.problems), report.problems

@@ -183,7 +183,11 @@ BUILTINS = DEVICE_BUILTINS | HOST_BUILTINS
 
 # Tensor metadata host code may read from the entry point's tensor arguments.
 HOST_METADATA_ATTRS = frozenset({"shape", "ndim", "dtype"})
-HOST_METADATA_METHODS = frozenset({"stride", "size", "numel", "dim", "element_size", "is_contiguous", "data_ptr"})
+# Not ``data_ptr()``: an address tells a candidate where it runs (the verifier's guarded
+# copies, or the model's own buffers in production: consecutive allocations lie a rounded
+# size apart), so host code could launch differently outside verification. Triton itself
+# specialises on 16-byte alignment.
+HOST_METADATA_METHODS = frozenset({"stride", "size", "numel", "dim", "element_size", "is_contiguous"})
 
 # Keyword arguments of ``kernel[grid](...)`` besides the kernel's own parameters: the launch
 # options Inductor uses (dumps spell out debug and sanitize_overflow as Inductor compiles
