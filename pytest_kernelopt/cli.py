@@ -195,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="where the run directory goes (default: .kernelopt/runs in the problems' project); "
                          "`kernelopt publish` takes it")
     rf.add_argument("--seeds", type=_seeds, default=3, help="input seeds for the kernel and model stages (default 3)")
+    rf.add_argument("--seed", type=_root_seed, default=None, metavar="S",
+                    help="reproduce a run: derive every session's input seeds, fills and draws from S")
     rf.add_argument("--timeout", type=_seconds, default=300.0, help="seconds one candidate's checks may take")
     rf.add_argument("--json", action="store_true", help="print the refresh record (refresh.json) on stdout")
 
@@ -606,7 +608,7 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     if device != "cuda":
         say("interpreter mode: replayed kernels are checked for correctness only; speed is not measured, so a "
             "correct one is stored without a speed comparison")
-    record = refresh(problems, store, device, VerifyOptions(seeds=args.seeds, timeout=args.timeout), runs_dir=runs,
+    record = refresh(problems, store, device, VerifyOptions(seeds=args.seeds, seed=args.seed, timeout=args.timeout), runs_dir=runs,
                      say=say)
     if args.json:
         print(record.model_dump_json(indent=2))

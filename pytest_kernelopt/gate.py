@@ -369,16 +369,21 @@ class GateSession:
             session.close()
         self._sessions.clear()
 
-    def check_kernel(self, item: KernelItem) -> None:
-        problem, kernel = item.problem, item.name
+    def _before_checks(self, problem: _Problem, item: Any) -> None:
+        """A problem that failed to compile fails its items; the first item of a problem runs
+        refresh and tune on it (what they store is then gated like any committed kernel)."""
         if problem.error:
             raise GateFailure(problem.error)
         if (self.tune or self.refresh) and problem.path not in self._tuned:
-            self._tuned.add(problem.path)  # first item of the problem: what refresh and tune store is then gated
+            self._tuned.add(problem.path)
             if self.refresh:
                 self._refresh_problem(problem, item)
             if self.tune:
                 self._tune_problem(problem, item)
+
+    def check_kernel(self, item: KernelItem) -> None:
+        problem, kernel = item.problem, item.name
+        self._before_checks(problem, item)
         info = problem.compiled.kernel(kernel).info
         item.prop("model", problem.id)
         try:
@@ -417,14 +422,7 @@ class GateSession:
 
     def check_model(self, item: ModelItem) -> None:
         problem = item.problem
-        if problem.error:
-            raise GateFailure(problem.error)
-        if (self.tune or self.refresh) and problem.path not in self._tuned:
-            self._tuned.add(problem.path)  # first item of the problem: what refresh and tune store is then gated
-            if self.refresh:
-                self._refresh_problem(problem, item)
-            if self.tune:
-                self._tune_problem(problem, item)
+        self._before_checks(problem, item)
         item.prop("model", problem.id)
         replacements, stale, broken = {}, [], []
         for kernel in problem.kernels:
