@@ -35,8 +35,8 @@ def main(paths: list[Path]) -> None:
     from pytest_kernelopt.capture import compile_problem
     from pytest_kernelopt.config import resolve_device
     from pytest_kernelopt.measure.timing import paired_timings
-    from pytest_kernelopt.problem import load_problem
-    from pytest_kernelopt.swap import candidate_kernel
+    from pytest_kernelopt.capture.problem import load_problem
+    from pytest_kernelopt.capture.swap import candidate_kernel
     from pytest_kernelopt.verify.speed import first_launch
 
     device = resolve_device("cuda")

@@ -26,9 +26,9 @@ def main(out: Path, kernels: Path, problems: list[Path]) -> None:
     from pytest_kernelopt.capture import compile_problem
     from pytest_kernelopt.config import resolve_device
     from pytest_kernelopt.measure.timing import graphed, paired_timings
-    from pytest_kernelopt.problem import load_problem
+    from pytest_kernelopt.capture.problem import load_problem
     from pytest_kernelopt.store import KernelStore
-    from pytest_kernelopt.swap import candidate_kernel, swapped
+    from pytest_kernelopt.capture.swap import candidate_kernel, swapped
 
     device = resolve_device("cuda")
     store = KernelStore(kernels)

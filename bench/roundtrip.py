@@ -24,8 +24,8 @@ def main(paths: list[str]) -> None:
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.capture import compile_problem
     from pytest_kernelopt.config import resolve_device
-    from pytest_kernelopt.problem import load_problem
-    from pytest_kernelopt.swap import candidate_kernel, swapped
+    from pytest_kernelopt.capture.problem import load_problem
+    from pytest_kernelopt.capture.swap import candidate_kernel, swapped
 
     device = resolve_device("auto")
     rows = []
@@ -49,7 +49,7 @@ def main(paths: list[str]) -> None:
             all_exact = torch.equal(compiled(*inputs), ref)
         speed = ""
         if device == "cuda":
-            from pytest_kernelopt.swap import restore, swap
+            from pytest_kernelopt.capture.swap import restore, swap
             from pytest_kernelopt.measure.timing import paired_timings
 
             def swap_in() -> None:

@@ -35,8 +35,8 @@ def diag(out: Path, problem: Path) -> None:
     from pytest_kernelopt.capture import compile_problem
     from pytest_kernelopt.config import resolve_device
     from pytest_kernelopt.launch import FastJIT
-    from pytest_kernelopt.problem import load_problem
-    from pytest_kernelopt.swap import candidate_kernel
+    from pytest_kernelopt.capture.problem import load_problem
+    from pytest_kernelopt.capture.swap import candidate_kernel
     from pytest_kernelopt.verify.speed import first_launch
 
     compiled = compile_problem(load_problem(problem), resolve_device("cuda"))
@@ -109,7 +109,7 @@ def compare(out: Path, kernels: Path, problems: list[Path]) -> None:
     import pytest_kernelopt
     from pytest_kernelopt.config import resolve_device
     from pytest_kernelopt.measure.timing import graphed, paired_timings
-    from pytest_kernelopt.problem import load_problem
+    from pytest_kernelopt.capture.problem import load_problem
 
     resolve_device("cuda")
     rows = []

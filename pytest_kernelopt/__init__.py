@@ -20,28 +20,28 @@ __all__ = ["KerneloptBackend", "KerneloptWarning", "backend", "compile", "interp
 def compile(model: Any, kernels_dir: Any = None, *, model_id: str | None = None, quiet: bool = False,
             **torch_compile_kwargs: Any) -> Any:
     """``torch.compile`` with Inductor, running the committed kernels of ``model_id`` (see :mod:`.production`)."""
-    from .production import compile as compile_
+    from .store.production import compile as compile_
 
     return compile_(model, kernels_dir, model_id=model_id, quiet=quiet, **torch_compile_kwargs)
 
 
 def backend(model: str, kernels_dir: Any = None, *, quiet: bool = False) -> Any:
     """A ``torch.compile`` backend running the committed kernels of ``model`` (see :mod:`.production`)."""
-    from .production import backend as backend_
+    from .store.production import backend as backend_
 
     return backend_(model, kernels_dir, quiet=quiet)
 
 
 def status(model: Any) -> Any:
     """Which kernels of a compiled model come from the store, and why the others do not (see :mod:`.production`)."""
-    from .production import status as status_
+    from .store.production import status as status_
 
     return status_(model)
 
 
 def __getattr__(name: str) -> Any:
     if name in ("KerneloptBackend", "KerneloptWarning"):
-        from . import production
+        from .store import production
 
         return getattr(production, name)
     if name == "interpret":  # light (no torch until enable()): `pytest_kernelopt.interpret.enable()` just works

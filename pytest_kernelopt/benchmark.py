@@ -437,7 +437,7 @@ def record_timings(result: ProblemResult, estimates: dict[str, Any]) -> None:
 
 def _profile(result: ProblemResult, fn: Callable[..., Any], inputs: list[Any]) -> None:
     """GPU time per run of the default mode by kernel name: ``triton_*`` against the rest."""
-    from .measure.profile import device_times
+    from .measure.device_time import device_times
 
     by_name = device_times(lambda: fn(*inputs), PROFILED_RUNS)
     kernels = [KernelTime(name=name, us=sum(us) / PROFILED_RUNS, launches=round(len(us) / PROFILED_RUNS),
@@ -459,7 +459,7 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
     where = "loading the problem"
     try:
         from .config import resolve_device
-        from .problem import load_problem
+        from .capture.problem import load_problem
 
         step(where)
         device = result.device = resolve_device(job.device)  # before anything imports triton
@@ -519,7 +519,7 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
             if row.mode != "eager":
                 row.compile_seconds = seconds
             if backend is not None:
-                from .production import KerneloptWarning
+                from .store.production import KerneloptWarning
 
                 messages = [str(w.message) for w in caught if issubclass(w.category, KerneloptWarning)]
                 row.committed_kernels, row.kernels_note = _kernels_note(backend, messages)

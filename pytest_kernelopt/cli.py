@@ -288,7 +288,7 @@ def _device(args: argparse.Namespace, settings: Any) -> str:
 
 
 def cmd_kernels(args: argparse.Namespace) -> int:
-    from .problem import load_problem
+    from .capture.problem import load_problem
 
     problem = load_problem(args.problem)  # bad file: exit 2 before torch compiles anything
     settings = _settings(args)
@@ -363,7 +363,7 @@ def verdict_lines(verdict: Any) -> list[str]:
 def cmd_verify_or_accept(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from .problem import load_problem
+    from .capture.problem import load_problem
     from .verify import VerifyOptions, VerifySession, read_candidate
 
     candidates = args.candidate if isinstance(args.candidate, list) else [args.candidate]
@@ -461,7 +461,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from .agents import TuneOptions, tune
     from .agents.progress import RichUI
     from .config import config_for_problem, resolve_device
-    from .problem import load_problem
+    from .capture.problem import load_problem
     from .store import KernelStore
 
     if not 0.0 <= args.min_share < 1.0:
@@ -513,7 +513,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                        "try more")
         try:
             if args.workers > 1:
-                from .agents.workers import tune_workers
+                from .agents.multi_gpu import tune_workers
 
                 record = tune_workers(problems, _tune_passthrough(args, device, store.root), args.workers, device,
                                       runs, say=ui.message)
@@ -582,8 +582,8 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     2: bad input, or a problem that could not be refreshed (compile failure, broken store, the verifier's own
     failure; the other problems still were); 130: interrupted (what was stored or retired stays)."""
     from .config import config_for_problem, load_config, resolve_device
-    from .problem import load_problem
-    from .refresh import refresh, refresh_table
+    from .capture.problem import load_problem
+    from .agents.refresh import refresh, refresh_table
     from .report import print_table
     from .store import KernelStore
     from .verify.options import VerifyOptions

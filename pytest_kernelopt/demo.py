@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from .capture import compile_problem
     from .config import resolve_device
     from .verify import VerifyOptions, VerifySession
-    from .problem import load_problem
+    from .capture.problem import load_problem
 
     root = Path(__file__).resolve().parent.parent
     paths = [Path(p) for p in (argv or [])] or sorted((root / "tests" / "problems").glob("*.py"))

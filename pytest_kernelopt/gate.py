@@ -227,7 +227,7 @@ class GateSession:
     def _refresh_problem(self, problem: _Problem, item: _GateItem) -> None:
         """``--kernelopt-refresh``: when the problem's committed kernels are stale, refresh them in the gate's
         session of the problem (compiled once) before its items are checked."""
-        from .refresh import refresh, stale_kernels
+        from .agents.refresh import refresh, stale_kernels
 
         try:
             stale = stale_kernels(self.store, problem.id,
@@ -325,7 +325,7 @@ class GateSession:
     def load(self, problem: _Problem) -> _Problem:
         """Compile the problem once, to know its kernels (each xdist worker does this)."""
         from .capture import compile_problem
-        from .problem import load_problem
+        from .capture.problem import load_problem
 
         if not problem.loaded:
             problem.loaded = True

@@ -87,7 +87,7 @@ class CompiledModels:
     @staticmethod
     def _compile(path: Path) -> Any:
         from pytest_kernelopt.capture import compile_problem
-        from pytest_kernelopt.problem import load_problem
+        from pytest_kernelopt.capture.problem import load_problem
 
         # reset=False keeps the other problems compiled in this process live.
         return compile_problem(load_problem(path), "cpu", reset=False)

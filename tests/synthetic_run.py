@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pytest_kernelopt.agents.records import (
+from pytest_kernelopt.agents.run_records import (
     Attempt,
     KernelOutcome,
     KernelProfile,

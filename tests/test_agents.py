@@ -19,7 +19,7 @@ from pytest_kernelopt.agents.harvest import Harvested, HarvestResult, matches, s
 from pytest_kernelopt.agents.launch_space import Limits, describe, neighbours, read_point, with_point
 from pytest_kernelopt.agents.planner import plan
 from pytest_kernelopt.agents.profiler import build_profile, bytes_moved, classify, parse_ncu_csv
-from pytest_kernelopt.agents.records import Attempt, CoderContext, ModelProfile, KernelProfile, Proposal, RunRecord
+from pytest_kernelopt.agents.run_records import Attempt, CoderContext, ModelProfile, KernelProfile, Proposal, RunRecord
 from pytest_kernelopt.agents.reviewer import review
 from pytest_kernelopt.agents.search import SearchCoder, approximate_divisions, drop_eviction_hints
 from pytest_kernelopt.agents.trace import RunDir, load_run

@@ -130,7 +130,7 @@ def kernel() -> dict[str, Any]:
 
 
 def context(kernel: dict[str, Any], **fields: Any) -> Any:
-    from pytest_kernelopt.agents.records import CoderContext
+    from pytest_kernelopt.agents.run_records import CoderContext
 
     base = {"model": kernel["model"], "device": "cpu", "kernel": kernel["info"], "original": kernel["dump"],
             "best": kernel["dump"]}
@@ -387,7 +387,7 @@ def test_prices_by_model_family(fake, kernel):
 # --- the prompt -----------------------------------------------------------------------------
 
 def test_prompt_carries_profile_attempts_and_their_reasons(fake, kernel):
-    from pytest_kernelopt.agents.records import Attempt, KernelProfile
+    from pytest_kernelopt.agents.run_records import Attempt, KernelProfile
     from pytest_kernelopt.records import Timing
 
     info = kernel["info"]
@@ -552,7 +552,7 @@ def test_fixture_is_todays_dump(compiled_models):
 if __name__ == "__main__":  # regenerate the fixture
     from pytest_kernelopt.capture import compile_problem
     from pytest_kernelopt.config import resolve_device
-    from pytest_kernelopt.problem import load_problem
+    from pytest_kernelopt.capture.problem import load_problem
 
     problem = load_problem(TESTS / "problems" / "elementwise_chain.py")
     FIXTURE.parent.mkdir(exist_ok=True)

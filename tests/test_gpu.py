@@ -26,8 +26,8 @@ def test_round_trip_large(path: Path, tmp_path: Path, monkeypatch: pytest.Monkey
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.capture import compile_problem
     from pytest_kernelopt.config import resolve_device
-    from pytest_kernelopt.problem import load_problem
-    from pytest_kernelopt.swap import candidate_kernel, swapped
+    from pytest_kernelopt.capture.problem import load_problem
+    from pytest_kernelopt.capture.swap import candidate_kernel, swapped
 
     monkeypatch.setenv("KERNELOPT_SIZE", "large")
     compiled = compile_problem(load_problem(path), resolve_device("cuda"))

@@ -88,9 +88,9 @@ def test_production_model_computes_what_the_gate_measures_at_its_speed(large: No
     from pytest_kernelopt.capture import compile_problem
     from pytest_kernelopt.config import resolve_device
     from pytest_kernelopt.measure.timing import graphed, paired_timings
-    from pytest_kernelopt.problem import load_problem
+    from pytest_kernelopt.capture.problem import load_problem
     from pytest_kernelopt.store import KernelStore, accept_verdict
-    from pytest_kernelopt.swap import candidate_kernel, swapped
+    from pytest_kernelopt.capture.swap import candidate_kernel, swapped
     from pytest_kernelopt.verify import VerifyOptions, VerifySession, source_of
 
     path = PROBLEMS / "softmax_rows.py"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_kernelopt.errors import ProblemError
-from pytest_kernelopt.problem import load_problem
+from pytest_kernelopt.capture.problem import load_problem
 
 PROBLEMS = Path(__file__).parent / "problems"
 EXAMPLES = sorted(PROBLEMS.glob("*.py"))

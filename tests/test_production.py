@@ -80,7 +80,7 @@ def marked(info: Any, model: str) -> str:
 
 def fresh(path: Path) -> tuple[Any, Any]:
     """(problem, eager model) loaded afresh: new code objects, so Dynamo compiles them anew."""
-    from pytest_kernelopt.problem import load_problem
+    from pytest_kernelopt.capture.problem import load_problem
 
     problem = load_problem(path)
     return problem, problem.build_model("cpu")
@@ -90,7 +90,7 @@ def run(compiled: Any, *inputs: Any) -> tuple[Any, list[str]]:
     """(output, KerneloptWarning messages) of one call under no_grad, as the gate runs models."""
     import torch
 
-    from pytest_kernelopt.production import KerneloptWarning
+    from pytest_kernelopt.store.production import KerneloptWarning
 
     with warnings.catch_warnings(record=True) as caught, torch.no_grad():
         warnings.simplefilter("always")
@@ -116,7 +116,7 @@ def gate_output(compiled_models: Any, path: Path, files: dict[str, Path]) -> Any
     """The output of the gate's model: the problem as captured, with ``files`` swapped in."""
     import torch
 
-    from pytest_kernelopt.swap import candidate_kernel, swapped
+    from pytest_kernelopt.capture.swap import candidate_kernel, swapped
 
     gate = compiled_models.live(path)
     with swapped(gate, {name: candidate_kernel(file) for name, file in files.items()}), torch.no_grad():
@@ -347,7 +347,7 @@ def test_string_backend_without_a_model_id_is_one_clear_error(interpreter):
 def test_model_id_and_bad_arguments(tmp_path):
     import pytest_kernelopt
     from pytest_kernelopt.errors import StoreError, UsageError
-    from pytest_kernelopt.production import model_id_of
+    from pytest_kernelopt.store.production import model_id_of
 
     _, model = fresh(MLP)
     assert model_id_of(model) == "small_mlp_graph_break"
@@ -371,7 +371,7 @@ def test_the_backend_is_registered_through_the_entry_point():
     from importlib.metadata import entry_points
 
     (entry,) = [e for e in entry_points(group="torch_dynamo_backends") if e.name == "kernelopt"]
-    from pytest_kernelopt.production import kernelopt_backend
+    from pytest_kernelopt.store.production import kernelopt_backend
 
     assert entry.load() is kernelopt_backend
 
@@ -386,7 +386,7 @@ def test_production_imports_no_agents_git_or_verifier_worker(tmp_path):
         from pytest_kernelopt.config import resolve_device
         resolve_device("cpu")
         import torch
-        from pytest_kernelopt.problem import load_problem
+        from pytest_kernelopt.capture.problem import load_problem
         problem = load_problem({str(ELEMENTWISE)!r})
         compiled = pytest_kernelopt.compile(problem.build_model("cpu"), {str(tmp_path / "kernels")!r})
         with torch.no_grad():
@@ -411,7 +411,7 @@ def test_committed_kernels_unused_because_inductor_wrote_cpp_is_one_warning(tmp_
         import warnings
         import torch
         import pytest_kernelopt
-        from pytest_kernelopt.problem import load_problem
+        from pytest_kernelopt.capture.problem import load_problem
         problem = load_problem({str(ELEMENTWISE)!r})
         model = pytest_kernelopt.compile(problem.build_model("cpu"), {str(tmp_path / "kernels")!r})
         with warnings.catch_warnings(record=True) as seen, torch.no_grad():

@@ -39,7 +39,7 @@ def refreshed(tmp_path_factory: pytest.TempPathFactory, interpreter: str) -> dic
     from pytest_kernelopt.agents.launch_space import with_point
     from pytest_kernelopt.agents.search import approximate_divisions
     from pytest_kernelopt.candidate import render_dump
-    from pytest_kernelopt.refresh import Refresher
+    from pytest_kernelopt.agents.refresh import Refresher
     from pytest_kernelopt.store import KernelStore, accept_verdict
     from pytest_kernelopt.verify import VerifySession, source_of
     from pytest_kernelopt.verify.options import VerifyOptions
@@ -170,7 +170,7 @@ def test_a_replayed_kernel_that_is_now_wrong_is_not_stored(refreshed: dict[str, 
 def test_the_table_says_what_happened_to_each_kernel(refreshed: dict[str, Any]) -> None:
     from rich.console import Console
 
-    from pytest_kernelopt.refresh import RefreshRecord, refresh_table
+    from pytest_kernelopt.agents.refresh import RefreshRecord, refresh_table
 
     record = RefreshRecord(device="cpu", kernels_dir="k", problems=list(refreshed["results"].values()))
     console = Console(width=300, record=True)
@@ -181,7 +181,7 @@ def test_the_table_says_what_happened_to_each_kernel(refreshed: dict[str, Any]) 
 
 
 def test_patches_apply_at_an_offset_and_fail_naming_the_hunk() -> None:
-    from pytest_kernelopt.recipe import apply_patch, unified_diff
+    from pytest_kernelopt.store.recipe import apply_patch, unified_diff
 
     before = "".join(f"line {i}\n" for i in range(20))
     after = before.replace("line 10\n", "line ten\n")
@@ -194,7 +194,7 @@ def test_patches_apply_at_an_offset_and_fail_naming_the_hunk() -> None:
 
 def test_a_successor_is_found_by_structure_when_the_name_changed(refreshed: dict[str, Any]) -> None:
     from pytest_kernelopt.candidate import render_dump
-    from pytest_kernelopt.refresh import find_successor
+    from pytest_kernelopt.agents.refresh import find_successor
 
     info = refreshed["new_info"]
     renamed = info.model_copy(update={"name": "triton_per_fused_add_mean_mul_pow_rsqrt_3"})

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import synthetic_run as s
 
-from pytest_kernelopt.agents.records import ProblemOutcome
+from pytest_kernelopt.agents.run_records import ProblemOutcome
 from pytest_kernelopt.cli import main
 from pytest_kernelopt.errors import UsageError
 from pytest_kernelopt.report import build_view, render_report, write_report

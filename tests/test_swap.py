@@ -12,7 +12,7 @@ import pytest
 
 from pytest_kernelopt.candidate import render_dump
 from pytest_kernelopt.errors import UsageError
-from pytest_kernelopt.swap import candidate_kernel, restore, swap, swapped
+from pytest_kernelopt.capture.swap import candidate_kernel, restore, swap, swapped
 
 PROBLEMS = Path(__file__).parent / "problems"
 EXAMPLES = sorted(PROBLEMS.glob("*.py"))

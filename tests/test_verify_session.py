@@ -141,7 +141,7 @@ def test_a_missing_float64_reference_is_never_silent(tmp_path, interpreter):
     """The verdict says the judge was the fp32 eager model, and why."""
     from pytest_kernelopt.capture import compile_problem
     from pytest_kernelopt.candidate import render_dump
-    from pytest_kernelopt.problem import load_problem
+    from pytest_kernelopt.capture.problem import load_problem
     from pytest_kernelopt.verify import VerifyOptions, verify
 
     problem = tmp_path / "fp32_pinned.py"

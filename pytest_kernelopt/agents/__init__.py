@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .loop import UI, Tuner, TuneOptions
-from .records import RunRecord
+from .run_records import RunRecord
 from .trace import RunDir, new_run_id, now_iso
 
 __all__ = ["UI", "TuneOptions", "Tuner", "tune"]

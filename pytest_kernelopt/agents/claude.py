@@ -53,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from ..candidate import ENTRY_POINT
 from ..errors import UsageError
 from .coder import Spend
-from .records import Attempt, CoderContext, Proposal
+from .run_records import Attempt, CoderContext, Proposal
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
 SYSTEM_TEMPLATE = "prompts/system.md.j2"

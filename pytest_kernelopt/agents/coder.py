@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from ..errors import UsageError
-from .records import CoderContext, Proposal
+from .run_records import CoderContext, Proposal
 
 BACKENDS = ("search", "anthropic")
 

@@ -112,7 +112,7 @@ def main(argv: list[str]) -> int:
     problem_path, device, out, *variants = argv
     from ..candidate import render_dump
     from ..config import resolve_device
-    from ..problem import load_problem
+    from ..capture.problem import load_problem
 
     device = resolve_device(device)
     problem = load_problem(Path(problem_path))

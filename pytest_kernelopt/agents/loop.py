@@ -37,7 +37,7 @@ from ..records import KernelInfo, Verdict
 from ..store import sha256_text
 from .coder import Coder
 from .planner import MIN_SHARE, PlanItem, plan
-from .records import Attempt, CoderContext, KernelOutcome, ProblemOutcome, Proposal
+from .run_records import Attempt, CoderContext, KernelOutcome, ProblemOutcome, Proposal
 from .reviewer import review
 from .trace import RunDir
 
@@ -128,7 +128,7 @@ class Tuner:
     # --- one problem --------------------------------------------------------------------
 
     def tune_problem(self, problem_path: Path) -> ProblemOutcome:
-        from ..problem import load_problem
+        from ..capture.problem import load_problem
         from ..verify import VerifyOptions, VerifySession
         from .profiler import build_profile, ncu_counters
 

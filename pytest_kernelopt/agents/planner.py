@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .records import KernelProfile, ModelProfile
+from .run_records import KernelProfile, ModelProfile
 
 MIN_SHARE = 0.02
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..records import KernelInfo
-from .records import Bottleneck, KernelProfile, ModelProfile
+from .run_records import Bottleneck, KernelProfile, ModelProfile
 
 LAUNCH_US = 6.0
 MEMORY_PCT = 50.0
@@ -187,7 +187,7 @@ def _ncu_target(problem_path: str) -> int:
 
     from ..capture import compile_problem
     from ..config import resolve_device
-    from ..problem import load_problem
+    from ..capture.problem import load_problem
 
     warnings.filterwarnings("ignore")
     device = resolve_device("cuda")

@@ -6,7 +6,7 @@ import sys
 from typing import Any
 
 from .loop import UI
-from .records import Attempt, KernelOutcome
+from .run_records import Attempt, KernelOutcome
 
 
 class RichUI(UI):

@@ -30,7 +30,7 @@ from ..store import sha256_text
 from .coder import Spend
 from .harvest import CPU_VARIANTS, VARIANTS, HarvestResult, harvest, matches
 from .launch_space import Limits, describe, neighbours, read_point, with_point
-from .records import CoderContext, Proposal
+from .run_records import CoderContext, Proposal
 
 HARVEST_TIMEOUT = 900.0
 # In interpreter mode nothing is timed, so the launch search has no direction: a few

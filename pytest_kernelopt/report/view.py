@@ -1,6 +1,6 @@
 """What a tuning-run report shows, computed from the run's records (numbers only, no rendering).
 
-:func:`build_view` reads a :class:`~pytest_kernelopt.agents.records.RunRecord`, its
+:func:`build_view` reads a :class:`~pytest_kernelopt.agents.run_records.RunRecord`, its
 trace and the kernel store the run wrote into, and returns a :class:`RunView`: per
 model and per kernel the figures the templates print. Nothing here measures anything:
 every number comes from the records as the tuning run wrote them.
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..agents.records import Attempt, KernelOutcome, ProblemOutcome, RunRecord, TraceEvent
+from ..agents.run_records import Attempt, KernelOutcome, ProblemOutcome, RunRecord, TraceEvent
 from ..errors import StoreError
 from ..records import Environment, SeedErrors, Timing
 

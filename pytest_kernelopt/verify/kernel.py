@@ -242,7 +242,7 @@ class KernelRows(list):
 
 def kernel_stage(prepared: Prepared, name: str, candidate: Any, allow_reduced_precision: bool) -> KernelRows:
     """Every launch of kernel ``name`` on every seed and input draw, compiler's kernel vs candidate."""
-    from ..swap import swapped
+    from ..capture.swap import swapped
 
     compiled = prepared.compiled
     handle = compiled.kernel(name)
@@ -282,7 +282,7 @@ def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, ro
     """
     import torch
 
-    from ..swap import swapped
+    from ..capture.swap import swapped
 
     compiled, handle = prepared.compiled, prepared.compiled.kernel(name)
     entropy = prepared.entropy

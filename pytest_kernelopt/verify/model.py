@@ -225,7 +225,7 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
                 reduced_precision: bool) -> list[SeedErrors]:
     import torch
 
-    from ..swap import swapped
+    from ..capture.swap import swapped
 
     compiled = prepared.compiled
     rule = NumericsRule(error_factor=error_factor, reduced_precision=reduced_precision)

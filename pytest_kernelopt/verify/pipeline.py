@@ -89,7 +89,7 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
 
     from ..capture import compile_problem
     from ..config import resolve_device
-    from ..problem import load_problem
+    from ..capture.problem import load_problem
     from .tensors import input_checksums
 
     started = time.monotonic()
@@ -145,7 +145,7 @@ def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], N
     import torch
 
     from ..candidate import load_candidate_source
-    from ..swap import CandidateKernel
+    from ..capture.swap import CandidateKernel
 
     candidates: dict[str, Any] = {}
 

@@ -101,7 +101,7 @@ class Prepared:
         """
         import torch
 
-        from ..swap import swapped
+        from ..capture.swap import swapped
 
         runs = self.extra_run_count()
         try:

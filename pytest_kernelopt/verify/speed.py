@@ -52,7 +52,7 @@ def first_launch(compiled: Any, name: str, inputs: list[Any]) -> tuple[Any, ...]
     """
     import torch
 
-    from ..swap import swapped
+    from ..capture.swap import swapped
 
     handle = compiled.kernel(name)
     infos = handle.info.args
@@ -84,7 +84,7 @@ def speed_stage(prepared: Prepared, replacements: dict[str, Any], kernel: str | 
                 kernel_seconds: float) -> tuple[Timing, Timing | None]:
     """Model (and kernel) time, baseline vs candidate, paired and interleaved."""
     from ..measure.timing import paired_timings
-    from ..swap import restore, swap
+    from ..capture.swap import restore, swap
 
     compiled = prepared.compiled
     inputs = prepared.inputs(prepared.seeds[0])
@@ -118,8 +118,8 @@ def base_speed(prepared: Prepared, replacements: dict[str, Any], base_problem: s
     """The problem at the base revision (compiled) against this one with its replacements."""
     from ..capture import compile_problem
     from ..measure.timing import paired_timings
-    from ..problem import load_problem
-    from ..swap import restore, swap
+    from ..capture.problem import load_problem
+    from ..capture.swap import restore, swap
 
     compiled = prepared.compiled
     base = prepared.base.get(base_problem)

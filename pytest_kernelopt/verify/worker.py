@@ -286,7 +286,7 @@ def serve(in_fd: int, out_fd: int) -> int:
             elif prepared is None:
                 emit(Failure(kind="internal", message="check before open"))
             elif request.type == "profile":
-                from .profile import profile_model
+                from .time_by_kernel import profile_model
 
                 emit(profile_model(prepared, request.runs))
             else:

@@ -34,9 +34,9 @@ from typing import Annotated, Any, ClassVar, Iterator, Literal, TypeVar
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from .errors import StoreError
+from ..errors import StoreError
 from .recipe import Recipe
-from .records import (
+from ..records import (
     SCHEMA_VERSION,
     ArgInfo,
     Environment,
@@ -133,7 +133,7 @@ class VersionRecord(Record):
     # manifests written before these were recorded).
     fingerprint: str | None = None
     original: OriginalName | None = None
-    # How it was made, replayable on a new compiler kernel (recipe.py); None before schema 3.
+    # How it was made, replayable on a new compiler kernel (store/recipe.py); None before schema 3.
     recipe: Recipe | None = None
 
     @field_validator("file")
@@ -648,7 +648,7 @@ def accept_verdict(store: KernelStore, model: str, kernel: str, source: str, ver
     ``recipe``: how ``source`` was made (default: derived from the compiler kernel and ``source``,
     with ``alternatives``, (variant, source) of other Inductor compiles of the kernel, as bases).
     """
-    from .candidate import render_dump
+    from ..candidate import render_dump
     from .recipe import derive_recipe
 
     if verdict.status == "rejected":

@@ -30,8 +30,8 @@ from typing import Any, Callable, Literal
 
 from pydantic import Field
 
-from .errors import KerneloptError
-from .records import Environment, KernelInfo, Record
+from ..errors import KerneloptError
+from ..records import Environment, KernelInfo, Record
 
 REFRESH_SCHEMA_VERSION = 1
 REFRESH_FILE = "refresh.json"
@@ -105,7 +105,7 @@ def stale_kernels(store: Any, model: str, fingerprints: dict[str, str]) -> list[
 def find_successor(kernel: str, old_source: str | None, kernels: dict[str, KernelInfo], taken: set[str],
                    render: Callable[[KernelInfo], str]) -> tuple[str, str] | None:
     """(name, how it was found) of the compiler kernel that took ``kernel``'s place, or None."""
-    from .agents.harvest import stem
+    from .harvest import stem
 
     if kernel in kernels:
         return kernel, "same name"
@@ -175,10 +175,10 @@ class Refresher:
 
     def _kernel(self, model: str, name: str, kernels: dict[str, KernelInfo], taken: set[str], session: Any,
                 alternatives: _Alternatives) -> KernelRefresh:
-        from .candidate import render_dump
-        from .recipe import derive_recipe, replay
-        from .store import MANIFEST, Provenance, accept_verdict
-        from .verify import source_of
+        from ..candidate import render_dump
+        from ..store.recipe import derive_recipe, replay
+        from ..store import MANIFEST, Provenance, accept_verdict
+        from ..verify import source_of
 
         active = self.store.active_file(model, name)
         assert active is not None
@@ -278,7 +278,7 @@ class _Alternatives:
         self._done: dict[str, Any] = {}
 
     def get(self, variant: str, info: KernelInfo) -> str | None:
-        from .agents.harvest import VARIANTS, harvest, matches
+        from .harvest import VARIANTS, harvest, matches
 
         if variant not in VARIANTS:
             return None
@@ -294,7 +294,7 @@ class _Alternatives:
 def run_outcome(problem: ProblemRefresh, device: str) -> Any:
     """The refresh of one problem as a tuning run's ProblemOutcome: ``kernelopt publish`` and
     ``kernelopt report`` read the versions it stored from there."""
-    from .agents.records import KernelOutcome, ProblemOutcome
+    from .run_records import KernelOutcome, ProblemOutcome
 
     kernels = []
     for k in problem.kernels:
@@ -313,9 +313,9 @@ def refresh(problems: list[Path], store: Any, device: str, options: Any, *, runs
             say: Callable[[str], None] | None = None, session_factory: Any = None) -> RefreshRecord:
     """Refresh every problem in turn (one verification session each, opened only when the store holds
     active versions of the problem's kernels); the run is written under ``runs_dir`` when given."""
-    from .agents.records import RunRecord
-    from .agents.trace import RunDir, new_run_id, now_iso
-    from .records import dump_json
+    from .run_records import RunRecord
+    from .trace import RunDir, new_run_id, now_iso
+    from ..records import dump_json
 
     say = say or (lambda _: None)
     record = RefreshRecord(device=device, kernels_dir=str(store.root))
@@ -327,7 +327,7 @@ def refresh(problems: list[Path], store: Any, device: str, options: Any, *, runs
     refresher = Refresher(store, device, run=run, say=say)
     factory = session_factory
     if factory is None:
-        from .verify import VerifySession
+        from ..verify import VerifySession
 
         factory = VerifySession
     try:
@@ -362,7 +362,7 @@ def refresh(problems: list[Path], store: Any, device: str, options: Any, *, runs
         if run is not None:
             run.record.finished = now_iso()
             run.close()
-            from .store import atomic_write
+            from ..store import atomic_write
 
             atomic_write(Path(run.root) / REFRESH_FILE, dump_json(record))
     return record
@@ -372,7 +372,7 @@ def refresh_table(record: RefreshRecord) -> Any:
     """The terminal table: one row per stale kernel (and a row per problem with an error)."""
     from rich.table import Table
 
-    from .report.untrusted import plain
+    from ..report.untrusted import plain
 
     def speed(value: float | None, measured: bool = True) -> str:
         return f"{value:.3f}x" if value is not None else ("not measured" if not measured else "-")

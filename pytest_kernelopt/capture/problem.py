@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from .errors import ProblemError
+from ..errors import ProblemError
 
 WEIGHT_SEED = 0
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..shard import CUDA_VISIBLE_DEVICES, check_workers, visible_gpus
-from .records import RunRecord
+from .run_records import RunRecord
 from .trace import RunDir, load_run, new_run_id, now_iso
 
 

@@ -11,14 +11,14 @@ import contextlib
 from pathlib import Path
 from typing import Any, Iterator
 
-from .candidate import CandidateKernel, load_candidate
-from .capture import CompiledModel
+from ..candidate import CandidateKernel, load_candidate
+from . import CompiledModel
 
 
 def swap(compiled: CompiledModel, name: str, replacement: Any) -> None:
     """Make kernel ``name`` of ``compiled`` launch ``replacement.run`` instead."""
-    from .capture import is_current
-    from .errors import CaptureError
+    from . import is_current
+    from ..errors import CaptureError
 
     if not is_current(compiled):
         raise CaptureError(f"{compiled.problem.id}: this compiled model was invalidated by a later compile_problem() "

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Literal
 
 from pydantic import Field
 
-from .records import KernelInfo, Record
+from ..records import KernelInfo, Record
 
 RecipeKind = Literal["compiler", "launch", "rewrite", "inductor", "edit"]
 
@@ -80,7 +80,7 @@ class Recipe(Record):
 
 
 def _rewrites() -> dict[str, Callable[[str], str]]:
-    from .agents.search import REWRITES  # lazily: agents imports the store, which imports this module
+    from ..agents.search import REWRITES  # lazily: agents imports the store, which imports this module
 
     return REWRITES
 
@@ -109,8 +109,8 @@ def derive_recipe(original: str, source: str, *, fingerprint: str | None = None,
     (the tuner's harvest) that ``source`` may have started from. A structured recipe is
     returned only when replaying it reproduces ``source`` byte for byte; otherwise an edit.
     """
-    from .agents.harvest import VARIANTS
-    from .agents.launch_space import read_point, with_point
+    from ..agents.harvest import VARIANTS
+    from ..agents.launch_space import read_point, with_point
 
     point, compiler_point = read_point(source), read_point(original)
     names = sorted(_rewrites())
@@ -203,7 +203,7 @@ def replay(recipe: Recipe, original: str, info: KernelInfo,
     ``alternative(variant)``: the new compile's kernel of that Inductor variant matching
     ``info`` (None: none). The result still has to go through the cascade.
     """
-    from .agents.launch_space import Limits, describe, read_point, with_point
+    from ..agents.launch_space import Limits, describe, read_point, with_point
 
     if recipe.kind == "edit":
         patched, why = apply_patch(original, recipe.diff or "")

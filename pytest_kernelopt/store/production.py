@@ -7,7 +7,7 @@ only when its manifest's fingerprint equals the fingerprint of the kernel Induct
 generated now (the same rule as the gate) and the manifest records a passing
 verification of the version's bytes against that same compiler kernel (what
 ``accept`` writes from the verdict): it replaces the kernel global of the
-graph's wrapper module, as :mod:`pytest_kernelopt.swap` does in the verifier.
+graph's wrapper module, as :mod:`pytest_kernelopt.capture.swap` does in the verifier.
 
 Nothing is verified, timed or tuned here: that is the gate's job, done before the
 files were committed. What is checked at load is cheap and local: the sha256
@@ -39,7 +39,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-from .errors import UsageError
+from ..errors import UsageError
 
 __all__ = ["BACKEND_NAME", "KerneloptBackend", "KerneloptWarning", "ProductionKernel", "ProductionStatus", "backend",
            "compile", "kernelopt_backend", "status"]
@@ -90,7 +90,7 @@ class KerneloptBackend:
 
     def __init__(self, model: str, kernels_dir: str | Path | None = None, *, mode: str | None = None,
                  options: dict[str, Any] | None = None, quiet: bool = False):
-        from .store import KernelStore
+        from . import KernelStore
 
         if not isinstance(model, str) or not model:
             raise UsageError(f"kernelopt backend: the model id must be a non-empty string, not {model!r}")
@@ -117,7 +117,7 @@ class KerneloptBackend:
                  options: dict[str, Any] | None = None) -> Any:
         from torch._inductor.compile_fx import compile_fx
 
-        from .capture import _record_wrapper_modules
+        from ..capture import _record_wrapper_modules
 
         patches = _inductor_patches(mode or self.mode, {**self.options, **(options or {})})
         with _record_wrapper_modules() as loaded:
@@ -160,7 +160,7 @@ class KerneloptBackend:
     # --- one graph -----------------------------------------------------------------
 
     def _install(self, module: ModuleType, graph: int) -> None:
-        from .capture import _KERNEL_DEF
+        from ..capture import _KERNEL_DEF
 
         try:
             source = Path(module.__file__).read_text()  # type: ignore[arg-type]
@@ -196,10 +196,10 @@ class KerneloptBackend:
             return False
 
     def _lookup(self, module: ModuleType, attr: str, function: str, graph: int) -> ProductionKernel:
-        from .candidate import CandidateKernel, load_candidate_source
-        from .capture import fingerprint
-        from .verify import size_problem
-        from .verify.static import check_candidate
+        from ..candidate import CandidateKernel, load_candidate_source
+        from ..capture import fingerprint
+        from ..verify import size_problem
+        from ..verify.static import check_candidate
 
         compiler_kernel = getattr(module, attr)
         name = self._name(attr, graph)
@@ -329,7 +329,7 @@ class ProductionStatus:
         lines = [status_line(self.model, self.kernels_dir, g, [k for (kg, _), k in latest.items() if kg == g])
                  for g in graphs]
         try:
-            from .store import KernelStore
+            from . import KernelStore
 
             unused = [n for n in KernelStore(self.kernels_dir).kernel_names(self.model) if n not in {k.name for k in
                                                                                                self.kernels}]
@@ -403,7 +403,7 @@ def _inductor_patches(mode: str | None, options: dict[str, Any]) -> dict[str, An
 def _kernels_path(kernels_dir: str | Path | None) -> Path:
     """``kernels_dir`` (relative: to the current folder), or ``[tool.kernelopt] kernels_dir`` of the current project."""
     if kernels_dir is None:
-        from .config import load_config
+        from ..config import load_config
 
         return load_config().kernels_path
     return Path(kernels_dir).resolve()

@@ -12,7 +12,7 @@ loads while the model is compiled, then read from it:
   it writes (from ``tl.store``/``tl.atomic_*`` in its source);
 * each extern call in ``call()``.
 
-The wrapper's globals are the swap points: :mod:`pytest_kernelopt.swap` replaces a
+The wrapper's globals are the swap points: :mod:`pytest_kernelopt.capture.swap` replaces a
 kernel global with a candidate and puts the original back.
 """
 
@@ -28,9 +28,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterator
 
-from .errors import CaptureError, ProblemError
+from ..errors import CaptureError, ProblemError
 from .problem import Problem
-from .records import ArgInfo, CaptureSummary, ExternCallInfo, KernelInfo, LaunchConfig
+from ..records import ArgInfo, CaptureSummary, ExternCallInfo, KernelInfo, LaunchConfig
 
 _KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.triton\('(\w+)'", re.M)
 _EXTERN_CALL = re.compile(r"\b(extern_kernels\.\w+|torch\.ops\.\w+\.\w+(?:\.\w+)?|aten\.\w+(?:\.\w+)?)\(")
@@ -68,7 +68,7 @@ class CompiledModel:
             return self.compiled(*inputs)
 
     def kernel(self, name: str) -> KernelHandle:
-        from .errors import UsageError
+        from ..errors import UsageError
 
         try:
             return self.kernels[name]

@@ -61,7 +61,7 @@ def profile_model(prepared: Prepared, runs: int) -> Profiled:
     if prepared.device != "cuda":
         return Profiled(measured=False, kernels=figures)
 
-    from ..measure.profile import device_times
+    from ..measure.device_time import device_times
 
     inputs = prepared.inputs(prepared.seeds[0])
     with torch.no_grad():
