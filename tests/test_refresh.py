@@ -192,6 +192,28 @@ def test_patches_apply_at_an_offset_and_fail_naming_the_hunk() -> None:
     assert patched is None and "hunk 1 of 1" in why and "does not apply" in why
 
 
+def test_an_edit_recipe_leaves_the_docstring_out_so_a_new_fingerprint_does_not_break_it() -> None:
+    """A dump's docstring names its compiler kernel's fingerprint; an edit within three lines of it (or
+    a harvested kernel accepted by hand, whose docstring differs) used to record a hunk that never applied."""
+    from pytest_kernelopt.store.recipe import derive_recipe, replay
+
+    def dump(fingerprint: str, body: str) -> str:
+        return (f'"""kernelopt candidate.\n\nDumped (fingerprint {fingerprint}).\n"""\nimport triton\n'
+                f"import triton.language as tl\n\n\n@triton.jit\ndef k(x):\n{body}")
+
+    old = dump("aaaa", "    y = x + 1\n    return y\n")
+    version = dump("aaaa", "    y = x + 1.0\n    return y\n").replace("kernelopt candidate.", "tuned by hand.")
+    recipe = derive_recipe(old, version)
+    assert recipe.kind == "edit" and recipe.diff_skips_docstring and "fingerprint" not in (recipe.diff or "")
+    new = dump("bbbb", "    y = x + 1\n    return y\n")
+    out = replay(recipe, new, None)  # type: ignore[arg-type]  # an edit does not read the kernel info
+    assert out.source == dump("bbbb", "    y = x + 1.0\n    return y\n"), out.how
+    assert "fingerprint bbbb" in out.source  # the new compiler kernel's docstring heads it
+    # A recipe recorded before the change (whole-file diff) is still replayed as it was written.
+    legacy = recipe.model_copy(update={"diff_skips_docstring": False, "diff": None})
+    assert replay(legacy, new, None).source == new  # type: ignore[arg-type]
+
+
 def test_a_successor_is_found_by_structure_when_the_name_changed(refreshed: dict[str, Any]) -> None:
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.agents.refresh import find_successor

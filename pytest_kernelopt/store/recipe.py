@@ -58,8 +58,12 @@ class Recipe(Record):
     compiler_launch: dict[str, int] = Field(default_factory=dict)
     rewrites: list[RewriteStep] = Field(default_factory=list)
     inductor: InductorRecipe | None = None
-    # kind "edit": unified diff from the compiler kernel (candidate format) to the version.
+    # kind "edit": unified diff from the compiler kernel (candidate format) to the version. Since
+    # 2026-12-02 the diff leaves out both files' leading docstring (``diff_skips_docstring``): the
+    # dump's docstring names the compiler kernel's fingerprint, so a diff that included it (an
+    # edit near the top, or a harvested kernel accepted by hand) never applied after an upgrade.
     diff: str | None = None
+    diff_skips_docstring: bool = False
     base_fingerprint: str | None = None
 
     def describe(self) -> str:
@@ -128,7 +132,24 @@ def derive_recipe(original: str, source: str, *, fingerprint: str | None = None,
             return Recipe(kind=kind, launch=point, compiler_launch=compiler_point, inductor=inductor,
                           rewrites=[RewriteStep(rule=r) for r in chain], base_fingerprint=fingerprint)
     return Recipe(kind="edit", launch=point, compiler_launch=compiler_point, base_fingerprint=fingerprint,
-                  diff=unified_diff(original, source))
+                  diff=unified_diff(split_docstring(original)[1], split_docstring(source)[1]),
+                  diff_skips_docstring=True)
+
+
+def split_docstring(text: str) -> tuple[str, str]:
+    """``text`` as (its leading module docstring with the line end after it, the rest); ("", text) without one."""
+    import ast
+
+    try:
+        body = ast.parse(text).body
+    except SyntaxError:
+        return "", text
+    first = body[0] if body else None
+    if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)) or first.end_lineno is None:
+        return "", text
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[:first.end_lineno]), "".join(lines[first.end_lineno:])
 
 
 def unified_diff(before: str, after: str) -> str:
@@ -206,10 +227,12 @@ def replay(recipe: Recipe, original: str, info: KernelInfo,
     from ..agents.launch_space import Limits, describe, read_point, with_point
 
     if recipe.kind == "edit":
-        patched, why = apply_patch(original, recipe.diff or "")
+        # The new compiler kernel's docstring (its fingerprint) heads the result; the code is patched.
+        head, code = split_docstring(original) if recipe.diff_skips_docstring else ("", original)
+        patched, why = apply_patch(code, recipe.diff or "")
         if patched is None:
             return Replay(None, f"the hand/LLM edit does not apply to the new compiler kernel ({why})")
-        return Replay(patched, "hand/LLM edit re-applied as a patch")
+        return Replay(head + patched, "hand/LLM edit re-applied as a patch")
     text, steps = original, []
     if recipe.inductor is not None:
         found = alternative(recipe.inductor.variant) if alternative is not None else None
