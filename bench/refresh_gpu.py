@@ -1,6 +1,6 @@
 """Tuned kernels across a simulated compiler change: tune, change, refresh, bench before and after.
 
-    python bench/refresh_gpu.py PROBLEM.py PROBLEM.py PROBLEM.py [--device cuda|cpu] [--change shape|persistent]
+    python bench/refresh_gpu.py PROBLEM.py [PROBLEM.py ...] [--device cuda|cpu] [--change shape|persistent]
                                 [--budget-s 40] [--seconds 3] [--out DIR]
 
 Per run, in a temporary project (``--out`` to keep it): each problem is copied to
@@ -104,7 +104,7 @@ def bench(project: Path, problems: list[Path], device: str, seconds: float, env:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("problems", type=Path, nargs=3, metavar="PROBLEM")
+    parser.add_argument("problems", type=Path, nargs="+", metavar="PROBLEM")
     parser.add_argument("--device", choices=["cuda", "cpu"], default=os.environ.get("KERNELOPT_BENCH_DEVICE", "cuda"))
     parser.add_argument("--change", choices=["shape", "persistent"], default="shape")
     parser.add_argument("--budget-s", type=float, default=40.0)
