@@ -412,7 +412,7 @@ def _accept(args: argparse.Namespace, settings: Any, model: str, verdict: Any) -
     from .store import KernelStore, Provenance, accept_verdict
 
     store = KernelStore((args.kernels_dir or settings.kernels_path).resolve())
-    outcome = accept_verdict(store, model, args.kernel, verdict._source, verdict, allow_no_gain=args.allow_no_gain,
+    outcome = accept_verdict(store, model, args.kernel, verdict.verified_source, verdict, allow_no_gain=args.allow_no_gain,
                              provenance=Provenance(proposed_by=args.proposed_by))
     if args.json:
         out = json.loads(verdict.model_dump_json())

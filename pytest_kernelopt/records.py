@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 SCHEMA_VERSION = 1
 
@@ -230,6 +230,8 @@ class Verdict(Record):
     # no capabilities; host memory not capped" or "process group only (namespaces unavailable: ...)".
     isolation: str | None = None
     # The compiler kernel as the worker captured it, and the exact candidate text that
-    # was verified (not serialized): `accept` stores these bytes, never a re-read file.
-    _kernel_info: KernelInfo | None = PrivateAttr(default=None)
-    _source: str | None = PrivateAttr(default=None)
+    # was verified: `accept` stores these bytes, never a re-read file. Set by the session
+    # for a one-kernel check; never serialized (the verdict's JSON stays as documented)
+    # and never read back from JSON.
+    kernel_info: KernelInfo | None = Field(default=None, exclude=True, repr=False)
+    verified_source: str | None = Field(default=None, exclude=True, repr=False)

@@ -384,8 +384,8 @@ class FakeSession:
                         candidate_sha256=source.sha256, status=status, model_timing=_timing(speedup),
                         kernel_timing=_timing(speedup), speed_measured=True, environment=ENV,
                         stages=[StageResult(name="static", passed=True)])
-        v._kernel_info = self.info
-        v._source = source.source
+        v.kernel_info = self.info
+        v.verified_source = source.source
         return v
 
     def verify_model(self, replacements):
@@ -505,8 +505,8 @@ class TwoKernelSession(FakeSession):
                     candidate_sha256=source.sha256, status="accepted" if m >= 1.02 else "correct",
                     model_timing=_timing(m, 0.002), kernel_timing=_timing(k, 0.002), speed_measured=True,
                     environment=ENV, stages=[StageResult(name="static", passed=True)])
-        v._kernel_info = self.infos[kernel]
-        v._source = source.source
+        v.kernel_info = self.infos[kernel]
+        v.verified_source = source.source
         return v
 
     def verify_model(self, replacements):

@@ -444,8 +444,18 @@ def _verdict(status: str = "accepted", *, source: str = CANDIDATE, speed_measure
                       candidate_sha256=hashlib.sha256(source.encode()).hexdigest(), status=status,  # type: ignore[arg-type]
                       speed_measured=speed_measured, model_timing=timing if speed_measured else None,
                       errors=[SeedErrors(seed=1, candidate_vs_fp64=1e-6)], seeds=[1], environment=environment)
-    verdict._kernel_info = _info()
+    verdict.kernel_info = _info()
     return verdict
+
+
+def test_what_accept_needs_rides_on_the_verdict_but_not_in_its_json() -> None:
+    verdict = _verdict()
+    verdict.verified_source = CANDIDATE
+    data = json.loads(verdict.model_dump_json())
+    assert "kernel_info" not in data and "verified_source" not in data and data["kernel"] == KERNEL
+    again = Verdict.model_validate_json(verdict.model_dump_json())
+    assert again.kernel_info is None and again.verified_source is None
+    assert verdict.model_copy().verified_source == CANDIDATE
 
 
 def test_accept_stores_source_original_and_baseline(tmp_path: Path) -> None:
@@ -483,7 +493,7 @@ def test_accept_refuses_source_that_was_not_verified(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="not the one that was verified"):
         accept_verdict(store, "m", KERNEL, CANDIDATE + "# changed after verify\n", _verdict())
     verdict = _verdict()
-    verdict._kernel_info = None
+    verdict.kernel_info = None
     with pytest.raises(StoreError, match="no kernel record"):
         accept_verdict(store, "m", KERNEL, CANDIDATE, verdict)
     with pytest.raises(StoreError, match="the verdict is for m/"):

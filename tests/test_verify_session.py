@@ -100,7 +100,7 @@ def test_verified_bytes_are_the_bytes_read(dump, tmp_path, interpreter):
     verdict = verify(PROBLEM, name, source, interpreter, VerifyOptions(seeds=1))
     assert verdict.status == "correct", verdict.reason
     assert verdict.candidate_sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
-    assert verdict._source == path.read_text()
+    assert verdict.verified_source == path.read_text()
 
 
 @pytest.mark.slow

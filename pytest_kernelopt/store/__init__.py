@@ -659,7 +659,7 @@ def accept_verdict(store: KernelStore, model: str, kernel: str, source: str, ver
             "not stored: correct but not faster beyond noise (use --allow-no-gain to store it anyway)"))
     if (verdict.model, verdict.kernel) != (model, kernel):
         raise StoreError(f"{model}/{kernel}: the verdict is for {verdict.model}/{verdict.kernel}; not stored")
-    info = verdict._kernel_info
+    info = verdict.kernel_info
     if info is None:
         raise StoreError(f"{model}/{kernel}: the verdict carries no kernel record; not stored")
     if info.name != kernel or (verdict.fingerprint is not None and verdict.fingerprint != info.fingerprint):

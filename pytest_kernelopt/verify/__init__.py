@@ -273,8 +273,8 @@ class VerifySession:
             isolation=self._worker.isolation,
         )
         if only is not None:
-            verdict._kernel_info = self.kernel_info(kernel)  # type: ignore[arg-type]
-            verdict._source = only.source
+            verdict.kernel_info = self.kernel_info(kernel)  # type: ignore[arg-type]
+            verdict.verified_source = only.source
 
         # Stage 1: parsed, never run, in a process of its own.
         t0 = time.monotonic()
