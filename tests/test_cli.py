@@ -315,7 +315,7 @@ def test_the_quick_start_names_files_that_exist():
     """Every file the README's Quick start commands name is in the repository (it named models/softmax.py)."""
     readme = (REPO / "README.md").read_text()
     section = readme[readme.index("## Quick start"):readme.index("## Adopt it in your own repository")]
-    named = [word for block in re.findall(r"```\n(.*?)```", section, re.S) for word in block.split()
+    named = [word for block in re.findall(r"```(?:sh)?\n(.*?)```", section, re.S) for word in block.split()
              if word.endswith(".py")]
     assert named and all((REPO / word).is_file() for word in named), named
 
