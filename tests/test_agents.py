@@ -830,3 +830,33 @@ def test_progress_messages_stay_one_line_in_a_log(capsys):
     with RichUI(quiet=False) as ui:
         ui.message(text)
     assert capsys.readouterr().err.strip() == text  # not hard-wrapped at the console's width
+
+
+# --- registries: backends, strategies, rewrite rules ---------------------------------------------
+
+def test_the_plan_per_bottleneck_class_comes_from_the_registries():
+    from pytest_kernelopt.agents.planner import STRATEGIES
+
+    assert STRATEGIES == {
+        "memory": ["harvest", "rewrite:eviction", "rewrite:approx-div", "launch"],
+        "compute": ["harvest", "rewrite:approx-div", "launch"],
+        "occupancy": ["harvest", "rewrite:approx-div", "launch"],
+        "launch": ["harvest", "launch"],
+        "unknown": ["harvest", "rewrite:eviction", "rewrite:approx-div", "launch"],
+    }
+
+
+def test_backends_are_chosen_by_name_and_an_unknown_one_names_the_choices():
+    from pytest_kernelopt.agents.backends import BACKENDS, make_coder
+    from pytest_kernelopt.errors import UsageError
+
+    assert list(BACKENDS) == ["search", "anthropic"]  # the values of --agent
+    assert isinstance(make_coder("search", variants=[]), SearchCoder)
+    with pytest.raises(UsageError, match="unknown agent backend 'nope' \\(choose from search, anthropic\\)"):
+        make_coder("nope")
+
+
+def test_a_plan_entry_no_strategy_registers_proposes_nothing():
+    coder = SearchCoder(variants=[])
+    ctx = _ctx().model_copy(update={"strategies": ["no-such-strategy", "rewrite:no-such-rule"]})
+    assert coder.propose(ctx) == [] and coder.propose(ctx) == []

@@ -138,7 +138,7 @@ def context(kernel: dict[str, Any], **fields: Any) -> Any:
 
 
 def coder(**options: Any) -> Any:
-    from pytest_kernelopt.agents.coder import make_coder
+    from pytest_kernelopt.agents.backends import make_coder
 
     settings = {"model": MODEL, "timeout_s": 5.0, "max_retries": 2, "backoff_s": 0.005, "max_backoff_s": 0.02}
     made = make_coder("anthropic", **(settings | options))

@@ -2,13 +2,20 @@
 
     Profiler (profiler.py)   where the model's GPU time goes, and why (bottleneck class)
     Planner  (planner.py)    which kernels to tune, in which order, with which strategies
-    Coder    (coder.py)      writes candidate files: search.py (offline) or claude.py (Anthropic)
+    Coder    (coder.py)      writes candidate files: search.py (offline) or claude.py (Anthropic),
+                             chosen by name in backends.py (``--agent``)
     Reviewer (reviewer.py)   the static checks and a critique before anything runs
-    Benchmarker              the verification session (pytest_kernelopt.verify); loop.py
-                             feeds its verdicts back to the Coder
+    Benchmarker (benchmarker.py)  judges candidates in the verification session
+                             (pytest_kernelopt.verify) and confirms the best at full length
 
-``loop.py`` drives them for ``kernelopt tune``; ``trace.py`` writes the run directory;
-``harvest.py`` and ``launch_space.py`` are the search backend's parts.
+``loop.py`` drives them for ``kernelopt tune``, problem by problem and kernel by kernel;
+``keeper.py`` decides what of it is stored (``kernels/``); ``trace.py`` writes the run
+directory. The search backend's parts: ``strategies/`` (one module per strategy),
+``rewrites.py`` (source rewrite rules), ``harvest.py`` and ``launch_space.py``.
+
+Extension points: a Coder backend is one module and one line in ``backends.BACKENDS``;
+a search strategy one module and one line in ``strategies.REGISTRY``; a rewrite rule one
+decorated function in ``rewrites.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ def tune(problems: list[Path], options: TuneOptions, *, agent: str = "search", a
     Ctrl-C stops at once: the record says ``interrupted`` and keeps every kernel finished
     (stored versions are complete files; nothing is half-written).
     """
-    from .coder import make_coder
+    from .backends import make_coder
 
     ui = ui or UI()
     coder = make_coder(agent, **(agent_options or {}))

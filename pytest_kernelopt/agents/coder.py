@@ -1,11 +1,11 @@
-"""The Coder role: backends that write candidate files.
+"""The Coder role: what a backend that writes candidate files is (the types every backend shares).
 
 A backend knows nothing of timing (as Inductor's coordinate-descent tuner takes a
-scoring callable): it reads a :class:`~.records.CoderContext` (the kernel, the best
+scoring callable): it reads a :class:`~.run_records.CoderContext` (the kernel, the best
 source so far, the profile, every earlier attempt with the cascade's reasons) and
-returns :class:`~.records.Proposal` objects. The Reviewer and the Benchmarker decide
-what becomes of them. Backends are imported only when chosen, so the gate and the
-production loader never import ``anthropic``.
+returns :class:`~.run_records.Proposal` objects. The Reviewer and the Benchmarker decide
+what becomes of them. The backends themselves (``search.py``, ``claude.py``) and how
+one is chosen by name are in ``backends.py``; this module imports none of them.
 """
 
 from __future__ import annotations
@@ -15,10 +15,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from ..errors import UsageError
 from .run_records import CoderContext, Proposal
-
-BACKENDS = ("search", "anthropic")
 
 
 class Spend(BaseModel):
@@ -46,15 +43,3 @@ class Coder(Protocol):
     @property
     def stopped(self) -> str | None:
         """Why the backend will propose nothing more in this run (e.g. its cost budget), else None."""
-
-
-def make_coder(name: str, **options: Any) -> Coder:
-    if name == "search":
-        from .search import SearchCoder
-
-        return SearchCoder(**options)
-    if name == "anthropic":
-        from .claude import ClaudeCoder
-
-        return ClaudeCoder(**options)
-    raise UsageError(f"unknown agent backend {name!r} (choose from {', '.join(BACKENDS)})")

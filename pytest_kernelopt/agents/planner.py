@@ -6,23 +6,28 @@ Strategies follow the Profiler's class: every kernel gets Inductor's own
 alternatives and a launch-configuration search; memory-bound kernels also get the
 cache-hint rewrite; all but launch-bound ones the approximate-division rewrite (a
 kernel far from its memory roofline is often paying for IEEE divisions); launch-bound
-ones have their search start from larger blocks (fewer, fuller programs).
+ones have their search start from larger blocks (fewer, fuller programs). Which
+strategy applies to which class is written beside each strategy (``strategies/``) and
+rewrite rule (``rewrites.py``); :data:`STRATEGIES` collects them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import get_args
 
-from .run_records import KernelProfile, ModelProfile
+from .. import settings
+from .run_records import Bottleneck, KernelProfile, ModelProfile
+from .strategies import REGISTRY
 
-MIN_SHARE = 0.02
+MIN_SHARE: float = settings.default("min_share")  # kernelopt tune --min-share
+BOTTLENECKS: tuple[Bottleneck, ...] = get_args(Bottleneck)  # the Profiler's classes
 
-STRATEGIES = {
-    "memory": ["harvest", "rewrite:eviction", "rewrite:approx-div", "launch"],
-    "compute": ["harvest", "rewrite:approx-div", "launch"],
-    "occupancy": ["harvest", "rewrite:approx-div", "launch"],
-    "launch": ["harvest", "launch"],
-    "unknown": ["harvest", "rewrite:eviction", "rewrite:approx-div", "launch"],
+# bottleneck class -> plan entries, from the strategies' registry (agents/strategies/) and
+# the rewrite rules' classes (agents/rewrites.py): harvest, the rules that apply, launch.
+STRATEGIES: dict[str, list[str]] = {
+    bottleneck: [entry for name, strategy in REGISTRY.items() for entry in strategy.entries(name, bottleneck)]
+    for bottleneck in BOTTLENECKS
 }
 
 

@@ -34,7 +34,7 @@ RecipeKind = Literal["compiler", "launch", "rewrite", "inductor", "edit"]
 
 
 class RewriteStep(Record):
-    """One source rewrite of the search backend (``agents/search.py`` REWRITES), with its parameters."""
+    """One source rewrite of the search backend (``agents/rewrites.py`` REWRITES), with its parameters."""
 
     rule: str
     params: dict[str, Any] = Field(default_factory=dict)
@@ -84,7 +84,7 @@ class Recipe(Record):
 
 
 def _rewrites() -> dict[str, Callable[[str], str]]:
-    from ..agents.search import REWRITES  # lazily: agents imports the store, which imports this module
+    from ..agents.rewrites import REWRITES  # lazily: agents imports the store, which imports this module
 
     return REWRITES
 
