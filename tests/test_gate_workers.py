@@ -19,7 +19,7 @@ from typing import Callable
 import pytest
 
 from conftest import gate_project
-from pytest_kernelopt.gate_workers import GPU, GateWorkers
+from pytest_kernelopt.gate.xdist import GPU, GateWorkers
 from pytest_kernelopt.shard import CUDA_VISIBLE_DEVICES
 
 pytest_plugins = ["pytester"]

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from pytest_kernelopt import results
+from pytest_kernelopt.gate import results
+from pytest_kernelopt.gate.output import summary_lines
 from pytest_kernelopt.errors import MergeError, UsageError
 from pytest_kernelopt.records import dump_json
 from pytest_kernelopt.shard import Shard, shard_of
@@ -66,7 +67,7 @@ def test_properties_round_trip_to_the_terminal_table() -> None:
     assert model.properties() == {"model": "rms_norm", "item": "model", "kernels": 1, "committed": 1, "stale": 0,
                                   "baseline": 0, "speedup": 1.2, "speedup_ci": [1.1, 1.3], "error_vs_fp64": 2e-7,
                                   "stage_speed_seconds": 1.5}
-    lines = results.summary_lines(_result(MODELS, None, failed="rms_norm"))
+    lines = summary_lines(_result(MODELS, None, failed="rms_norm"))
     row = next(line for line in lines if line.startswith("problems/rms_norm.py"))
     assert row.split()[1:6] == ["1", "0", "0", "1", "1.200x"], row
     assert lines[-1].endswith("4 problem(s), shards unsharded, cuda on NVIDIA H200, torch 2.11.0, triton 3.6.0: "

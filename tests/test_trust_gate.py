@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from pytest_kernelopt import results
+from pytest_kernelopt.gate import results
+from pytest_kernelopt.gate.output import summary_lines
 from pytest_kernelopt.records import dump_json
 from pytest_kernelopt.shard import Shard, shard_of
 
@@ -430,16 +431,16 @@ def test_untrusted_text_is_capped_and_fenced_past_any_backtick_run() -> None:
 
 
 def test_the_terminal_and_junit_get_no_control_characters() -> None:
-    from pytest_kernelopt.gate import GateFailure, _GateItem
+    from pytest_kernelopt.gate import GateFailure, GateItem
     from pytest_kernelopt.report import gate_lines
 
-    text = _GateItem.repr_failure(None, SimpleNamespace(value=GateFailure(PAYLOAD)))  # type: ignore[arg-type]
+    text = GateItem.repr_failure(None, SimpleNamespace(value=GateFailure(PAYLOAD)))  # type: ignore[arg-type]
     assert "\x1b" not in text and "\r" not in text and "\u202e" not in text and "\\x1b[31mPASSED" in text
     rows = [("problems/x\x1b[2J.py::model", "passed",
              {"item": "model", "committed": 0, "stale": 0, "baseline": 1, "recorded_note": PAYLOAD,
               "orphaned": ["gone\x1b[31m"]})]
     lines = gate_lines(rows)
     assert lines and not any("\x1b" in line or "\r" in line for line in lines), lines
-    lines = results.summary_lines(_gate_result().model_copy(
+    lines = summary_lines(_gate_result().model_copy(
         update={"environment": ENV.model_copy(update={"torch": "2.13\x1b[2J"})}))
     assert not any("\x1b" in line for line in lines)

@@ -2,8 +2,9 @@
 ``kernelopt merge``, which combines the results of several shards into one.
 
 A :class:`GateResult` holds one :class:`ItemResult` per gate item that ran: the same
-figures the terminal table and the junit properties show (``kernelopt_*`` without the
-prefix), typed. Results of shards ``1/N .. N/N`` of one gate run merge into the result
+figures the junit properties carry (``kernelopt_*`` without the prefix), typed; the
+terminal table and the Markdown report render the summary computed from them
+(:mod:`.summary`). Results of shards ``1/N .. N/N`` of one gate run merge into the result
 the unsharded run would have written (items, problems, table); shards that overlap,
 are missing, or ran with other settings or in another environment are refused, and so
 is a result that does not hold what its shard of the run must hold: the shard plan is
@@ -22,9 +23,9 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from .errors import MergeError, UsageError
-from .records import SCHEMA_VERSION, Record, dump_json
-from .shard import Shard, select, shard_of
+from ..errors import MergeError, UsageError
+from ..records import SCHEMA_VERSION, Record, dump_json
+from ..shard import Shard, select, shard_of
 
 PREFIX = "kernelopt_"
 KIND = "kernelopt-gate-result"
@@ -138,8 +139,13 @@ class GateResult(Record):
         return [(i.nodeid, i.outcome, i.properties()) for i in self.items]
 
     def counts(self) -> str:
-        found = {o: sum(i.outcome == o for i in self.items) for o in ("passed", "failed", "skipped")}
-        return ", ".join(f"{n} {o}" for o, n in found.items() if n) or "no items"
+        return outcome_counts(self.items)
+
+
+def outcome_counts(items: list[ItemResult]) -> str:
+    """``2 passed, 1 failed``: how many items had each outcome."""
+    found = {o: sum(i.outcome == o for i in items) for o in ("passed", "failed", "skipped")}
+    return ", ".join(f"{n} {o}" for o, n in found.items() if n) or "no items"
 
 
 # --- from pytest's reports -----------------------------------------------------------------
@@ -153,10 +159,18 @@ def item_result(report: Any) -> ItemResult | None:
     if getattr(report, "when", None) != "call":
         return None
     props = {k[len(PREFIX):]: v for k, v in report.user_properties if k.startswith(PREFIX)}
+    return item_from_properties(report.nodeid, report.outcome, props, message=_message(report),
+                                duration=round(report.duration, 3))
+
+
+def item_from_properties(nodeid: str, outcome: str, props: dict[str, Any], *, message: str | None = None,
+                         duration: float = 0.0) -> ItemResult | None:
+    """An item's result from its ``kernelopt_*`` properties without the prefix (None: not a gate item)."""
+    props = dict(props)
     kind = props.pop("item", None)
     if kind not in ("kernel", "model"):
         return None
-    problem, _, name = report.nodeid.partition("::")
+    problem, _, name = nodeid.partition("::")
     fields: dict[str, Any] = {}
     stages: dict[str, float] = {}
     other: dict[str, Any] = {}
@@ -167,10 +181,9 @@ def item_result(report: Any) -> ItemResult | None:
             stages[key[len("stage_"):-len("_seconds")]] = value
         elif key != "model":
             other[key] = value
-    return ItemResult(nodeid=report.nodeid, problem=problem, model=Path(problem).stem,
-                      kernel=name if kind == "kernel" else None, item=kind, outcome=report.outcome,
-                      message=_message(report), duration=round(report.duration, 3), stage_seconds=stages,
-                      other=other, **fields)
+    return ItemResult(nodeid=nodeid, problem=problem, model=Path(problem).stem,
+                      kernel=name if kind == "kernel" else None, item=kind, outcome=outcome,
+                      message=message, duration=duration, stage_seconds=stages, other=other, **fields)
 
 
 def _message(report: Any) -> str | None:
@@ -213,7 +226,7 @@ def gate_result(*, shard: Shard | None, problems: list[str], environment: Result
 
 def write(result: GateResult, path: Path) -> None:
     """Atomically, so a reader never sees half a file."""
-    from .store import atomic_write
+    from ..store import atomic_write
 
     atomic_write(Path(path), dump_json(result))
 
@@ -385,18 +398,3 @@ def _same_environment(name_a: str, a: ResultEnvironment, name_b: str, b: ResultE
     if diff:
         raise MergeError(f"{name_a} and {name_b} ran in different environments ({'; '.join(diff)}): their timings "
                          f"cannot be compared")
-
-
-def summary_lines(result: GateResult) -> list[str]:
-    """The gate's terminal table for ``result``, then one line of counts."""
-    from .report import gate_lines
-
-    from .report.untrusted import plain
-
-    shards = ", ".join(str(s) for s in result.shards) or "unsharded"
-    gpus = f" on {', '.join(result.environment.gpus)}" if result.environment.gpus else ""
-    # A result file is read from disk (a CI artifact): its words are escaped like a candidate's.
-    return [*gate_lines(result.rows()),
-            plain(f"{len(result.problems)} problem(s), shards {shards}, {result.environment.device}{gpus}, "
-                  f"torch {result.environment.torch}, triton {result.environment.triton}: {result.counts()}",
-                  lines=False)]

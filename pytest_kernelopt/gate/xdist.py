@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from .errors import UsageError
-from .shard import CUDA_VISIBLE_DEVICES, GpuPool, check_workers, visible_gpus
+from ..errors import UsageError
+from ..shard import CUDA_VISIBLE_DEVICES, GpuPool, check_workers, visible_gpus
 
 GPU = "kernelopt_gpu"  # the workerinput key: the GPU a worker is pinned to, None for none
 KEEPS_FILES_TOGETHER = ("loadfile", "loadscope")
@@ -108,7 +108,7 @@ class GateWorkers:
 
 def auto_workers(config: pytest.Config) -> int | None:
     """``-n auto`` under ``--kernelopt`` on a CUDA run: one worker per visible GPU (None: xdist decides)."""
-    from .config import load_config, resolve_device
+    from ..config import load_config, resolve_device
 
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # the user's explicit count wins (xdist reads it)

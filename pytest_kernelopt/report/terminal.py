@@ -1,4 +1,5 @@
-"""Rendering for people: terminal tables (rich). Numbers are computed elsewhere."""
+"""Rendering for people: terminal tables (rich). Numbers are computed elsewhere (the gate's in
+:mod:`pytest_kernelopt.gate.summary`)."""
 
 from __future__ import annotations
 
@@ -49,66 +50,59 @@ def print_table(table: Table) -> None:
 
 
 def gate_lines(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
-    """The gate's terminal summary: one row per problem file (its path from the node id).
+    """The gate's terminal summary of ``rows``: (node id, outcome, ``kernelopt_*`` properties without the
+    prefix) of the items that ran. See :func:`summary_table_lines`."""
+    from ..gate.summary import GateSummary
 
-    ``rows`` are (node id, outcome, ``kernelopt_*`` properties without the prefix) of the
-    items that ran. committed/stale/baseline say what the store holds for the model's
-    kernels: the model item knows all of them; without it (deselected) the kernel items
-    that ran are counted. failed counts the kernel items that failed; "model check" is
-    the model item's outcome. The speedup with its 95% interval and the worst error
-    against float64 come from the model item.
+    return summary_table_lines(GateSummary.of_rows(rows))
+
+
+def summary_table_lines(summary: Any) -> list[str]:
+    """The gate's terminal summary (a :class:`~pytest_kernelopt.gate.summary.GateSummary`): one row per
+    problem file that items of ran, then the notes.
+
+    committed/stale/baseline say what the store holds for the model's kernels (0 where
+    unknown); failed counts the kernel items that failed; "model check" is the model item's
+    outcome. The speedup with its 95% interval and the worst error against float64 come
+    from the model item; "not measured" when it was not timed or stopped before timing.
     """
-    problems: dict[str, dict[str, Any]] = {}
-    rows = [(_inert(nodeid), _inert(outcome), {k: _inert(v) for k, v in props.items()}) for nodeid, outcome, props in rows]
-    for nodeid, outcome, props in rows:
-        m = problems.setdefault(nodeid.split("::")[0], {
-            "counts": None, "kernels": {"committed": 0, "stale": 0, "baseline": 0}, "failed": 0, "error": None,
-            "speed": "-", "vs_base": "", "outcome": "not run"})
-        if props.get("item") == "model":
-            m["outcome"] = outcome
-            if "committed" in props:
-                m["counts"] = {key: props.get(key, 0) for key in ("committed", "stale", "baseline")}
-            if "speedup" in props:
-                lo, hi = props["speedup_ci"]
-                m["speed"] = f"{props['speedup']:.3f}x [{lo:.3f}, {hi:.3f}]"
-            else:
-                m["speed"] = ("not measured" if props.get("committed") or outcome != "passed"
-                              else "compiler baseline")
-            if "vs_base_speedup" in props:
-                lo, hi = props["vs_base_ci"]
-                m["vs_base"] = f"{props['vs_base_speedup']:.3f}x [{lo:.3f}, {hi:.3f}]"
-            elif "vs_base" in props:
-                m["vs_base"] = props["vs_base"]
-            if props.get("error_vs_fp64") is not None:
-                m["error"] = props["error_vs_fp64"]
-            notes = [props.get("recorded_note")]
-            if props.get("orphaned"):
-                notes.append(f"committed versions of {', '.join(props['orphaned'])} are not used: the compiler no "
-                             "longer generates these kernels (re-tune, or remove their folders)")
-            if any(notes):
-                m["note"] = "; ".join(n for n in notes if n)
-            continue
-        # A committed version that was checked and failed is still a committed one.
-        status = {"rejected": "committed", "slower": "committed"}.get(props.get("status"), props.get("status"))
-        if status in m["kernels"]:
-            m["kernels"][status] += 1
-        if outcome == "failed":
-            m["failed"] += 1
+    problems = [p for p in summary.problems if p.ran]
     if not problems:
         return []
     table = Table(box=None, pad_edge=False)
     for col in ("problem", "committed", "stale", "baseline", "failed", "speedup vs compiled [95% CI]",
                 "vs base ref", "worst err vs fp64", "model check"):
         table.add_column(col)
-    for name in sorted(problems):
-        m = problems[name]
-        counts = m["counts"] or m["kernels"]
-        err = f"{m['error']:.3g}" if m["error"] is not None else "-"
-        table.add_row(name, str(counts["committed"]), str(counts["stale"]), str(counts["baseline"]), str(m["failed"]),
-                      m["speed"], m["vs_base"] or "-", err, m["outcome"])
+    notes = []
+    for p in problems:
+        counts = [p.committed or 0, p.stale or 0, p.baseline or 0]
+        err = f"{p.error:.3g}" if p.error is not None else "-"
+        table.add_row(_inert(p.problem), *map(str, counts), str(p.failed_kernels), _speed(p), _vs_base(p), err,
+                      _inert(p.outcome))
+        # Why a model's recorded speedup was not compared (the compiled model's own time moved);
+        # committed kernels the compiler no longer generates.
+        found = [_inert(p.recorded_note)] if p.recorded_note else []
+        if p.orphaned:
+            found.append(f"committed versions of {', '.join(_inert(p.orphaned))} are not used: the compiler no "
+                         "longer generates these kernels (re-tune, or remove their folders)")
+        if found:
+            notes.append(f"{_inert(p.problem)}: {'; '.join(found)}")
     console = Console(file=io.StringIO(), width=200, color_system=None)
     console.print(table)
     lines = console.file.getvalue().rstrip().splitlines()  # type: ignore[attr-defined]
-    # Why a model's recorded speedup was not compared (the compiled model's own time moved);
-    # committed kernels the compiler no longer generates.
-    return lines + [f"{name}: {problems[name]['note']}" for name in sorted(problems) if problems[name].get("note")]
+    return lines + notes
+
+
+def _speed(p: Any) -> str:
+    if p.speed == "measured":
+        lo, hi = p.ci
+        return f"{p.speedup:.3f}x [{lo:.3f}, {hi:.3f}]"
+    return {"compiler baseline": "compiler baseline", "not timed": "not measured",
+            "not reached": "not measured"}.get(p.speed, "-")
+
+
+def _vs_base(p: Any) -> str:
+    if p.vs_base_speedup is not None:
+        lo, hi = p.vs_base_ci
+        return f"{p.vs_base_speedup:.3f}x [{lo:.3f}, {hi:.3f}]"
+    return _inert(p.vs_base) if p.vs_base else "-"

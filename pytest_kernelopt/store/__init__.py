@@ -21,229 +21,33 @@ is trusted as a result: the gate re-verifies every active version.
 
 from __future__ import annotations
 
+# The records on disk (manifest.json, model.json) are in manifest.py, atomic and exclusive
+# writes in files.py; this module is the store itself and the accept of a verdict.
+
 import contextlib
 import fcntl
 import hashlib
 import os
-import re
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Iterator, Literal, TypeVar
-
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from typing import Iterator
 
 from ..errors import StoreError
-from .recipe import Recipe
-from ..records import (
-    SCHEMA_VERSION,
-    ArgInfo,
-    Environment,
-    Record,
-    SeedErrors,
-    Timing,
-    Verdict,
-    dump_json,
-    load_json,
+from ..records import Verdict, dump_json
+from .files import atomic_write, create_exclusive, load_record, why
+from .manifest import (
+    FINGERPRINT_RE, MANIFEST, MANIFEST_SCHEMA_VERSION, MODEL_RECORD, NAME_RE, ORIGINAL, ORIGINAL_FILE_RE,
+    VERSION_FILE_RE, Evidence, Manifest, ModelBaseline, ModelRecord, OriginalName, Provenance, Retirement,
+    VersionRecord, environment_key, sha256_text,
 )
+from .recipe import Recipe
 
-MANIFEST = "manifest.json"
-# 2: each version's evidence records what was verified (``fingerprint``, ``sha256``).
-# 3: each version records how it was made (``recipe``, replayed by ``kernelopt refresh``), its
-#    provenance whether it was refreshed (``refreshed_from``, compilers before/after), and the
-#    manifest why its kernel went back to the compiler's (``retired``). Nothing is inferred:
-#    a schema 2 manifest reads as it is (no recipes; refresh derives one from the files).
-# Manifests of schema 1 are still read: see Manifest._from_schema_1.
-MANIFEST_SCHEMA_VERSION = 3
-ORIGINAL = "original.py"
-MODEL_RECORD = "model.json"
-
-# Model ids (problem file stems) and kernel names become folder names.
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
-_VERSION_FILE = re.compile(r"v[1-9][0-9]*\.py")
-# Fingerprints become part of a file name (original-<fingerprint>.py); ours are 16 hex digits.
-_FINGERPRINT = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_ORIGINAL_FILE = re.compile(r"original(-[A-Za-z0-9_-]{1,64})?\.py")
-
-
-def _original_name(value: str) -> str:
-    if not _ORIGINAL_FILE.fullmatch(value):
-        raise ValueError(f"{value!r} is not an original file name (original.py or original-<fingerprint>.py)")
-    return value
-
-
-OriginalName = Annotated[str, AfterValidator(_original_name)]
-
-
-def sha256_text(text: str) -> str:
-    """The sha256 recorded for a version: of its UTF-8 bytes, exactly as written to disk."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-class Evidence(Record):
-    """What the cascade measured when a version was accepted."""
-
-    status: Literal["accepted", "correct"]
-    speed_measured: bool
-    model_timing: Timing | None = None
-    kernel_timing: Timing | None = None
-    errors: list[SeedErrors] = Field(default_factory=list)
-    seeds: list[int] = Field(default_factory=list)
-    environment: Environment | None = None
-    # Stored as one of a set (``kernelopt tune``'s combine pass): the whole model with this
-    # version and the ``combined_with`` kernels' versions, vs the compiler's kernels. Its own
-    # ``model_timing`` may then be below the 2% a version needs alone.
-    combined_timing: Timing | None = None
-    combined_with: list[str] = Field(default_factory=list)
-    # The verification this evidence is of: the fingerprint of the compiler kernel the cascade
-    # compared the version with, and the sha256 of the bytes it verified. None: no record
-    # (written outside ``accept_verdict``); the production loader does not run such a version.
-    fingerprint: str | None = None
-    sha256: str | None = None
-
-
-class Provenance(Record):
-    """Who or what proposed a version."""
-
-    proposed_by: str = "human"
-    agent: str | None = None
-    backend: str | None = None
-    llm_model: str | None = None
-    cost_usd: float | None = None
-    tokens: int | None = None
-    # ``kernelopt refresh``: the version (and kernel, when the compiler renamed it) this one
-    # replays the recipe of, and the compilers before and after ("torch 2.11.0, triton 3.6.0").
-    refreshed_from: int | None = None
-    refreshed_from_kernel: str | None = None
-    compiler_before: str | None = None
-    compiler_after: str | None = None
-
-
-class VersionRecord(Record):
-    version: int = Field(ge=1)
-    # Always ``v<version>.py``: a manifest is read from the user's repo, so a file name
-    # such as ``../../x.py`` must not lead outside the kernel's folder.
-    file: str
-    sha256: str
-    created: datetime
-    evidence: Evidence
-    provenance: Provenance
-    # The compiler kernel this version replaces and its original file (None in
-    # manifests written before these were recorded).
-    fingerprint: str | None = None
-    original: OriginalName | None = None
-    # How it was made, replayable on a new compiler kernel (store/recipe.py); None before schema 3.
-    recipe: Recipe | None = None
-
-    @field_validator("file")
-    @classmethod
-    def _file_name(cls, value: str) -> str:
-        if not _VERSION_FILE.fullmatch(value):
-            raise ValueError(f"{value!r} is not a version file name (v<number>.py)")
-        return value
-
-    @model_validator(mode="after")
-    def _file_matches_version(self) -> VersionRecord:
-        if self.file != f"v{self.version}.py":
-            raise ValueError(f"version {self.version} must be stored as v{self.version}.py, not {self.file}")
-        return self
-
-    def unverified_reason(self, fingerprint: str) -> str | None:
-        """Why this version has no recorded passing verification against compiler kernel ``fingerprint``
-        (None: it has one). Evidence only exists for passing verdicts (accepted or correct)."""
-        verified = self.evidence
-        if verified.fingerprint is None or verified.sha256 is None:
-            return (f"v{self.version}'s manifest entry records no verification (what the cascade checked: "
-                    f"fingerprint and sha256); `kernelopt accept` of its file records one")
-        if verified.sha256 != self.sha256:  # accept writes both from one verdict: an edit
-            return (f"v{self.version}'s evidence is of other bytes (sha256 {verified.sha256[:12]}) than its file "
-                    f"(sha256 {self.sha256[:12]})")
-        if verified.fingerprint != fingerprint:
-            return (f"v{self.version} was verified against compiler kernel {verified.fingerprint}, not against "
-                    f"{fingerprint}, which the compiler generates now")
-        return None
-
-
-class Retirement(Record):
-    """Why a kernel went back to the compiler's (``active`` is null): written by ``kernelopt refresh``."""
-
-    version: int  # the version that was active
-    reason: str
-    when: datetime
-    # The compiler kernel it was retired for (the one generated when it was found stale).
-    fingerprint: str | None = None
-
-
-class Manifest(Record):
-    readable_schema_versions: ClassVar[tuple[int, ...]] = (1, 2, MANIFEST_SCHEMA_VERSION)
-    schema_version: int = MANIFEST_SCHEMA_VERSION
-    model: str
-    kernel: str
-    # Fingerprint of the compiler kernel the versions replace: when the compiler
-    # generates something else, the stored versions are stale.
-    fingerprint: str
-    # The compiler's kernel for ``fingerprint``, in candidate format. Manifests written
-    # before re-accepts kept one original per fingerprint have none: original.py.
-    original: OriginalName = ORIGINAL
-    active: int | None = None
-    args: list[ArgInfo] = Field(default_factory=list)
-    environment: Environment | None = None
-    versions: list[VersionRecord] = Field(default_factory=list)
-    # Set when a stale active version was retired (``active`` null: the compiler's kernel runs);
-    # cleared by the next stored version. The version files stay.
-    retired: Retirement | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_schema_1(cls, data: Any) -> Any:
-        """Schema 1 evidence has no verification record. accept wrote each version's ``fingerprint``
-        from the same passing verdict as its evidence and its ``sha256`` from the same bytes, so
-        they are read as that record; a version without a fingerprint (the earliest manifests)
-        stays unverified."""
-        if not isinstance(data, dict) or data.get("schema_version", MANIFEST_SCHEMA_VERSION) != 1:
-            return data
-        versions = []
-        for v in data.get("versions") or []:
-            if isinstance(v, dict) and v.get("fingerprint") and isinstance(v.get("evidence"), dict):
-                v = {**v, "evidence": {"fingerprint": v["fingerprint"], "sha256": v.get("sha256"), **v["evidence"]}}
-            versions.append(v)
-        return {**data, "versions": versions}
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Manifest:
-        numbers = [v.version for v in self.versions]
-        duplicates = sorted({n for n in numbers if numbers.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"version {duplicates[0]} is recorded twice")
-        if self.active is not None and self.active not in numbers:
-            raise ValueError(f"active version {self.active} is not recorded in versions")
-        replaces = self.version(self.active).fingerprint if self.active is not None else None
-        if replaces is not None and replaces != self.fingerprint:
-            # The active version is what the gate swaps in for the compiler kernel named here.
-            raise ValueError(f"active version {self.active} replaces compiler kernel {replaces}, but the manifest "
-                             f"names {self.fingerprint}")
-        return self
-
-    def version(self, number: int) -> VersionRecord:
-        for v in self.versions:
-            if v.version == number:
-                return v
-        raise StoreError(f"{self.model}/{self.kernel}: manifest names version {number}, which it does not record")
-
-
-class ModelBaseline(Record):
-    environment: Environment
-    measured: datetime
-    kernels: dict[str, int] = Field(default_factory=dict)  # kernel -> active version measured
-    timing: Timing | None = None
-    worst_error_vs_fp64: float | None = None
-
-
-class ModelRecord(Record):
-    schema_version: int = SCHEMA_VERSION
-    model: str
-    baselines: dict[str, ModelBaseline] = Field(default_factory=dict)
+__all__ = [
+    "MANIFEST", "MANIFEST_SCHEMA_VERSION", "MODEL_RECORD", "ORIGINAL", "AcceptOutcome", "ActiveVersion", "Evidence",
+    "KernelStore", "Manifest", "ModelBaseline", "ModelRecord", "OriginalName", "Provenance", "Recipe", "Retirement",
+    "VersionRecord", "accept_verdict", "atomic_write", "environment_key", "model_baseline", "sha256_text",
+]
 
 
 @dataclass(frozen=True)
@@ -269,68 +73,6 @@ class AcceptOutcome:
     stored: bool
     active: bool
     message: str
-
-
-def environment_key(env: Environment) -> str:
-    """Baselines are kept per GPU and software stack."""
-    return f"{env.gpu or env.device}|torch {env.torch}|triton {env.triton}"
-
-
-def _why(exc: OSError) -> str:
-    return exc.strerror or str(exc)
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file and a rename; any failure is a StoreError naming ``path``
-    and leaves neither a temp file nor a partly written ``path``."""
-    tmp: str | None = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.fchmod(fd, 0o644)  # mkstemp's 0600 would keep a serving process of another user out
-        with os.fdopen(fd, "wb") as f:
-            f.write(text.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as exc:
-        raise StoreError(f"cannot write {path}: {_why(exc)}") from exc
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-
-
-def _create_exclusive(path: Path, text: str) -> None:
-    """Create ``path`` holding ``text``; FileExistsError if it exists, StoreError on any other failure
-    (and then ``path`` is removed again)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        raise
-    except OSError as exc:
-        raise StoreError(f"cannot write {path}: {_why(exc)}") from exc
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(text.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        raise StoreError(f"cannot write {path}: {_why(exc)}") from exc
-
-
-_R = TypeVar("_R", Manifest, ModelRecord)
-
-
-def _load(cls: type[_R], path: Path) -> _R:
-    """load_json, plus: a file that is not UTF-8 is a StoreError naming it too."""
-    try:
-        return load_json(cls, path)
-    except UnicodeDecodeError as exc:
-        raise StoreError(f"{path}: invalid {cls.__name__} (not UTF-8 text)") from exc
 
 
 class KernelStore:
@@ -444,7 +186,7 @@ class KernelStore:
         path = self.model_dir(model) / MODEL_RECORD
         if not path.exists():
             return ModelRecord(model=model)
-        record = _load(ModelRecord, path)
+        record = load_record(ModelRecord, path)
         if record.model != model:
             raise StoreError(f"{path}: records model {record.model}, not {model}")
         return record
@@ -455,12 +197,12 @@ class KernelStore:
         path = folder / MANIFEST
         if not path.exists():
             stored = sorted(p.name for p in folder.glob("*.py")
-                            if _VERSION_FILE.fullmatch(p.name) or _ORIGINAL_FILE.fullmatch(p.name))
+                            if VERSION_FILE_RE.fullmatch(p.name) or ORIGINAL_FILE_RE.fullmatch(p.name))
             if stored:
                 raise StoreError(f"{folder}: {MANIFEST} is missing but the folder holds {', '.join(stored)}; "
                                  f"restore {MANIFEST} (e.g. from git) or remove the folder")
             return None
-        manifest = _load(Manifest, path)
+        manifest = load_record(Manifest, path)
         if (manifest.model, manifest.kernel) != (model, kernel):
             raise StoreError(f"{path}: records {manifest.model}/{manifest.kernel}, not {model}/{kernel}")
         return manifest
@@ -473,7 +215,7 @@ class KernelStore:
         except FileNotFoundError as exc:
             raise StoreError(f"{path}: {what} is missing (recorded in {folder / MANIFEST})") from exc
         except OSError as exc:
-            raise StoreError(f"{path}: cannot read {what} ({_why(exc)})") from exc
+            raise StoreError(f"{path}: cannot read {what} ({why(exc)})") from exc
         if hashlib.sha256(data).hexdigest() != record.sha256:
             raise StoreError(f"{path}: contents differ from the sha256 recorded at accept (edited by hand?); "
                              f"restore it (e.g. from git) or accept the edited file as a new version")
@@ -492,7 +234,7 @@ class KernelStore:
                 folder.mkdir(parents=True, exist_ok=True)
             fd = os.open(folder, os.O_RDONLY)
         except OSError as exc:
-            raise StoreError(f"cannot {'open' if shared else 'create'} {folder}: {_why(exc)}") from exc
+            raise StoreError(f"cannot {'open' if shared else 'create'} {folder}: {why(exc)}") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
             yield
@@ -514,7 +256,7 @@ class KernelStore:
         kept as ``original-<fingerprint>.py``; no original file is ever overwritten. On
         any failure the files this call created are removed and StoreError is raised.
         """
-        if not _FINGERPRINT.fullmatch(fingerprint):
+        if not FINGERPRINT_RE.fullmatch(fingerprint):
             raise StoreError(f"{model}/{kernel}: fingerprint {fingerprint!r} cannot be stored (letters, digits, _ and -)")
         folder = self.kernel_dir(model, kernel)
         digest = sha256_text(source)
@@ -549,7 +291,7 @@ class KernelStore:
                 while True:  # O_EXCL: a version file is never overwritten, even by a hand-made one
                     path = folder / f"v{number}.py"
                     try:
-                        _create_exclusive(path, source)
+                        create_exclusive(path, source)
                         created.append(path)
                         break
                     except FileExistsError:
@@ -588,7 +330,7 @@ class KernelStore:
             return earlier[-1]  # the compiler went back to a kernel it generated before
         name = ORIGINAL if not manifest.versions and not (folder / ORIGINAL).exists() else f"original-{fingerprint}.py"
         try:
-            _create_exclusive(folder / name, source)
+            create_exclusive(folder / name, source)
             created.append(folder / name)
         except FileExistsError:
             pass  # kept from an earlier accept of this fingerprint: the compiler's kernel at that first accept
@@ -620,7 +362,7 @@ class KernelStore:
 
 
 def _check_name(name: str, what: str) -> None:
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise StoreError(f"{what} {name!r} cannot name a folder in the kernel store "
                          f"(letters, digits, _ . + -, not starting with . or -)")
 

@@ -1,0 +1,231 @@
+"""What a gate item checks.
+
+* kernel item: the store checks the kernel's whole folder, then the active version's bytes
+  go through the whole cascade in the problem's verification session (correct, and on a
+  GPU not slower than the compiler's kernel); a stale one (the compiler now generates a
+  different kernel) fails, or is skipped with a note when allowed; none committed: passes
+  as compiler baseline.
+* model item: the model with every active, non-stale version swapped in, against float64
+  (and on a GPU timed against the compiled baseline in the same run, and against the
+  speedup recorded in ``model.json``); with ``--kernelopt-base-ref`` also timed against
+  the problem file at that revision.
+
+Each item records its figures as properties (:meth:`GateItem.prop`) and fails with a
+:class:`GateFailure` whose message is the whole story.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import KerneloptError
+from .base import BaseRef, base_file
+from .failure import GateFailure, reproduce, stale
+from .items import KernelItem, ModelItem
+from .problems import Problem
+from .torch_warnings import internal_warnings_ignored
+
+
+class VerifySessions:
+    """One verification session per problem, shared by its items; the first item pays for opening it."""
+
+    def __init__(self, device: str, options: Any):
+        self.device = device
+        self.options = options  # verify.VerifyOptions
+        self._open: dict[Any, Any] = {}
+
+    def get(self, problem: Problem, item: Any) -> Any:
+        from ..verify import VerifySession
+
+        session = self._open.get(problem.path)
+        if session is None:
+            session = self._open[problem.path] = VerifySession(problem.path, self.device, self.options)
+            started = time.monotonic()
+            try:
+                with internal_warnings_ignored():
+                    session.open()
+            finally:
+                item.prop("open_seconds", round(time.monotonic() - started, 2))
+        return session
+
+    def close(self) -> None:
+        for session in self._open.values():
+            session.close()
+        self._open.clear()
+
+
+class Checks:
+    """The kernel and model checks, with what they need: the store, the speed policy, the sessions."""
+
+    def __init__(self, *, strict: bool, policy: Any, store: Callable[[], Any], sessions: VerifySessions,
+                 base: BaseRef | None, before: Callable[[Problem, Any], None]):
+        self.strict = strict
+        self.policy = policy  # verify.SpeedPolicy: slower, measurable, against_recorded
+        self._store = store
+        self.sessions = sessions
+        self.base = base
+        self._before = before  # tune/refresh on a problem's first item (tuning.Tuning.before_checks)
+
+    @property
+    def store(self) -> Any:
+        return self._store()
+
+    def _start(self, problem: Problem, item: Any) -> None:
+        """A problem that failed to compile fails its items; the first item of a problem runs
+        refresh and tune on it (what they store is then gated like any committed kernel)."""
+        if problem.error:
+            raise GateFailure(problem.error)
+        self._before(problem, item)
+
+    def kernel(self, item: KernelItem) -> None:
+        problem, kernel = item.problem, item.name
+        self._start(problem, item)
+        info = problem.compiled.kernel(kernel).info
+        item.prop("model", problem.id)
+        try:
+            # The whole folder (every version against its sha256, no file the manifest does not
+            # record), then the active version: what the gate passes is what the store holds.
+            self.store.check(problem.id, kernel)
+            found = self.store.active_file(problem.id, kernel)
+        except KerneloptError as exc:
+            item.prop("status", "broken")
+            raise GateFailure(str(exc)) from exc
+        if found is None:
+            item.prop("status", "baseline")
+            return
+        manifest, path = found.manifest, found.path
+        item.prop("version", manifest.active)
+        if manifest.fingerprint != info.fingerprint:
+            item.prop("status", "stale")
+            stale(f"stale: {path} replaces compiler kernel {manifest.fingerprint}, but the compiler now "
+                  f"generates {info.fingerprint}; the compiler's kernel is used", self.strict)
+        from ..verify import source_of
+
+        # The bytes the store just checked against its sha256 are the bytes verified.
+        session = self.sessions.get(problem, item)
+        with internal_warnings_ignored():
+            verdict = session.verify(kernel, source_of(found.source, str(path)))
+        figures(item, verdict)
+        if verdict.status == "rejected":
+            item.prop("status", "rejected")
+            raise GateFailure(f"{path}: rejected at {verdict.reason}{reproduce(verdict)}")
+        timing = verdict.model_timing
+        if self.policy.slower(timing):
+            item.prop("status", "slower")
+            raise GateFailure(f"{path}: slower than the compiler kernel: model {timing.speedup:.3f}x "
+                              f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])")
+        item.prop("status", "committed")
+
+    def model(self, item: ModelItem) -> None:
+        problem = item.problem
+        self._start(problem, item)
+        item.prop("model", problem.id)
+        replacements, stale_kernels, broken = {}, [], []
+        for kernel in problem.kernels:
+            try:
+                found = self.store.active_file(problem.id, kernel)
+            except KerneloptError as exc:
+                broken.append(f"{kernel}: {exc}")
+                continue
+            if found is None:
+                continue
+            if found.manifest.fingerprint != problem.compiled.kernel(kernel).info.fingerprint:
+                stale_kernels.append(kernel)
+            else:
+                from ..verify import source_of
+
+                replacements[kernel] = source_of(found.source, str(found.path))
+        item.prop("baseline", len(problem.kernels) - len(replacements) - len(stale_kernels) - len(broken))
+        orphaned: list[str] = []
+        try:
+            self.store.model_record(problem.id)  # a broken model.json fails here, measured or not
+            # A folder with no active version (retired by refresh) runs nothing: not stale.
+            orphaned = [k for k in self.store.kernel_names(problem.id) if k not in problem.kernels
+                        and (m := self.store.manifest(problem.id, k)) is not None and m.active is not None]
+        except KerneloptError as exc:
+            broken.append(str(exc))
+        item.prop("kernels", len(problem.kernels))
+        item.prop("committed", len(replacements))
+        item.prop("stale", len(stale_kernels) + len(orphaned))
+        if broken:
+            raise GateFailure("; ".join(broken))
+        if orphaned:  # counted as stale; the summary's note names them
+            item.prop("orphaned", orphaned)
+            if self.strict:
+                raise GateFailure(f"stale: {self.store.model_dir(problem.id)} holds committed versions of "
+                                  f"{', '.join(orphaned)}, which the compiler no longer generates for {problem.id}; "
+                                  "they are not used and were not verified (re-tune, or remove the folders; to pass "
+                                  "anyway, --kernelopt-allow-stale or allow_stale = true in [tool.kernelopt])")
+        base_text = self.base.text(problem.path) if self.base else None
+        if self.base and base_text is None:
+            item.prop("vs_base", f"new at {self.base.ref}: nothing to compare")
+        if not replacements and base_text is None:
+            item.prop("status", "baseline")
+            return
+        session = self.sessions.get(problem, item)
+        with base_file(problem.path.name, base_text) as base_problem, internal_warnings_ignored():
+            verdict = session.verify_model(replacements, base_problem=base_problem)
+        figures(item, verdict)
+        if verdict.status == "rejected":
+            raise GateFailure(f"{problem.id} with committed kernels: rejected at {verdict.reason}{reproduce(verdict)}")
+        timing = verdict.model_timing
+        if replacements and self.policy.slower(timing):
+            raise GateFailure(f"{problem.id}: committed kernels make the model slower: {timing.speedup:.3f}x "
+                              f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])")
+        self._check_recorded(item, problem.id, verdict)
+        base = verdict.base_timing
+        if base is not None:
+            item.prop("vs_base_speedup", round(base.speedup, 4))
+            item.prop("vs_base_ci", [round(base.ci_low, 4), round(base.ci_high, 4)])
+            if self.policy.slower(base):
+                assert self.base is not None
+                raise GateFailure(f"{problem.id}: slower than at {self.base.ref}: {base.speedup:.3f}x "
+                                  f"(95% CI [{base.ci_low:.3f}, {base.ci_high:.3f}])")
+        # Passed: with committed kernels swapped in ("committed"), or the compiler's alone (it was null).
+        item.prop("status", "committed" if replacements else "baseline")
+
+    def _check_recorded(self, item: ModelItem, model: str, verdict: Any) -> None:
+        """Compare the measured speedup with the one recorded in kernels/<model>/model.json for this environment."""
+        from ..store import environment_key
+
+        timing = verdict.model_timing
+        if timing is None or verdict.environment is None or not self.policy.measurable(timing):
+            return
+        try:
+            recorded = self.store.model_record(model).baselines.get(environment_key(verdict.environment))
+        except KerneloptError as exc:
+            raise GateFailure(str(exc)) from exc
+        if recorded is None or recorded.timing is None:
+            return
+        item.prop("recorded_speedup", round(recorded.timing.speedup, 4))
+        regressed, note = self.policy.against_recorded(timing, recorded.timing)
+        if note is not None:
+            item.prop("recorded_note", note)
+            if regressed:
+                raise GateFailure(f"{model}: slower than recorded on {recorded.measured:%Y-%m-%d} in this environment: {note}")
+            return
+        if regressed:
+            raise GateFailure(
+                f"{model}: speedup over the compiled model regressed: now {timing.speedup:.3f}x (95% CI "
+                f"[{timing.ci_low:.3f}, {timing.ci_high:.3f}]), recorded {recorded.timing.speedup:.3f}x on "
+                f"{recorded.measured:%Y-%m-%d} in this environment")
+
+
+def figures(item: Any, verdict: Any) -> None:
+    """A verdict's figures as the item's properties: errors against float64, speedup, stage times."""
+    worst = max((e.candidate_vs_fp64 or 0.0 for e in verdict.errors), default=None)
+    if worst is not None:
+        item.prop("error_vs_fp64", worst)
+        item.prop("baseline_error_vs_fp64", max((e.baseline_vs_fp64 or 0.0 for e in verdict.errors), default=0.0))
+    item.prop("speed_measured", verdict.speed_measured)
+    if verdict.environment is not None and verdict.environment.gpu:
+        item.prop("gpu", verdict.environment.gpu)
+    if verdict.model_timing is not None:
+        t = verdict.model_timing
+        item.prop("speedup", round(t.speedup, 4))
+        item.prop("speedup_ci", [round(t.ci_low, 4), round(t.ci_high, 4)])
+    for stage in verdict.stages:
+        item.prop(f"stage_{stage.name}_seconds", round(stage.seconds, 2))
+    item.prop("verify_seconds", round(verdict.wall_seconds, 2))

@@ -1,0 +1,75 @@
+"""What the gate says: the header, the terminal summary, ``--kernelopt-json`` and ``--kernelopt-report``.
+
+The controller (the process that writes them; under pytest-xdist, the one that starts
+the workers) keeps each gate item's result (:func:`.results.item_result`) as its report
+arrives; after the last item the run's :class:`~.summary.GateSummary` is computed once,
+and the terminal table, the Markdown report and ``kernelopt merge`` render it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .results import GateResult, GateSettings, ItemResult, environment, gate_result, item_result, write
+from .summary import GateSummary, summarize
+
+
+class GateOutput:
+    """The items' results as they arrive, and everything rendered from them."""
+
+    def __init__(self, options: Any, rootpath: Path):
+        self.options = options  # gate.options.GateOptions
+        self.rootpath = rootpath
+        self.items: list[ItemResult] = []
+        self._summary: GateSummary | None = None
+
+    def record(self, report: Any) -> None:
+        if (result := item_result(report)) is not None:
+            self.items.append(result)
+            self._summary = None
+
+    def summary(self, problems: list[str]) -> GateSummary:
+        """The summary of the items so far; ``problems``: the model ids this run is responsible for."""
+        if self._summary is None:
+            self._summary = summarize(self.items, problems)
+        return self._summary
+
+    def write_files(self, *, device: str, problems: list[str], run_problems: list[str], base: Any) -> None:
+        """``--kernelopt-json`` and ``--kernelopt-report``, when asked for."""
+        options = self.options
+        if (options.json_path or options.report_path) is None:
+            return
+        verify = options.verify
+        settings = GateSettings(seeds=verify.seeds, timeout=verify.timeout, max_slowdown=verify.speed.max_slowdown,
+                                max_regression=verify.speed.max_regression, strict=options.strict,
+                                base_ref=options.base_ref, base_commit=base.commit if base else None)
+        result = gate_result(shard=options.shard, problems=problems, environment=environment(device, self.items),
+                             settings=settings, items=self.items, run_problems=run_problems)
+        if options.json_path is not None:
+            write(result, options.json_path)
+        if options.report_path is not None:
+            from ..report.gate import write_gate_report
+            from ..templates import project_templates
+
+            write_gate_report(result, options.report_path, project_templates(self.rootpath), self.summary(problems))
+
+    def terminal_lines(self, problems: list[str]) -> list[str]:
+        """The table of the problems whose items ran, and its notes."""
+        from ..report.terminal import summary_table_lines
+
+        return summary_table_lines(self.summary(problems))
+
+
+def summary_lines(result: GateResult) -> list[str]:
+    """``kernelopt merge``: the gate's terminal table for ``result``, then one line of counts."""
+    from ..report.terminal import summary_table_lines
+    from ..report.untrusted import plain
+
+    shards = ", ".join(str(s) for s in result.shards) or "unsharded"
+    gpus = f" on {', '.join(result.environment.gpus)}" if result.environment.gpus else ""
+    # A result file is read from disk (a CI artifact): its words are escaped like a candidate's.
+    return [*summary_table_lines(GateSummary.of_result(result)),
+            plain(f"{len(result.problems)} problem(s), shards {shards}, {result.environment.device}{gpus}, "
+                  f"torch {result.environment.torch}, triton {result.environment.triton}: {result.counts()}",
+                  lines=False)]

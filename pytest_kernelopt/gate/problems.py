@@ -1,0 +1,69 @@
+"""The problem files the gate checks: found from the options or ``[tool.kernelopt]``, compiled once each."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import KerneloptError, UsageError
+from .torch_warnings import internal_warnings_ignored
+
+
+@dataclass
+class Problem:
+    """One problem file, and (after :func:`compile_once`) its compiled model and Triton kernels."""
+
+    path: Path
+    id: str  # the kernel store's model id: the file's stem (kernels/<id>/)
+    compiled: Any = None
+    error: str | None = None  # why its items fail without being checked
+    kernels: list[str] = field(default_factory=list)
+    loaded: bool = False
+
+
+def find_problems(globs: list[str] | None, settings: Any, rootpath: Path) -> dict[Path, Problem]:
+    """The configured problem files by resolved path; none, or two sharing a store folder, is a UsageError."""
+    files = settings.problem_files(globs)
+    if not files:
+        if not globs and settings.source is None:  # nothing configured: say what to do
+            from ..config import find_pyproject
+
+            found = find_pyproject(rootpath)
+            if found is None:
+                raise UsageError(f"no pyproject.toml found above {rootpath}; pass problem files "
+                                 "(--kernelopt-problems 'models/*.py') or create one with [tool.kernelopt] "
+                                 "problems = [...]")
+            raise UsageError(f"{found} has no [tool.kernelopt] table; pass problem files "
+                             "(--kernelopt-problems 'models/*.py') or add [tool.kernelopt] problems = [...]")
+        where = "--kernelopt-problems" if globs else f"[tool.kernelopt] problems of {settings.source}"
+        raise UsageError(f"{where} matches no problem files")
+
+    def rel(path: Path) -> str:
+        return os.path.relpath(path, rootpath)
+
+    by_id: dict[str, Path] = {}
+    for path in files:
+        if path.stem in by_id:  # their kernels would share kernels/<stem>/
+            raise UsageError(f"problem files {rel(by_id[path.stem])} and {rel(path)} have the same "
+                             f"name {path.stem!r}, so their kernels would share "
+                             f"{rel(settings.kernels_path / path.stem)}/: rename one")
+        by_id[path.stem] = path
+    return {path: Problem(path=path, id=path.stem) for path in files}
+
+
+def compile_once(problem: Problem, device: str) -> Problem:
+    """Compile the problem once, to know its kernels (each xdist worker does this); an error is kept, not raised."""
+    from ..capture import compile_problem
+    from ..capture.problem import load_problem
+
+    if not problem.loaded:
+        problem.loaded = True
+        try:
+            with internal_warnings_ignored():
+                problem.compiled = compile_problem(load_problem(problem.path), device)
+            problem.kernels = list(problem.compiled.kernels)
+        except KerneloptError as exc:
+            problem.error = str(exc)
+    return problem

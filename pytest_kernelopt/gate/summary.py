@@ -1,0 +1,156 @@
+"""One summary of a gate run, computed once from its items' results and rendered by every output.
+
+Per problem file (:class:`ProblemSummary`): what the store holds for the model's kernels
+(committed / stale / compiler's), how many kernel items failed, the model check's outcome,
+its speedup with the 95% interval, the comparison with the base ref, the worst error
+against float64, and the notes the terminal prints under its table. The rules, once:
+
+* counts: the model item's (it knows every kernel of the model); without them (the model
+  item deselected, or failed before counting) the kernel items that ran and recorded a
+  status are counted, a rejected or slower version as committed; neither: unknown (None).
+* speed: ``measured`` (a speedup); ``compiler baseline`` (the model check passed with
+  nothing committed and no speedup); ``not timed`` (the device could not time it:
+  interpreter mode); ``not reached`` (the check stopped before timing); ``not run`` (no
+  model item ran).
+
+The terminal table (:func:`~pytest_kernelopt.report.terminal.summary_table_lines`), the
+Markdown report (:mod:`pytest_kernelopt.report.gate`) and ``kernelopt merge`` render it;
+junit XML and ``--kernelopt-json`` carry the items' own figures it is computed from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .results import GateResult, ItemResult, item_from_properties, outcome_counts
+
+Speed = Literal["measured", "compiler baseline", "not timed", "not reached", "not run"]
+
+
+@dataclass(frozen=True)
+class KernelCounts:
+    committed: int
+    stale: int
+    baseline: int  # the compiler's kernel runs
+
+
+@dataclass
+class ProblemSummary:
+    problem: str  # the problem file's path from the rootdir; the model id when none of its items ran
+    model: str
+    outcome: str = "not run"  # of the model item: passed, failed, skipped, or "not run"
+    counts: KernelCounts | None = None
+    failed_kernels: int = 0
+    speed: Speed = "not run"
+    speed_measured: bool | None = None
+    speedup: float | None = None
+    ci: list[float] | None = None
+    vs_base: str | None = None  # why there is no comparison ("new at REF: nothing to compare")
+    vs_base_speedup: float | None = None
+    vs_base_ci: list[float] | None = None
+    error: float | None = None  # worst error against float64, committed kernels swapped in
+    baseline_error: float | None = None  # the compiled model's
+    recorded_note: str | None = None  # why the recorded speedup was not compared
+    orphaned: list[str] = field(default_factory=list)  # committed kernel folders the compiler no longer generates
+    items: list[ItemResult] = field(default_factory=list)  # kernel items by node id, then the model item
+
+    # The counts one by one (None: unknown), as the report's template reads them.
+    @property
+    def committed(self) -> int | None:
+        return self.counts.committed if self.counts else None
+
+    @property
+    def stale(self) -> int | None:
+        return self.counts.stale if self.counts else None
+
+    @property
+    def baseline(self) -> int | None:
+        return self.counts.baseline if self.counts else None
+
+    @property
+    def ran(self) -> bool:
+        return bool(self.items)
+
+
+@dataclass
+class GateSummary:
+    problems: list[ProblemSummary]  # by problem path; those no item of ran come too (``ran`` is False)
+    items: list[ItemResult]  # by node id
+
+    @property
+    def failures(self) -> list[ItemResult]:
+        return [i for i in self.items if i.outcome == "failed"]
+
+    @property
+    def skipped(self) -> list[ItemResult]:
+        return [i for i in self.items if i.outcome == "skipped"]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    @property
+    def counts(self) -> str:
+        return outcome_counts(self.items)
+
+    @classmethod
+    def of_result(cls, result: GateResult) -> GateSummary:
+        return summarize(result.items, result.problems)
+
+    @classmethod
+    def of_rows(cls, rows: list[tuple[str, str, dict[str, Any]]]) -> GateSummary:
+        """From (node id, outcome, ``kernelopt_*`` properties without the prefix) per item."""
+        items = [item_from_properties(nodeid, outcome, props) for nodeid, outcome, props in rows]
+        return summarize([i for i in items if i is not None])
+
+
+# A committed version that was checked and failed is still a committed one.
+_KERNEL_STATUS = {"committed": "committed", "rejected": "committed", "slower": "committed", "stale": "stale",
+                  "baseline": "baseline"}
+
+
+def summarize(items: list[ItemResult], problems: Iterable[str] = ()) -> GateSummary:
+    """The summary of ``items``; ``problems``: model ids the run was responsible for, whether or not items ran."""
+    rows: dict[str, ProblemSummary] = {}
+    counted: dict[str, dict[str, int]] = {}
+    for item in items:
+        row = rows.setdefault(item.problem, ProblemSummary(problem=item.problem, model=item.model))
+        row.items.append(item)
+        if item.item == "model":
+            _model_figures(row, item)
+            continue
+        if (status := _KERNEL_STATUS.get(item.status or "")) is not None:
+            found = counted.setdefault(item.problem, {"committed": 0, "stale": 0, "baseline": 0})
+            found[status] += 1
+        if item.outcome == "failed":
+            row.failed_kernels += 1
+    for name, row in rows.items():
+        if row.counts is None and name in counted:
+            row.counts = KernelCounts(**counted[name])
+        row.items.sort(key=lambda i: (i.item == "model", i.nodeid))
+    for model in problems:  # responsible for, but no item ran (deselected, or collection failed)
+        if not any(p.model == model for p in rows.values()):
+            rows[model] = ProblemSummary(problem=model, model=model)
+    return GateSummary(problems=[rows[name] for name in sorted(rows)], items=sorted(items, key=lambda i: i.nodeid))
+
+
+def _model_figures(row: ProblemSummary, item: ItemResult) -> None:
+    row.outcome = item.outcome
+    if item.committed is not None:
+        row.counts = KernelCounts(committed=item.committed, stale=item.stale or 0, baseline=item.baseline or 0)
+    row.speed_measured, row.speedup, row.ci = item.speed_measured, item.speedup, item.speedup_ci
+    if item.speedup is not None:
+        row.speed = "measured"
+    elif item.outcome == "passed" and not item.committed:
+        row.speed = "compiler baseline"
+    elif item.speed_measured is False:
+        row.speed = "not timed"
+    else:
+        row.speed = "not reached"
+    row.vs_base, row.vs_base_speedup, row.vs_base_ci = item.vs_base, item.vs_base_speedup, item.vs_base_ci
+    row.error, row.baseline_error = item.error_vs_fp64, item.baseline_error_vs_fp64
+    note = item.other.get("recorded_note")
+    row.recorded_note = None if note is None else str(note)
+    row.orphaned = list(item.orphaned or [])

@@ -1,0 +1,77 @@
+"""The gate's summary is computed once (``gate/summary.py``); the terminal table and the Markdown report
+render the same figures from it (no compile here)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from pytest_kernelopt.gate.results import GateResult, GateSettings, ItemResult, ResultEnvironment
+from pytest_kernelopt.gate.summary import GateSummary
+from pytest_kernelopt.report import gate_lines
+from pytest_kernelopt.report.gate import render_gate_report
+
+CHAIN, SUM = "problems/chain.py", "problems/sum.py"
+
+
+def _result(*items: ItemResult, problems=("chain", "sum")) -> GateResult:
+    return GateResult(created=datetime(2026, 12, 1, tzinfo=timezone.utc), problems=list(problems),
+                      environment=ResultEnvironment(device="cpu", torch="2.13.0", triton="3.7.0", python="3.12.3"),
+                      settings=GateSettings(seeds=1, timeout=600, max_slowdown=0.01, strict=True),
+                      items=list(items))
+
+
+def _kernel(problem: str, name: str, outcome: str, status: str) -> ItemResult:
+    return ItemResult(nodeid=f"{problem}::{name}", problem=problem, model=problem[9:-3], kernel=name, item="kernel",
+                      outcome=outcome, status=status)
+
+
+def _model(problem: str, outcome: str, **figures) -> ItemResult:
+    return ItemResult(nodeid=f"{problem}::model", problem=problem, model=problem[9:-3], item="model",
+                      outcome=outcome, **figures)
+
+
+def _row(lines: list[str], problem: str) -> list[str]:
+    return next(line for line in lines if line.startswith(problem)).split()
+
+
+def _report_row(text: str, problem: str) -> list[str]:
+    line = next(line for line in text.splitlines() if line.startswith(f"| `{problem}` |"))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_without_the_model_item_the_kernel_items_are_counted_in_terminal_and_report() -> None:
+    result = _result(_kernel(CHAIN, "k0", "passed", "committed"), _kernel(CHAIN, "k1", "failed", "rejected"),
+                     _kernel(CHAIN, "k2", "skipped", "stale"), _kernel(CHAIN, "k3", "passed", "baseline"))
+    assert _row(gate_lines(result.rows()), CHAIN) == [CHAIN, "2", "1", "1", "1", "-", "-", "-", "not", "run"]
+    assert _report_row(render_gate_report(result), CHAIN)[:6] == [f"`{CHAIN}`", "not run", "2", "1", "1", "1"]
+    # A problem the run was responsible for but no item of ran: a report row, no terminal row.
+    assert _report_row(render_gate_report(result), "sum")[:6] == ["`sum`", "not run", "-", "-", "-", "0"]
+    assert not any(line.startswith("sum") for line in gate_lines(result.rows()))
+
+
+def test_speed_column_one_rule_two_renderings() -> None:
+    result = _result(
+        # passed with nothing committed, never timed: the compiler's model
+        _model(SUM, "passed", kernels=1, committed=0, stale=0, baseline=1, speed_measured=False),
+        # stopped before timing (rejected at the model stage)
+        _model(CHAIN, "failed", kernels=1, committed=1, stale=0, baseline=0, speed_measured=True,
+               message="model stage: rejected"))
+    summary = GateSummary.of_result(result)
+    assert {p.model: p.speed for p in summary.problems} == {"chain": "not reached", "sum": "compiler baseline"}
+    lines, text = gate_lines(result.rows()), render_gate_report(result)
+    assert _row(lines, SUM)[5:7] == ["compiler", "baseline"] and _report_row(text, SUM)[6] == "compiler baseline"
+    assert _row(lines, CHAIN)[5:7] == ["not", "measured"] and _report_row(text, CHAIN)[6] == "-"
+    timed = _result(_model(CHAIN, "passed", kernels=1, committed=1, stale=0, baseline=0, speed_measured=False))
+    assert _row(gate_lines(timed.rows()), CHAIN)[5:7] == ["not", "measured"]
+    assert _report_row(render_gate_report(timed), CHAIN)[6] == "not measured"
+
+
+def test_the_summary_of_rows_is_the_summary_of_the_result() -> None:
+    result = _result(_kernel(CHAIN, "k0", "passed", "committed"),
+                     _model(CHAIN, "passed", kernels=1, committed=1, stale=0, baseline=0, speedup=1.2,
+                            speedup_ci=[1.1, 1.3], speed_measured=True, error_vs_fp64=1e-7, orphaned=["gone"]))
+    of_rows, of_result = GateSummary.of_rows(result.rows()), GateSummary.of_result(result)
+    assert [p for p in of_result.problems if p.ran] == of_rows.problems
+    lines = gate_lines(result.rows())
+    assert _row(lines, CHAIN)[1:8] == ["1", "0", "0", "0", "1.200x", "[1.100,", "1.300]"]
+    assert lines[-1].startswith(f"{CHAIN}: committed versions of gone are not used")
