@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import warnings
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from .errors import KerneloptError, UsageError
+from .settings import add_arguments, cli_flag, positive_seconds
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
 
@@ -33,36 +33,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"kernelopt: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive, finite number of seconds, not {text!r}")
-    return value
-
-
-def _root_seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 0 <= value < 1 << 63:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 2^63 - 1, not {value}")
-    return value
-
-
-def _seeds(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 1 <= value <= 1000:
-        raise argparse.ArgumentTypeError(f"must be between 1 and 1000, not {text}")
-    return value
 
 
 def _modes(text: str) -> list[str]:
@@ -100,15 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated, default included: eager, default, max-autotune-no-cudagraphs, kernelopt "
                         "(default: all four)")
     b.add_argument("--json", type=Path, metavar="OUT", help="write every figure to OUT (JSON)")
-    b.add_argument("--device", choices=["auto", "cuda", "cpu"], default=None,
-                   help="where to run (default: [tool.kernelopt] device, else auto); cpu: no timings")
-    b.add_argument("--kernels-dir", type=Path, metavar="DIR",
-                   help="the kernel store of the kernelopt mode (default: [tool.kernelopt] kernels_dir of each "
-                        "problem's project)")
-    b.add_argument("--config", type=Path, metavar="PYPROJECT", help="read [tool.kernelopt] from this pyproject.toml")
-    b.add_argument("--seconds", type=_seconds, default=3.0, metavar="S",
+    add_arguments(b, ["device", "kernels_dir", "config"], notes={"device": "; cpu: no timings"}, helps={
+        "kernels_dir": "the kernel store of the kernelopt mode (default: [tool.kernelopt] kernels_dir of each "
+                       "problem's project)"})
+    b.add_argument("--seconds", type=positive_seconds, default=3.0, metavar="S",
                    help="target seconds of interleaved timing per problem (default 3)")
-    b.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+    b.add_argument("--timeout", type=positive_seconds, default=None, metavar="S",
                    help="seconds one problem may take in all (default: no limit)")
 
     v = sub.add_parser("verify", help="run the verification cascade on candidate kernels (one session)",
@@ -120,8 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_candidate_args(a, several=False)
     a.add_argument("--allow-no-gain", action="store_true", help="on a GPU, store a correct candidate that is not faster")
     a.add_argument("--proposed-by", default="human", help="provenance recorded in the manifest (default: human)")
-    a.add_argument("--kernels-dir", type=Path, metavar="DIR",
-                   help="the kernel store (default: [tool.kernelopt] kernels_dir of the problem's project)")
+    add_arguments(a, ["kernels_dir"])
 
     r = sub.add_parser("report", help="render the report of a tuning run from its run directory (run.json, "
                                       "trace.jsonl)")
@@ -132,34 +98,19 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--templates", type=Path, metavar="DIR",
                    help="your templates folder (default: templates/ beside the nearest pyproject.toml above the "
                         "current folder, if any); its files override the bundled ones of the same name")
-    r.add_argument("--kernels-dir", type=Path, metavar="DIR",
-                   help="the kernel store the run wrote into, for the diffs (default: the one run.json records)")
+    add_arguments(r, ["kernels_dir"], helps={"kernels_dir": "the kernel store the run wrote into, for the diffs "
+                                                            "(default: the one run.json records)"})
     t = sub.add_parser("tune", help="let agents propose faster kernels; keep what the cascade accepts",
                        epilog=SETTINGS_HELP)
     t.add_argument("problems", type=Path, nargs="+", metavar="PROBLEM", help="KernelBench-format problem file(s)")
-    t.add_argument("--agent", choices=["search", "anthropic"], default="search",
-                   help="search: offline (Inductor's alternatives, launch-configuration search, rewrites); "
-                        "anthropic: Claude through the official SDK (ANTHROPIC_API_KEY) (default search)")
+    add_arguments(t, ["agent"])
     t.add_argument("--model", default=None, help="the anthropic backend's model (default claude-sonnet-4-6)")
-    t.add_argument("--max-usd", type=_seconds, default=None, metavar="USD",
+    t.add_argument("--max-usd", type=positive_seconds, default=None, metavar="USD",
                    help="anthropic: stop cleanly once this many dollars are spent")
-    t.add_argument("--budget-s", type=_seconds, default=300.0, metavar="S",
-                   help="device seconds per kernel (default 300)")
-    t.add_argument("--run-budget-s", type=_seconds, default=None, metavar="S",
-                   help="device seconds for the whole run (default: no limit)")
+    add_arguments(t, ["budget_s", "run_budget_s"])
     t.add_argument("--kernel", action="append", default=None, metavar="NAME",
                    help="tune only this kernel (repeatable; default: every kernel above --min-share)")
-    t.add_argument("--min-share", type=float, default=0.02,
-                   help="skip kernels below this share of model GPU time (default 0.02)")
-    t.add_argument("--seeds", type=_seeds, default=3, help="input seeds for the kernel and model stages (default 3)")
-    t.add_argument("--seed", type=_root_seed, default=None, metavar="S",
-                   help="reproduce a run: derive every session's input seeds, fills and draws from S")
-    t.add_argument("--timeout", type=_seconds, default=300.0, help="seconds one candidate's checks may take")
-    t.add_argument("--device", choices=["auto", "cuda", "cpu"], default=None,
-                   help="where to run (default: [tool.kernelopt] device, else auto)")
-    t.add_argument("--config", type=Path, metavar="PYPROJECT", help="read [tool.kernelopt] from this pyproject.toml")
-    t.add_argument("--kernels-dir", type=Path, metavar="DIR",
-                   help="the kernel store (default: [tool.kernelopt] kernels_dir of the problems' project)")
+    add_arguments(t, ["min_share", "seeds", "seed", "timeout", "device", "config", "kernels_dir"])
     t.add_argument("--runs-dir", type=Path, metavar="DIR",
                    help="where run directories go (default: .kernelopt/runs in the problems' project)")
     t.add_argument("--no-ncu", action="store_true", help="do not run Nsight Compute (roofline estimate only)")
@@ -171,45 +122,32 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--workers", type=int, default=1, metavar="N",
                    help="tune in N processes, each on a GPU of its own (CUDA_VISIBLE_DEVICES), problems spread "
                         "over them; at most one per visible GPU (default 1)")
-    t.add_argument("--shard", default=None, metavar="K/N",
-                   help="tune only the problems of shard K of N (stable: a problem's shard depends on its name "
-                        "alone), to spread one run over N machines")
+    add_arguments(t, ["shard"])
     t.add_argument("--open-pr", action="store_true",
                    help="after the run, push a branch kernelopt/<model>/<kernel> per faster kernel and open or update "
                         "its pull request (GITHUB_TOKEN; without one, print where to open it)")
-    t.add_argument("--base", metavar="BRANCH", default=None,
-                   help="with --open-pr: the branch pull requests go into (default: the remote's default branch)")
-    t.add_argument("--remote", metavar="NAME", default="origin", help="with --open-pr: the git remote (default origin)")
+    add_arguments(t, ["base", "remote"], prefix="with --open-pr: ")
 
     rf = sub.add_parser("refresh", help="after a compiler upgrade (or a changed model): replay each stale kernel's "
                                         "recipe on the new compiler kernel, store what the cascade passes, retire "
                                         "the rest", epilog=SETTINGS_HELP)
     rf.add_argument("problems", type=Path, nargs="*", metavar="PROBLEM",
                     help="problem file(s) (default: [tool.kernelopt] problems of the current project)")
-    rf.add_argument("--device", choices=["auto", "cuda", "cpu"], default=None,
-                    help="where to run (default: [tool.kernelopt] device, else auto)")
-    rf.add_argument("--config", type=Path, metavar="PYPROJECT", help="read [tool.kernelopt] from this pyproject.toml")
-    rf.add_argument("--kernels-dir", type=Path, metavar="DIR",
-                    help="the kernel store (default: [tool.kernelopt] kernels_dir of the problems' project)")
+    add_arguments(rf, ["device", "config", "kernels_dir"])
     rf.add_argument("--runs-dir", type=Path, metavar="DIR",
                     help="where the run directory goes (default: .kernelopt/runs in the problems' project); "
                          "`kernelopt publish` takes it")
-    rf.add_argument("--seeds", type=_seeds, default=3, help="input seeds for the kernel and model stages (default 3)")
-    rf.add_argument("--seed", type=_root_seed, default=None, metavar="S",
-                    help="reproduce a run: derive every session's input seeds, fills and draws from S")
-    rf.add_argument("--timeout", type=_seconds, default=300.0, help="seconds one candidate's checks may take")
+    add_arguments(rf, ["seeds", "seed", "timeout"])
     rf.add_argument("--json", action="store_true", help="print the refresh record (refresh.json) on stdout")
 
     pub = sub.add_parser("publish", help="push the branches and open or update the pull requests of a finished tuning "
                                          "run (what `tune --open-pr` does at its end), e.g. from a CI artifact; "
                                          "refuses a run whose stored files changed since")
     pub.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory `kernelopt tune` wrote")
-    pub.add_argument("--kernels-dir", type=Path, metavar="DIR",
-                     help="the kernel store holding the run's versions (default: the one run.json records when it "
-                          "lies in this repository, else [tool.kernelopt] kernels_dir of the current project)")
-    pub.add_argument("--base", metavar="BRANCH", default=None,
-                     help="the branch pull requests go into (default: the remote's default branch)")
-    pub.add_argument("--remote", metavar="NAME", default="origin", help="the git remote (default origin)")
+    add_arguments(pub, ["kernels_dir"], helps={
+        "kernels_dir": "the kernel store holding the run's versions (default: the one run.json records when it lies "
+                       "in this repository, else [tool.kernelopt] kernels_dir of the current project)"})
+    add_arguments(pub, ["base", "remote"])
     pub.add_argument("--json", action="store_true", help="print what was published per kernel as JSON on stdout")
 
     m = sub.add_parser("merge", help="combine the --kernelopt-json results of a gate's shards into one table and "
@@ -223,11 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_problem(p: argparse.ArgumentParser) -> None:
     p.add_argument("problem", type=Path, help="a KernelBench-format problem file (class Model, get_inputs, "
                                               "get_init_inputs)")
-    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default=None,
-                   help="where to run (default: [tool.kernelopt] device, else auto: cuda if present, else cpu "
-                        "interpreter mode)")
-    p.add_argument("--config", type=Path, metavar="PYPROJECT",
-                   help="read [tool.kernelopt] from this pyproject.toml instead of the problem's project")
+    add_arguments(p, ["device", "config"])
 
 
 def _add_candidate_args(p: argparse.ArgumentParser, several: bool) -> None:
@@ -236,14 +170,7 @@ def _add_candidate_args(p: argparse.ArgumentParser, several: bool) -> None:
     p.add_argument("--candidate", required=True, type=Path, nargs="+" if several else None, metavar="FILE",
                    help="candidate file(s) (see README: candidate format)" if several else
                         "candidate file (see README: candidate format)")
-    p.add_argument("--seeds", type=_seeds, default=3, help="input seeds for the kernel and model stages (default 3)")
-    p.add_argument("--seed", type=_root_seed, default=None, metavar="S",
-                   help="reproduce a verification: derive every input seed, fill and draw from S (default: drawn "
-                        "from the OS per session; verdicts record it as `seed`)")
-    p.add_argument("--timeout", type=_seconds, default=300.0,
-                   help="seconds each candidate's checks may take in the isolated worker (default 300)")
-    p.add_argument("--allow-reduced-precision", action="store_true",
-                   help="accept candidates that compute in fp16/bf16/TF32 where the compiler kernel did not")
+    add_arguments(p, ["seeds", "seed", "timeout", "allow_reduced_precision"])
     p.add_argument("--json", action="store_true",
                    help="print the verdict as JSON (verify with several candidates: a list)")
 
@@ -440,10 +367,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _tune_passthrough(args: argparse.Namespace, device: str, kernels: Path) -> list[str]:
     """The options every ``--workers`` process gets (its problems and run directory are its own)."""
-    out = ["--agent", args.agent, "--budget-s", str(args.budget_s), "--min-share", str(args.min_share),
-           "--seeds", str(args.seeds), "--timeout", str(args.timeout), "--device", device, "--kernels-dir", str(kernels)]
-    for flag, value in (("--model", args.model), ("--max-usd", args.max_usd), ("--run-budget-s", args.run_budget_s),
-                        ("--config", args.config), ("--seed", args.seed)):
+    out: list[str] = []
+    for name in ("agent", "budget_s", "min_share", "seeds", "timeout"):
+        out += [cli_flag(name), str(getattr(args, name))]
+    out += [cli_flag("device"), device, cli_flag("kernels_dir"), str(kernels)]
+    for flag, value in (("--model", args.model), ("--max-usd", args.max_usd),
+                        (cli_flag("run_budget_s"), args.run_budget_s), (cli_flag("config"), args.config),
+                        (cli_flag("seed"), args.seed)):
         if value is not None:
             out += [flag, str(value)]
     for name in args.kernel or []:

@@ -12,27 +12,26 @@ from __future__ import annotations
 import glob
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from . import settings
 from .errors import UsageError
-
-Device = Literal["auto", "cuda", "cpu"]
-DEVICES: tuple[str, ...] = ("auto", "cuda", "cpu")
-SECTION = "[tool.kernelopt]"
+from .settings import DEVICES, SECTION, TOML_KEYS, Device  # noqa: F401 (DEVICES, SECTION: this module's names too)
 
 
 class Config(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    problems: list[str] = []
-    kernels_dir: str = "kernels"
-    device: Device = "auto"
+    # The [tool.kernelopt] keys: defaults and help in ..settings, shared with the command line and the gate.
+    problems: list[str] = settings.field("problems")
+    kernels_dir: str = settings.field("kernels_dir")
+    device: Device = settings.field("device")
     # The gate: a committed kernel it cannot verify at the problem's shape (stale, or a kernel the
     # compiler no longer generates) is skipped with a note instead of failing. Command line:
     # --kernelopt-allow-stale (and --kernelopt-strict, which overrides this to false).
-    allow_stale: bool = False
+    allow_stale: bool = settings.field("allow_stale")
     # Where relative paths are taken from: the folder holding pyproject.toml.
     root: Path = Path(".")
     # The file the settings were read from; None: defaults.
@@ -115,7 +114,7 @@ def _validated(pyproject: Path, section: dict[str, Any]) -> Config:
                 if not isinstance(item, str) or not item.strip():
                     raise bad(f"{key}[{i}]", f"must be a non-empty glob string, not {item!r}")
         else:
-            raise bad(key, f"unknown key (known: allow_stale, device, kernels_dir, problems; paths are relative to "
+            raise bad(key, f"unknown key (known: {', '.join(sorted(TOML_KEYS))}; paths are relative to "
                            f"{pyproject.name})")
     return Config(**section, root=pyproject.parent, source=pyproject)
 

@@ -17,55 +17,9 @@ _SESSION = pytest.StashKey[Any]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("kernelopt", "kernel optimization gate (pytest-kernelopt)")
-    group.addoption("--kernelopt", action="store_true", help="collect and verify committed kernels and models")
-    group.addoption("--kernelopt-device", choices=["auto", "cuda", "cpu"], default=None,
-                    help="device (default: [tool.kernelopt] device, else auto)")
-    group.addoption("--kernelopt-problems", nargs="+", metavar="GLOB", default=None,
-                    help="problem files (overrides [tool.kernelopt] problems)")
-    group.addoption("--kernelopt-strict", action="store_true",
-                    help="stale kernels fail even where [tool.kernelopt] allow_stale = true (they fail by default)")
-    group.addoption("--kernelopt-allow-stale", action="store_true", default=None,
-                    help="skip, with a note, committed kernels that cannot be verified at the problem's shape (stale, "
-                         "or no longer generated) instead of failing them (default: [tool.kernelopt] allow_stale, "
-                         "else false)")
-    group.addoption("--kernelopt-base-ref", metavar="REF", default=None,
-                    help="also compare each model with its problem file at git revision REF, measured side by side")
-    group.addoption("--kernelopt-max-slowdown", type=float, default=0.01, metavar="FRACTION",
-                    help="fail only when the 95%% CI's upper bound is below 1 - FRACTION, 0 <= FRACTION < 1 "
-                         "(default 0.01)")
-    group.addoption("--kernelopt-max-regression", type=float, default=0.05, metavar="FRACTION",
-                    help="fail the model item when its speedup falls below the one recorded in model.json (this "
-                         "environment) by more than FRACTION, 0 <= FRACTION < 1 (default 0.05)")
-    group.addoption("--kernelopt-seeds", type=int, default=3, metavar="N",
-                    help="input seeds per check, 1 to 1000 (default 3)")
-    group.addoption("--kernelopt-seed", type=int, default=None, metavar="S",
-                    help="reproduce a gate run: derive every session's input seeds, fills and draws from S "
-                         "(default: drawn from the OS per problem; a failure names the seed it ran with)")
-    group.addoption("--kernelopt-timeout", type=float, default=600.0, metavar="SECONDS",
-                    help="seconds per isolated check (default 600)")
-    group.addoption("--kernelopt-shard", metavar="K/N", default=None,
-                    help="check only the problems of shard K of N (by a hash of the model id; see README)")
-    group.addoption("--kernelopt-json", metavar="PATH", default=None,
-                    help="write every gate item's result to PATH as JSON (merge shards with `kernelopt merge`)")
-    group.addoption("--kernelopt-tune", action="store_true",
-                    help="before checking a problem, run `kernelopt tune` on it: versions the cascade accepts are "
-                         "stored and then gated like any committed kernel")
-    group.addoption("--kernelopt-agent", choices=["search", "anthropic"], default="search",
-                    help="--kernelopt-tune: the agent backend (default search; anthropic needs ANTHROPIC_API_KEY)")
-    group.addoption("--kernelopt-budget-s", type=float, default=300.0, metavar="SECONDS",
-                    help="--kernelopt-tune: device seconds per kernel (default 300)")
-    group.addoption("--kernelopt-refresh", action="store_true",
-                    help="before checking a problem whose committed kernels are stale (a compiler upgrade, a changed "
-                         "model), run `kernelopt refresh` on it: each stale kernel's recipe is replayed on the new "
-                         "compiler kernel and stored when the cascade passes it, else the kernel is retired")
-    group.addoption("--kernelopt-open-pr", action="store_true",
-                    help="--kernelopt-tune or --kernelopt-refresh: after the run, for each problem whose items all passed, commit what its "
-                         "tuning stored to branch kernelopt/<model>/<kernel>, push, and open or update a pull request "
-                         "(GITHUB_TOKEN; without one, print where to open it)")
-    group.addoption("--kernelopt-report", metavar="PATH", default=None,
-                    help="write a Markdown report of the gate run to PATH: what was checked, verdicts, speedups, "
-                         "failures with their stage and reason")
+    from .settings import add_pytest_options  # flags, defaults and help: one definition, shared with the CLI
+
+    add_pytest_options(parser.getgroup("kernelopt", "kernel optimization gate (pytest-kernelopt)"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

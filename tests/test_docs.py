@@ -28,7 +28,7 @@ PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LANGUAGES = {"python", "toml", "sh", "text"}
 # Paths under these folders name files of this repository; any other path in a snippet is the
 # user's own (models/my_model.py) or a placeholder (OUT, .kernelopt/runs/<run_id>).
-REPO_FOLDERS = ("tests/", "bench/", "docs/", "templates/", "pytest_kernelopt/", ".github/", "kernels/")
+REPO_FOLDERS = ("tests/", "bench/", "docs/", "templates/", "pytest_kernelopt/", ".github/")
 
 
 @dataclass
@@ -209,6 +209,26 @@ def test_inline_commands_name_real_subcommands_and_options(page):
             problems += command_problems(span.replace("\\|", "|").split())
         problems += [f"pytest has no {o}" for o in re.findall(r"--kernelopt(?:-\w+)*", span) if o not in PLUGIN_OPTIONS]
     assert not problems, problems
+
+
+PACKAGE = REPO / "pytest_kernelopt"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_inline_paths_name_files_that_exist(page):
+    """`tests/test_attacks.py`, `pytest_kernelopt/verify/static/`, `verify/numerics.py`: a module that
+    moved leaves no page pointing at its old place."""
+    missing = []
+    for span in re.findall(r"`([^`\n]+)`", prose(page)):
+        for word in span.split():
+            word = word.strip("(),;:")
+            if re.search(r"[<>$*{}]|OUT|_templates", word) or "/" not in word:
+                continue
+            if word.startswith(REPO_FOLDERS):
+                missing += [] if (REPO / word).exists() else [word]
+            elif re.fullmatch(r"(?:[a-z_]+/)+[a-z_]+\.py", word) and (PACKAGE / word.split("/")[0]).is_dir():
+                missing += [] if (PACKAGE / word).exists() else [word]
+    assert not missing, missing
 
 
 def test_the_cli_page_names_every_flag_of_every_command():

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from .. import settings
 from ..errors import KerneloptError, StoreError, VerifierError
 from ..records import KernelInfo, Verdict
 from ..store import sha256_text
@@ -47,14 +48,15 @@ IMPROVE = 0.01  # a launch point must be this much faster (kernel alone) to beco
 @dataclass
 class TuneOptions:
     device: str
-    budget_s: float = 300.0  # device seconds per kernel
-    run_budget_s: float | None = None  # device seconds for the whole run
+    # Defaults shared with the command line and the gate come from ..settings (one definition).
+    budget_s: float = settings.default("budget_s")  # device seconds per kernel
+    run_budget_s: float | None = settings.default("run_budget_s")  # device seconds for the whole run
     max_rounds: int = 50
-    min_share: float = MIN_SHARE
+    min_share: float = MIN_SHARE  # settings.default("min_share"), the Planner's
     kernels: list[str] | None = None  # only these kernels (names)
-    seeds: int = 3
-    seed: int | None = None  # --seed: every session's seeds and draws derived from it (None: from the OS)
-    timeout: float = 300.0  # one candidate's checks
+    seeds: int = settings.default("seeds")
+    seed: int | None = settings.default("seed")  # --seed: every session's draws come from it (None: the OS's)
+    timeout: float = settings.default("timeout")  # one candidate's checks
     ncu: bool = True
     # Exploration times each candidate briefly (seconds of paired timing, model and kernel);
     # the best few are then confirmed with the verifier's full-length timing, which alone

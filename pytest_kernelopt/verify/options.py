@@ -14,6 +14,7 @@ import secrets
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from .. import settings
 from ..records import Timing
 # The numerics defaults are written once, in the one numerics rule (:mod:`.numerics`).
 from .numerics import ERROR_FACTOR, KERNEL_RTOL, REDUCED_PRECISION_RTOL, ULP_FLOOR, NumericsRule  # noqa: F401
@@ -40,9 +41,9 @@ class SpeedPolicy(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     min_gain: float = Field(0.02, ge=0.0, lt=1.0)
-    max_slowdown: float = Field(0.01, ge=0.0, lt=1.0)
+    max_slowdown: float = settings.field("max_slowdown")
     min_model_us: float = Field(20.0, ge=0.0)
-    max_regression: float = Field(0.05, ge=0.0, lt=1.0)
+    max_regression: float = settings.field("max_regression")
     max_baseline_drift: float = Field(0.05, ge=0.0, lt=1.0)
 
     def measurable(self, t: Timing) -> bool:
@@ -92,18 +93,16 @@ class VerifyOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    seeds: int = Field(3, ge=1, le=1000)
-    # The root every random choice of a session derives from (input seeds, fills, zero
-    # masks, canaries, the draws of each check): None draws one from the OS per session
-    # (:meth:`session_seed`), so no candidate can predict its inputs; a number (``--seed``)
-    # reproduces a run. Verdicts record the root they used.
-    seed: int | None = Field(None, ge=0, lt=1 << 63)
+    # Shared with the command line and the gate: defaults, bounds and help in :mod:`..settings`.
+    seeds: int = settings.field("seeds")
+    # The root of a session (:meth:`session_seed`); verdicts record the root they used.
+    seed: int | None = settings.field("seed")
     # Seconds one candidate's checks may take in the worker (kernel, model, speed).
-    timeout: float = 300.0
+    timeout: float = settings.field("timeout")
     # Seconds opening a session may take: starting the worker, compiling the problem,
     # drawing inputs and computing the float64 reference. Not a candidate's fault.
     open_timeout: float = 1800.0
-    allow_reduced_precision: bool = False
+    allow_reduced_precision: bool = settings.field("allow_reduced_precision")
     error_factor: float = Field(ERROR_FACTOR, gt=0.0)
     measure_speed: bool = True
     speed: SpeedPolicy = SpeedPolicy()
