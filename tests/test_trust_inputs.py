@@ -254,7 +254,8 @@ def test_bench_judges_every_mode_by_the_default_compiles_own_error(interpreter):
     """``kernelopt bench`` asks the same rule: default compile is never FAIL for its own error."""
     import torch
 
-    from pytest_kernelopt.benchmark import ModeResult, _check
+    from pytest_kernelopt.benchmark import ModeResult
+    from pytest_kernelopt.benchmark.one_problem import _check
     from pytest_kernelopt.verify.model import _output_reference, rebase
 
     ref = torch.randn(4096, dtype=torch.float64)

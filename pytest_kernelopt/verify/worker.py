@@ -19,13 +19,14 @@ last :data:`OUTPUT_TAIL_BYTES` only) and every text relayed into a verdict
 (:func:`clip`). The same class starts the static checker's short-lived process
 (:data:`STATIC_CHECKER`, :func:`serve_static`), which is why this module imports
 neither pydantic nor the protocol at module level: that process should start fast.
+Starting, killing and reading a child's output are :mod:`pytest_kernelopt.child`'s,
+shared with ``kernelopt bench``; what is the worker's own is here and in :mod:`.sandbox`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import select
 import shutil
 import signal
@@ -36,6 +37,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ..child import OUTPUT_TAIL_BYTES, TEXT_CHARS, child_env, clip, kill_group, module_command, start_child, tail_lines
+from ..child import scrubbed_env as worker_env  # its name here, for the agents' children and the tests
 from . import sandbox
 
 if TYPE_CHECKING:
@@ -43,55 +46,22 @@ if TYPE_CHECKING:
 
     from .protocol import Message
 
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE", re.I)
-_SECRET_PREFIXES = ("ANTHROPIC_", "OPENAI_", "GITHUB_", "GH_", "AWS_", "GOOGLE_", "AZURE_", "HF_", "HUGGING", "GIT_ASKPASS", "SSH_")
-
-
-def worker_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment without anything that looks like a credential."""
-    environ = dict(os.environ if environ is None else environ)
-    return {k: v for k, v in environ.items() if not _SECRET.search(k) and not k.startswith(_SECRET_PREFIXES)}
-
-
-def tail_lines(path: str | os.PathLike[str], lines: int = 3) -> str:
-    """The last non-empty lines of a child's output file, joined with " | ", read from the
-    file's last :data:`OUTPUT_TAIL_BYTES` only (a child may have printed gigabytes)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - OUTPUT_TAIL_BYTES))
-            data = f.read(OUTPUT_TAIL_BYTES)
-    except OSError:
-        return ""
-    text = [ln for ln in data.decode(errors="replace").splitlines() if ln.strip()]
-    return " | ".join(clip(ln, 200) for ln in text[-lines:])[-600:]
-
 
 class WorkerExited(Exception):
     """The worker process ended (crash, signal, exit) or broke the protocol."""
 
 
-WORKER = (sys.executable, "-m", "pytest_kernelopt.verify.worker")
+WORKER = module_command("pytest_kernelopt.verify.worker")
 # Stage 1's process: no site (-S: 20 ms to start instead of 60; it needs only the standard library).
-STATIC_CHECKER = (sys.executable, "-S", "-m", "pytest_kernelopt.verify.worker", "--static")
+STATIC_CHECKER = module_command("pytest_kernelopt.verify.worker", "--static", site=False)
 
-KIB, MIB = 1 << 10, 1 << 20
+MIB = 1 << 20
 REPLY_BYTES = 1 * MIB        # one reply line: stage figures, a profile
 OPENED_BYTES = 64 * MIB      # Opened: every kernel's source (a 500-kernel model at 20 KiB each is 10 MiB)
-OUTPUT_TAIL_BYTES = 64 * KIB  # what the parent ever reads of a worker's stdout/stderr
 FILE_BYTES = 256 * MIB       # RLIMIT_FSIZE: any one file a worker writes (its output, compiler caches)
 FOLDER_BYTES = 64 * MIB      # its temporary folder (its output included), checked after each check
-TEXT_CHARS = 2000            # a text relayed into a verdict (reason, stage detail, error message)
 STATIC_PROBLEMS = 20         # problems listed by the static stage, then "and N more"
 PROBLEM_CHARS = 300          # one of them
-
-
-def clip(text: str, limit: int = TEXT_CHARS) -> str:
-    """``text`` cut to ``limit`` characters, keeping its head and its tail (the cause is often last)."""
-    if len(text) <= limit:
-        return text
-    left = max(0, limit - 40)
-    head, tail = left // 2, left - left // 2
-    return f"{text[:head]} ...[{len(text) - head - tail} characters cut]... {text[len(text) - tail:]}"
 
 
 class WorkerProcess:
@@ -119,20 +89,15 @@ class WorkerProcess:
         self.folder = Path(tempfile.mkdtemp(prefix="kernelopt-worker-"))
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        env = worker_env()
-        # The package must be importable from the worker even when run from a checkout.
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-        env["PYTHONUNBUFFERED"] = "1"
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        # No credentials; the package importable even when run from a checkout.
+        env = child_env(worker_env(), PYTHONDONTWRITEBYTECODE="1")
         self.stderr_path = self.folder / "stderr.txt"
-        with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                [*self.sandbox.prefix, *program, str(to_child_r), str(from_child_w)],
-                stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env, cwd=self.folder,
-                pass_fds=(to_child_r, from_child_w), start_new_session=True,
-                preexec_fn=sandbox.preexec(self.memory, address_space=address_space, file_size=file_size),
-            )
+        # Its stdout and stderr both go to stderr_path; a session of its own; die with the parent, limits.
+        self.proc = start_child(
+            [*self.sandbox.prefix, *program, str(to_child_r), str(from_child_w)],
+            env=env, output=self.stderr_path, cwd=self.folder, pass_fds=(to_child_r, from_child_w),
+            preexec_fn=sandbox.preexec(self.memory, address_space=address_space, file_size=file_size),
+        )
         os.close(to_child_r)
         os.close(from_child_w)
         os.set_blocking(to_child_w, False)  # a worker that stops reading cannot block the parent in send()
@@ -232,10 +197,7 @@ class WorkerProcess:
 
     def kill(self) -> None:
         """SIGKILL to the process group: ``unshare`` and PID 1 of the namespace, so everything in it."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(Exception):
-            self.proc.wait(timeout=30)
+        kill_group(self.proc, timeout=30)
 
     def close(self) -> None:
         """Ask the worker to stop, then kill its whole process group and remove its folder."""

@@ -1,0 +1,90 @@
+"""What ``kernelopt bench`` prints and writes: the table (one row per problem and mode, the
+geometric means at the bottom) and the ``--json`` file (:class:`~.records.BenchResult`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..records import dump_json
+from .records import BASELINE, BenchResult, ModeResult
+
+
+def _us(m: ModeResult) -> str:
+    if m.median_us is None:
+        return "-"
+    return f"{m.median_us:.1f} [{m.ci_low_us:.1f}, {m.ci_high_us:.1f}]"
+
+
+def _x(m: ModeResult) -> str:
+    if m.speedup is None:
+        return "-"
+    judged = f" {m.vs_default}" if m.vs_default else ""
+    return f"{m.speedup:.3f}x [{m.speedup_ci_low:.3f}, {m.speedup_ci_high:.3f}]{judged}"
+
+
+def _error(m: ModeResult) -> str:
+    mark = {True: "ok", False: "FAIL", None: "-"}[m.correct]
+    rel = f"{m.relative_error:.1e}" if m.relative_error is not None else "-"
+    return f"{rel} {mark}"
+
+
+def bench_table(result: BenchResult) -> Any:
+    from rich.table import Table
+
+    speed = "" if result.speed_measured else "; speed not measured (interpreter mode or no timings)"
+    table = Table(title=f"kernelopt bench: speedup = default / mode, medians with 95% CIs{speed}")
+    for col in ("problem", "mode", "median us [95% CI]", "vs default [95% CI]", "error/scale", "compile s",
+                "Triton share", "notes"):
+        table.add_column(col, overflow="fold")
+    for p in result.problems:
+        rows = p.modes if p.modes else []
+        if p.status == "error" and not any(m.compile_seconds is not None or m.correct is not None for m in rows):
+            table.add_row(p.model, "-", "-", "-", "-", "-", "-", f"ERROR {p.error}", end_section=True)
+            continue
+        for i, m in enumerate(rows):
+            notes = []
+            if i == 0 and p.status == "error":
+                notes.append(f"ERROR {p.error}")
+            if m.error:
+                notes.append(m.error)
+            elif m.skipped:
+                notes.append(m.skipped)
+            elif m.correct is False and m.correctness_detail:
+                notes.append(m.correctness_detail)
+            if m.mode == BASELINE and p.method:
+                notes.append(f"{p.method} timing, {p.rounds} rounds")
+                if p.method_note:
+                    notes.append(p.method_note)
+            if m.mode == "kernelopt" and m.kernels_note:
+                notes.append(m.kernels_note)
+            if i == 0 and p.reference == "eager":
+                notes.append(f"no float64 reference: {p.reference_note}")
+            share = f"{p.triton_share:.0%}" if m.mode == BASELINE and p.triton_share is not None else ""
+            table.add_row(p.model if i == 0 else "", m.mode, _us(m), _x(m), _error(m),
+                          f"{m.compile_seconds:.1f}" if m.compile_seconds is not None else "-", share,
+                          "; ".join(notes), end_section=i == len(rows) - 1)
+    for i, g in enumerate(result.geomeans):
+        table.add_row("geomean" if i == 0 else "", g.mode, "", f"{g.speedup:.3f}x", "", "", "",
+                      f"over {g.problems} problem(s) timed without error")
+    return table
+
+
+def print_bench(result: BenchResult) -> None:
+    from rich.console import Console
+
+    (Console() if sys.stdout.isatty() else Console(width=200)).print(bench_table(result))
+    if not result.speed_measured:
+        print("speed not measured: no CUDA device (interpreter mode); correctness and compile times only")
+
+
+def write_json(result: BenchResult, path: Path) -> None:
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(dump_json(result))
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write the JSON result ({exc.strerror or exc})") from exc
