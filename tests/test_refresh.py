@@ -214,6 +214,22 @@ def test_an_edit_recipe_leaves_the_docstring_out_so_a_new_fingerprint_does_not_b
     assert replay(legacy, new, None).source == new  # type: ignore[arg-type]
 
 
+def test_a_rewrite_with_nothing_left_to_rewrite_is_skipped_and_the_rest_replayed() -> None:
+    """Seen on the H200: cross_entropy with one more row had no division left for approx-div; the recipe
+    was reported not refreshable although its eviction rewrite still applied."""
+    from pytest_kernelopt.store.recipe import Recipe, RewriteStep, replay
+
+    kernel = ('import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef k(in_ptr0, out_ptr0):\n'
+              "    x = tl.load(in_ptr0 + 0, eviction_policy='evict_last')\n    tl.store(out_ptr0 + 0, x * 2.0)\n")
+    both = Recipe(kind="rewrite", rewrites=[RewriteStep(rule="approx-div"), RewriteStep(rule="eviction")])
+    out = replay(both, kernel, None)  # type: ignore[arg-type]  # no launch: the kernel info is not read
+    assert out.source == kernel.replace(", eviction_policy='evict_last'", "")
+    assert "approx-div skipped" in out.how and "rewrite eviction" in out.how
+    only_div = Recipe(kind="rewrite", rewrites=[RewriteStep(rule="approx-div")])
+    out = replay(only_div, kernel, None)  # type: ignore[arg-type]
+    assert out.source is None and "nothing of the recipe changes the new compiler kernel" in out.how
+
+
 def test_a_successor_is_found_by_structure_when_the_name_changed(refreshed: dict[str, Any]) -> None:
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.agents.refresh import find_successor
