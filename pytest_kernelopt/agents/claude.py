@@ -26,7 +26,8 @@ run record, and never passed to the verification worker (whose environment is sc
 of ``ANTHROPIC_*`` anyway, ``verify/worker.py``).
 
 Each request is one turn with the whole context (no conversation state): ``ctx.attempts``
-carries what earlier rounds learned. A reply is parsed into :class:`ParsedReply`: every
+carries what earlier rounds learned. A reply is parsed into :class:`ParsedReply`
+(``claude_reply.py``, pure text processing): every
 fenced ```` ```python ```` block is a candidate, validated structurally (it parses and
 defines ``run`` with the kernel's runtime arguments, in order); the candidate language
 itself is the Reviewer's and the static stage's business, so a language violation comes
@@ -35,23 +36,27 @@ back next round as a recorded attempt with its reason. A reply with no usable co
 :attr:`ClaudeCoder.last_reply`); it never raises. Only a request the API refuses for good
 (401/403: the key; 400/404/413/422: the request or the model id) raises a one-line
 :class:`~pytest_kernelopt.errors.UsageError`.
+
+This module is the backend: the Coder protocol, the prompts rendered from templates,
+the HTTP requests with their retries, and cost accounting against ``max_usd``. They
+stay one class because they share its state (spend, unconfirmed cost, failures in a
+row, notes per kernel); reading a reply needs none of it and lives apart.
 """
 
 from __future__ import annotations
 
-import ast
 import math
 import os
 import random
-import re
 import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..candidate import ENTRY_POINT
 from ..errors import UsageError
+from .claude_reply import ParsedReply, ReplyCandidate, parse_reply
 from .coder import Spend
 from .run_records import Attempt, CoderContext, Proposal
 
@@ -86,9 +91,7 @@ CACHE_WRITE_FACTOR, CACHE_READ_FACTOR = 1.25, 0.1
 # Statuses worth another try: rate limits, lock/request timeouts, server errors (529 is
 # "overloaded"). Everything else from the API is final.
 RETRYABLE_STATUS = frozenset({408, 409, 429})
-MAX_SOURCE_CHARS = 200_000  # a candidate file larger than this is not a kernel
 MAX_REASON_CHARS = 600  # per attempt in the prompt: the cascade's reasons can be long
-MAX_RATIONALE_CHARS = 1_000
 MAX_NOTES = 5  # per kernel: the latest notes on replies that gave no usable candidate
 
 
@@ -102,56 +105,6 @@ def price_for(model: str) -> tuple[float, float] | None:
 
 
 # --- replies ---------------------------------------------------------------------------
-
-class ReplyCandidate(BaseModel):
-    """One fenced code block of a reply that is a candidate for the kernel at hand.
-
-    Validated with ``context={"entry_args": [...]}``: it parses as Python and its
-    module-level ``run`` takes the kernel's runtime arguments, in order (then ``stream``).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    source: str
-    rationale: str = ""
-
-    @field_validator("source")
-    @classmethod
-    def _is_a_candidate_for_this_kernel(cls, source: str, info: ValidationInfo) -> str:
-        if len(source) > MAX_SOURCE_CHARS:
-            raise ValueError(f"the file has {len(source)} characters (at most {MAX_SOURCE_CHARS})")
-        try:
-            tree = ast.parse(source)
-        except SyntaxError as exc:
-            raise ValueError(f"does not parse: line {exc.lineno or 1}: {exc.msg}") from None
-        except (ValueError, RecursionError, MemoryError) as exc:
-            raise ValueError(f"does not parse: {type(exc).__name__}") from None
-        entry = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == ENTRY_POINT]
-        if not entry:
-            raise ValueError(f"no module-level `def {ENTRY_POINT}(...)` (the entry point)")
-        expected = (info.context or {}).get("entry_args")
-        args = entry[-1].args
-        names = [a.arg for a in [*args.posonlyargs, *args.args]]
-        if names and names[-1] == "stream" and args.defaults:
-            names = names[:-1]  # a last positional ``stream=None`` is accepted, as by the static stage
-        if expected is not None and (names != list(expected) or args.vararg or args.kwarg):
-            got = ", ".join(names + ([f"*{args.vararg.arg}"] if args.vararg else [])
-                            + ([f"**{args.kwarg.arg}"] if args.kwarg else []))
-            raise ValueError(f"`{ENTRY_POINT}({got})` does not take the kernel's arguments "
-                             f"({', '.join(expected)}), in that order")
-        return source if source.endswith("\n") else source + "\n"
-
-
-class ParsedReply(BaseModel):
-    """A reply as this backend read it: candidates, and why other code blocks were refused."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    candidates: list[ReplyCandidate] = Field(default_factory=list)
-    rejected: list[str] = Field(default_factory=list)  # "block N: why"
-    code_blocks: int = 0
-    truncated: bool = False  # the reply ended inside a code block
-
 
 class ReplyRecord(BaseModel):
     """What one round cost and produced, for the trace (no sources: proposals carry them)."""
@@ -171,54 +124,6 @@ class ReplyRecord(BaseModel):
     rejected: list[str] = Field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
-
-
-_FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.M | re.S)
-_OPEN_FENCE = re.compile(r"^[ \t]*```[ \t]*(python3?|py)?[ \t]*$", re.M)
-_PYTHON_TAGS = {"", "python", "python3", "py"}
-
-
-def _clean_rationale(text: str) -> str:
-    """The prose before a code block, from its last "Rationale:" (else its last paragraph)."""
-    marks = list(re.finditer(r"\**rationale\**\s*:", text, re.I))
-    if marks:
-        text = text[marks[-1].start():]
-    else:
-        paragraphs = [p for p in re.split(r"\n\s*\n", text) if p.strip()]
-        text = paragraphs[-1] if paragraphs else ""
-    lines = [ln.strip() for ln in text.strip().splitlines()]
-    lines = [ln for ln in lines if ln and not re.fullmatch(r"#+\s*candidate\b.*", ln, re.I)]
-    text = re.sub(r"^\**rationale\**\s*:\s*\**\s*", "", " ".join(lines), flags=re.I)
-    text = re.sub(r"\s+", " ", text).strip()
-    return text if len(text) <= MAX_RATIONALE_CHARS else text[: MAX_RATIONALE_CHARS - 3] + "..."
-
-
-def parse_reply(text: str, entry_args: list[str]) -> ParsedReply:
-    """Every ```` ```python ```` (or untagged) block of ``text`` checked as a candidate for a
-    kernel whose runtime arguments are ``entry_args``; the prose before a block is its rationale."""
-    reply = ParsedReply()
-    seen: set[str] = set()
-    end = 0
-    for match in _FENCE.finditer(text):
-        tag, body = match.group(1).lower(), match.group(2)
-        rationale = _clean_rationale(text[end : match.start()])
-        end = match.end()
-        if tag not in _PYTHON_TAGS:
-            continue
-        reply.code_blocks += 1
-        try:
-            candidate = ReplyCandidate.model_validate({"source": body, "rationale": rationale},
-                                                      context={"entry_args": entry_args})
-        except ValidationError as exc:
-            reply.rejected.append(f"block {reply.code_blocks}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}")
-            continue
-        if candidate.source in seen:
-            reply.rejected.append(f"block {reply.code_blocks}: the same file as an earlier block")
-            continue
-        seen.add(candidate.source)
-        reply.candidates.append(candidate)
-    reply.truncated = _OPEN_FENCE.search(text, end) is not None
-    return reply
 
 
 # --- the backend -----------------------------------------------------------------------

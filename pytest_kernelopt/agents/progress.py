@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .loop import UI
+from .ui import UI
 from .run_records import Attempt, KernelOutcome
 
 

@@ -123,7 +123,7 @@ class KernelOutcome(Record):
     stored_version: int | None = None
     stored_file: str | None = None  # path of the stored version, relative to the kernels dir
     # Stored although not faster beyond the model gain: the compiler's pick varies between
-    # compiles and this is the fastest configuration the run measured (Tuner._pin).
+    # compiles and this is the fastest configuration the run measured (keeper.Keeper._pin).
     pinned: bool = False
     # The stored candidate's sha256 (links ``history`` and the manifest's version record).
     best_sha256: str | None = None
