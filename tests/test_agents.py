@@ -850,7 +850,12 @@ def test_backends_are_chosen_by_name_and_an_unknown_one_names_the_choices():
     from pytest_kernelopt.agents.backends import BACKENDS, make_coder
     from pytest_kernelopt.errors import UsageError
 
+    from typing import get_args
+
+    from pytest_kernelopt.settings import Agent
+
     assert list(BACKENDS) == ["search", "anthropic"]  # the values of --agent
+    assert list(get_args(Agent)) == list(BACKENDS)  # what --agent and --kernelopt-agent offer
     assert isinstance(make_coder("search", variants=[]), SearchCoder)
     with pytest.raises(UsageError, match="unknown agent backend 'nope' \\(choose from search, anthropic\\)"):
         make_coder("nope")

@@ -5,7 +5,8 @@ Each entry names a class implementing :class:`~.coder.Coder` as ``"module:Class"
 loader never import ``anthropic``, and ``--agent search`` does not either.
 
 Adding a backend: a module with its class (the constructor takes the backend's options
-as keywords) and one line in :data:`BACKENDS`.
+as keywords) and one line in :data:`BACKENDS`; the command line and the pytest option
+offer the names in ``settings.Agent`` (a test checks that the two agree).
 """
 
 from __future__ import annotations
