@@ -2,7 +2,9 @@
 
 The import graph is read statically with ``ast`` (nothing is imported): every
 ``import`` and ``from ... import`` in a module, at its top level and inside functions
-(a lazy import is still a dependency, only a later one), relative imports resolved.
+(a lazy import is still a dependency, only a later one), relative imports resolved;
+imports under ``if TYPE_CHECKING:`` are left out (they never run: an annotation may name
+the type of a module that imports this one, e.g. a pytest item naming its session).
 ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to
 ``pkg``; importing ``a.b.c`` is an edge to ``a.b.c`` alone, not to the packages above
 it (a package ``__init__`` that re-exports its submodules would otherwise put every
@@ -48,13 +50,31 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
+            or isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` but the bodies of ``if TYPE_CHECKING:`` (they never run; their ``else`` does)."""
+    out, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
 def import_graph() -> dict[str, set[str]]:
     """module -> the package's modules it imports (anywhere in its body)."""
     modules = _modules()
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -134,6 +154,8 @@ def test_the_graph_reads_relative_and_lazy_imports():
     assert f"{PACKAGE}.agents" in graph[f"{PACKAGE}.cli"]  # ``from .agents import tune`` inside a function
     assert f"{PACKAGE}.records" in graph[f"{PACKAGE}.agents.launch_space"]  # ``from ..records import``
     assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\nelse:\n    import b\n")
+    assert sorted(n.names[0].name for n in _runtime_nodes(tree) if isinstance(n, ast.Import)) == ["b"]
 
 
 def test_no_import_circles():
