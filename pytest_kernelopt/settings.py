@@ -259,7 +259,7 @@ def _surface_default(name: str, surface: str) -> Any:
 def help_text(name: str, surface: str = "cli", *, prefix: str = "", note: str = "") -> str:
     """The help of setting ``name``: description, range, default (as ``surface`` applies it), then ``note``."""
     info, extra = FIELDS[name], _extra(FIELDS[name])
-    text = prefix + (extra.get(f"{surface}_prefix", "") if surface == "pytest" else "") + str(info.description)
+    text = prefix + (extra.get("pytest_prefix", "") if surface == "pytest" else "") + str(info.description)
     if rng := _range_text(info, extra["metavar"]):
         text += f", {rng}"
     value = _surface_default(name, surface)
