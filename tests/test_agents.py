@@ -865,3 +865,30 @@ def test_a_plan_entry_no_strategy_registers_proposes_nothing():
     coder = SearchCoder(variants=[])
     ctx = _ctx().model_copy(update={"strategies": ["no-such-strategy", "rewrite:no-such-rule"]})
     assert coder.propose(ctx) == [] and coder.propose(ctx) == []
+
+
+def test_the_persistent_rows_variant_holds_a_long_row_on_chip_and_matches_the_looped_kernel(
+        interpreter, tmp_path, monkeypatch):
+    """Inductor loops over an inner reduction longer than 1024 elements; the persistent-rows harvest variant
+    makes it persistent (read once) and it still fits the default compile's kernel as a drop-in."""
+    from pytest_kernelopt.agents import harvest
+    from pytest_kernelopt.capture import compile_problem
+    from pytest_kernelopt.capture.problem import load_problem
+
+    path = tmp_path / "long_rows.py"
+    path.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                    "        return torch.softmax(x * 2.0, dim=1)\n\n\ndef get_inputs():\n"
+                    "    return [torch.randn(4, 2048)]\n\n\ndef get_init_inputs():\n    return []\n")
+    problem = load_problem(path)
+    (base,) = compile_problem(problem, interpreter).summary().kernels
+    assert base.name.startswith("triton_red_")
+    # max-autotune's benchmarking is minutes long in the interpreter: the variant's own mode is not under test.
+    monkeypatch.setitem(harvest.VARIANTS, "persistent-rows", (None, {}))
+    (alt,) = harvest._compile_variant(problem, interpreter, "persistent-rows")
+    assert alt.name.startswith("triton_per_")
+    found = harvest.Harvested(variant="persistent-rows", name=alt.name, graph=alt.graph, fingerprint=alt.fingerprint,
+                              args=[a.name for a in alt.args], written=alt.written_args, source="")
+    assert harvest.matches(base, found)
+    # The choices are Inductor's own again afterwards: the next compile loops as before.
+    (again,) = compile_problem(problem, interpreter).summary().kernels
+    assert again.name.startswith("triton_red_")
