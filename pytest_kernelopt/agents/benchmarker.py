@@ -38,6 +38,8 @@ class KernelState:
     best: str
     best_origin: str = "compiler"
     best_score: float = 1.0
+    # The best's kernel time against the compiler kernel's (None when only the model was timed).
+    best_kernel_speedup: float | None = 1.0
     attempts: list[Attempt] = field(default_factory=list)
     verdicts: dict[str, Verdict] = field(default_factory=dict)  # sha -> verdict (non-rejected)
     sources: dict[str, str] = field(default_factory=dict)  # sha -> source
@@ -105,6 +107,7 @@ class Benchmarker:
             s = score(verdict)
             if s is not None and s > state.best_score * (1 + IMPROVE):
                 state.best, state.best_origin, state.best_score = proposal.source, proposal.origin, s
+                state.best_kernel_speedup = verdict.kernel_timing.speedup if verdict.kernel_timing else None
         return verdict
 
     @contextlib.contextmanager

@@ -30,7 +30,7 @@ from ..records import KernelInfo
 from .benchmarker import Benchmarker, KernelState, score
 from .coder import Coder
 from .keeper import Keeper
-from .planner import MIN_SHARE, PlanItem, plan
+from .planner import LIMIT_PCT, MIN_SHARE, PlanItem, limit_pct, plan
 from .run_records import CoderContext, KernelOutcome, ProblemOutcome, Proposal
 from .trace import RunDir
 from .ui import UI
@@ -203,8 +203,11 @@ class Tuner:
             if active_verdict is not None and active_verdict.status != "rejected":
                 state.best, state.best_origin = active.source, f"active:v{active.record.version}"
                 state.best_score = score(active_verdict) or 1.0
+                state.best_kernel_speedup = (active_verdict.kernel_timing.speedup if active_verdict.kernel_timing
+                                             else None)
         rounds = 0
         budget_stop: str | None = None  # the kernel or run budget ended the search (said in the result)
+        limit_stop: str | None = None  # the best candidate came near the hardware limit (said in the result)
         while rounds < self.options.max_rounds and not self.stop_reason:
             ctx = CoderContext(model=model, device=self.options.device, kernel=info, original=original,
                                best=state.best, best_origin=state.best_origin, profile=item.profile,
@@ -235,6 +238,14 @@ class Tuner:
                         self.stop_reason = why
                     break
                 bench.judge(model, state, proposal, ev)
+                reached = (limit_pct(item.profile, state.best_kernel_speedup)
+                           if state.best_kernel_speedup is not None and state.best_origin != "compiler" else None)
+                if reached is not None and reached >= LIMIT_PCT:
+                    why = (f"the best candidate reaches {reached:.0f}% of the kernel's memory limit (the measured "
+                           f"copy bandwidth), at least {LIMIT_PCT:.0f}%: search stopped")
+                    ev("planner", "stop", reason=why)
+                    limit_stop = why
+                    break
             if why:
                 break
             rounds += 1
@@ -242,6 +253,8 @@ class Tuner:
             self.stop_reason = self.coder.stopped
         source = keeper.keep(model, info, state, result, active, active_verdict, ev)
         result.attempts = sum(1 for a in state.attempts if a.status not in ("duplicate",))
+        if limit_stop:
+            result.message += f"; {limit_stop}"
         if budget_stop and budget_stop.startswith("kernel budget"):
             # On a CPU one candidate's checks take tens of seconds: the budget, not the ideas, ran out.
             result.message += (f"; stopped by the {budget_stop} after {result.attempts} candidate(s): "

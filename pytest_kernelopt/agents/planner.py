@@ -1,7 +1,10 @@
-"""The Planner role: which kernels to tune, largest share of model time first, and how.
+"""The Planner role: which kernels to tune, where the most is left to win first, and how.
 
 A kernel below ``min_share`` of the model's GPU time is left alone and the plan
-says so: even an infinitely fast version would gain the model less than that.
+says so: even an infinitely fast version would gain the model less than that. So is
+a kernel at :data:`LIMIT_PCT` percent or more of its memory limit (bytes it must move
+over the measured copy bandwidth). The rest go largest share x distance to the limit
+first, so the budget is spent where the model has the most to gain.
 Strategies follow the Profiler's class: every kernel gets Inductor's own
 alternatives and a launch-configuration search; memory-bound kernels also get the
 cache-hint rewrite; all but launch-bound ones the approximate-division rewrite (a
@@ -39,14 +42,44 @@ class PlanItem:
     skip: str | None = None  # why the kernel is not tuned
 
 
+# A kernel whose measured bandwidth reaches this percent of the copy ceiling is not searched (and a
+# search stops once its best candidate reaches it): at most 1/0.9 - 1 = 11% of its time is left to win.
+LIMIT_PCT = 90.0
+
+
+def limit_pct(profile: KernelProfile | None, speedup: float = 1.0) -> float | None:
+    """Percent of the memory limit (the measured copy ceiling) the kernel reaches ``speedup`` times faster.
+
+    None without a timed profile, and above 100% (the bytes moved are then overestimated: indexed
+    reads, or inputs still in L2; the figure says nothing about the distance left)."""
+    if profile is None or profile.source == "bytes" or profile.roofline_pct is None:
+        return None
+    if profile.roofline_pct > 100.0:
+        return None
+    return profile.roofline_pct * speedup
+
+
+def _distance(k: KernelProfile | None) -> float:
+    """What is left to win on the kernel, as a share of model time: its share times its distance to the limit."""
+    if k is None:
+        return 0.0
+    pct = limit_pct(k)
+    return k.share * (1.0 - pct / 100.0 if pct is not None else 1.0)
+
+
 def plan(profile: ModelProfile, *, min_share: float = MIN_SHARE, only: list[str] | None = None) -> list[PlanItem]:
+    """Kernels in the order the budget goes: largest share of model time times distance to the limit first."""
     items = []
-    for k in profile.kernels:  # largest share first
+    for k in profile.kernels:
+        pct = limit_pct(k)
         if only and k.kernel not in only:
             items.append(PlanItem(k.kernel, k, skip="not selected (--kernel)"))
         elif k.share < min_share:
             what = "bytes moved" if k.source == "bytes" else "model GPU time"
             items.append(PlanItem(k.kernel, k, skip=f"{k.share:.1%} of {what}, below the {min_share:.0%} threshold"))
+        elif pct is not None and pct >= LIMIT_PCT:
+            items.append(PlanItem(k.kernel, k, skip=f"at {pct:.0f}% of its memory limit (the measured copy bandwidth), "
+                                                    f"at least {LIMIT_PCT:.0f}%: not searched"))
         else:
             items.append(PlanItem(k.kernel, k, strategies=list(STRATEGIES[k.bottleneck])))
-    return sorted(items, key=lambda i: (i.skip is not None, -(i.profile.share if i.profile else 0.0)))
+    return sorted(items, key=lambda i: (i.skip is not None, -_distance(i.profile), -(i.profile.share if i.profile else 0.0)))
