@@ -3,7 +3,8 @@
 Rendered from the summary (:mod:`pytest_kernelopt.gate.summary`) of the gate's typed result
 (:class:`~pytest_kernelopt.gate.results.GateResult`, the same record ``--kernelopt-json``
 writes) through ``templates/gate.md.j2``: what was checked, each model's verdict and
-speedup, each kernel's status, and every failure with the stage and reason the gate gave. Markdown, so that CI can show it as the job summary.
+speedup, each kernel's status, and every failure with the stage and reason the gate gave.
+Markdown, so that CI can show it as the job summary.
 """
 
 from __future__ import annotations
