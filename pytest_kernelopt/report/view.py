@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..agents.run_records import Attempt, KernelOutcome, ProblemOutcome, RunRecord, TraceEvent
+from ..agents.run_records import Attempt, KernelOutcome, KernelProfile, ProblemOutcome, RunRecord, TraceEvent
 from ..errors import StoreError
 from ..records import Environment, SeedErrors, Timing
 
@@ -50,6 +50,8 @@ class KernelView:
     bottleneck: str | None
     profile_source: str | None
     roofline_pct: float | None
+    # The stored version's percent of the same limit (the compiler kernel's times its kernel speedup).
+    roofline_pct_after: float | None
     share: float | None
     gpu_us: float | None
     attempts: int
@@ -220,6 +222,16 @@ def _model_view(problem: ProblemOutcome) -> ModelView:
     )
 
 
+def _pct_after(profile: KernelProfile | None, outcome: KernelOutcome) -> float | None:
+    """Percent of the memory limit the stored version reaches; None when nothing was stored or timed."""
+    from ..agents.planner import limit_pct
+
+    if outcome.stored_version is None or outcome.best_kernel_timing is None:
+        return None
+    pct = limit_pct(profile, outcome.best_kernel_timing.speedup)
+    return None if pct is None else round(pct, 1)
+
+
 def _kernel_view(problem: ProblemOutcome, outcome: KernelOutcome, store_root: Path) -> KernelView:
     profile = outcome.profile
     if profile is None and problem.profile is not None:
@@ -228,7 +240,9 @@ def _kernel_view(problem: ProblemOutcome, outcome: KernelOutcome, store_root: Pa
     view = KernelView(
         model=problem.model, kernel=outcome.kernel, fingerprint=outcome.fingerprint,
         bottleneck=profile.bottleneck if profile else None, profile_source=profile.source if profile else None,
-        roofline_pct=profile.roofline_pct if profile else None, share=profile.share if profile else None,
+        roofline_pct=profile.roofline_pct if profile else None,
+        roofline_pct_after=_pct_after(profile, outcome),
+        share=profile.share if profile else None,
         gpu_us=profile.gpu_us if profile else None, attempts=outcome.attempts or len(outcome.history),
         stages=_stages(outcome), reasons=_reasons(outcome.history), best_origin=outcome.best_origin,
         timing=outcome.best_timing, kernel_timing=outcome.best_kernel_timing,
