@@ -209,7 +209,7 @@ def load_candidate_source(source: str, label: str, sha256: str | None = None) ->
     digest = sha256 or hashlib.sha256(source.encode()).hexdigest()
     if hashlib.sha256(source.encode()).hexdigest() != digest:
         raise CandidateError(f"{label}: the source does not match its recorded sha256")
-    from .verify import size_problem
+    from .verify.limits import size_problem
 
     too_big = size_problem(source, label)
     if too_big:

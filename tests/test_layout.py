@@ -23,12 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 # ("importer -> imported"). Each is a debt: a change that breaks the circle removes its
 # edge here (the test fails while an allowlisted edge no longer closes a circle), and
 # nothing may be added. Empty this list.
-ALLOWED_CYCLE_EDGES: set[tuple[str, str]] = {
-    # candidate.load_candidate_source checks a text's size with verify.size_problem, defined in the
-    # verify package's __init__, which imports the worker -> pipeline -> candidate. Moving
-    # size_problem into a verify submodule that imports none of those breaks it.
-    ("pytest_kernelopt.candidate", "pytest_kernelopt.verify"),
-}
+ALLOWED_CYCLE_EDGES: set[tuple[str, str]] = set()
 
 
 def _modules() -> dict[str, Path]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..records import KernelInfo
 from ..store import sha256_text
-from ..verify import size_problem
+from ..verify.limits import size_problem
 from ..verify.static import check_candidate
 from .launch_space import Limits, read_point
 

@@ -198,7 +198,7 @@ class KerneloptBackend:
     def _lookup(self, module: ModuleType, attr: str, function: str, graph: int) -> ProductionKernel:
         from ..candidate import CandidateKernel, load_candidate_source
         from ..capture import fingerprint
-        from ..verify import size_problem
+        from ..verify.limits import size_problem
         from ..verify.static import check_candidate
 
         compiler_kernel = getattr(module, attr)

@@ -36,10 +36,9 @@ if TYPE_CHECKING:
 
 __all__ = ["SpeedPolicy", "VerifyOptions", "VerifySession", "read_candidate", "verify"]
 
+from .limits import CANDIDATE_BYTES, human_bytes as _human, oversized as _oversized, size_problem  # noqa: E402
+
 GIB = float(1 << 30)
-# The largest candidate file. Inductor's kernels are a few KiB (the largest dump of the
-# example and benchmark problems: 5 KiB); stage 1 costs about 6 s per MiB on one slow core.
-CANDIDATE_BYTES = 512 << 10
 STATIC_SECONDS = 20.0         # stage 1's wall-clock bound (or the check's --timeout, if smaller)
 STATIC_MEMORY = 1 << 30       # its process's address space (RLIMIT_AS)
 
@@ -85,25 +84,10 @@ def source_of(text: str, label: str) -> CandidateSource:
     return CandidateSource(label=label, source=text, sha256=hashlib.sha256(text.encode()).hexdigest())
 
 
-def size_problem(text: str, label: str) -> str | None:
-    """Why ``text`` is too large to be a candidate (one line: the file, its size, the cap), or None."""
-    size = len(text.encode("utf-8", "surrogatepass"))
-    return _oversized(label, size) if size > CANDIDATE_BYTES else None
-
-
-def _oversized(label: str, size: int) -> str:
-    return (f"{label}: candidate is {_human(size)}, over the {_human(CANDIDATE_BYTES)} limit on a candidate file "
-            "(compiler kernels are a few KiB); not parsed")
-
-
 def _size_of(f: Any) -> int:
     import os
 
     return os.fstat(f.fileno()).st_size
-
-
-def _human(n: int) -> str:
-    return f"{n / (1 << 20):.1f} MiB ({n} bytes)" if n >= 1 << 20 else f"{n / 1024:.0f} KiB ({n} bytes)"
 
 
 class VerifySession:

@@ -1,0 +1,26 @@
+"""The size cap on a candidate file, checked wherever a candidate is read or loaded.
+
+Standard library only: the static stage's child (``python -S``), the production loader and
+the tuner's reviewer import it without the verifier's heavy parts.
+"""
+
+from __future__ import annotations
+
+# The largest candidate file. Inductor's kernels are a few KiB (the largest dump of the
+# example and benchmark problems: 5 KiB); the static stage costs about 6 s per MiB on one slow core.
+CANDIDATE_BYTES = 512 << 10
+
+
+def size_problem(text: str, label: str) -> str | None:
+    """Why ``text`` is too large to be a candidate (one line: the file, its size, the cap), or None."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    return oversized(label, size) if size > CANDIDATE_BYTES else None
+
+
+def oversized(label: str, size: int) -> str:
+    return (f"{label}: candidate is {human_bytes(size)}, over the {human_bytes(CANDIDATE_BYTES)} limit on a "
+            "candidate file (compiler kernels are a few KiB); not parsed")
+
+
+def human_bytes(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB ({n} bytes)" if n >= 1 << 20 else f"{n / 1024:.0f} KiB ({n} bytes)"
