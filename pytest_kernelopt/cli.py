@@ -1,6 +1,10 @@
 """The ``kernelopt`` command line.
 
-Exit codes (a contract, documented in the README):
+One module of about 570 lines on purpose: the parser and one short handler per subcommand
+(each hands over to its stage: capture, verify, store, agents, benchmark, gate.results,
+gitops), so the whole command surface, with its exit codes, reads in one place.
+
+Exit codes (a contract, documented in docs/cli.md):
     0  success (verify: every candidate correct or accepted; accept: stored, or already stored)
     1  verify/accept: a candidate was rejected (accept: or correct but not stored)
        tune --open-pr/publish: a kernel's branch or pull request was refused or failed
@@ -168,8 +172,8 @@ def _add_candidate_args(p: argparse.ArgumentParser, several: bool) -> None:
     _add_problem(p)
     p.add_argument("--kernel", required=True, help="name of the compiler kernel to replace (see `kernelopt kernels`)")
     p.add_argument("--candidate", required=True, type=Path, nargs="+" if several else None, metavar="FILE",
-                   help="candidate file(s) (see README: candidate format)" if several else
-                        "candidate file (see README: candidate format)")
+                   help="candidate file(s) (see docs/candidate-language.md)" if several else
+                        "candidate file (see docs/candidate-language.md)")
     add_arguments(p, ["seeds", "seed", "timeout", "allow_reduced_precision"])
     p.add_argument("--json", action="store_true",
                    help="print the verdict as JSON (verify with several candidates: a list)")

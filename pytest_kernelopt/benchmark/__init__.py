@@ -62,7 +62,7 @@ Exit codes: 0 the bench ran (some problems may be error rows, some modes incorre
 it does not gate); 2 bad input (a missing file, bad ``--modes`` or option, bad settings: one line
 ``kernelopt: error: ...``) or every problem failed; 130 interrupted.
 
-Running it on the H200 (the figures for the README)::
+Running it on the H200 (the figures in docs/results-h200.md)::
 
     make install                      # or: python -m venv .venv && .venv/bin/pip install -e .
     export KERNELOPT_SIZE=large       # GPU-sized shapes of the bundled examples

@@ -1,6 +1,6 @@
 """The versioned kernel store in the user's repo.
 
-Layout (a contract, documented in the README)::
+Layout (a contract, documented in docs/store.md)::
 
     kernels/<model id>/model.json                      model-level baselines per environment
     kernels/<model id>/<kernel>/original.py            the compiler's kernel (candidate format) at the first accept
