@@ -20,12 +20,13 @@ from ..errors import UsageError
 
 # What each verifier option must be, in the words of the gate's command line; the
 # check itself is VerifyOptions' / SpeedPolicy's (one rule, parsed once).
+# (The option's name comes from the settings, where it is defined once.)
 _OPTION_RULES = {
-    "seeds": ("--kernelopt-seeds", "must be a whole number from 1 to 1000"),
-    "seed": ("--kernelopt-seed", "must be a whole number from 0 up to 2**63"),
-    "timeout": ("--kernelopt-timeout", "must be a positive, finite number of seconds"),
-    "max_slowdown": ("--kernelopt-max-slowdown", "must be a fraction from 0 up to, not including, 1"),
-    "max_regression": ("--kernelopt-max-regression", "must be a fraction from 0 up to, not including, 1"),
+    "seeds": "must be a whole number from 1 to 1000",
+    "seed": "must be a whole number from 0 up to 2**63",
+    "timeout": "must be a positive, finite number of seconds",
+    "max_slowdown": "must be a fraction from 0 up to, not including, 1",
+    "max_regression": "must be a fraction from 0 up to, not including, 1",
 }
 
 
@@ -93,8 +94,9 @@ def _verify_options(given: dict[str, Any]) -> Any:
         return VerifyOptions(seeds=given["seeds"], seed=given["seed"], timeout=given["timeout"], speed=speed)
     except ValidationError as exc:
         name = str(exc.errors()[0]["loc"][-1])
-        option, rule = _OPTION_RULES[name]
-        raise UsageError(f"{option} {given[name]}: {rule}") from None
+        from ..settings import pytest_option
+
+        raise UsageError(f"{pytest_option(name)} {given[name]}: {_OPTION_RULES[name]}") from None
 
 
 def _shard(text: str | None) -> Any:
