@@ -417,6 +417,7 @@ def test_prompt_carries_profile_attempts_and_their_reasons(fake, kernel):
     assert "**correct**, whole model 1.010x [0.995, 1.021]" in text
     assert "bottleneck: **memory** (Nsight Compute)" in text and "62.5%" in text
     assert "41.5% of the measured copy ceiling" in text
+    assert "at most 58% of it is left to win" in text  # the distance to the limit, issue 23
     assert "registers per thread: 40" in text and "register spills: 3" in text
     assert "best version so far (`launch:XBLOCK=128`)" in text and best.rstrip("\n") in text
     assert "speed is not measured" not in text  # a GPU context
