@@ -195,7 +195,32 @@ def test_speed_is_not_measured_in_interpreter_mode(bench):
         assert problem["triton_share"] is None and problem["kernels"] == []
         for m in problem["modes"]:
             assert m["median_us"] is m["speedup"] is m["speedup_ci_low"] is m["samples"] is None
+            assert m["limit_pct"] is None
     assert "speed not measured" in result.stdout
+
+
+def test_the_memory_limit_is_the_models_floor_of_bytes_over_the_copy_bandwidth(monkeypatch):
+    """Inputs, parameters and outputs moved once; shown for Triton-bound models only (issue 23)."""
+    import torch
+
+    from pytest_kernelopt.benchmark import ModeResult, ProblemResult
+    from pytest_kernelopt.benchmark import one_problem
+    from pytest_kernelopt.verify import time_by_kernel
+
+    model = torch.nn.Linear(256, 256)  # 256*256 + 256 fp32 parameters
+    x, y = torch.zeros(1024, 256), torch.zeros(1024, 256)
+    floor = one_problem._min_bytes(model, [x, 3], [y])
+    assert floor == 4 * (2 * 1024 * 256 + 256 * 256 + 256)
+    monkeypatch.setattr(time_by_kernel, "copy_ceiling_gbps", lambda: 4000.0)
+    problem = ProblemResult(problem="p.py", model="p", min_bytes=4_000_000, triton_share=0.97,
+                            modes=[ModeResult(mode="default", median_us=2.0), ModeResult(mode="kernelopt", median_us=1.25),
+                                   ModeResult(mode="eager", median_us=None)])
+    one_problem._limits(problem)
+    assert [m.limit_pct for m in problem.modes] == [50.0, 80.0, None]  # 4 MB in 2 us = 2 TB/s of 4
+    gemm = problem.model_copy(update={"triton_share": 0.3, "copy_ceiling_gbps": None,
+                                      "modes": [ModeResult(mode="default", median_us=2.0)]})
+    one_problem._limits(gemm)  # bounded by FLOPs, not by memory: no figure
+    assert gemm.modes[0].limit_pct is None and gemm.copy_ceiling_gbps is None
 
 
 def test_progress_and_settings_go_to_stderr(bench):

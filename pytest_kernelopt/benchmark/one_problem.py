@@ -208,6 +208,31 @@ def _profile(result: ProblemResult, fn: Callable[..., Any], inputs: list[Any]) -
     result.triton_share = result.triton_us / total if total > 0 else None
 
 
+# The memory limit is shown only where it bounds the model: Triton kernels (memory-bound here) take
+# at least this share of the default compile's GPU time.
+LIMIT_MIN_TRITON_SHARE = 0.9
+
+
+def _min_bytes(model: Any, inputs: list[Any], outputs: list[Any]) -> int:
+    """Bytes one call must move at the least: tensor inputs, parameters and buffers read once, outputs written once."""
+    import torch
+
+    tensors = [*inputs, *model.parameters(), *model.buffers(), *outputs]
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def _limits(result: ProblemResult) -> None:
+    """Each timed mode's percent of the model's memory limit (see ModeResult.limit_pct)."""
+    from ..verify.time_by_kernel import copy_ceiling_gbps
+
+    if not result.min_bytes or result.triton_share is None or result.triton_share < LIMIT_MIN_TRITON_SHARE:
+        return
+    result.copy_ceiling_gbps = round(copy_ceiling_gbps(), 1)
+    for row in result.modes:
+        if row.median_us:
+            row.limit_pct = round(100.0 * result.min_bytes / (row.median_us * 1e-6) / (result.copy_ceiling_gbps * 1e9), 1)
+
+
 def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
     """Every mode of one problem, in this process. Whatever fails is recorded in the result, never raised."""
     started = time.monotonic()
@@ -281,6 +306,8 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
 
                 messages = [str(w.message) for w in caught if issubclass(w.category, KerneloptWarning)]
                 row.committed_kernels, row.kernels_note = _kernels_note(backend, messages)
+            if row.mode == BASELINE:
+                result.min_bytes = _min_bytes(model, inputs, outputs)
             del inputs
             if row.mode == BASELINE and kind == "float64" and len(outputs) == len(reference):
                 from ..verify.model import rebase
@@ -307,6 +334,10 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
             step(where)
             _profile(result, fns[BASELINE], inputs)
             result.peak_gib = torch.cuda.max_memory_allocated() / float(1 << 30)
+            where = "measuring the copy bandwidth"
+            step(where)
+            del inputs
+            _limits(result)
     except KerneloptError as exc:
         result.status, result.error = "error", f"{where}: {exc}"
     except Exception as exc:  # noqa: BLE001 - a user's model: any failure is its row, never the whole run

@@ -37,13 +37,13 @@ def bench_table(result: BenchResult) -> Any:
 
     speed = "" if result.speed_measured else "; speed not measured (interpreter mode or no timings)"
     table = Table(title=f"kernelopt bench: speedup = default / mode, medians with 95% CIs{speed}")
-    for col in ("problem", "mode", "median us [95% CI]", "vs default [95% CI]", "error/scale", "compile s",
-                "Triton share", "notes"):
+    for col in ("problem", "mode", "median us [95% CI]", "vs default [95% CI]", "of memory limit", "error/scale",
+                "compile s", "Triton share", "notes"):
         table.add_column(col, overflow="fold")
     for p in result.problems:
         rows = p.modes if p.modes else []
         if p.status == "error" and not any(m.compile_seconds is not None or m.correct is not None for m in rows):
-            table.add_row(p.model, "-", "-", "-", "-", "-", "-", f"ERROR {p.error}", end_section=True)
+            table.add_row(p.model, "-", "-", "-", "-", "-", "-", "-", f"ERROR {p.error}", end_section=True)
             continue
         for i, m in enumerate(rows):
             notes = []
@@ -64,11 +64,12 @@ def bench_table(result: BenchResult) -> Any:
             if i == 0 and p.reference == "eager":
                 notes.append(f"no float64 reference: {p.reference_note}")
             share = f"{p.triton_share:.0%}" if m.mode == BASELINE and p.triton_share is not None else ""
-            table.add_row(p.model if i == 0 else "", m.mode, _us(m), _x(m), _error(m),
+            limit = f"{m.limit_pct:.0f}%" if m.limit_pct is not None else "-"
+            table.add_row(p.model if i == 0 else "", m.mode, _us(m), _x(m), limit, _error(m),
                           f"{m.compile_seconds:.1f}" if m.compile_seconds is not None else "-", share,
                           "; ".join(notes), end_section=i == len(rows) - 1)
     for i, g in enumerate(result.geomeans):
-        table.add_row("geomean" if i == 0 else "", g.mode, "", f"{g.speedup:.3f}x", "", "", "",
+        table.add_row("geomean" if i == 0 else "", g.mode, "", f"{g.speedup:.3f}x", "", "", "", "",
                       f"over {g.problems} problem(s) timed without error")
     return table
 

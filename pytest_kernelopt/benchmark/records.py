@@ -66,6 +66,11 @@ class ModeResult(Record):
     samples: int | None = None
     # The verifier's speed policy on that speedup: faster, slower, within noise, or too short to judge.
     vs_default: Literal["faster", "slower", "within noise", "too short to judge"] | None = None
+    # Percent of the model's memory limit this mode reaches: the bytes any implementation must move
+    # (ProblemResult.min_bytes) over its median time, against the measured copy bandwidth. Only for
+    # models whose default compile spends 90% or more of its GPU time in Triton kernels (GEMM- and
+    # conv-heavy models are bounded by FLOPs, not measured here).
+    limit_pct: float | None = None
     # kernelopt: how many Triton kernels ran a committed version, and what the loader said.
     committed_kernels: int | None = None
     kernels_note: str | None = None
@@ -102,6 +107,9 @@ class ProblemResult(Record):
     other_us: float | None = None
     triton_share: float | None = None
     kernels: list[KernelTime] = Field(default_factory=list)
+    # The model's memory floor per call: its inputs and parameters read once, its outputs written once.
+    min_bytes: int | None = None
+    copy_ceiling_gbps: float | None = None  # measured in this run (CUDA)
     peak_gib: float | None = None
     wall_seconds: float = 0.0
     environment: Environment | None = None
