@@ -79,8 +79,18 @@ def marked(info: Any, model: str) -> str:
 
 
 def fresh(path: Path) -> tuple[Any, Any]:
-    """(problem, eager model) loaded afresh: new code objects, so Dynamo compiles them anew."""
+    """(problem, eager model) loaded afresh: new code objects, so Dynamo compiles them anew.
+
+    Dynamo's automatic-dynamic state is keyed by file, line and function name, not by code object:
+    a test earlier in the same process that compiled this problem at another batch size makes the
+    next compile mark the batch dimension dynamic (another kernel, another fingerprint; seen in CI
+    under pytest -n 2, 2026-12-02). Cleared here, as a fresh process would have it.
+    """
+    from torch._dynamo.pgo import reset_code_state
+
     from pytest_kernelopt.capture.problem import load_problem
+
+    reset_code_state()
 
     problem = load_problem(path)
     return problem, problem.build_model("cpu")
