@@ -27,25 +27,7 @@ from torch._inductor.choices import InductorChoices
 from torch._inductor.utils import run_and_get_code
 from torch._inductor.virtualized import V
 
-
-def persistent_up_to(limit: int) -> InductorChoices:
-    """Choices that make an inner reduction persistent (the row in registers, read once) up to ``limit``."""
-
-    class Persistent(InductorChoices):
-        @staticmethod
-        def should_use_persistent_reduction(features, cooperative_reduction):  # type: ignore[override]
-            from torch._inductor.runtime.hints import ReductionHint
-
-            if InductorChoices.should_use_persistent_reduction(features, cooperative_reduction):
-                return True
-            if cooperative_reduction or not inductor_config.triton.persistent_reductions:
-                return False
-            if features.get_reduction_hint() != ReductionHint.INNER:
-                return False
-            numel = features.reduction_numel
-            return bool(getattr(numel, "is_number", False)) and int(numel) <= limit
-
-    return Persistent()
+from pytest_kernelopt.agents.harvest import persistent_up_to  # the search's own handler
 
 
 VARIANTS = {
