@@ -360,15 +360,29 @@ def _timing(speedup: float, half: float = 0.01) -> Timing:
 class FakeSession:
     """Judges candidates by their num_warps: speedup = table[num_warps]; records every call."""
 
-    def __init__(self, info: KernelInfo, speed: dict[int, float], seconds: float = 1.0):
+    def __init__(self, info: KernelInfo, speed: dict[int, float], seconds: float = 1.0,
+                 compile_speed: dict[str, float] | None = None):
         self.info, self.speed, self.seconds = info, speed, seconds
         self.options = None
         self.calls: list[tuple[str, float]] = []
+        self.compile_speed = compile_speed or {}  # variant -> whole-model speedup over the default compile
+        self.compile_calls: list[str] = []
+        self.variants: list[str | None] = []  # the variant of each session opened
         self.opened = type("O", (), {"kernels": [info], "environment": ENV, "seconds": 0.1})()
 
-    def __call__(self, problem, device, options, progress=None):
+    def __call__(self, problem, device, options, progress=None, variant=None):
         self.options = options
+        self.variants.append(variant)
         return self
+
+    def verify_compile(self, variant):
+        self.compile_calls.append(variant)
+        speedup = self.compile_speed.get(variant, 1.0)
+        status = "rejected" if speedup == 0 else "accepted" if speedup >= 1.02 else "correct"
+        return Verdict(model="m", kernel=f"compile:{variant}", candidate=variant, candidate_sha256="", status=status,
+                       model_timing=_timing(speedup) if speedup else None, speed_measured=bool(speedup),
+                       environment=ENV, seeds=[1, 2, 3],
+                       reason="model: seed 1, output 0: outside its allowance" if speedup == 0 else None)
 
     def __enter__(self):
         return self
@@ -901,7 +915,9 @@ def test_the_persistent_rows_variant_holds_a_long_row_on_chip_and_matches_the_lo
     (base,) = compile_problem(problem, interpreter).summary().kernels
     assert base.name.startswith("triton_red_")
     # max-autotune's benchmarking is minutes long in the interpreter: the variant's own mode is not under test.
-    monkeypatch.setitem(harvest.VARIANTS, "persistent-rows", (None, {}))
+    from pytest_kernelopt.capture.variants import CompileVariant
+
+    monkeypatch.setitem(harvest.VARIANTS, "persistent-rows", CompileVariant("persistent-rows", None, persistent_rows=8192))
     (alt,) = harvest._compile_variant(problem, interpreter, "persistent-rows")
     assert alt.name.startswith("triton_per_")
     found = harvest.Harvested(variant="persistent-rows", name=alt.name, graph=alt.graph, fingerprint=alt.fingerprint,

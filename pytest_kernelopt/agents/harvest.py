@@ -25,23 +25,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+# The catalogue of compile settings is capture/variants.py (shared with the model-level choice).
+from ..capture.variants import CPU_VARIANTS, HARVEST_VARIANTS, VARIANTS, persistent_up_to  # noqa: F401
 from ..records import KernelInfo
-
-# name -> (torch.compile mode, Inductor config patches); on a CPU only the cheap ones run
-# (max-autotune benchmarks every configuration, which the interpreter makes minutes long).
-VARIANTS: dict[str, tuple[str | None, dict[str, Any]]] = {
-    "max-autotune": ("max-autotune-no-cudagraphs", {}),
-    "coordinate-descent": (None, {"coordinate_descent_tuning": True}),
-    "looped-reductions": (None, {"triton.persistent_reductions": False}),
-    # max-autotune, with inner reductions of up to PERSISTENT_ROWS elements persistent (the row held on
-    # chip and read once) where Inductor loops over rows longer than 1024. H200, 2026-12-02
-    # (bench/variants_gpu.py): frobenius_norm 1.121x and log_softmax_scale 1.018x over max-autotune.
-    "persistent-rows": ("max-autotune-no-cudagraphs", {}),
-}
-CPU_VARIANTS = ("looped-reductions",)
-# Variants whose compile makes inner reductions persistent up to this many elements per row (an
-# InductorChoices handler: Inductor has no config option for the threshold).
-PERSISTENT_LIMIT: dict[str, int] = {"persistent-rows": 8192}
 
 
 class Harvested(BaseModel):
@@ -102,50 +88,9 @@ def harvest(problem: Path, device: str, variants: list[str], timeout: float) -> 
 
 
 def _compile_variant(problem: Any, device: str, variant: str) -> list[KernelInfo]:
-    import torch._inductor.config as inductor_config
-
     from ..capture import compile_problem
 
-    mode, patches = VARIANTS[variant]
-    limit = PERSISTENT_LIMIT.get(variant)
-    if limit is None:
-        with inductor_config.patch(patches):
-            compiled = compile_problem(problem, device, mode=mode)
-        return compiled.summary().kernels
-    import torch._functorch.config as functorch_config
-    from torch._inductor.choices import InductorChoices
-    from torch._inductor.virtualized import V
-
-    V.set_choices_handler(persistent_up_to(limit))
-    try:
-        # No caches: the choices handler is not in every cache key (torch 2.11), so an earlier
-        # variant's cached graph would come back unchanged.
-        with inductor_config.patch({**patches, "force_disable_caches": True}), \
-                functorch_config.patch(enable_autograd_cache=False):
-            compiled = compile_problem(problem, device, mode=mode)
-    finally:
-        V.set_choices_handler(InductorChoices())
-    return compiled.summary().kernels
-
-
-def persistent_up_to(limit: int) -> Any:
-    """Inductor's choices, except that an inner reduction of a static length up to ``limit`` is persistent."""
-    import torch._inductor.config as inductor_config
-    from torch._inductor.choices import InductorChoices
-    from torch._inductor.runtime.hints import ReductionHint
-
-    class PersistentRows(InductorChoices):
-        @staticmethod
-        def should_use_persistent_reduction(features: Any, cooperative_reduction: bool) -> bool:
-            if InductorChoices.should_use_persistent_reduction(features, cooperative_reduction):
-                return True
-            if cooperative_reduction or not inductor_config.triton.persistent_reductions:
-                return False
-            numel = features.reduction_numel
-            return (features.get_reduction_hint() == ReductionHint.INNER
-                    and bool(getattr(numel, "is_number", False)) and int(numel) <= limit)
-
-    return PersistentRows()
+    return compile_problem(problem, device, variant=variant).summary().kernels
 
 
 def main(argv: list[str]) -> int:

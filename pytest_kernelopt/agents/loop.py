@@ -59,6 +59,9 @@ class TuneOptions:
     # compiles (Inductor timed several configurations at the first call); see keeper.Keeper._pin.
     pin: bool = True
     confirm: int = 2
+    # The model-level compile settings tried first (capture/variants.py names); None: the
+    # catalogue's MODEL_VARIANTS on a GPU, none on a CPU; []: keep model.json's choice as it is.
+    compile_variants: list[str] | None = None
 
 
 class Tuner:
@@ -122,7 +125,9 @@ class Tuner:
             options = full_options.model_copy(update={"model_seconds": self.options.screen_seconds,
                                                       "kernel_seconds": self.options.screen_seconds})
             factory = self.session_factory or VerifySession
-            with factory(problem.path, self.options.device, options, progress=self.ui.message) as session:
+            variant = self._compile_step(problem.path, model, outcome, factory, full_options, ev)
+            with factory(problem.path, self.options.device, options, progress=self.ui.message,
+                         variant=variant) as session:
                 bench = Benchmarker(session, full_options, self.run, self.ui)
                 keeper = Keeper(self.store, self.coder, bench, self.ui, device=self.options.device,
                                 confirm=self.options.confirm, pin=self.options.pin, run_left=self._run_left)
@@ -182,6 +187,37 @@ class Tuner:
             outcome.seconds = round(time.monotonic() - t0, 2)
             self.run.save()
         return outcome
+
+    # --- the model's compile settings ----------------------------------------------------
+
+    def _compile_step(self, problem: Path, model: str, outcome: ProblemOutcome, factory: Callable[..., Any],
+                      options: Any, ev: Callable[..., Any]) -> str | None:
+        """The compile the kernels are tuned on: model.json's, or the best of this run's trials."""
+        from ..capture.variants import MODEL_VARIANTS
+        from . import compile_choice
+
+        previous = self.store.compile_variant(model) if self.store is not None else None
+        variants = self.options.compile_variants
+        if variants is None:
+            variants = list(MODEL_VARIANTS) if self.options.device == "cuda" else []
+        if not variants:
+            if previous is not None:
+                outcome.compile = compile_choice.CompileOutcome(previous=previous, chosen=previous,
+                                                                note=f"model.json's {previous!r}")
+            return previous
+        self.ui.message(f"{model}: choosing the model's compile settings ({', '.join(variants)})")
+        with factory(problem, self.options.device, options, progress=self.ui.message) as session:
+            session.open()
+            chosen, verdict = compile_choice.choose(
+                session, variants, previous=previous, measured=self.options.device == "cuda",
+                say=lambda text: self.ui.message(f"{model}: {text}"), ev=ev)
+        outcome.compile = chosen
+        if self.options.device == "cuda" and self.store is not None:
+            compile_choice.record(self.store, model, chosen, verdict)
+        ev("planner", "compile", chosen=chosen.chosen, previous=previous, stored=chosen.stored, note=chosen.note)
+        self.ui.message(f"{model}: compile: {chosen.note}")
+        self.run.save()
+        return chosen.chosen
 
     # --- one kernel ---------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..records import Environment, KernelInfo, Record, SeedErrors, Timing
+from .compile_choice import CompileOutcome
 
 RUN_SCHEMA_VERSION = 1
 
@@ -145,6 +146,8 @@ class ProblemOutcome(Record):
     error: str | None = None  # the problem could not be tuned (compile failure, verifier error)
     note: str | None = None  # why nothing was tuned when that is no error (no Triton kernels)
     seconds: float = 0.0
+    # The model's compile settings: what was tried, what the kernels were tuned on (compile_choice.py).
+    compile: CompileOutcome | None = None
 
 
 class RunRecord(Record):

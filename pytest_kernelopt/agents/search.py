@@ -29,7 +29,7 @@ from typing import Any
 
 from ..store import sha256_text
 from .coder import Spend
-from .harvest import CPU_VARIANTS, VARIANTS, HarvestResult, harvest
+from .harvest import CPU_VARIANTS, HARVEST_VARIANTS, HarvestResult, harvest
 from .rewrites import REWRITES, approximate_divisions, drop_eviction_hints
 from .run_records import CoderContext, Proposal
 from .strategies import parse
@@ -69,7 +69,7 @@ class SearchCoder:
     def prepare(self, problem: Path, device: str, kernels: list[Any]) -> None:
         self._device = device
         variants = self.variants if self.variants is not None else (
-            list(VARIANTS) if device == "cuda" else list(CPU_VARIANTS))
+            list(HARVEST_VARIANTS) if device == "cuda" else list(CPU_VARIANTS))
         self._done.clear()
         self.cpu_points.clear()
         if not variants:

@@ -389,7 +389,7 @@ def _record_kernel_args() -> Iterator[dict[int, tuple[Any, ...]]]:
 
 
 def compile_problem(
-    problem: Problem, device: str, seed: int = 0, mode: str | None = None, reset: bool = True,
+    problem: Problem, device: str, seed: int = 0, variant: str | None = None, reset: bool = True,
     inputs: list[Any] | None = None, measure_eager_peak: bool = False,
 ) -> CompiledModel:
     """Compile ``problem`` for ``device`` in inference mode and open up every graph.
@@ -400,7 +400,8 @@ def compile_problem(
     ``inputs`` (default: drawn under ``seed``) are what the model is compiled and
     captured with. ``measure_eager_peak`` records the eager call's peak device memory
     (inputs and weights included) in ``eager_peak_bytes``; reset torch's peak
-    counter before drawing the inputs for that figure to mean anything.
+    counter before drawing the inputs for that figure to mean anything. ``variant``: a
+    name from :mod:`.variants` (Inductor's settings for this compile; None: the defaults).
     """
     import torch
     import torch._dynamo
@@ -425,10 +426,12 @@ def compile_problem(
 
         raise ProblemError(problem.path, f"the model fails in eager mode{_where(exc, problem.path)}: "
                                          f"{type(exc).__name__}: {_first_line(exc)}") from exc
-    compiled = torch.compile(model, backend="inductor", mode=mode)
+    from .variants import compiling
+
+    compiled = torch.compile(model, backend="inductor")
     try:
-        with _without_autotune_cache(), _record_wrapper_modules() as loaded, _record_kernel_args() as seen, \
-                torch.no_grad():
+        with compiling(variant), _without_autotune_cache(), _record_wrapper_modules() as loaded, \
+                _record_kernel_args() as seen, torch.no_grad():
             compiled(*inputs)
     except (ProblemError, CaptureError):
         raise

@@ -38,13 +38,14 @@ from ..records import Verdict, dump_json
 from .files import atomic_write, create_exclusive, load_record, why
 from .manifest import (
     FINGERPRINT_RE, MANIFEST, MANIFEST_SCHEMA_VERSION, MODEL_RECORD, NAME_RE, ORIGINAL, ORIGINAL_FILE_RE,
-    VERSION_FILE_RE, Evidence, Manifest, ModelBaseline, ModelRecord, OriginalName, Provenance, Retirement,
+    VERSION_FILE_RE, CompileChoice, Evidence, Manifest, ModelBaseline, ModelRecord, OriginalName, Provenance, Retirement,
     VersionRecord, environment_key, sha256_text,
 )
 from .recipe import Recipe
 
 __all__ = [
-    "MANIFEST", "MANIFEST_SCHEMA_VERSION", "MODEL_RECORD", "ORIGINAL", "AcceptOutcome", "ActiveVersion", "Evidence",
+    "MANIFEST", "MANIFEST_SCHEMA_VERSION", "MODEL_RECORD", "ORIGINAL", "AcceptOutcome", "ActiveVersion", "CompileChoice",
+    "Evidence",
     "KernelStore", "Manifest", "ModelBaseline", "ModelRecord", "OriginalName", "Provenance", "Recipe", "Retirement",
     "VersionRecord", "accept_verdict", "atomic_write", "environment_key", "model_baseline", "sha256_text",
 ]
@@ -352,6 +353,27 @@ class KernelStore:
                                       fingerprint=fingerprint)})
             atomic_write(folder / MANIFEST, dump_json(updated))
         return updated
+
+    def compile_variant(self, model: str) -> str | None:
+        """The compile variant recorded in ``model.json`` (None: the defaults); StoreError when this
+        version does not know it."""
+        from ..capture.variants import unknown_variant
+
+        choice = self.model_record(model).compile
+        if choice is None:
+            return None
+        why = unknown_variant(choice.variant)
+        if why:
+            raise StoreError(f"{self.model_dir(model) / MODEL_RECORD}: {why}")
+        return choice.variant
+
+    def save_compile(self, model: str, choice: CompileChoice | None) -> None:
+        """Record the model's compile settings (None: back to the defaults)."""
+        folder = self.model_dir(model)
+        with self._locked(folder):
+            record = self.model_record(model)
+            record.compile = choice
+            atomic_write(folder / MODEL_RECORD, dump_json(record))
 
     def save_baseline(self, model: str, baseline: ModelBaseline) -> None:
         folder = self.model_dir(model)

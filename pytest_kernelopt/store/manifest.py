@@ -209,10 +209,31 @@ class ModelBaseline(Record):
     worst_error_vs_fp64: float | None = None
 
 
+class CompileChoice(Record):
+    """The model's compile settings (``kernelopt tune``'s choice): a name from ``capture/variants.py``.
+
+    Every compile of the model then uses them: the verifier's, the gate's and production's;
+    the kernels stored beside it replace kernels of that compile. Only a name is stored (a
+    dict of Inductor options could name compiler paths or custom passes).
+    """
+
+    variant: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")
+    measured: datetime
+    environment: Environment | None = None
+    # The model compiled under it against the default compile, paired, in one run.
+    timing: Timing | None = None
+    # The worst output element's fraction of its allowance: float64 reference, with the default
+    # compile's own error as the allowance (the model stage's rule).
+    worst_ratio: float | None = None
+    seeds: list[int] = Field(default_factory=list)
+
+
 class ModelRecord(Record):
     schema_version: int = SCHEMA_VERSION
     model: str
     baselines: dict[str, ModelBaseline] = Field(default_factory=dict)
+    # None: the default compile (Inductor's defaults).
+    compile: CompileChoice | None = None
 
 
 def environment_key(env: Environment) -> str:

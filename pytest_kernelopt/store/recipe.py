@@ -113,7 +113,7 @@ def derive_recipe(original: str, source: str, *, fingerprint: str | None = None,
     (the tuner's harvest) that ``source`` may have started from. A structured recipe is
     returned only when replaying it reproduces ``source`` byte for byte; otherwise an edit.
     """
-    from ..agents.harvest import VARIANTS
+    from ..capture.variants import VARIANTS
     from ..agents.launch_space import read_point, with_point
 
     point, compiler_point = read_point(source), read_point(original)
@@ -125,8 +125,9 @@ def derive_recipe(original: str, source: str, *, fingerprint: str | None = None,
                 continue
             inductor = None
             if variant is not None:
-                mode, options = VARIANTS.get(variant, (None, {}))
-                inductor = InductorRecipe(variant=variant, mode=mode, options=dict(options))
+                known = VARIANTS.get(variant)
+                inductor = InductorRecipe(variant=variant, mode=known.mode if known else None,
+                                          options=dict(known.patches) if known else {})
             kind: RecipeKind = ("inductor" if inductor else "rewrite" if chain else
                                 "launch" if point != compiler_point else "compiler")
             return Recipe(kind=kind, launch=point, compiler_launch=compiler_point, inductor=inductor,

@@ -94,10 +94,16 @@ class VerifySession:
     """A problem compiled once in an isolated worker; candidates verified one after another."""
 
     def __init__(self, problem: str | Path, device: str, options: VerifyOptions | None = None, *,
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None, variant: str | None = None):
+        """``variant``: the compile settings the model is compiled under (a name from
+        ``capture/variants.py``, the model's ``model.json`` choice; None: Inductor's defaults)."""
         self.problem = Path(problem).resolve()
+        from ..capture.variants import unknown_variant
         from .options import VerifyOptions
 
+        if variant is not None and unknown_variant(variant):
+            raise UsageError(f"{self.problem}: {unknown_variant(variant)}")
+        self.variant = variant
         self.device = device
         self.options = options or VerifyOptions()
         self.progress = progress or (lambda _: None)
@@ -159,7 +165,8 @@ class VerifySession:
             self._checker = _static_checker()  # starts while the problem compiles
         limit = self.options.open_timeout
         try:
-            worker.send(OpenRequest(problem=str(self.problem), device=self.device, seeds=self.seeds))
+            worker.send(OpenRequest(problem=str(self.problem), device=self.device, seeds=self.seeds,
+                                    variant=self.variant))
             reply = worker.receive(limit, limit=OPENED_BYTES)
         except WorkerExited as exc:
             self.close()
@@ -235,7 +242,21 @@ class VerifySession:
         sources = {k: v if isinstance(v, CandidateSource) else read_candidate(v) for k, v in replacements.items()}
         return self._check(None, sources, None if base_problem is None else str(base_problem))
 
-    def _check(self, kernel: str | None, sources: dict[str, CandidateSource], base_problem: str | None) -> Verdict:
+    def verify_compile(self, variant: str) -> Verdict:
+        """The model compiled under ``variant`` against the default compile (model and speed stages):
+        the session must be open under the defaults or under ``variant`` itself."""
+        from ..capture.variants import unknown_variant
+
+        why = unknown_variant(variant)
+        if why:
+            raise UsageError(why)
+        if self.variant not in (None, variant):
+            raise UsageError(f"{self.problem}: this session compiles the model as {self.variant!r}; it cannot "
+                             f"check {variant!r} against the default compile")
+        return self._check(None, {}, None, compile_variant=variant)
+
+    def _check(self, kernel: str | None, sources: dict[str, CandidateSource], base_problem: str | None,
+               compile_variant: str | None = None) -> Verdict:
         from ..records import StageResult, Verdict
         from .protocol import CheckDone, CheckRequest, Failure, StageDone, StageStarted
         from .worker import FOLDER_BYTES, WorkerExited, clip
@@ -244,12 +265,13 @@ class VerifySession:
         opened = self.open()
         for name in sources:
             self.kernel_info(name)  # unknown names are bad input, whatever the file
-        label = kernel or "+".join(sources) or "compiler"
+        label = kernel or "+".join(sources) or (f"compile:{compile_variant}" if compile_variant else "compiler")
         only = sources[kernel] if kernel else None
         verdict = Verdict(
             model=self.problem.stem, kernel=label,
             fingerprint=self.kernel_info(kernel).fingerprint if kernel else None,
-            candidate=only.label if only else "committed kernels",
+            candidate=only.label if only else (f"the model compiled as {compile_variant}" if compile_variant
+                                               else "committed kernels"),
             candidate_sha256=only.sha256 if only else "",
             status="rejected", seed=self.seed, seeds=self.seeds, environment=opened.environment,
             reference=opened.reference, reference_note=opened.reference_note,
@@ -268,14 +290,16 @@ class VerifySession:
             return self._finish(verdict, [StageResult(name="static", passed=False, detail=clip("; ".join(problems)),
                                                       seconds=time.monotonic() - t0)], started)
         stages = [StageResult(name="static", passed=True, seconds=time.monotonic() - t0,
-                              detail="parses; entry point matches; only allowed imports and constructs")]
+                              detail=(f"no candidate code: {compile_variant!r} is a name from the catalogue of "
+                                      f"compile settings" if compile_variant else
+                                      "parses; entry point matches; only allowed imports and constructs"))]
 
         # Stages 2-4, in the worker.
         request = CheckRequest(
             kernel=kernel, replacements=sources, allow_reduced_precision=self.options.allow_reduced_precision,
             error_factor=self.options.error_factor, measure_speed=self.options.measure_speed,
             model_seconds=self.options.model_seconds, kernel_seconds=self.options.kernel_seconds,
-            base_problem=base_problem,
+            base_problem=base_problem, compile_variant=compile_variant,
         )
         limit = self.options.timeout
         deadline = time.monotonic() + limit

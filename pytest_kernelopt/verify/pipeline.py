@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..records import StageResult
+from . import compile_check
 from . import kernel as kernel_stage
 from . import model as model_stage
 from . import speed as speed_stage
@@ -100,11 +101,11 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
         # The eager model's own peak, measured with nothing else of ours on the device.
         _reset_peak()
         first = problem.make_inputs(seeds[0], device)
-        compiled = compile_problem(problem, device, inputs=first, measure_eager_peak=True)
+        compiled = compile_problem(problem, device, inputs=first, measure_eager_peak=True, variant=request.variant)
         eager_peak = compiled.eager_peak_bytes
         del first
         _PeakTracker.stage()
-        prepared = Prepared(compiled=compiled, device=device, seeds=seeds, references={})
+        prepared = Prepared(compiled=compiled, device=device, seeds=seeds, references={}, variant=request.variant)
         for seed in seeds:
             inputs = prepared.inputs(seed)
             prepared.integrity[seed] = input_checksums(inputs)
@@ -180,7 +181,28 @@ def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], N
         emit(StageDone(result=result, peak_bytes=peak, **figures))
         return passed is not False
 
+    def compile_stages(variant: str) -> None:
+        def model() -> tuple[str, dict[str, Any]]:
+            rows = compile_check.compile_stage(prepared, variant, request.error_factor,
+                                               request.allow_reduced_precision)
+            worst = max(rows, key=lambda r: r.candidate_vs_fp64 or 0.0)
+            ratio = max((r.model_ratio or 0.0) for r in rows)
+            return (f"{len(rows)} seed(s): the model compiled as {variant!r} has every output element within its "
+                    f"allowance against the reference, the default compile's own error (the worst at {ratio:.2g} "
+                    f"of its allowance; max abs error {worst.candidate_vs_fp64:.3g}, default compile "
+                    f"{worst.baseline_vs_fp64:.3g})"), {"errors": rows}
+        if not stage("model", model) or prepared.device != "cuda" or not request.measure_speed:
+            return
+
+        def speed() -> tuple[str, dict[str, Any]]:
+            timing = compile_check.compile_speed(prepared, variant, request.model_seconds)
+            return f"model, default compile -> {variant}: {speed_stage.describe(timing)}", {"model_timing": timing}
+        stage("speed", speed)
+
     def stages() -> None:
+        if request.compile_variant is not None:
+            compile_stages(request.compile_variant)
+            return
         for name, cand in request.replacements.items():
             try:
                 module = load_candidate_source(cand.source, cand.label, cand.sha256)

@@ -58,9 +58,11 @@ class Prepared:
     device: str
     seeds: list[int]
     references: dict[int, Any]  # seed -> model.SeedReference
+    variant: str | None = None  # the compile settings ``compiled`` was compiled under (capture/variants.py)
     integrity: dict[int, Any] = field(default_factory=dict)  # seed -> checksums of the inputs as drawn
     weights: Any = None  # checksums of the model's parameters and buffers
     base: dict[str, Any] = field(default_factory=dict)  # base-revision problems, compiled
+    others: dict[str | None, Any] = field(default_factory=dict)  # the model compiled under other settings
     # Checksums of the judge itself (reference outputs, baseline masks); a candidate can
     # write anywhere its pointers reach, and must never reach the verdict that way.
     reference_sums: Any = None

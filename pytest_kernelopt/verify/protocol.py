@@ -41,6 +41,8 @@ class OpenRequest(Message):
     problem: str
     device: str
     seeds: list[int]
+    # The model's compile settings (a name from capture/variants.py; None: Inductor's defaults).
+    variant: str | None = None
 
 
 class CheckRequest(Message):
@@ -55,6 +57,10 @@ class CheckRequest(Message):
     kernel_seconds: float = 0.5
     # The gate's --kernelopt-base-ref: the problem file at that revision, timed against this one.
     base_problem: str | None = None
+    # A check of the model compiled under this variant against the default compile (no
+    # replacements): judged against float64 with the default compile's error as the allowance,
+    # and timed default vs variant. The session was opened under the defaults or under it.
+    compile_variant: str | None = None
 
 
 class ProfileRequest(Message):

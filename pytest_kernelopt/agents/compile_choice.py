@@ -1,0 +1,114 @@
+"""The model's compile settings: ``kernelopt tune``'s first step on a GPU.
+
+Before any kernel is searched, the whole model is compiled under each of Inductor's
+settings in the catalogue (``capture/variants.py``: max-autotune with its Triton GEMM and
+convolution templates, persistent rows, 2-D tiling, coordinate descent) and each is
+verified like a kernel (``VerifySession.verify_compile``): every output element against
+float64 with the default compile's own error as the allowance, then timed against the
+default compile, paired, in one session. The fastest that the speed rule accepts (faster
+beyond noise, by at least the model-level gain) becomes ``model.json``'s ``compile``;
+when none is, a stored choice that no longer wins is removed. The kernel search then runs
+on that compile: such a setting changes what no kernel swap can (GEMMs as Triton
+templates with their epilogues fused, other fusion), and its kernels are tuned in turn.
+
+On a CPU nothing is timed: the trials run for correctness only and nothing is stored.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, Literal
+
+from pydantic import Field
+
+from ..errors import KerneloptError
+from ..records import Record, Verdict
+
+
+class CompileTrial(Record):
+    variant: str
+    status: Literal["accepted", "correct", "rejected", "error"]
+    speedup: float | None = None  # over the default compile, whole model
+    ci_low: float | None = None
+    ci_high: float | None = None
+    reason: str | None = None
+    seconds: float = 0.0
+
+
+class CompileOutcome(Record):
+    """What the compile step tried and chose (``run.json``, per problem)."""
+
+    tried: list[CompileTrial] = Field(default_factory=list)
+    previous: str | None = None  # model.json's choice before the run
+    chosen: str | None = None  # the compile the kernels were tuned on (None: the defaults)
+    stored: bool = False  # model.json was written (a new choice, or the old one removed)
+    note: str = ""
+
+
+def _trial(variant: str, verdict: Verdict, seconds: float) -> CompileTrial:
+    t = verdict.model_timing
+    return CompileTrial(variant=variant, status=verdict.status, reason=verdict.reason, seconds=round(seconds, 2),
+                        speedup=t.speedup if t else None, ci_low=t.ci_low if t else None,
+                        ci_high=t.ci_high if t else None)
+
+
+def choose(session: Any, variants: list[str], *, previous: str | None, measured: bool,
+           say: Callable[[str], None], ev: Callable[..., Any]) -> tuple[CompileOutcome, Verdict | None]:
+    """Try each variant in ``session`` (opened under the defaults); the outcome and the chosen one's verdict."""
+    outcome = CompileOutcome(previous=previous, chosen=previous)
+    verdicts: dict[str, Verdict] = {}
+    for variant in variants:
+        say(f"compiling the whole model as {variant!r} and checking it against the default compile")
+        t0 = time.monotonic()
+        try:
+            verdict = session.verify_compile(variant)
+        except KerneloptError as exc:  # the verifier's own failure: said, never the variant's fault
+            outcome.tried.append(CompileTrial(variant=variant, status="error", reason=str(exc)[:300],
+                                              seconds=round(time.monotonic() - t0, 2)))
+            ev("planner", "compile-trial", variant=variant, status="error", reason=str(exc)[:300])
+            continue
+        trial = _trial(variant, verdict, time.monotonic() - t0)
+        outcome.tried.append(trial)
+        verdicts[variant] = verdict
+        ev("planner", "compile-trial", **trial.model_dump(exclude={"variant"}), variant=variant)
+        say(f"  {variant}: {trial.status}" + (f", {trial.speedup:.3f}x [{trial.ci_low:.3f}, {trial.ci_high:.3f}] over "
+                                              f"the default compile" if trial.speedup is not None else "")
+            + (f" ({trial.reason})" if trial.reason and trial.status == "rejected" else ""))
+    if not measured:
+        outcome.note = "interpreter mode: compile settings checked for correctness only; nothing stored"
+        return outcome, None
+    accepted = [t for t in outcome.tried if t.status == "accepted" and t.speedup is not None]
+    if accepted:
+        best = max(accepted, key=lambda t: t.speedup or 0.0)
+        outcome.chosen = best.variant
+        outcome.note = (f"{best.variant}: {best.speedup:.3f}x over the default compile "
+                        f"(95% CI [{best.ci_low:.3f}, {best.ci_high:.3f}])")
+        return outcome, verdicts[best.variant]
+    if previous is not None and previous in verdicts:
+        outcome.chosen = None
+        outcome.note = (f"the stored {previous!r} is no longer faster than the default compile "
+                        f"({verdicts[previous].reason or verdicts[previous].status}): back to the defaults")
+    elif previous is not None:
+        outcome.note = f"the stored {previous!r} was not tried again: kept"
+    else:
+        outcome.note = "no compile setting was faster than the default compile beyond noise"
+    return outcome, None
+
+
+def record(store: Any, model: str, outcome: CompileOutcome, verdict: Verdict | None) -> None:
+    """Write ``model.json``'s choice when it changed (or its evidence, when the same one won again)."""
+    from ..store import CompileChoice
+
+    if outcome.chosen is None:
+        if outcome.previous is not None:
+            store.save_compile(model, None)
+            outcome.stored = True
+        return
+    if verdict is None:
+        return
+    worst = max((e.model_ratio or 0.0 for e in verdict.errors), default=None)
+    store.save_compile(model, CompileChoice(
+        variant=outcome.chosen, measured=datetime.now(timezone.utc), environment=verdict.environment,
+        timing=verdict.model_timing, worst_ratio=worst, seeds=list(verdict.seeds)))
+    outcome.stored = True

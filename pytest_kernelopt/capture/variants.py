@@ -1,0 +1,134 @@
+"""Named Inductor compile settings: the one catalogue of them.
+
+Two uses. The search backend compiles a problem under each (``agents/harvest.py``) and
+offers the kernels that fit the model's own compile as candidates. ``kernelopt tune``
+also tries each as the *model's* compile (``model.json``'s ``compile``): the whole model
+compiled under it, judged against float64 with the default compile's own error as the
+allowance and timed against the default compile. Such a setting may change more than a
+kernel (GEMMs and convolutions as Triton templates with their epilogues fused, other
+fusion), which no kernel swap can do.
+
+A stored choice is a *name* from this catalogue, never a dict of options: ``model.json``
+is read from the repository (a stranger's pull request may edit it), and Inductor's
+options include compiler paths and custom passes. A name this version does not know is
+refused (the gate fails; production compiles with the defaults and warns).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["CPU_VARIANTS", "HARVEST_VARIANTS", "MODEL_VARIANTS", "VARIANTS", "CompileVariant", "compiling", "inductor_patches",
+           "persistent_up_to", "unknown_variant"]
+
+
+@dataclass(frozen=True)
+class CompileVariant:
+    name: str
+    mode: str | None  # torch.compile's mode (its Inductor options), None: default
+    patches: dict[str, Any] = field(default_factory=dict)  # Inductor config on top of the mode's
+    # Inner reductions with a static length up to this many elements are persistent (the row held
+    # on chip and read once), where Inductor loops over rows longer than 1024. No Inductor option
+    # sets that threshold: an InductorChoices handler does (:func:`persistent_up_to`).
+    persistent_rows: int | None = None
+    about: str = ""
+    # Harvested by the search backend for drop-in kernels (a setting that changes kernels'
+    # arguments, such as 2-D tiling, yields none that fit).
+    harvest: bool = True
+
+
+VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
+    CompileVariant("max-autotune", "max-autotune-no-cudagraphs",
+                   about="max-autotune's configuration search, Triton GEMM/convolution templates included"),
+    CompileVariant("coordinate-descent", None, {"coordinate_descent_tuning": True},
+                   about="default compile, launch configurations refined by coordinate descent"),
+    CompileVariant("looped-reductions", None, {"triton.persistent_reductions": False},
+                   about="default compile, every reduction looped (never held on chip)"),
+    # H200, 2026-12-02 (bench/variants_gpu.py): frobenius_norm 1.121x and log_softmax_scale
+    # 1.018x over max-autotune.
+    CompileVariant("persistent-rows", "max-autotune-no-cudagraphs", persistent_rows=8192,
+                   about="max-autotune, inner reductions up to 8192 elements per row persistent"),
+    CompileVariant("max-autotune-nd-tiling", "max-autotune-no-cudagraphs", {"triton.prefer_nd_tiling": True},
+                   about="max-autotune, pointwise kernels tiled in 2-D (strided and transposed access)", harvest=False),
+)}
+# Interpreter mode (CPU): max-autotune benchmarks every configuration, which the
+# interpreter makes minutes long; only the cheap ones run.
+CPU_VARIANTS = ("looped-reductions",)
+# What the search backend harvests on a GPU.
+HARVEST_VARIANTS = tuple(name for name, v in VARIANTS.items() if v.harvest)
+# The model-level compiles ``kernelopt tune`` tries on a GPU, in this order.
+MODEL_VARIANTS = ("max-autotune", "persistent-rows", "max-autotune-nd-tiling", "coordinate-descent")
+
+
+def unknown_variant(name: str) -> str | None:
+    """Why ``name`` cannot be used (None: it is in the catalogue)."""
+    if name in VARIANTS:
+        return None
+    return f"unknown compile variant {name!r} (this version knows: {', '.join(VARIANTS)})"
+
+
+def inductor_patches(name: str | None) -> dict[str, Any]:
+    """The Inductor config patches of variant ``name`` (its mode's options and its own); {} for None."""
+    if name is None:
+        return {}
+    variant = VARIANTS[name]
+    patches: dict[str, Any] = {}
+    if variant.mode:
+        from torch._inductor import list_mode_options
+
+        patches.update(list_mode_options(variant.mode))
+    patches.update(variant.patches)
+    if variant.persistent_rows is not None:
+        # The choices handler is not part of every cache key (torch 2.11): a cached graph of
+        # another compile would come back unchanged.
+        patches["force_disable_caches"] = True
+    return patches
+
+
+@contextlib.contextmanager
+def compiling(name: str | None) -> Iterator[dict[str, Any]]:
+    """While the block runs, Inductor compiles as variant ``name`` does (None: no change).
+
+    Yields the config patches (also applied), for ``compile_fx(..., config_patches=)``
+    callers. The choices handler is process-wide: compile one model at a time.
+    """
+    if name is None:
+        yield {}
+        return
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+    from torch._inductor.choices import InductorChoices
+    from torch._inductor.virtualized import V
+
+    variant = VARIANTS[name]
+    patches = inductor_patches(name)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(inductor_config.patch(patches))
+        if variant.persistent_rows is not None:
+            stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
+            V.set_choices_handler(persistent_up_to(variant.persistent_rows))
+            stack.callback(lambda: V.set_choices_handler(InductorChoices()))
+        yield patches
+
+
+def persistent_up_to(limit: int) -> Any:
+    """Inductor's choices, except that an inner reduction of a static length up to ``limit`` is persistent."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor.choices import InductorChoices
+    from torch._inductor.runtime.hints import ReductionHint
+
+    class PersistentRows(InductorChoices):
+        @staticmethod
+        def should_use_persistent_reduction(features: Any, cooperative_reduction: bool) -> bool:
+            if InductorChoices.should_use_persistent_reduction(features, cooperative_reduction):
+                return True
+            if cooperative_reduction or not inductor_config.triton.persistent_reductions:
+                return False
+            numel = features.reduction_numel
+            return (features.get_reduction_hint() == ReductionHint.INNER
+                    and bool(getattr(numel, "is_number", False)) and int(numel) <= limit)
+
+    return PersistentRows()
