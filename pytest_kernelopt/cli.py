@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from .errors import KerneloptError, UsageError
+from .capture.variants import MODEL_VARIANTS, VARIANTS
 from .settings import add_arguments, cli_flag, positive_seconds
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
@@ -117,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(t, ["min_share", "seeds", "seed", "timeout", "device", "config", "kernels_dir"])
     t.add_argument("--runs-dir", type=Path, metavar="DIR",
                    help="where run directories go (default: .kernelopt/runs in the problems' project)")
+    t.add_argument("--compile-variants", type=_compile_variants, default=None, metavar="NAMES",
+                   help="the model-level compile settings tried before the kernel search, comma-separated (default "
+                        "on a GPU: " + ",".join(MODEL_VARIANTS) + "; none on a CPU); none: keep model.json's; the "
+                        "catalogue: " + ", ".join(VARIANTS))
     t.add_argument("--no-ncu", action="store_true", help="do not run Nsight Compute (roofline estimate only)")
     t.add_argument("--no-pin", action="store_true",
                    help="store only what beats the compiler by the model gain; by default a kernel whose compiler "
@@ -291,6 +296,18 @@ def verdict_lines(verdict: Any) -> list[str]:
     return lines
 
 
+def _compile_variants(text: str) -> list[str]:
+    """``--compile-variants``: names from the catalogue (capture/variants.py), or none."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if names == ["none"]:
+        return []
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown compile variant(s) {', '.join(unknown) or repr(text)} "
+                                         f"(known: {', '.join(VARIANTS)}; or none)")
+    return names
+
+
 def cmd_verify_or_accept(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
@@ -307,10 +324,11 @@ def cmd_verify_or_accept(args: argparse.Namespace) -> int:
                                 allow_reduced_precision=args.allow_reduced_precision)
     except ValidationError as exc:
         raise UsageError(f"bad option: {exc.errors()[0]['msg']}") from exc
-    if args.command == "accept":  # a name the store cannot hold: say so before the verification runs
-        from .store import KernelStore
+    from .store import KernelStore
 
-        store = KernelStore((args.kernels_dir or settings.kernels_path).resolve())
+    store = KernelStore((getattr(args, "kernels_dir", None) or settings.kernels_path).resolve())
+    variant = store.compile_variant(problem.id)  # model.json's compile settings: its kernels are that compile's
+    if args.command == "accept":  # a name the store cannot hold: say so before the verification runs
         store.kernel_dir(problem.id, args.kernel)
         # The same bytes, stored and verified before: the answer is known without the cascade.
         known = store.already_stored(problem.id, args.kernel, sources[0].source)
@@ -325,7 +343,7 @@ def cmd_verify_or_accept(args: argparse.Namespace) -> int:
     say = (lambda text: None) if args.json else (lambda text: print(text, file=sys.stderr))
     say(f"settings: {settings.describe(getattr(args, 'kernels_dir', None))}")
     verdicts = []
-    with VerifySession(problem.path, device, options, progress=say) as session:
+    with VerifySession(problem.path, device, options, progress=say, variant=variant) as session:
         for source in sources:
             say(f"verifying {source.label} as {args.kernel} of {problem.id} on {device} ...")
             verdicts.append(session.verify(args.kernel, source))
@@ -386,6 +404,8 @@ def _tune_passthrough(args: argparse.Namespace, device: str, kernels: Path) -> l
         out.append("--no-ncu")
     if args.no_pin:
         out.append("--no-pin")
+    if args.compile_variants is not None:
+        out += ["--compile-variants", ",".join(args.compile_variants) or "none"]
     return out
 
 
@@ -433,7 +453,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     options = TuneOptions(device=device, budget_s=args.budget_s, run_budget_s=args.run_budget_s, seeds=args.seeds,
                           seed=args.seed, timeout=args.timeout, min_share=args.min_share, kernels=args.kernel,
                           ncu=not args.no_ncu,
-                          pin=not args.no_pin)
+                          pin=not args.no_pin, compile_variants=args.compile_variants)
     agent_options: dict[str, Any] = {}
     if args.agent == "anthropic":
         agent_options = {k: v for k, v in (("model", args.model), ("max_usd", args.max_usd)) if v is not None}

@@ -114,18 +114,18 @@ class Tuner:
             if harvested is not None:
                 ev("coder", "harvest", kernels=len(harvested.kernels), errors=harvested.errors,
                    seconds=harvested.seconds)
+            full_options = VerifyOptions(seeds=self.options.seeds, seed=self.options.seed,
+                                         timeout=self.options.timeout)
+            factory = self.session_factory or VerifySession
+            variant = self._compile_step(problem.path, model, outcome, factory, full_options, ev)
             counters, note = None, ("Nsight Compute not run (--no-ncu): roofline estimate" if self.options.device == "cuda"
                                     else "interpreter mode: no timing; shares are shares of bytes moved")
             if self.options.device == "cuda" and self.options.ncu:
                 self.ui.message(f"{model}: reading Nsight Compute counters")
-                counters, note = ncu_counters(problem.path, timeout=600.0)
+                counters, note = ncu_counters(problem.path, timeout=600.0, variant=variant)
                 ev("profiler", "ncu", kernels=len(counters or {}), note=note)
-            full_options = VerifyOptions(seeds=self.options.seeds, seed=self.options.seed,
-                                         timeout=self.options.timeout)
             options = full_options.model_copy(update={"model_seconds": self.options.screen_seconds,
                                                       "kernel_seconds": self.options.screen_seconds})
-            factory = self.session_factory or VerifySession
-            variant = self._compile_step(problem.path, model, outcome, factory, full_options, ev)
             with factory(problem.path, self.options.device, options, progress=self.ui.message,
                          variant=variant) as session:
                 bench = Benchmarker(session, full_options, self.run, self.ui)

@@ -129,7 +129,7 @@ def ncu_available() -> str | None:
     return shutil.which("ncu")
 
 
-def ncu_counters(problem: Path, timeout: float) -> tuple[dict[str, dict[str, float]] | None, str]:
+def ncu_counters(problem: Path, timeout: float, variant: str | None = None) -> tuple[dict[str, dict[str, float]] | None, str]:
     """Per Triton function name, Nsight Compute counters of one model run (None and why, where ncu fails).
 
     The child compiles and warms the model up, then runs it once inside an NVTX range;
@@ -143,7 +143,7 @@ def ncu_counters(problem: Path, timeout: float) -> tuple[dict[str, dict[str, flo
     with tempfile.TemporaryDirectory(prefix="kernelopt-ncu-") as tmp:
         cmd = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", "--csv",
                "--metrics", ",".join(NCU_METRICS), sys.executable, "-m", "pytest_kernelopt.agents.profiler",
-               str(problem)]
+               str(problem), *([variant] if variant else [])]
         try:
             proc = subprocess.run(cmd, env=worker_env(), cwd=tmp, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -179,7 +179,7 @@ def parse_ncu_csv(text: str) -> dict[str, dict[str, float]]:
     return out
 
 
-def _ncu_target(problem_path: str) -> int:
+def _ncu_target(problem_path: str, variant: str | None = None) -> int:
     """The child Nsight Compute profiles: compile, warm up, one run inside the NVTX range."""
     import warnings
 
@@ -192,7 +192,7 @@ def _ncu_target(problem_path: str) -> int:
     warnings.filterwarnings("ignore")
     device = resolve_device("cuda")
     problem = load_problem(Path(problem_path))
-    compiled = compile_problem(problem, device)
+    compiled = compile_problem(problem, device, variant=variant)
     inputs = problem.make_inputs(1, device)
     with torch.no_grad():
         for _ in range(3):
@@ -206,4 +206,4 @@ def _ncu_target(problem_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_ncu_target(sys.argv[1]))
+    sys.exit(_ncu_target(*sys.argv[1:3]))

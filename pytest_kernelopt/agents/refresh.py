@@ -344,7 +344,12 @@ def refresh(problems: list[Path], store: Any, device: str, options: Any, *, runs
                 record.problems.append(ProblemRefresh(model=model, problem=str(problem)))
                 continue
             started = time.monotonic()
-            with factory(problem, device, options, progress=say) as session:
+            try:
+                variant = store.compile_variant(model)  # its kernels are the compile's under model.json's settings
+            except KerneloptError as exc:
+                record.problems.append(ProblemRefresh(model=model, problem=str(problem), error=str(exc)))
+                continue
+            with factory(problem, device, options, progress=say, variant=variant) as session:
                 try:
                     session.open()
                 except KerneloptError as exc:

@@ -41,7 +41,8 @@ class VerifySessions:
 
         session = self._open.get(problem.path)
         if session is None:
-            session = self._open[problem.path] = VerifySession(problem.path, self.device, self.options)
+            session = self._open[problem.path] = VerifySession(problem.path, self.device, self.options,
+                                                               variant=problem.variant)
             started = time.monotonic()
             try:
                 with internal_warnings_ignored():
@@ -161,8 +162,10 @@ class Checks:
         base_text = self.base.text(problem.path) if self.base else None
         if self.base and base_text is None:
             item.prop("vs_base", f"new at {self.base.ref}: nothing to compare")
+        if problem.variant is not None:
+            self._check_compile(item, problem)
         if not replacements and base_text is None:
-            item.prop("status", "baseline")
+            item.prop("status", "committed" if problem.variant is not None else "baseline")
             return
         session = self.sessions.get(problem, item)
         with base_file(problem.path.name, base_text) as base_problem, internal_warnings_ignored():
@@ -183,8 +186,30 @@ class Checks:
                 assert self.base is not None
                 raise GateFailure(f"{problem.id}: slower than at {self.base.ref}: {base.speedup:.3f}x "
                                   f"(95% CI [{base.ci_low:.3f}, {base.ci_high:.3f}])")
-        # Passed: with committed kernels swapped in ("committed"), or the compiler's alone (it was null).
-        item.prop("status", "committed" if replacements else "baseline")
+        # Passed: with committed kernels swapped in or a committed compile setting ("committed"), or the
+        # compiler's alone (it was null).
+        item.prop("status", "committed" if replacements or problem.variant is not None else "baseline")
+
+    def _check_compile(self, item: ModelItem, problem: Problem) -> None:
+        """model.json's compile setting, verified like a kernel: the model compiled under it against float64
+        (the default compile's error allowed) and, on a GPU, not slower than the default compile."""
+        variant = problem.variant
+        assert variant is not None
+        where = f"{self.store.model_dir(problem.id) / 'model.json'}: compile {variant!r}"
+        item.prop("compile", variant)
+        session = self.sessions.get(problem, item)
+        with internal_warnings_ignored():
+            verdict = session.verify_compile(variant)
+        item.prop("speed_measured", verdict.speed_measured)
+        if verdict.status == "rejected":
+            raise GateFailure(f"{where}: rejected at {verdict.reason}{reproduce(verdict)}")
+        timing = verdict.model_timing
+        if timing is not None:
+            item.prop("compile_speedup", round(timing.speedup, 4))
+            item.prop("compile_speedup_ci", [round(timing.ci_low, 4), round(timing.ci_high, 4)])
+        if self.policy.slower(timing):
+            raise GateFailure(f"{where}: the model is slower than under the default compile: {timing.speedup:.3f}x "
+                              f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])")
 
     def _check_recorded(self, item: ModelItem, model: str, verdict: Any) -> None:
         """Compare the measured speedup with the one recorded in kernels/<model>/model.json for this environment."""

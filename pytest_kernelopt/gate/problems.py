@@ -21,6 +21,7 @@ class Problem:
     error: str | None = None  # why its items fail without being checked
     kernels: list[str] = field(default_factory=list)
     loaded: bool = False
+    variant: str | None = None  # model.json's compile settings (capture/variants.py), None: the defaults
 
 
 def find_problems(globs: list[str] | None, settings: Any, rootpath: Path) -> dict[Path, Problem]:
@@ -53,16 +54,18 @@ def find_problems(globs: list[str] | None, settings: Any, rootpath: Path) -> dic
     return {path: Problem(path=path, id=path.stem) for path in files}
 
 
-def compile_once(problem: Problem, device: str) -> Problem:
-    """Compile the problem once, to know its kernels (each xdist worker does this); an error is kept, not raised."""
+def compile_once(problem: Problem, device: str, store: Any) -> Problem:
+    """Compile the problem once, under ``model.json``'s compile settings, to know its kernels (each xdist
+    worker does this); an error (an unknown setting, a broken ``model.json``) is kept, not raised."""
     from ..capture import compile_problem
     from ..capture.problem import load_problem
 
     if not problem.loaded:
         problem.loaded = True
         try:
+            problem.variant = store.compile_variant(problem.id)
             with internal_warnings_ignored():
-                problem.compiled = compile_problem(load_problem(problem.path), device)
+                problem.compiled = compile_problem(load_problem(problem.path), device, variant=problem.variant)
             problem.kernels = list(problem.compiled.kernels)
         except KerneloptError as exc:
             problem.error = str(exc)

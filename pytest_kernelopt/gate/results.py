@@ -64,6 +64,10 @@ class ItemResult(Record):
     vs_base_speedup: float | None = None
     vs_base_ci: list[float] | None = None
     gpu: str | None = None
+    # Model item: model.json's compile setting, checked against the default compile (its speedup over it).
+    compile: str | None = None
+    compile_speedup: float | None = None
+    compile_speedup_ci: list[float] | None = None
     wall_seconds: float | None = None
     open_seconds: float | None = None
     verify_seconds: float | None = None

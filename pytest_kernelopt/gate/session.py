@@ -108,7 +108,7 @@ class GateSession:
 
     def load(self, problem: Problem) -> Problem:
         """Compile the problem once, to know its kernels (each xdist worker does this)."""
-        return compile_once(problem, self.device)
+        return compile_once(problem, self.device, self._store())
 
     # --- after each item, and at the end (the controller under xdist) ------------------
 

@@ -54,6 +54,9 @@ class ProblemSummary:
     baseline_error: float | None = None  # the compiled model's
     recorded_note: str | None = None  # why the recorded speedup was not compared
     orphaned: list[str] = field(default_factory=list)  # committed kernel folders the compiler no longer generates
+    compile: str | None = None  # model.json's compile setting (None: the defaults)
+    compile_speedup: float | None = None  # the model under it over the default compile
+    compile_ci: list[float] | None = None
     items: list[ItemResult] = field(default_factory=list)  # kernel items by node id, then the model item
 
     # The counts one by one (None: unknown), as the report's template reads them.
@@ -72,6 +75,17 @@ class ProblemSummary:
     @property
     def ran(self) -> bool:
         return bool(self.items)
+
+    @property
+    def compile_note(self) -> str | None:
+        """What the model is compiled as, when not Inductor's defaults: the terminal's and the report's note."""
+        if self.compile is None:
+            return None
+        text = f"compiled as {self.compile!r} (model.json)"
+        if self.compile_speedup is not None and self.compile_ci:
+            lo, hi = self.compile_ci
+            text += f": {self.compile_speedup:.3f}x [{lo:.3f}, {hi:.3f}] over the default compile"
+        return text + ("; the speedup column is over that compile" if self.speed == "measured" else "")
 
 
 @dataclass
@@ -141,9 +155,10 @@ def _model_figures(row: ProblemSummary, item: ItemResult) -> None:
     if item.committed is not None:
         row.counts = KernelCounts(committed=item.committed, stale=item.stale or 0, baseline=item.baseline or 0)
     row.speed_measured, row.speedup, row.ci = item.speed_measured, item.speedup, item.speedup_ci
+    row.compile, row.compile_speedup, row.compile_ci = item.compile, item.compile_speedup, item.compile_speedup_ci
     if item.speedup is not None:
         row.speed = "measured"
-    elif item.outcome == "passed" and not item.committed:
+    elif item.outcome == "passed" and not item.committed and item.compile is None:
         row.speed = "compiler baseline"
     elif item.speed_measured is False:
         row.speed = "not timed"

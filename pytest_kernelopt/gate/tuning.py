@@ -46,8 +46,10 @@ class Tuning:
         from ..agents import TuneOptions, tune
 
         verify = self.options.verify
+        # Kernels only: the problem was compiled for its items under model.json's compile settings,
+        # which `kernelopt tune` chooses (a new choice here would leave the items on the old compile).
         options = TuneOptions(device=self.device, budget_s=self.options.budget_s, seeds=verify.seeds,
-                              timeout=verify.timeout)
+                              timeout=verify.timeout, compile_variants=[])
         started = time.monotonic()
         with internal_warnings_ignored():
             record = tune([problem.path], options, agent=self.options.agent, store=self.store(),

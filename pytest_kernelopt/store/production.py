@@ -81,6 +81,8 @@ class KerneloptBackend:
 
     ``torch.compile(model, backend=KerneloptBackend("softmax_rows"), mode=..., options=...)``:
     ``mode`` and ``options`` are Inductor's (torch passes them to the backend).
+    The compile settings recorded in the model's ``model.json`` (``compile``: a name from
+    ``capture/variants.py``, chosen by ``kernelopt tune``) apply first, under ``mode`` and ``options``.
     ``kernels`` lists every Triton kernel compiled so far and what runs for it;
     ``startup_seconds`` is the time spent beyond Inductor's compile (fingerprints,
     reading and hashing files, the static check, loading). Each compiled graph prints one
@@ -119,9 +121,12 @@ class KerneloptBackend:
 
         from ..capture import _record_wrapper_modules
 
+        from ..capture.variants import compiling
+
         patches = _inductor_patches(mode or self.mode, {**self.options, **(options or {})})
-        with _record_wrapper_modules() as loaded:
-            compiled = compile_fx(gm, example_inputs, config_patches=patches or None)
+        # model.json's compile settings first (its kernels are that compile's); the caller's on top.
+        with compiling(self._variant()) as chosen, _record_wrapper_modules() as loaded:
+            compiled = compile_fx(gm, example_inputs, config_patches={**chosen, **patches} or None)
         # Wrapper modules define ``call``; kernel modules do not (as in capture).
         graphs = [m for m in loaded if callable(getattr(m, "call", None)) and getattr(m, "__file__", None)]
         started = time.perf_counter()
@@ -188,6 +193,14 @@ class KerneloptBackend:
                     ProductionKernel(self._name(attr, graph), graph, None, "compiler", module=module, attr=attr),
                     None, f"kernelopt failed to check it ({type(exc).__name__}: {exc})")
             self.kernels.append(record)
+
+    def _variant(self) -> str | None:
+        """``model.json``'s compile settings; one that cannot be used is warned about and the defaults compile."""
+        try:
+            return self.store.compile_variant(self.model)
+        except Exception as exc:  # noqa: BLE001 - an unknown name or a broken model.json: the defaults, said once
+            self._warn(f"kernelopt: model {self.model}: {exc}; Inductor's default settings are used")
+            return None
 
     def _committed(self) -> bool:
         try:

@@ -1,0 +1,229 @@
+"""The model's compile settings (``model.json``'s ``compile``): the catalogue, the check, tune, gate, production.
+
+Interpreter mode: the variant used is ``looped-reductions`` (the one cheap enough to compile
+on a CPU); it turns softmax_rows' persistent reduction (``triton_per_``) into a looped one
+(``triton_red_``), so which compile ran is visible in the kernel names.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from conftest import TESTS
+
+pytest_plugins = ["pytester"]
+
+SOFTMAX = TESTS / "problems" / "softmax_rows.py"
+LOOPED = "looped-reductions"
+
+
+def _choice(variant: str) -> dict:
+    return {"variant": variant, "measured": datetime(2026, 12, 2, tzinfo=timezone.utc).isoformat(), "seeds": [1]}
+
+
+def _write_choice(kernels: Path, model: str, variant: str) -> None:
+    folder = kernels / model
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.json").write_text(json.dumps({"schema_version": 1, "model": model, "compile": _choice(variant)}))
+
+
+# --- the catalogue and the store --------------------------------------------------------
+
+def test_the_catalogue_refuses_unknown_names_and_gives_each_variant_its_patches():
+    from pytest_kernelopt.capture.variants import (HARVEST_VARIANTS, MODEL_VARIANTS, VARIANTS, inductor_patches,
+                                                   unknown_variant)
+
+    assert unknown_variant("max-autotune") is None
+    assert "unknown compile variant 'cpp.cxx'" in unknown_variant("cpp.cxx")
+    assert set(MODEL_VARIANTS) <= set(VARIANTS) and set(HARVEST_VARIANTS) <= set(VARIANTS)
+    assert "max-autotune-nd-tiling" not in HARVEST_VARIANTS  # its kernels never fit the default's arguments
+    assert inductor_patches(None) == {}
+    assert inductor_patches("max-autotune")["max_autotune"] is True
+    assert inductor_patches(LOOPED) == {"triton.persistent_reductions": False}
+    # The choices handler is in no cache key: that compile bypasses the caches.
+    assert inductor_patches("persistent-rows")["force_disable_caches"] is True
+
+
+def test_model_json_stores_a_name_the_store_checks_against_the_catalogue(tmp_path):
+    from pydantic import ValidationError
+
+    from pytest_kernelopt.errors import StoreError
+    from pytest_kernelopt.store import CompileChoice, KernelStore
+
+    store = KernelStore(tmp_path / "kernels")
+    assert store.compile_variant("m") is None
+    store.save_compile("m", CompileChoice(variant="max-autotune", measured=datetime.now(timezone.utc)))
+    assert store.compile_variant("m") == "max-autotune"
+    store.save_compile("m", None)
+    assert store.compile_variant("m") is None and store.model_record("m").compile is None
+    _write_choice(tmp_path / "kernels", "m", "no-such-setting")
+    with pytest.raises(StoreError, match=r"model\.json: unknown compile variant 'no-such-setting'"):
+        store.compile_variant("m")
+    with pytest.raises(ValidationError):  # never a path, a dict of options or anything but a short name
+        CompileChoice(variant="../triton.cudagraphs", measured=datetime.now(timezone.utc))
+
+
+# --- the check in the verifier ----------------------------------------------------------
+
+@pytest.mark.slow
+def test_verify_compile_judges_the_variant_against_the_default_compile_from_either_side(interpreter):
+    from pytest_kernelopt.errors import UsageError
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession
+
+    options = VerifyOptions(seeds=2, seed=7)
+    with VerifySession(SOFTMAX, interpreter, options) as session:  # tune's side: the defaults
+        assert [k.name.startswith("triton_per_") for k in session.open().kernels] == [True]
+        verdict = session.verify_compile(LOOPED)
+    assert verdict.status == "correct" and verdict.kernel == f"compile:{LOOPED}"
+    assert [s.name for s in verdict.stages] == ["static", "model", "speed"]
+    assert "the default compile's own error" in verdict.stages[1].detail and len(verdict.errors) == 2
+    with VerifySession(SOFTMAX, interpreter, options, variant=LOOPED) as session:  # the gate's side: the variant
+        assert [k.name.startswith("triton_red_") for k in session.open().kernels] == [True]
+        verdict = session.verify_compile(LOOPED)
+        assert verdict.status == "correct", verdict.reason
+        with pytest.raises(UsageError, match="cannot check 'max-autotune'"):
+            session.verify_compile("max-autotune")
+    with pytest.raises(UsageError, match="unknown compile variant"):
+        VerifySession(SOFTMAX, interpreter, options, variant="nope")
+
+
+@pytest.mark.slow
+def test_a_variant_outside_the_default_compiles_error_is_rejected(interpreter):
+    """In the worker's own code: the other compile's outputs nudged by 1e-3 fail the model stage's rule."""
+    from pytest_kernelopt.verify import compile_check
+    from pytest_kernelopt.verify.pipeline import open_problem
+    from pytest_kernelopt.verify.prepared import StageFailure
+    from pytest_kernelopt.verify.protocol import OpenRequest
+
+    prepared, _ = open_problem(OpenRequest(problem=str(SOFTMAX), device=interpreter, seeds=[3]))
+    rows = compile_check.compile_stage(prepared, LOOPED, error_factor=4.0, reduced_precision=False)
+    assert rows[0].model_ratio <= 1.0  # the real looped compile passes
+    looped = prepared.others[LOOPED]
+    prepared.others[LOOPED] = lambda *xs: looped(*xs) + 1e-3
+    with pytest.raises(StageFailure, match="seed 3, output 0"):
+        compile_check.compile_stage(prepared, LOOPED, error_factor=4.0, reduced_precision=False)
+
+
+# --- tune ------------------------------------------------------------------------------
+
+def _fake_tune(tmp_path, compile_speed, **options):
+    from test_agents import FakeSession, _inductor_info, _tuner
+
+    session = FakeSession(_inductor_info(), {8: 1.0}, seconds=0.0, compile_speed=compile_speed)
+    tuner, run, store = _tuner(tmp_path, session, budget_s=0.01, **options)
+    return session, tuner, run, store
+
+
+def test_tune_stores_the_fastest_accepted_compile_and_tunes_kernels_on_it(tmp_path):
+    from test_agents import _problem
+
+    session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune": 1.30, "persistent-rows": 1.35,
+                                                       "coordinate-descent": 1.01})
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    assert outcome.error is None
+    assert session.compile_calls == ["max-autotune", "persistent-rows", "max-autotune-nd-tiling",
+                                     "coordinate-descent"]
+    # The trials' session compiles the defaults; the kernel search's compiles the choice.
+    assert session.variants == [None, "persistent-rows"]
+    assert store.compile_variant("m") == "persistent-rows"
+    record = store.model_record("m").compile
+    assert record.timing.speedup == pytest.approx(1.35) and record.seeds == [1, 2, 3]
+    assert outcome.compile.chosen == "persistent-rows" and outcome.compile.stored
+    assert {t.variant: t.status for t in outcome.compile.tried}["coordinate-descent"] == "correct"
+    saved = json.loads((run.root / "run.json").read_text())
+    assert saved["problems"][0]["compile"]["chosen"] == "persistent-rows"
+
+
+def test_a_stored_compile_that_no_longer_wins_goes_back_to_the_defaults(tmp_path):
+    from test_agents import _problem
+
+    session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune": 0.97}, compile_variants=["max-autotune"])
+    _write_choice(store.root, "m", "max-autotune")
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    assert store.compile_variant("m") is None and outcome.compile.stored
+    assert "no longer faster" in outcome.compile.note
+    assert session.variants == [None, None]
+
+
+def test_without_trials_tune_keeps_model_json_s_compile(tmp_path):
+    from test_agents import _problem
+
+    session, tuner, run, store = _fake_tune(tmp_path, {}, compile_variants=[])
+    _write_choice(store.root, "m", LOOPED)
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    assert session.compile_calls == [] and session.variants == [LOOPED]
+    assert outcome.compile.chosen == LOOPED and not outcome.compile.stored
+
+
+def test_the_compile_variants_flag_takes_names_or_none():
+    from pytest_kernelopt.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["tune", "p.py", "--compile-variants", "max-autotune, persistent-rows"]
+                             ).compile_variants == ["max-autotune", "persistent-rows"]
+    assert parser.parse_args(["tune", "p.py", "--compile-variants", "none"]).compile_variants == []
+    assert parser.parse_args(["tune", "p.py"]).compile_variants is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["tune", "p.py", "--compile-variants", "cpp.cxx"])
+
+
+# --- production ---------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_production_compiles_with_model_json_s_settings_and_warns_on_an_unknown_one(interpreter, tmp_path):
+    import torch
+
+    import pytest_kernelopt
+    from test_production import fresh, wrapper_globals
+
+    kernels = tmp_path / "kernels"
+    _write_choice(kernels, "softmax_rows", LOOPED)
+    problem, model = fresh(SOFTMAX)
+    inputs = problem.make_inputs(0, "cpu")
+    out, found, _ = wrapper_globals(pytest_kernelopt.compile(model, kernels, quiet=True), *inputs)
+    assert [n.startswith("triton_red_") for n in found] == [True]
+    with torch.no_grad():
+        assert torch.allclose(out, model(*inputs), atol=1e-5)
+
+    _write_choice(kernels, "softmax_rows", "no-such-setting")
+    problem, model = fresh(SOFTMAX)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch._dynamo.reset()
+    out, found, messages = wrapper_globals(pytest_kernelopt.compile(model, kernels, quiet=True), *inputs)
+    assert [n.startswith("triton_per_") for n in found] == [True]
+    assert any("unknown compile variant 'no-such-setting'" in m and "default settings" in m for m in messages)
+
+
+# --- the gate ------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_the_gate_compiles_under_model_json_s_settings_checks_them_and_fails_an_unknown_one(pytester):
+    import shutil
+
+    (pytester.path / "problems").mkdir()
+    shutil.copy(SOFTMAX, pytester.path / "problems")
+    (pytester.path / "pyproject.toml").write_text('[tool.kernelopt]\nproblems = ["problems/*.py"]\ndevice = "cpu"\n')
+    _write_choice(pytester.path / "kernels", "softmax_rows", LOOPED)
+    args = ("--kernelopt", "--kernelopt-seeds", "1", "-W", "ignore", "-p", "no:cacheprovider",
+            "--kernelopt-json", "gate.json")
+    run = pytester.runpytest_subprocess(*args)
+    run.assert_outcomes(passed=2)
+    items = json.loads((pytester.path / "gate.json").read_text())["items"]
+    # The kernel item is the looped compile's kernel; the model item checked the setting and counts it committed.
+    (kernel,) = [i for i in items if i["item"] == "kernel"]
+    assert kernel["kernel"].startswith("triton_red_")
+    (model,) = [i for i in items if i["item"] == "model"]
+    assert model["compile"] == LOOPED and model["status"] == "committed" and model["speed_measured"] is False
+    run.stdout.fnmatch_lines(["*softmax_rows.py*not measured*passed*",
+                              f"*softmax_rows.py: compiled as '{LOOPED}' (model.json)*"])
+
+    _write_choice(pytester.path / "kernels", "softmax_rows", "no-such-setting")
+    run = pytester.runpytest_subprocess(*args)
+    run.assert_outcomes(failed=1)  # no kernels known: the problem's one item (the model) fails, naming the file
+    run.stdout.fnmatch_lines(["*model.json: unknown compile variant 'no-such-setting'*"])
