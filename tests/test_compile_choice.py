@@ -123,18 +123,17 @@ def test_tune_stores_the_fastest_accepted_compile_and_tunes_kernels_on_it(tmp_pa
     from test_agents import _problem
 
     session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune": 1.30, "persistent-rows": 1.35,
-                                                       "coordinate-descent": 1.01})
+                                                       "max-autotune-nd-tiling": 1.01})
     outcome = tuner.tune_problem(_problem(tmp_path))
     assert outcome.error is None
-    assert session.compile_calls == ["max-autotune", "persistent-rows", "max-autotune-nd-tiling",
-                                     "coordinate-descent"]
+    assert session.compile_calls == ["max-autotune", "persistent-rows", "max-autotune-nd-tiling"]
     # The trials' session compiles the defaults; the kernel search's compiles the choice.
     assert session.variants == [None, "persistent-rows"]
     assert store.compile_variant("m") == "persistent-rows"
     record = store.model_record("m").compile
     assert record.timing.speedup == pytest.approx(1.35) and record.seeds == [1, 2, 3]
     assert outcome.compile.chosen == "persistent-rows" and outcome.compile.stored
-    assert {t.variant: t.status for t in outcome.compile.tried}["coordinate-descent"] == "correct"
+    assert {t.variant: t.status for t in outcome.compile.tried}["max-autotune-nd-tiling"] == "correct"
     saved = json.loads((run.root / "run.json").read_text())
     assert saved["problems"][0]["compile"]["chosen"] == "persistent-rows"
 

@@ -60,7 +60,7 @@ CPU_VARIANTS = ("looped-reductions",)
 # What the search backend harvests on a GPU.
 HARVEST_VARIANTS = tuple(name for name, v in VARIANTS.items() if v.harvest)
 # The model-level compiles ``kernelopt tune`` tries on a GPU, in this order.
-MODEL_VARIANTS = ("max-autotune", "persistent-rows", "max-autotune-nd-tiling", "coordinate-descent")
+MODEL_VARIANTS = ("max-autotune", "persistent-rows", "max-autotune-nd-tiling")
 
 
 def unknown_variant(name: str) -> str | None:

@@ -89,6 +89,7 @@ class ModelView:
     seconds: float
     kernels: list[KernelView] = field(default_factory=list)
     note: str | None = None  # why nothing was tuned when that is no error
+    compile_note: str | None = None  # the model-level compile settings tried and chosen
 
     @property
     def stored(self) -> list[KernelView]:
@@ -205,6 +206,7 @@ def relative_paths(view: RunView, roots: Sequence[Path]) -> RunView:
     view.kernels_dir, view.stop_reason = path(view.kernels_dir), free(view.stop_reason)
     for model in view.models:
         model.problem, model.error, model.note = path(model.problem), free(model.error), free(model.note)
+        model.compile_note = free(model.compile_note)
         for kernel in model.kernels:
             kernel.message, kernel.skipped = free(kernel.message) or "", free(kernel.skipped)
             kernel.diff_note = free(kernel.diff_note)
@@ -218,8 +220,22 @@ def _model_view(problem: ProblemOutcome) -> ModelView:
         model=problem.model, problem=problem.problem, device=problem.device, speed_measured=problem.speed_measured,
         timing=problem.model_timing, triton_share=profile.triton_share if profile else None,
         model_gpu_us=profile.model_gpu_us if profile else None, error=problem.error, note=problem.note,
-        seconds=problem.seconds,
+        seconds=problem.seconds, compile_note=_compile_note(problem),
     )
+
+
+def _compile_note(problem: ProblemOutcome) -> str | None:
+    """"compile settings: max-autotune 1.301x [1.29, 1.31] accepted, ...; tuned on max-autotune (stored)"."""
+    chosen = problem.compile
+    if chosen is None:
+        return None
+    tried = [f"{t.variant} " + (f"{t.speedup:.3f}x [{t.ci_low:.3f}, {t.ci_high:.3f}] " if t.speedup is not None
+                                and t.ci_low is not None and t.ci_high is not None else "") + t.status
+             for t in chosen.tried]
+    on = f"kernels tuned on {chosen.chosen!r}" if chosen.chosen else "kernels tuned on the default compile"
+    stored = " (model.json updated)" if chosen.stored else ""
+    text = "compile settings: " + (", ".join(tried) + "; " if tried else "") + on + stored
+    return text + (f". {chosen.note}" if chosen.note else "")
 
 
 def _pct_after(profile: KernelProfile | None, outcome: KernelOutcome) -> float | None:
