@@ -1,0 +1,109 @@
+"""`kernelopt tune` then `kernelopt bench` per problem, and one table: what a user gets, head to head.
+
+    KERNELOPT_SIZE=large python bench/tune_bench_gpu.py OUT PROBLEM.py ... [--budget-s 10] [--timeout 400]
+        [--tune-args "--compile-variants max-autotune"]
+
+Per problem, in a fresh kernel store under OUT: ``kernelopt tune --agent search --no-ncu`` (its
+compile step and kernel search, the defaults otherwise), then ``kernelopt bench --modes
+default,max-autotune-no-cudagraphs,kernelopt``, in which every mode is timed against the
+default compile in one run (paired, interleaved, L2 flushed). The table's kernelopt /
+max-autotune is the ratio of the two modes' medians from that one bench run. Logs and
+JSON go under OUT; the table is printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _run(cmd: list[str], log: Path, timeout: float) -> tuple[int, float, str]:
+    started = time.monotonic()
+    with log.open("w") as f:
+        try:
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, text=True, timeout=timeout)
+            code, out = proc.returncode, proc.stdout
+        except subprocess.TimeoutExpired as exc:
+            code, out = 124, (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+    return code, time.monotonic() - started, out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("problems", type=Path, nargs="+")
+    parser.add_argument("--budget-s", default="10")
+    parser.add_argument("--timeout", type=float, default=400.0)
+    parser.add_argument("--tune-args", default="")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    cli = [sys.executable, "-m", "pytest_kernelopt.cli"]
+    rows = []
+    for problem in args.problems:
+        name = problem.stem
+        kernels, runs = args.out / name / "kernels", args.out / name / "runs"
+        tune = [*cli, "tune", str(problem), "--agent", "search", "--no-ncu", "--budget-s", args.budget_s,
+                "--kernels-dir", str(kernels), "--runs-dir", str(runs), "--json", *shlex.split(args.tune_args)]
+        print(f"{name}: tune", file=sys.stderr, flush=True)
+        code, tune_s, out = _run(tune, args.out / f"{name}.tune.log", args.timeout)
+        (args.out / f"{name}.tune.json").write_text(out)
+        row = {"problem": name, "tune_exit": code, "tune_s": round(tune_s, 1)}
+        try:
+            record = json.loads(out)["problems"][0]
+            chosen = record.get("compile") or {}
+            row["compile"] = chosen.get("chosen")
+            row["tried"] = {t["variant"]: t.get("speedup") for t in chosen.get("tried", [])}
+            row["stored"] = sum(1 for k in record.get("kernels", []) if k.get("stored_version"))
+            row["tune_error"] = record.get("error")
+        except (ValueError, KeyError, IndexError) as exc:
+            row["tune_error"] = f"no run record ({exc})"
+        bench_json = args.out / f"{name}.bench.json"
+        bench = [*cli, "bench", str(problem), "--modes", "default,max-autotune-no-cudagraphs,kernelopt",
+                 "--kernels-dir", str(kernels), "--json", str(bench_json)]
+        print(f"{name}: bench", file=sys.stderr, flush=True)
+        code, bench_s, out = _run(bench, args.out / f"{name}.bench.log", args.timeout)
+        (args.out / f"{name}.bench.txt").write_text(out)
+        row.update(bench_exit=code, bench_s=round(bench_s, 1))
+        try:
+            result = json.loads(bench_json.read_text())["problems"][0]
+            modes = {m["mode"]: m for m in result["modes"]}
+            for mode, key in (("max-autotune-no-cudagraphs", "ma"), ("kernelopt", "ko")):
+                m = modes.get(mode, {})
+                row[f"{key}_vs_default"] = m.get("speedup")
+                row[f"{key}_correct"] = m.get("correct")
+                row[f"{key}_limit_pct"] = m.get("limit_pct")
+            ma, ko = modes["max-autotune-no-cudagraphs"].get("median_us"), modes["kernelopt"].get("median_us")
+            row["ko_vs_ma"] = round(ma / ko, 4) if ma and ko else None
+            row["triton_share"] = result.get("triton_share")
+        except (OSError, ValueError, KeyError, IndexError) as exc:
+            row["bench_error"] = f"no bench record ({exc})"
+        rows.append(row)
+        (args.out / "rows.json").write_text(json.dumps(rows, indent=1))
+    print("\nproblem | compile chosen (speedup over default) | kernels stored | max-autotune/default | "
+          "kernelopt/default | kernelopt/max-autotune | correct | tune s | bench s")
+    ratios = []
+    for r in rows:
+        tried = r.get("tried") or {}
+        chosen = r.get("compile")
+        text = f"{chosen} ({tried.get(chosen):.3f}x)" if chosen and tried.get(chosen) else str(chosen)
+        fmt = lambda v: f"{v:.3f}" if isinstance(v, (int, float)) else "-"  # noqa: E731
+        print(f"{r['problem']} | {text} | {r.get('stored', '-')} | {fmt(r.get('ma_vs_default'))} | "
+              f"{fmt(r.get('ko_vs_default'))} | {fmt(r.get('ko_vs_ma'))} | {r.get('ko_correct')} | {r['tune_s']} | "
+              f"{r.get('bench_s')}" + (f" | {r.get('tune_error') or r.get('bench_error')}"
+                                        if r.get('tune_error') or r.get('bench_error') else ""))
+        if isinstance(r.get("ko_vs_ma"), float):
+            ratios.append(r["ko_vs_ma"])
+    if ratios:
+        print(f"geomean kernelopt/max-autotune over {len(ratios)}: "
+              f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
