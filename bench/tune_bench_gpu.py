@@ -85,6 +85,7 @@ def main() -> int:
             row["bench_error"] = f"no bench record ({exc})"
         rows.append(row)
         (args.out / "rows.json").write_text(json.dumps(rows, indent=1))
+        print(json.dumps(row), flush=True)  # what is done survives a timeout
     print("\nproblem | compile chosen (speedup over default) | kernels stored | max-autotune/default | "
           "kernelopt/default | kernelopt/max-autotune | correct | tune s | bench s")
     ratios = []

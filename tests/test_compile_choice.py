@@ -45,8 +45,8 @@ def test_the_catalogue_refuses_unknown_names_and_gives_each_variant_its_patches(
     assert inductor_patches(None) == {}
     assert inductor_patches("max-autotune")["max_autotune"] is True
     assert inductor_patches(LOOPED) == {"triton.persistent_reductions": False}
-    # The choices handler is in no cache key: that compile bypasses the caches.
-    assert inductor_patches("persistent-rows")["force_disable_caches"] is True
+    # The choices handler is in no FX graph cache key: that compile bypasses that cache.
+    assert inductor_patches("persistent-rows")["fx_graph_cache"] is False
 
 
 def test_model_json_stores_a_name_the_store_checks_against_the_catalogue(tmp_path):
@@ -123,7 +123,9 @@ def test_tune_stores_the_fastest_accepted_compile_and_tunes_kernels_on_it(tmp_pa
     from test_agents import _problem
 
     session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune": 1.30, "persistent-rows": 1.35,
-                                                       "max-autotune-nd-tiling": 1.01})
+                                                       "max-autotune-nd-tiling": 1.01},
+                                            compile_variants=["max-autotune", "persistent-rows",
+                                                              "max-autotune-nd-tiling"])
     outcome = tuner.tune_problem(_problem(tmp_path))
     assert outcome.error is None
     assert session.compile_calls == ["max-autotune", "persistent-rows", "max-autotune-nd-tiling"]
