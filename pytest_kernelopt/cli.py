@@ -230,9 +230,14 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     settings = _settings(args)
     device = _device(args, settings)
     from .capture import compile_problem
+    from .store import KernelStore
 
-    compiled = compile_problem(problem, device)  # a model that fails: its one error line, nothing else
+    # Under model.json's compile settings: the kernels verify, accept and the gate refer to.
+    variant = KernelStore(settings.kernels_path).compile_variant(problem.id)
+    compiled = compile_problem(problem, device, variant=variant)  # a model that fails: its one error line
     print(f"settings: {settings.describe(None)}", file=sys.stderr)
+    if variant is not None:
+        print(f"compiled as {variant!r} (model.json's compile settings)", file=sys.stderr)
     summary = compiled.summary()
     if args.dump:
         from .candidate import write_dumps

@@ -228,3 +228,16 @@ def test_the_gate_compiles_under_model_json_s_settings_checks_them_and_fails_an_
     run = pytester.runpytest_subprocess(*args)
     run.assert_outcomes(failed=1)  # no kernels known: the problem's one item (the model) fails, naming the file
     run.stdout.fnmatch_lines(["*model.json: unknown compile variant 'no-such-setting'*"])
+
+
+def test_kernels_lists_the_compile_model_json_names(kernelopt, tmp_path):
+    import shutil
+
+    (tmp_path / "problems").mkdir()
+    shutil.copy(SOFTMAX, tmp_path / "problems")
+    (tmp_path / "pyproject.toml").write_text('[tool.kernelopt]\nproblems = ["problems/*.py"]\ndevice = "cpu"\n')
+    _write_choice(tmp_path / "kernels", "softmax_rows", LOOPED)
+    result = kernelopt("kernels", "problems/softmax_rows.py", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert [k["name"].startswith("triton_red_") for k in json.loads(result.stdout) if k["kind"] == "triton"] == [True]
+    assert f"compiled as '{LOOPED}' (model.json's compile settings)" in result.stderr
