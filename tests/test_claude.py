@@ -407,8 +407,10 @@ def test_prompt_carries_profile_attempts_and_their_reasons(fake, kernel):
     fake.queue(fake.text("nothing"))
     backend = coder(max_attempts_shown=2)
     backend.propose(context(kernel, device="cuda", best=best, best_origin="launch:XBLOCK=128",
-                            attempts=attempts, profile=profile, round=2, strategies=["launch"]))
+                            attempts=attempts, profile=profile, round=2, strategies=["launch"],
+                            compile="max-autotune"))
     text = user_message(fake.requests[0])
+    assert "compiled with Inductor's `max-autotune` settings" in text  # the model's compile choice
 
     assert "round 3" in text
     assert "(1 older attempts not shown.)" in text
@@ -424,6 +426,7 @@ def test_prompt_carries_profile_attempts_and_their_reasons(fake, kernel):
 
     fake.queue(fake.text("nothing"))
     coder(max_attempts_shown=5).propose(context(kernel, attempts=attempts))
+    assert "settings (its stored compile choice" not in user_message(fake.requests[1])  # the defaults: not said
     assert "out_ptr0 differs from the compiler's kernel at 17 of 256 elements (max abs 0.25)" in user_message(
         fake.requests[1])
 

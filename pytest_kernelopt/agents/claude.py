@@ -287,6 +287,7 @@ class ClaudeCoder:
         user = render(KERNEL_TEMPLATE, {
             "model": ctx.model,
             "device": ctx.device,
+            "compile": ctx.compile,
             "interpreter": ctx.device == "cpu",
             "kernel": kernel,
             "args": kernel.args,

@@ -76,6 +76,7 @@ class Tuner:
         self.ui = ui or UI()
         self.started = time.monotonic()
         self.stop_reason: str | None = None
+        self._variant: str | None = None  # the current problem's compile settings (for the Coder's context)
 
     # --- budgets -----------------------------------------------------------------------
 
@@ -117,7 +118,7 @@ class Tuner:
             full_options = VerifyOptions(seeds=self.options.seeds, seed=self.options.seed,
                                          timeout=self.options.timeout)
             factory = self.session_factory or VerifySession
-            variant = self._compile_step(problem.path, model, outcome, factory, full_options, ev)
+            variant = self._variant = self._compile_step(problem.path, model, outcome, factory, full_options, ev)
             counters, note = None, ("Nsight Compute not run (--no-ncu): roofline estimate" if self.options.device == "cuda"
                                     else "interpreter mode: no timing; shares are shares of bytes moved")
             if self.options.device == "cuda" and self.options.ncu:
@@ -247,7 +248,8 @@ class Tuner:
         while rounds < self.options.max_rounds and not self.stop_reason:
             ctx = CoderContext(model=model, device=self.options.device, kernel=info, original=original,
                                best=state.best, best_origin=state.best_origin, profile=item.profile,
-                               attempts=list(state.attempts), round=rounds, strategies=item.strategies)
+                               attempts=list(state.attempts), round=rounds, strategies=item.strategies,
+                               compile=self._variant)
             why = self._out_of_budget(state, state.estimate())
             if why:
                 ev("planner", "stop", reason=why)

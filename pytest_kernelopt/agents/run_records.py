@@ -107,6 +107,8 @@ class CoderContext(BaseModel):
     round: int = 0
     # Planner's hints for this round, e.g. ["launch", "harvest"].
     strategies: list[str] = Field(default_factory=list)
+    # The model's compile settings (capture/variants.py name) the kernel comes from; None: the defaults.
+    compile: str | None = None
 
 
 class KernelOutcome(Record):
