@@ -35,13 +35,20 @@ def _sides(prepared: Prepared, variant: str) -> tuple[Any, Any]:
 
 
 def _other(prepared: Prepared, variant: str | None) -> Any:
-    """The session's model compiled again under ``variant`` (None: the defaults), once per session."""
+    """The session's model compiled again under ``variant`` (None: the defaults), kept until another is asked for."""
     if variant in prepared.others:
         return prepared.others[variant]
+    import gc
+
     import torch
     from torch._inductor.compile_fx import compile_fx
 
     from ..capture.variants import compiling
+
+    prepared.others.clear()  # one other compile at a time: tune tries several in one session
+    gc.collect()
+    if prepared.device == "cuda":
+        torch.cuda.empty_cache()
 
     def backend(gm: Any, example_inputs: Any) -> Any:
         with compiling(variant) as patches:
