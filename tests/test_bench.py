@@ -209,7 +209,9 @@ def test_the_memory_limit_is_the_models_floor_of_bytes_over_the_copy_bandwidth(m
 
     model = torch.nn.Linear(256, 256)  # 256*256 + 256 fp32 parameters
     x, y = torch.zeros(1024, 256), torch.zeros(1024, 256)
-    floor = one_problem._min_bytes(model, [x, 3], [y])
+    from pytest_kernelopt.measure.roofline import min_bytes
+
+    floor = min_bytes(model, [x, 3], [y])
     assert floor == 4 * (2 * 1024 * 256 + 256 * 256 + 256)
     monkeypatch.setattr(time_by_kernel, "copy_ceiling_gbps", lambda: 4000.0)
     problem = ProblemResult(problem="p.py", model="p", min_bytes=4_000_000, triton_share=0.97,

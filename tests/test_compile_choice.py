@@ -78,6 +78,11 @@ def test_verify_compile_judges_the_variant_against_the_default_compile_from_eith
     options = VerifyOptions(seeds=2, seed=7)
     with VerifySession(SOFTMAX, interpreter, options) as session:  # tune's side: the defaults
         assert [k.name.startswith("triton_per_") for k in session.open().kernels] == [True]
+        # The memory limit's floor (the gate's note): the input read once, the softmax written once.
+        from pytest_kernelopt.capture.problem import load_problem
+
+        (x,) = load_problem(SOFTMAX).make_inputs(0, "cpu")
+        assert session.opened.min_bytes == 2 * x.numel() * x.element_size()
         verdict = session.verify_compile(LOOPED)
     assert verdict.status == "correct" and verdict.kernel == f"compile:{LOOPED}"
     assert [s.name for s in verdict.stages] == ["static", "model", "speed"]

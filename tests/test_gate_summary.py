@@ -75,3 +75,17 @@ def test_the_summary_of_rows_is_the_summary_of_the_result() -> None:
     lines = gate_lines(result.rows())
     assert _row(lines, CHAIN)[1:8] == ["1", "0", "0", "0", "1.200x", "[1.100,", "1.300]"]
     assert lines[-1].startswith(f"{CHAIN}: committed versions of gone are not used")
+
+
+def test_compile_setting_and_memory_limit_notes_in_terminal_and_report() -> None:
+    """The model item's compile setting and percent of the memory limit: one note, two renderings."""
+    result = _result(_model(CHAIN, "passed", committed=1, stale=0, baseline=0, speed_measured=True, speedup=1.2,
+                            speedup_ci=[1.18, 1.22], compile="max-autotune", compile_speedup=1.3,
+                            compile_speedup_ci=[1.29, 1.31], limit_pct=88.4, baseline_limit_pct=70.1),
+                     _model(SUM, "passed", committed=0, stale=0, baseline=1, speed_measured=True))
+    note = ("compiled as 'max-autotune' (model.json): 1.300x [1.290, 1.310] over the default compile; the speedup "
+            "column is over that compile; 88% of its memory limit (the compiled model: 70%)")
+    lines = gate_lines(result.rows())
+    assert any(line.startswith(f"{CHAIN}: {note}") for line in lines)
+    assert not any(line.startswith(f"{SUM}:") for line in lines)  # nothing to say
+    assert f"- `{CHAIN}`: {note}" in render_gate_report(result)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..errors import KerneloptError
+from ..measure.roofline import min_bytes
 from .records import (
     BASELINE, ERROR_FACTOR_NOTE, PROFILED_RUNS, SEED, BenchJob, ChildMessage, KernelTime, ModeResult, ProblemResult,
 )
@@ -208,21 +209,9 @@ def _profile(result: ProblemResult, fn: Callable[..., Any], inputs: list[Any]) -
     result.triton_share = result.triton_us / total if total > 0 else None
 
 
-# The memory limit is shown only where it bounds the model: Triton kernels (memory-bound here) take
-# at least this share of the default compile's GPU time.
-LIMIT_MIN_TRITON_SHARE = 0.9
-
-
-def _min_bytes(model: Any, inputs: list[Any], outputs: list[Any]) -> int:
-    """Bytes one call must move at the least: tensor inputs, parameters and buffers read once, outputs written once."""
-    import torch
-
-    tensors = [*inputs, *model.parameters(), *model.buffers(), *outputs]
-    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
-
-
 def _limits(result: ProblemResult) -> None:
     """Each timed mode's percent of the model's memory limit (see ModeResult.limit_pct)."""
+    from ..measure.roofline import LIMIT_MIN_TRITON_SHARE, limit_pct
     from ..verify.time_by_kernel import copy_ceiling_gbps
 
     if not result.min_bytes or result.triton_share is None or result.triton_share < LIMIT_MIN_TRITON_SHARE:
@@ -230,7 +219,7 @@ def _limits(result: ProblemResult) -> None:
     result.copy_ceiling_gbps = round(copy_ceiling_gbps(), 1)
     for row in result.modes:
         if row.median_us:
-            row.limit_pct = round(100.0 * result.min_bytes / (row.median_us * 1e-6) / (result.copy_ceiling_gbps * 1e9), 1)
+            row.limit_pct = limit_pct(result.min_bytes, row.median_us * 1e-6, result.copy_ceiling_gbps)
 
 
 def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
@@ -307,7 +296,7 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
                 messages = [str(w.message) for w in caught if issubclass(w.category, KerneloptWarning)]
                 row.committed_kernels, row.kernels_note = _kernels_note(backend, messages)
             if row.mode == BASELINE:
-                result.min_bytes = _min_bytes(model, inputs, outputs)
+                result.min_bytes = min_bytes(model, inputs, outputs)
             del inputs
             if row.mode == BASELINE and kind == "float64" and len(outputs) == len(reference):
                 from ..verify.model import rebase

@@ -178,6 +178,7 @@ class Checks:
             raise GateFailure(f"{problem.id}: committed kernels make the model slower: {timing.speedup:.3f}x "
                               f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])")
         self._check_recorded(item, problem.id, verdict)
+        _limit(item, session, verdict)
         base = verdict.base_timing
         if base is not None:
             item.prop("vs_base_speedup", round(base.speedup, 4))
@@ -236,6 +237,28 @@ class Checks:
                 f"{model}: speedup over the compiled model regressed: now {timing.speedup:.3f}x (95% CI "
                 f"[{timing.ci_low:.3f}, {timing.ci_high:.3f}]), recorded {recorded.timing.speedup:.3f}x on "
                 f"{recorded.measured:%Y-%m-%d} in this environment")
+
+
+def _limit(item: Any, session: Any, verdict: Any) -> None:
+    """The model's percent of its memory limit, committed kernels in and the compiler's alone, where
+    Triton kernels bound it (measure/roofline.py); measured on a GPU only, never a reason to fail."""
+    from ..measure.roofline import LIMIT_MIN_TRITON_SHARE, limit_pct
+
+    timing, floor = verdict.model_timing, session.opened.min_bytes
+    if timing is None or not floor:
+        return
+    try:
+        profiled = session.profile()
+    except KerneloptError as exc:  # the figure is extra: say why it is missing
+        item.prop("limit_note", f"the memory limit was not measured: {exc}")
+        return
+    triton = sum(k.gpu_us for k in profiled.kernels.values())
+    if not profiled.measured or not profiled.copy_gbps or not profiled.model_gpu_us:
+        return
+    if triton / profiled.model_gpu_us < LIMIT_MIN_TRITON_SHARE:
+        return  # a GEMM or a convolution bounds it, not memory
+    item.prop("limit_pct", limit_pct(floor, timing.candidate_ms / 1e3, profiled.copy_gbps))
+    item.prop("baseline_limit_pct", limit_pct(floor, timing.baseline_ms / 1e3, profiled.copy_gbps))
 
 
 def figures(item: Any, verdict: Any) -> None:

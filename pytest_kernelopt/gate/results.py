@@ -68,6 +68,9 @@ class ItemResult(Record):
     compile: str | None = None
     compile_speedup: float | None = None
     compile_speedup_ci: list[float] | None = None
+    # Model item (GPU, Triton-bound models): percent of the memory limit, committed kernels in / the compiler's.
+    limit_pct: float | None = None
+    baseline_limit_pct: float | None = None
     wall_seconds: float | None = None
     open_seconds: float | None = None
     verify_seconds: float | None = None

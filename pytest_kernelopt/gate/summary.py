@@ -57,6 +57,8 @@ class ProblemSummary:
     compile: str | None = None  # model.json's compile setting (None: the defaults)
     compile_speedup: float | None = None  # the model under it over the default compile
     compile_ci: list[float] | None = None
+    limit_pct: float | None = None  # percent of the memory limit with the committed kernels
+    baseline_limit_pct: float | None = None  # the compiled model's
     items: list[ItemResult] = field(default_factory=list)  # kernel items by node id, then the model item
 
     # The counts one by one (None: unknown), as the report's template reads them.
@@ -75,6 +77,16 @@ class ProblemSummary:
     @property
     def ran(self) -> bool:
         return bool(self.items)
+
+    @property
+    def limit_note(self) -> str | None:
+        """How close to the hardware the model runs (Triton-bound models on a GPU)."""
+        if self.limit_pct is None:
+            return None
+        text = f"{self.limit_pct:.0f}% of its memory limit"
+        if self.baseline_limit_pct is not None:
+            text += f" (the compiled model: {self.baseline_limit_pct:.0f}%)"
+        return text + ": its inputs, weights and outputs moved once at the measured copy bandwidth"
 
     @property
     def compile_note(self) -> str | None:
@@ -156,6 +168,7 @@ def _model_figures(row: ProblemSummary, item: ItemResult) -> None:
         row.counts = KernelCounts(committed=item.committed, stale=item.stale or 0, baseline=item.baseline or 0)
     row.speed_measured, row.speedup, row.ci = item.speed_measured, item.speedup, item.speedup_ci
     row.compile, row.compile_speedup, row.compile_ci = item.compile, item.compile_speedup, item.compile_speedup_ci
+    row.limit_pct, row.baseline_limit_pct = item.limit_pct, item.baseline_limit_pct
     if item.speedup is not None:
         row.speed = "measured"
     elif item.outcome == "passed" and not item.committed and item.compile is None:

@@ -82,6 +82,8 @@ def summary_table_lines(summary: Any) -> list[str]:
         # Why a model's recorded speedup was not compared (the compiled model's own time moved);
         # committed kernels the compiler no longer generates.
         found = [_inert(p.recorded_note)] if p.recorded_note else []
+        if p.limit_note:
+            found.insert(0, _inert(p.limit_note))
         if p.compile_note:
             found.insert(0, _inert(p.compile_note))
         if p.orphaned:

@@ -19,6 +19,7 @@ Many candidates are then checked against it.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -91,6 +92,7 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
     from ..capture import compile_problem
     from ..config import resolve_device
     from ..capture.problem import load_problem
+    from ..measure.roofline import min_bytes
     from .tensors import input_checksums
 
     started = time.monotonic()
@@ -103,6 +105,7 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
         first = problem.make_inputs(seeds[0], device)
         compiled = compile_problem(problem, device, inputs=first, measure_eager_peak=True, variant=request.variant)
         eager_peak = compiled.eager_peak_bytes
+        floor = min_bytes(compiled.model, first, [])  # inputs, parameters, buffers; outputs below
         del first
         _PeakTracker.stage()
         prepared = Prepared(compiled=compiled, device=device, seeds=seeds, references={}, variant=request.variant)
@@ -111,6 +114,8 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
             prepared.integrity[seed] = input_checksums(inputs)
             del inputs
         prepared.references, kind, note = model_stage.build_references(prepared)
+        first_seed = prepared.references[seeds[0]].outputs
+        floor += sum(math.prod(out.shape) * out.dtype.itemsize for out in first_seed)
         prepared.weights = weight_sums(compiled.model)
         prepared.seal_references()
     except torch.OutOfMemoryError as exc:
@@ -119,7 +124,7 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
     opened = Opened(
         device=device, graphs=summary.graphs, kernels=summary.kernels, externs=summary.externs,
         environment=environment(device), seconds=time.monotonic() - started, reference=kind, reference_note=note,
-        eager_peak_bytes=eager_peak, peak_bytes=_PeakTracker.stage(),
+        eager_peak_bytes=eager_peak, peak_bytes=_PeakTracker.stage(), min_bytes=floor,
     )
     return prepared, opened
 

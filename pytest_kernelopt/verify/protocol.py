@@ -101,6 +101,8 @@ class Opened(Message):
     reference_note: str | None = None
     eager_peak_bytes: int | None = None
     peak_bytes: int | None = None
+    # The bytes one model call must move at the least (measure/roofline.py): the memory limit's floor.
+    min_bytes: int | None = None
 
 
 class StageStarted(Message):
