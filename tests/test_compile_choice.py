@@ -246,3 +246,20 @@ def test_kernels_lists_the_compile_model_json_names(kernelopt, tmp_path):
     assert result.returncode == 0, result.stderr
     assert [k["name"].startswith("triton_red_") for k in json.loads(result.stdout) if k["kind"] == "triton"] == [True]
     assert f"compiled as '{LOOPED}' (model.json's compile settings)" in result.stderr
+
+
+def test_committed_kernels_keep_the_compile_they_were_tuned_on(tmp_path, monkeypatch):
+    """Another compile would leave them stale (and the trials time settings without them): kept, and said."""
+    from types import SimpleNamespace
+
+    from test_agents import _problem
+
+    session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune": 1.30}, compile_variants=["max-autotune"])
+    monkeypatch.setattr(store, "kernel_names", lambda model: ["triton_per_fused_sum_0", "triton_poi_fused_1"])
+    monkeypatch.setattr(store, "manifest", lambda model, kernel: SimpleNamespace(
+        active=1 if kernel.startswith("triton_per") else None))
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    assert store.compile_variant("m") is None and not outcome.compile.stored
+    assert outcome.compile.chosen is None and session.variants == [None, None]
+    assert "kept 'the default compile' instead of 'max-autotune'" in outcome.compile.note
+    assert "1 committed kernel version(s) (triton_per_fused_sum_0)" in outcome.compile.note

@@ -54,8 +54,29 @@ def _trial(variant: str, verdict: Verdict, seconds: float) -> CompileTrial:
 
 
 def choose(session: Any, variants: list[str], *, previous: str | None, measured: bool,
-           say: Callable[[str], None], ev: Callable[..., Any]) -> tuple[CompileOutcome, Verdict | None]:
-    """Try each variant in ``session`` (opened under the defaults); the outcome and the chosen one's verdict."""
+           say: Callable[[str], None], ev: Callable[..., Any],
+           committed: list[str] | None = None) -> tuple[CompileOutcome, Verdict | None]:
+    """Try each variant in ``session`` (opened under the defaults); the outcome and the chosen one's verdict.
+
+    ``committed``: kernels with an active version, tuned on ``previous``'s compile. Another
+    compile would leave them stale (their fingerprints are that compile's), and the trials
+    time each setting against the default compile without them: the choice is then kept,
+    and the note says how to change it.
+    """
+    outcome, verdict = _choose(session, variants, previous=previous, measured=measured, say=say, ev=ev)
+    if committed and outcome.chosen != previous:
+        wanted = outcome.chosen or "the default compile"
+        outcome.note = (f"{outcome.note}; kept {previous or 'the default compile'!r} instead of {wanted!r}: "
+                        f"{len(committed)} committed kernel version(s) ({', '.join(committed[:3])}"
+                        f"{', ...' if len(committed) > 3 else ''}) were tuned on it and would be stale under "
+                        f"another compile; to switch, remove their folders and tune again")
+        outcome.chosen = previous
+        return outcome, None
+    return outcome, verdict
+
+
+def _choose(session: Any, variants: list[str], *, previous: str | None, measured: bool,
+            say: Callable[[str], None], ev: Callable[..., Any]) -> tuple[CompileOutcome, Verdict | None]:
     outcome = CompileOutcome(previous=previous, chosen=previous)
     verdicts: dict[str, Verdict] = {}
     for variant in variants:
@@ -100,6 +121,8 @@ def record(store: Any, model: str, outcome: CompileOutcome, verdict: Verdict | N
     """Write ``model.json``'s choice when it changed (or its evidence, when the same one won again)."""
     from ..store import CompileChoice
 
+    if outcome.chosen == outcome.previous and verdict is None:
+        return  # kept as it is
     if outcome.chosen is None:
         if outcome.previous is not None:
             store.save_compile(model, None)

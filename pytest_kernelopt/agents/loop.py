@@ -206,12 +206,15 @@ class Tuner:
                 outcome.compile = compile_choice.CompileOutcome(previous=previous, chosen=previous,
                                                                 note=f"model.json's {previous!r}")
             return previous
+        committed = [k for k in self.store.kernel_names(model)
+                     if (m := self.store.manifest(model, k)) is not None and m.active is not None
+                     ] if self.store is not None else []
         self.ui.message(f"{model}: choosing the model's compile settings ({', '.join(variants)})")
         with factory(problem, self.options.device, options, progress=self.ui.message) as session:
             session.open()
             chosen, verdict = compile_choice.choose(
                 session, variants, previous=previous, measured=self.options.device == "cuda",
-                say=lambda text: self.ui.message(f"{model}: {text}"), ev=ev)
+                say=lambda text: self.ui.message(f"{model}: {text}"), ev=ev, committed=committed)
         outcome.compile = chosen
         if self.options.device == "cuda" and self.store is not None:
             compile_choice.record(self.store, model, chosen, verdict)
