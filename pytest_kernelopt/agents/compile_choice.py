@@ -1,13 +1,14 @@
 """The model's compile settings: ``kernelopt tune``'s first step on a GPU.
 
 Before any kernel is searched, the whole model is compiled under each of Inductor's
-settings in the catalogue (``capture/variants.py``: max-autotune with its Triton GEMM and
-convolution templates, persistent rows, 2-D tiling, coordinate descent) and each is
+settings in the catalogue (``capture/variants.py``'s ``MODEL_VARIANTS``: max-autotune with its
+Triton GEMM and convolution templates, and with 2-D tiling; ``--compile-variants`` names others) and each is
 verified like a kernel (``VerifySession.verify_compile``): every output element against
 float64 with the default compile's own error as the allowance, then timed against the
 default compile, paired, in one session. The fastest that the speed rule accepts (faster
 beyond noise, by at least the model-level gain) becomes ``model.json``'s ``compile``;
-when none is, a stored choice that no longer wins is removed. The kernel search then runs
+when none is, a stored choice that no longer wins is removed; committed kernels keep the
+compile they were tuned on (:func:`choose`). The kernel search then runs
 on that compile: such a setting changes what no kernel swap can (GEMMs as Triton
 templates with their epilogues fused, other fusion), and its kernels are tuned in turn.
 
