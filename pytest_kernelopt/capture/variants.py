@@ -11,7 +11,7 @@ fusion), which no kernel swap can do.
 A stored choice is a *name* from this catalogue, never a dict of options: ``model.json``
 is read from the repository (a stranger's pull request may edit it), and Inductor's
 options include compiler paths and custom passes. A name this version does not know is
-refused (the gate fails; production compiles with the defaults and warns).
+refused (the gate's model item fails; production compiles with the defaults and warns).
 """
 
 from __future__ import annotations

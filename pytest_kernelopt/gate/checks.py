@@ -142,6 +142,7 @@ class Checks:
         orphaned: list[str] = []
         try:
             self.store.model_record(problem.id)  # a broken model.json fails here, measured or not
+            self.store.compile_variant(problem.id)  # and a compile setting this version does not know
             # A folder with no active version (retired by refresh) runs nothing: not stale.
             orphaned = [k for k in self.store.kernel_names(problem.id) if k not in problem.kernels
                         and (m := self.store.manifest(problem.id, k)) is not None and m.active is not None]

@@ -56,7 +56,9 @@ def find_problems(globs: list[str] | None, settings: Any, rootpath: Path) -> dic
 
 def compile_once(problem: Problem, device: str, store: Any) -> Problem:
     """Compile the problem once, under ``model.json``'s compile settings, to know its kernels (each xdist
-    worker does this); an error (an unknown setting, a broken ``model.json``) is kept, not raised."""
+    worker does this); an error is kept, not raised. A ``model.json`` that gives no usable setting (broken,
+    or a name this version does not know) fails the model item, naming it; the kernels are the default
+    compile's then."""
     from ..capture import compile_problem
     from ..capture.problem import load_problem
 
@@ -64,6 +66,9 @@ def compile_once(problem: Problem, device: str, store: Any) -> Problem:
         problem.loaded = True
         try:
             problem.variant = store.compile_variant(problem.id)
+        except KerneloptError:
+            problem.variant = None
+        try:
             with internal_warnings_ignored():
                 problem.compiled = compile_problem(load_problem(problem.path), device, variant=problem.variant)
             problem.kernels = list(problem.compiled.kernels)
