@@ -92,3 +92,115 @@ def approximate_divisions(source: str) -> str:
         for (start, l0, r0), (end, l1, r1) in sorted(spans, reverse=True):
             data = data[:start] + b"tl.fdiv(" + _float(data[l0:l1]) + b", " + _float(data[r0:r1]) + b")" + data[end:]
     return data.decode()
+
+
+def _line_starts(data: bytes) -> list[int]:
+    starts = [0]
+    for line in data.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    return starts
+
+
+def _reduction_loop(node: ast.stmt) -> tuple[str, str, str] | None:
+    """``(offset, numel, block)`` of a loop ``for r0_offset in tl.range(0, r0_numel, R0_BLOCK)`` (or ``range``)."""
+    if not isinstance(node, ast.For) or not isinstance(node.target, ast.Name) or node.orelse:
+        return None
+    call = node.iter
+    if not isinstance(call, ast.Call) or len(call.args) != 3:
+        return None
+    fn = call.func
+    if not (isinstance(fn, ast.Name) and fn.id == "range" or isinstance(fn, ast.Attribute) and fn.attr == "range"
+            and isinstance(fn.value, ast.Name) and fn.value.id == "tl"):
+        return None
+    start, numel, block = call.args
+    if not (isinstance(start, ast.Constant) and start.value == 0 and isinstance(numel, ast.Name)
+            and isinstance(block, ast.Name)):
+        return None
+    return node.target.id, numel.id, block.id
+
+
+# Memory-bound kernels only: the rule changes which bytes come from L2, nothing else.
+@rule("reverse-pass", classes=("memory",))
+def reverse_second_passes(source: str) -> str:
+    """A multi-pass reduction's later passes over the row walk it backwards, alternating direction.
+
+    Inductor's looped reduction reads a row chunk by chunk to reduce it, then reads it again
+    from the start to use the result (normalise, write). When the rows in flight do not fit
+    in L2, the start of each row is evicted by the time the second pass comes back for it and
+    every chunk is read from memory twice. Walking the second pass from the end reads first
+    what the first pass loaded last, while it is still cached. Each loop over the same
+    reduction range after the first is reversed when the one before it ran forwards
+    (forwards, backwards, forwards...); the body indexes ``last - offset`` instead of
+    ``offset``, with ``last`` the start of the final chunk. A kernel with one pass (or whose
+    loops are not Inductor's ``range(0, numel, BLOCK)`` over one offset) is left unchanged.
+    Summation order changes in a reversed reducing pass; the cascade judges the rounding.
+    """
+    data = source.encode()
+    try:
+        tree = ast.parse(data)
+    except SyntaxError:
+        return source
+    starts = _line_starts(data)
+    edits: list[tuple[int, int, bytes]] = []  # (start, end, replacement) byte spans
+    for fn in _jit_functions(tree):
+        seen: dict[tuple[str, str, str], int] = {}  # loop signature -> loops of it so far
+        for node in fn.body:
+            loop = _reduction_loop(node)
+            if loop is None:
+                continue
+            count = seen.get(loop, 0)
+            seen[loop] = count + 1
+            if count % 2 == 0:
+                continue
+            offset, numel, block = loop
+            names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
+            last = f"{offset}_last"
+            if last in names:
+                return source
+            indent = b" " * node.col_offset
+            at = starts[node.lineno - 1]
+            edits.append((at, at, indent + f"{last} = (({numel} - 1) // {block}) * {block}\n".encode()))
+            for stmt in node.body:
+                for name in ast.walk(stmt):
+                    if isinstance(name, ast.Name) and name.id == offset:
+                        if isinstance(name.ctx, ast.Store):
+                            return source  # the body rebinds the offset: not Inductor's loop
+                        begin = starts[name.lineno - 1] + name.col_offset
+                        edits.append((begin, begin + len(offset), f"({last} - {offset})".encode()))
+    for begin, end, text in sorted(edits, reverse=True):
+        data = data[:begin] + text + data[end:]
+    return data.decode()
+
+
+def _store_calls(fn: ast.FunctionDef) -> list[ast.Call]:
+    return [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "store" and isinstance(n.func.value, ast.Name) and n.func.value.id == "tl"]
+
+
+@rule("streaming-stores", classes=("memory",))
+def streaming_stores(source: str) -> str:
+    """Every ``tl.store`` without a cache hint gets ``eviction_policy='evict_first'``.
+
+    A kernel's outputs are written once; marking them first to be evicted leaves L2 to the
+    inputs a multi-pass kernel reads again (and to the next kernel's reads of what it shares).
+    Whether it pays is the model's timing to say: an output the next kernel reads at once is
+    better left cached, and the cascade rejects the candidate then.
+    """
+    data = source.encode()
+    try:
+        tree = ast.parse(data)
+    except SyntaxError:
+        return source
+    starts = _line_starts(data)
+    inserts = []
+    for fn in _jit_functions(tree):
+        for call in _store_calls(fn):
+            if any(k.arg in ("eviction_policy", "cache_modifier") or k.arg is None for k in call.keywords):
+                continue
+            end = starts[call.end_lineno - 1] + call.end_col_offset - 1  # type: ignore[operator]
+            if data[end:end + 1] != b")":
+                return source
+            inserts.append(end)
+    for end in sorted(inserts, reverse=True):
+        data = data[:end] + b", eviction_policy='evict_first'" + data[end:]
+    return data.decode()
