@@ -6,10 +6,10 @@ a kernel at :data:`LIMIT_PCT` percent or more of its memory limit (bytes it must
 over the measured copy bandwidth). The rest go largest share x distance to the limit
 first, so the budget is spent where the model has the most to gain.
 Strategies follow the Profiler's class: every kernel gets Inductor's own
-alternatives and a launch-configuration search; memory-bound kernels also get the
-cache-hint rewrite; all but launch-bound ones the approximate-division rewrite (a
-kernel far from its memory roofline is often paying for IEEE divisions); launch-bound
-ones have their search start from larger blocks (fewer, fuller programs). Which
+alternatives and a launch-configuration search; the source rewrites each name the
+classes they are tried on (memory-bound kernels get the cache rules, all but
+launch-bound ones the approximate division); launch-bound ones have their search start
+from larger blocks (fewer, fuller programs). Which
 strategy applies to which class is written beside each strategy (``strategies/``) and
 rewrite rule (``rewrites.py``); :data:`STRATEGIES` collects them.
 """

@@ -7,10 +7,9 @@ each) in plan order:
    configurations the default compile built (it raced them once, briefly, at the first
    call) and recompiles (:mod:`.harvest`: max-autotune, coordinate descent, looped
    reductions), each a drop-in candidate.
-2. ``rewrite:<rule>``: source rewrites chosen by the bottleneck class (:mod:`.rewrites`):
-   ``eviction`` drops the loads' cache-eviction hints (memory-bound kernels);
-   ``approx-div`` turns the device code's divisions into ``tl.fdiv`` (every class but
-   launch-bound; a Welford reduction divides once per element).
+2. ``rewrite:<rule>``: source rewrites chosen by the bottleneck class (:mod:`.rewrites`,
+   where each rule says what it changes and for which classes), each applied to the best
+   candidate so far, so rules that win compose.
 3. ``launch``: coordinate descent over the launch configuration of the best
    candidate so far (:mod:`.launch_space`: single steps, then diagonal steps that
    keep the tile size or the work per thread): every neighbour not yet tried, each
