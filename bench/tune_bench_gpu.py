@@ -60,6 +60,7 @@ def main() -> int:
             row["compile"] = chosen.get("chosen")
             row["tried"] = {t["variant"]: t.get("speedup") for t in chosen.get("tried", [])}
             row["stored"] = sum(1 for k in record.get("kernels", []) if k.get("stored_version"))
+            row["origins"] = [k.get("best_origin") for k in record.get("kernels", []) if k.get("stored_version")]
             row["tune_error"] = record.get("error")
         except (ValueError, KeyError, IndexError) as exc:
             row["tune_error"] = f"no run record ({exc})"
@@ -87,7 +88,8 @@ def main() -> int:
         (args.out / "rows.json").write_text(json.dumps(rows, indent=1))
         print(json.dumps(row), flush=True)  # what is done survives a timeout
     print("\nproblem | compile chosen (speedup over default) | kernels stored | max-autotune/default | "
-          "kernelopt/default | kernelopt/max-autotune | correct | tune s | bench s")
+          "kernelopt/default | kernelopt/max-autotune | limit % max-autotune -> kernelopt | stored from | correct | "
+          "tune s | bench s")
     ratios = []
     for r in rows:
         tried = r.get("tried") or {}
@@ -95,7 +97,9 @@ def main() -> int:
         text = f"{chosen} ({tried.get(chosen):.3f}x)" if chosen and tried.get(chosen) else str(chosen)
         fmt = lambda v: f"{v:.3f}" if isinstance(v, (int, float)) else "-"  # noqa: E731
         print(f"{r['problem']} | {text} | {r.get('stored', '-')} | {fmt(r.get('ma_vs_default'))} | "
-              f"{fmt(r.get('ko_vs_default'))} | {fmt(r.get('ko_vs_ma'))} | {r.get('ko_correct')} | {r['tune_s']} | "
+              f"{fmt(r.get('ko_vs_default'))} | {fmt(r.get('ko_vs_ma'))} | "
+              f"{fmt(r.get('ma_limit_pct'))} -> {fmt(r.get('ko_limit_pct'))} | {', '.join(map(str, r.get('origins') or [])) or '-'} | "
+              f"{r.get('ko_correct')} | {r['tune_s']} | "
               f"{r.get('bench_s')}" + (f" | {r.get('tune_error') or r.get('bench_error')}"
                                         if r.get('tune_error') or r.get('bench_error') else ""))
         if isinstance(r.get("ko_vs_ma"), float):
