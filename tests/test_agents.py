@@ -870,8 +870,8 @@ def test_the_plan_per_bottleneck_class_comes_from_the_registries():
     from pytest_kernelopt.agents.planner import STRATEGIES
 
     assert STRATEGIES == {
-        "memory": ["harvest", "rewrite:reverse-pass", "rewrite:streaming-stores", "rewrite:eviction",
-                   "rewrite:approx-div", "launch"],
+        "memory": ["harvest", "rewrite:reverse-pass", "rewrite:streaming-stores", "rewrite:reverse-programs",
+                   "rewrite:eviction", "rewrite:approx-div", "launch"],
         "compute": ["harvest", "rewrite:approx-div", "launch"],
         "occupancy": ["harvest", "rewrite:approx-div", "launch"],
         "launch": ["harvest", "launch"],

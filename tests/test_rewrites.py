@@ -134,6 +134,40 @@ def test_rewritten_kernels_pass_review_and_compute_the_same_rows(rule, interpret
 
 
 def test_memory_bound_kernels_get_the_structural_rules_in_order():
-    assert STRATEGIES["memory"] == ["harvest", "rewrite:reverse-pass", "rewrite:streaming-stores", "rewrite:eviction",
+    assert STRATEGIES["memory"] == ["harvest", "rewrite:reverse-pass", "rewrite:streaming-stores",
+                                    "rewrite:reverse-programs", "rewrite:eviction",
                                     "rewrite:approx-div", "launch"]
     assert "rewrite:reverse-pass" not in STRATEGIES["compute"]
+
+
+def test_a_composed_rewrite_is_stored_as_a_replayable_recipe():
+    from pytest_kernelopt.agents.launch_space import with_point
+    from pytest_kernelopt.store.recipe import derive_recipe
+
+    source = with_point(streaming_stores(reverse_second_passes(TWO_PASS)), {"R0_BLOCK": 32})
+    recipe = derive_recipe(TWO_PASS, source)
+    assert recipe.kind == "rewrite"
+    assert sorted(s.rule for s in recipe.rewrites) == ["reverse-pass", "streaming-stores"]
+    assert recipe.launch["R0_BLOCK"] == 32
+
+
+def test_reverse_programs_reverses_the_first_grid_axis_in_device_code_only():
+    from pytest_kernelopt.agents.rewrites import reverse_programs
+
+    out = reverse_programs(TWO_PASS)
+    assert "xoffset = (tl.num_programs(0) - 1 - tl.program_id(0)) * XBLOCK" in out
+    assert out.split("def run")[1] == TWO_PASS.split("def run")[1]
+    assert reverse_programs(out) == out
+    second_axis = TWO_PASS.replace("tl.program_id(0)", "tl.program_id(1)")
+    assert reverse_programs(second_axis) == second_axis
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in divide")
+def test_reversed_programs_compute_the_same_rows(interpreter, tmp_path):
+    import torch
+    from pytest_kernelopt.agents.rewrites import reverse_programs
+
+    text = reverse_programs(TWO_PASS)
+    assert review(text, _info(), TWO_PASS, set()).ok
+    x = torch.randn(5, 70)
+    torch.testing.assert_close(_run(text, tmp_path, x), x / x.abs().sum(1, keepdim=True))

@@ -156,6 +156,34 @@ def streaming_stores(source: str) -> str:
     return data.decode()
 
 
+_PROGRAM_ID = re.compile(r"\btl\.program_id\(\s*(?:0|axis\s*=\s*0)\s*\)")
+
+
+@rule("reverse-programs", classes=("memory",))
+def reverse_programs(source: str) -> str:
+    """The kernel's programs take their blocks in reverse order along the grid's first axis.
+
+    Programs are scheduled roughly in ``program_id`` order, so a kernel walks its tensors
+    from the start while the kernel before it (a reduction over the same input, a producer of
+    it) finished at the end, which is what L2 still holds. Reversed, the first programs read
+    that tail. Every ``tl.program_id(0)`` in device code becomes
+    ``(tl.num_programs(0) - 1 - tl.program_id(0))``: the same set of blocks, each once, so
+    only the order (and which bytes come from L2) changes. A kernel already reversed, or with
+    no first-axis program id, is left unchanged.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source
+    if "tl.num_programs(0) - 1 - tl.program_id(0)" in source:
+        return source
+    lines = source.splitlines(keepends=True)
+    for fn in _jit_functions(tree):
+        for i in range(fn.lineno - 1, fn.end_lineno or fn.lineno):  # the decorator's line never names program_id
+            lines[i] = _PROGRAM_ID.sub("(tl.num_programs(0) - 1 - tl.program_id(0))", lines[i])
+    return "".join(lines)
+
+
 @rule("eviction", classes=("memory", "unknown"))
 def drop_eviction_hints(source: str) -> str:
     """Loads without ``eviction_policy=...``: the hardware's default caching instead of Inductor's hint."""
