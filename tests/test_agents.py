@@ -460,6 +460,7 @@ def test_loop_climbs_confirms_and_stores_the_best_accepted(tmp_path):
     k = outcome.kernels[0]
     assert k.stored_version == 1 and k.best_timing.speedup == pytest.approx(1.4)
     assert read_point(store.active_file("m", k.kernel).source)["num_warps"] == 16
+    assert k.stored_recipe is not None and k.stored_recipe.startswith("launch ") and "num_warps=16" in k.stored_recipe
     screened = [s for label, s in session.calls if "(confirm)" not in label]
     confirmed = [s for label, s in session.calls if "(confirm)" in label]
     assert screened and all(s == 0.25 for s in screened)  # exploration is timed briefly

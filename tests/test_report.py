@@ -64,6 +64,8 @@ def test_markdown_report_shows_the_records_figures(run):
     diff = text.split("```diff\n", 1)[1].split("```", 1)[0]
     assert diff.startswith(f"--- {s.SOFTMAX}/{s.SOFTMAX_KERNEL}/original.py\n+++ {s.SOFTMAX}/{s.SOFTMAX_KERNEL}/v1.py")
     assert "-    XBLOCK = 128\n" in diff and "+    XBLOCK = 1024\n" in diff and "+    kernel[" in diff
+    # how the stored version was made (its recipe), so a reader sees which rules produced it
+    assert "; made by: ` rewrite reverse-pass then streaming-stores, launch R0_BLOCK=2048,num_warps=8 `" in text
     assert "![speedup per model and stored kernel](speedup.png)" in text
     assert png_size(files.chart) == (800, 210)  # two bars: the model and its stored kernel
     assert "4 event(s): benchmarker 2, run 2." in text
@@ -79,6 +81,7 @@ def test_html_report_escapes_what_agents_wrote(run, tmp_path):
     html = render_report(view, "html")
     assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert '<span class="add">+    XBLOCK = 1024</span>' in html
+    assert "<p>Made by: rewrite reverse-pass then streaming-stores, launch R0_BLOCK=2048,num_warps=8.</p>" in html
     markdown = render_report(view, "md")
     assert "&lt;script&gt;alert(1)&lt;/script&gt; \\| not allowed" not in markdown  # Markdown is not HTML-escaped
     assert "- static: ` <script>alert(1)</script> | not allowed `" in markdown  # a code span: shown, not run

@@ -302,6 +302,7 @@ class Keeper:
             return False
         result.stored_version = outcome.record.version
         result.stored_file = str((self.store.kernel_dir(model, name) / outcome.record.file).relative_to(self.store.root))
+        result.stored_recipe = outcome.record.recipe.describe() if outcome.record.recipe is not None else None
         return True
 
     def _save_baseline(self, model: str, stored: dict[str, str], verdict: Verdict, ev: Callable[..., Any]) -> None:

@@ -125,6 +125,9 @@ class KernelOutcome(Record):
     best_kernel_timing: Timing | None = None
     stored_version: int | None = None
     stored_file: str | None = None  # path of the stored version, relative to the kernels dir
+    # How the stored version was made, in a few words (its recipe, store/recipe.py): e.g. "rewrite
+    # reverse-pass then streaming-stores, launch R0_BLOCK=4096,...". None for older runs.
+    stored_recipe: str | None = None
     # Stored although not faster beyond the model gain: the compiler's pick varies between
     # compiles and this is the fastest configuration the run measured (keeper.Keeper._pin).
     pinned: bool = False

@@ -64,6 +64,7 @@ class KernelView:
     best_tried: Timing | None
     stored_version: int | None
     stored_file: str | None
+    stored_recipe: str | None
     errors: Errors | None
     skipped: str | None
     message: str
@@ -263,6 +264,7 @@ def _kernel_view(problem: ProblemOutcome, outcome: KernelOutcome, store_root: Pa
         stages=_stages(outcome), reasons=_reasons(outcome.history), best_origin=outcome.best_origin,
         timing=outcome.best_timing, kernel_timing=outcome.best_kernel_timing,
         best_tried=None if outcome.best_timing else _fastest(outcome.history), stored_version=outcome.stored_version, stored_file=outcome.stored_file,
+        stored_recipe=outcome.stored_recipe,
         errors=_errors(best.errors) if best is not None and best.errors else None,
         skipped=outcome.skipped, message=outcome.message, outcome=_outcome(outcome),
     )
