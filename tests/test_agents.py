@@ -874,7 +874,8 @@ def test_the_plan_per_bottleneck_class_comes_from_the_registries():
         "memory": ["harvest", "rewrite:reverse-pass", "rewrite:streaming-stores", "rewrite:reverse-programs",
                    "rewrite:eviction", "rewrite:approx-div", "launch"],
         "compute": ["harvest", "rewrite:approx-div", "launch"],
-        "occupancy": ["harvest", "rewrite:approx-div", "launch"],
+        "occupancy": ["harvest", "rewrite:reverse-pass", "rewrite:streaming-stores", "rewrite:reverse-programs",
+                      "rewrite:approx-div", "launch"],
         "launch": ["harvest", "launch"],
         "unknown": ["harvest", "rewrite:eviction", "rewrite:approx-div", "launch"],
     }

@@ -69,8 +69,10 @@ def _reduction_loop(node: ast.stmt) -> tuple[str, str, str] | None:
     return node.target.id, numel.id, block.id
 
 
-# Memory-bound kernels only: the rule changes which bytes come from L2, nothing else.
-@rule("reverse-pass", classes=("memory",))
+# The L2 rules: for memory-bound kernels, and for "occupancy" ones (below half the copy limit:
+# without Nsight Compute's counters that is all the class says, and a kernel that reads its
+# input twice is one). Each changes which bytes come from L2, nothing else.
+@rule("reverse-pass", classes=("memory", "occupancy"))
 def reverse_second_passes(source: str) -> str:
     """A multi-pass reduction's later passes over the row walk it backwards, alternating direction.
 
@@ -127,7 +129,7 @@ def _store_calls(fn: ast.FunctionDef) -> list[ast.Call]:
             and n.func.attr == "store" and isinstance(n.func.value, ast.Name) and n.func.value.id == "tl"]
 
 
-@rule("streaming-stores", classes=("memory",))
+@rule("streaming-stores", classes=("memory", "occupancy"))
 def streaming_stores(source: str) -> str:
     """Every ``tl.store`` without a cache hint gets ``eviction_policy='evict_first'``.
 
@@ -159,7 +161,7 @@ def streaming_stores(source: str) -> str:
 _PROGRAM_ID = re.compile(r"\btl\.program_id\(\s*(?:0|axis\s*=\s*0)\s*\)")
 
 
-@rule("reverse-programs", classes=("memory",))
+@rule("reverse-programs", classes=("memory", "occupancy"))
 def reverse_programs(source: str) -> str:
     """The kernel's programs take their blocks in reverse order along the grid's first axis.
 
