@@ -179,7 +179,7 @@ def test_plan_orders_by_share_and_says_why_it_skips():
     items = plan(_profile({"small": 0.01, "big": 0.7, "mid": 0.29}), min_share=0.02)
     assert [i.kernel for i in items] == ["big", "mid", "small"]
     assert items[2].skip and "1.0%" in items[2].skip and "2%" in items[2].skip
-    assert "rewrite:eviction" in items[0].strategies and items[0].strategies[0] == "harvest"
+    assert "rewrite:eviction" in items[0].strategies and items[0].strategies[0] == "rewrite:reverse-pass"
     only = plan(_profile({"big": 0.7, "mid": 0.29}), only=["mid"])
     assert [i.kernel for i in only if i.skip is None] == ["mid"]
 
@@ -871,11 +871,10 @@ def test_the_plan_per_bottleneck_class_comes_from_the_registries():
     from pytest_kernelopt.agents.planner import STRATEGIES
 
     assert STRATEGIES == {
-        "memory": ["harvest", "rewrite:reverse-pass", "rewrite:streaming-stores", "rewrite:reverse-programs",
-                   "rewrite:eviction", "rewrite:approx-div", "launch"],
+        "memory": ["rewrite:reverse-pass", "rewrite:streaming-stores", "harvest", "rewrite:eviction",
+                   "rewrite:approx-div", "launch"],
         "compute": ["harvest", "rewrite:approx-div", "launch"],
-        "occupancy": ["harvest", "rewrite:reverse-pass", "rewrite:streaming-stores", "rewrite:reverse-programs",
-                      "rewrite:approx-div", "launch"],
+        "occupancy": ["rewrite:reverse-pass", "rewrite:streaming-stores", "harvest", "rewrite:approx-div", "launch"],
         "launch": ["harvest", "launch"],
         "unknown": ["harvest", "rewrite:eviction", "rewrite:approx-div", "launch"],
     }

@@ -133,11 +133,30 @@ def test_rewritten_kernels_pass_review_and_compute_the_same_rows(rule, interpret
     torch.testing.assert_close(_run(text, tmp_path, x), expected)
 
 
-def test_memory_bound_kernels_get_the_structural_rules_in_order():
-    assert STRATEGIES["memory"] == ["harvest", "rewrite:reverse-pass", "rewrite:streaming-stores",
-                                    "rewrite:reverse-programs", "rewrite:eviction",
+def test_memory_bound_kernels_get_the_l2_rules_first_on_the_compilers_kernel():
+    """On the H200 the harvest's candidates spent a 10 s and a 40 s budget before the rules' turn (nothing
+    stored); the rules measured to win on the compiler's own kernel now come before it."""
+    from pytest_kernelopt.agents.search import SearchCoder
+    from pytest_kernelopt.agents.harvest import Harvested, HarvestResult
+    from pytest_kernelopt.agents.run_records import CoderContext
+
+    assert STRATEGIES["memory"] == ["rewrite:reverse-pass", "rewrite:streaming-stores", "harvest", "rewrite:eviction",
                                     "rewrite:approx-div", "launch"]
     assert "rewrite:reverse-pass" not in STRATEGIES["compute"]
+    coder = SearchCoder()
+    coder._device = "cuda"
+    coder.harvested = HarvestResult(kernels=[Harvested(
+        variant="max-autotune", name="triton_red_fused_abs_div_sum_0", graph=0, fingerprint="f" * 16,
+        args=["in_ptr0", "out_ptr1", "xnumel", "r0_numel"], written=["out_ptr1"],
+        source=TWO_PASS.replace("XBLOCK = 2", "XBLOCK = 4"))])
+    ctx = CoderContext(model="m", device="cuda", kernel=_info(), original=TWO_PASS, best=TWO_PASS, attempts=[],
+                       strategies=STRATEGIES["memory"])
+    assert [p.origin for p in coder.propose(ctx)] == ["rewrite:reverse-pass"]
+    ctx.best = reverse_second_passes(TWO_PASS)  # accepted: the next rule composes on it
+    second = coder.propose(ctx)
+    assert [p.origin for p in second] == ["rewrite:streaming-stores"]
+    assert second[0].source == streaming_stores(reverse_second_passes(TWO_PASS))
+    assert [p.origin for p in coder.propose(ctx)] == ["harvest:max-autotune"]
 
 
 def test_a_composed_rewrite_is_stored_as_a_replayable_recipe():
@@ -149,25 +168,3 @@ def test_a_composed_rewrite_is_stored_as_a_replayable_recipe():
     assert recipe.kind == "rewrite"
     assert sorted(s.rule for s in recipe.rewrites) == ["reverse-pass", "streaming-stores"]
     assert recipe.launch["R0_BLOCK"] == 32
-
-
-def test_reverse_programs_reverses_the_first_grid_axis_in_device_code_only():
-    from pytest_kernelopt.agents.rewrites import reverse_programs
-
-    out = reverse_programs(TWO_PASS)
-    assert "xoffset = (tl.num_programs(0) - 1 - tl.program_id(0)) * XBLOCK" in out
-    assert out.split("def run")[1] == TWO_PASS.split("def run")[1]
-    assert reverse_programs(out) == out
-    second_axis = TWO_PASS.replace("tl.program_id(0)", "tl.program_id(1)")
-    assert reverse_programs(second_axis) == second_axis
-
-
-@pytest.mark.filterwarnings("ignore:invalid value encountered in divide")
-def test_reversed_programs_compute_the_same_rows(interpreter, tmp_path):
-    import torch
-    from pytest_kernelopt.agents.rewrites import reverse_programs
-
-    text = reverse_programs(TWO_PASS)
-    assert review(text, _info(), TWO_PASS, set()).ok
-    x = torch.randn(5, 70)
-    torch.testing.assert_close(_run(text, tmp_path, x), x / x.abs().sum(1, keepdim=True))

@@ -27,7 +27,8 @@ MIN_SHARE: float = settings.default("min_share")  # kernelopt tune --min-share
 BOTTLENECKS: tuple[Bottleneck, ...] = get_args(Bottleneck)  # the Profiler's classes
 
 # bottleneck class -> plan entries, from the strategies' registry (agents/strategies/) and
-# the rewrite rules' classes (agents/rewrites.py): harvest, the rules that apply, launch.
+# the rewrite rules' classes (agents/rewrites.py): the rules registered first=True, harvest, the
+# other rules that apply, launch.
 STRATEGIES: dict[str, list[str]] = {
     bottleneck: [entry for name, strategy in REGISTRY.items() for entry in strategy.entries(name, bottleneck)]
     for bottleneck in BOTTLENECKS

@@ -24,15 +24,23 @@ from typing import Callable
 
 REWRITES: dict[str, Callable[[str], str]] = {}
 RULE_CLASSES: dict[str, tuple[str, ...]] = {}  # rule -> the bottleneck classes the Planner tries it on
+RULES_FIRST: set[str] = set()  # rules tried on the compiler's kernel before Inductor's alternatives
 
 
-def rule(name: str, *, classes: tuple[str, ...]) -> Callable[[Callable[[str], str]], Callable[[str], str]]:
-    """Register a rewrite rule under ``name`` (``rewrite:<name>`` in a plan); order of registration is plan order."""
+def rule(name: str, *, classes: tuple[str, ...],
+         first: bool = False) -> Callable[[Callable[[str], str]], Callable[[str], str]]:
+    """Register a rewrite rule under ``name`` (``rewrite:<name>`` in a plan); order of registration is plan order.
+
+    ``first``: tried before the harvest (Inductor's alternatives, several candidates that can
+    spend a small ``--budget-s`` on their own), on the compiler's kernel, for rules measured to
+    win there; the others come after it, on the best so far."""
     def register(fn: Callable[[str], str]) -> Callable[[str], str]:
         if name in REWRITES:
             raise ValueError(f"rewrite rule {name!r} is registered twice")
         REWRITES[name] = fn
         RULE_CLASSES[name] = tuple(classes)
+        if first:
+            RULES_FIRST.add(name)
         return fn
     return register
 
@@ -72,7 +80,7 @@ def _reduction_loop(node: ast.stmt) -> tuple[str, str, str] | None:
 # The L2 rules: for memory-bound kernels, and for "occupancy" ones (below half the copy limit:
 # without Nsight Compute's counters that is all the class says, and a kernel that reads its
 # input twice is one). Each changes which bytes come from L2, nothing else.
-@rule("reverse-pass", classes=("memory", "occupancy"))
+@rule("reverse-pass", classes=("memory", "occupancy"), first=True)
 def reverse_second_passes(source: str) -> str:
     """A multi-pass reduction's later passes over the row walk it backwards, alternating direction.
 
@@ -129,7 +137,7 @@ def _store_calls(fn: ast.FunctionDef) -> list[ast.Call]:
             and n.func.attr == "store" and isinstance(n.func.value, ast.Name) and n.func.value.id == "tl"]
 
 
-@rule("streaming-stores", classes=("memory", "occupancy"))
+@rule("streaming-stores", classes=("memory", "occupancy"), first=True)
 def streaming_stores(source: str) -> str:
     """Every ``tl.store`` without a cache hint gets ``eviction_policy='evict_first'``.
 
@@ -156,34 +164,6 @@ def streaming_stores(source: str) -> str:
     for end in sorted(inserts, reverse=True):
         data = data[:end] + b", eviction_policy='evict_first'" + data[end:]
     return data.decode()
-
-
-_PROGRAM_ID = re.compile(r"\btl\.program_id\(\s*(?:0|axis\s*=\s*0)\s*\)")
-
-
-@rule("reverse-programs", classes=("memory", "occupancy"))
-def reverse_programs(source: str) -> str:
-    """The kernel's programs take their blocks in reverse order along the grid's first axis.
-
-    Programs are scheduled roughly in ``program_id`` order, so a kernel walks its tensors
-    from the start while the kernel before it (a reduction over the same input, a producer of
-    it) finished at the end, which is what L2 still holds. Reversed, the first programs read
-    that tail. Every ``tl.program_id(0)`` in device code becomes
-    ``(tl.num_programs(0) - 1 - tl.program_id(0))``: the same set of blocks, each once, so
-    only the order (and which bytes come from L2) changes. A kernel already reversed, or with
-    no first-axis program id, is left unchanged.
-    """
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return source
-    if "tl.num_programs(0) - 1 - tl.program_id(0)" in source:
-        return source
-    lines = source.splitlines(keepends=True)
-    for fn in _jit_functions(tree):
-        for i in range(fn.lineno - 1, fn.end_lineno or fn.lineno):  # the decorator's line never names program_id
-            lines[i] = _PROGRAM_ID.sub("(tl.num_programs(0) - 1 - tl.program_id(0))", lines[i])
-    return "".join(lines)
 
 
 @rule("eviction", classes=("memory", "unknown"))

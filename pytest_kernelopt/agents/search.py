@@ -3,13 +3,14 @@
 Per kernel, in rounds, the strategies the Planner chose (:mod:`.strategies`, one module
 each) in plan order:
 
-1. ``harvest``: Inductor's own alternatives for the same kernel: the other launch
+1. ``rewrite:<rule>`` for the rules registered ``first=True`` (the L2 rules of memory-bound
+   kernels), on the compiler's own kernel, where they were measured to win.
+2. ``harvest``: Inductor's own alternatives for the same kernel: the other launch
    configurations the default compile built (it raced them once, briefly, at the first
    call) and recompiles (:mod:`.harvest`: max-autotune, coordinate descent, looped
-   reductions), each a drop-in candidate.
-2. ``rewrite:<rule>``: source rewrites chosen by the bottleneck class (:mod:`.rewrites`,
-   where each rule says what it changes and for which classes), each applied to the best
-   candidate so far, so rules that win compose.
+   reductions), each a drop-in candidate; then the other ``rewrite:<rule>`` entries
+   (:mod:`.rewrites`, where each rule says what it changes and for which classes). Each
+   rule is applied to the best candidate so far, so rules that win compose.
 3. ``launch``: coordinate descent over the launch configuration of the best
    candidate so far (:mod:`.launch_space`: single steps, then diagonal steps that
    keep the tile size or the work per thread): every neighbour not yet tried, each

@@ -7,6 +7,7 @@ search backend (``agents/search.py``) asks them in that order: once-only strateg
 first, one each round until one proposes something, then the repeating one (a descent)
 round after round. Strategies never time anything; the loop judges what they propose.
 
+    rewrite-first (rewrite.py) the rules registered ``first=True``, on the compiler's kernel
     harvest   (harvest.py)   Inductor's own alternatives for the kernel
     rewrite   (rewrite.py)   a source rewrite rule (``agents/rewrites.py``) of the best so far
     launch    (launch.py)    coordinate descent over the best's launch configuration
@@ -22,6 +23,9 @@ from . import harvest, launch, rewrite
 from .base import SearchState, Strategy
 
 REGISTRY: dict[str, Strategy] = {
+    # The rules measured to win on the compiler's own kernel, before the harvest's many candidates
+    # (their entries are ``rewrite:<rule>``, asked through the ``rewrite`` strategy).
+    "rewrite-first": Strategy(rewrite.propose, plan=rewrite.plan_first),
     "harvest": Strategy(harvest.propose),
     "rewrite": Strategy(rewrite.propose, plan=rewrite.plan),
     "launch": Strategy(launch.propose, repeats=True),
