@@ -61,6 +61,13 @@ def main() -> int:
             row["tried"] = {t["variant"]: t.get("speedup") for t in chosen.get("tried", [])}
             row["stored"] = sum(1 for k in record.get("kernels", []) if k.get("stored_version"))
             row["origins"] = [k.get("best_origin") for k in record.get("kernels", []) if k.get("stored_version")]
+            # What the search tried, in order (origin, status, model speedup, device seconds), and why each
+            # kernel's search ended: enough to see where a budget went without the run directory.
+            row["searched"] = {k["kernel"]: {
+                "skipped": k.get("skipped"), "message": (k.get("message") or "")[:200],
+                "tried": [(a["origin"], a["status"], round(a["model_timing"]["speedup"], 3) if a.get("model_timing")
+                           else None, round(a.get("seconds") or 0.0, 1)) for a in k.get("history", [])]}
+                for k in record.get("kernels", [])}
             row["tune_error"] = record.get("error")
         except (ValueError, KeyError, IndexError) as exc:
             row["tune_error"] = f"no run record ({exc})"
