@@ -473,6 +473,30 @@ def test_loop_climbs_confirms_and_stores_the_best_accepted(tmp_path):
     assert record.problems[0].kernels[0].history
 
 
+class SlowInModelSession(FakeSession):
+    """num_warps 16 is fast alone (1.5x) but slower in the model (0.9x); the rest as the table says."""
+
+    def verify(self, kernel, source):
+        v = super().verify(kernel, source)
+        if read_point(source.source).get("num_warps") == 16 and v.model_timing is not None:
+            v.kernel_timing, v.model_timing = _timing(1.5), _timing(0.9)
+            v.status = "correct"
+        return v
+
+
+def test_loop_does_not_confirm_a_candidate_the_model_timing_puts_below_the_compiled_model(tmp_path):
+    session = SlowInModelSession(_inductor_info(), {8: 1.2, 32: 1.1}, seconds=0.0)
+    tuner, run, store = _tuner(tmp_path, session)
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    run.close()
+    _, events = load_run(run.root)
+    screened_16 = [e for e in events if e.event == "verdict" and e.data.get("speedup") == pytest.approx(0.9)]
+    assert screened_16, "the 1.5x-alone candidate was screened"
+    confirms = [e for e in events if e.event == "confirm"]
+    assert confirms and all(e.data["speedup"] != pytest.approx(0.9) for e in confirms)
+    assert read_point(store.active_file("m", outcome.kernels[0].kernel).source)["num_warps"] == 8
+
+
 def test_loop_keeps_the_active_version_unless_beaten_beyond_noise(tmp_path):
     session = FakeSession(_inductor_info(), {8: 1.5, 16: 1.45}, seconds=0.0)
     tuner, run, store = _tuner(tmp_path, session)

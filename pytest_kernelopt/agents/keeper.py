@@ -73,7 +73,11 @@ class Keeper:
         origin = {a.sha256: a.origin for a in state.attempts}
         ranked = sorted(((sha, score(v)) for sha, v in state.verdicts.items() if not origin[sha].startswith("active:")),
                         key=lambda sv: sv[1] or 0.0, reverse=True)
-        finalists = [sha for sha, s in ranked if s is not None and s > 1.0][: self.n_confirm]
+        # A candidate the short in-model timing already puts below the compiled model beyond noise is
+        # not worth a full-length confirmation (the alone-timing can rank it high, the model cannot
+        # accept it): on the H200 such a confirmation cost 9 s of a 40 s budget (2^31-element problem).
+        slower = {sha for sha, v in state.verdicts.items() if v.model_timing is not None and v.model_timing.ci_high < 1.0}
+        finalists = [sha for sha, s in ranked if s is not None and s > 1.0 and sha not in slower][: self.n_confirm]
         confirmed = []
         for sha in finalists:
             verdict = self.bench.confirm(state, sha, f"{origin[sha]} (confirm)", ev)
