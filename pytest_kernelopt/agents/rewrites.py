@@ -52,11 +52,26 @@ def _jit_functions(tree: ast.Module) -> list[ast.FunctionDef]:
     return [f for f in tree.body if isinstance(f, ast.FunctionDef) and any(jit(d) for d in f.decorator_list)]
 
 
-def _line_starts(data: bytes) -> list[int]:
+def _parsed(data: bytes) -> tuple[ast.Module, list[int]] | None:
+    """The module of ``data`` and the byte offset where each line starts; None when it does not parse.
+
+    The rules edit byte spans (ast's columns are byte offsets), so host code and formatting
+    outside the edited spans stay exactly as they were."""
+    try:
+        tree = ast.parse(data)
+    except SyntaxError:
+        return None
     starts = [0]
     for line in data.splitlines(keepends=True):
         starts.append(starts[-1] + len(line))
-    return starts
+    return tree, starts
+
+
+def _edited(data: bytes, edits: list[tuple[int, int, bytes]]) -> str:
+    """``data`` with each ``(start, end, replacement)`` byte span replaced (spans do not overlap)."""
+    for begin, end, text in sorted(edits, reverse=True):
+        data = data[:begin] + text + data[end:]
+    return data.decode()
 
 
 def _reduction_loop(node: ast.stmt) -> tuple[str, str, str] | None:
@@ -96,12 +111,10 @@ def reverse_second_passes(source: str) -> str:
     Summation order changes in a reversed reducing pass; the cascade judges the rounding.
     """
     data = source.encode()
-    try:
-        tree = ast.parse(data)
-    except SyntaxError:
+    if (parsed := _parsed(data)) is None:
         return source
-    starts = _line_starts(data)
-    edits: list[tuple[int, int, bytes]] = []  # (start, end, replacement) byte spans
+    tree, starts = parsed
+    edits: list[tuple[int, int, bytes]] = []
     for fn in _jit_functions(tree):
         seen: dict[tuple[str, str, str], int] = {}  # loop signature -> loops of it so far
         for node in fn.body:
@@ -127,9 +140,7 @@ def reverse_second_passes(source: str) -> str:
                             return source  # the body rebinds the offset: not Inductor's loop
                         begin = starts[name.lineno - 1] + name.col_offset
                         edits.append((begin, begin + len(offset), f"({last} - {offset})".encode()))
-    for begin, end, text in sorted(edits, reverse=True):
-        data = data[:begin] + text + data[end:]
-    return data.decode()
+    return _edited(data, edits)
 
 
 def _store_calls(fn: ast.FunctionDef) -> list[ast.Call]:
@@ -147,12 +158,10 @@ def streaming_stores(source: str) -> str:
     better left cached, and the cascade rejects the candidate then.
     """
     data = source.encode()
-    try:
-        tree = ast.parse(data)
-    except SyntaxError:
+    if (parsed := _parsed(data)) is None:
         return source
-    starts = _line_starts(data)
-    inserts = []
+    tree, starts = parsed
+    edits: list[tuple[int, int, bytes]] = []
     for fn in _jit_functions(tree):
         for call in _store_calls(fn):
             if any(k.arg in ("eviction_policy", "cache_modifier") or k.arg is None for k in call.keywords):
@@ -160,10 +169,8 @@ def streaming_stores(source: str) -> str:
             end = starts[call.end_lineno - 1] + call.end_col_offset - 1  # type: ignore[operator]
             if data[end:end + 1] != b")":
                 return source
-            inserts.append(end)
-    for end in sorted(inserts, reverse=True):
-        data = data[:end] + b", eviction_policy='evict_first'" + data[end:]
-    return data.decode()
+            edits.append((end, end, b", eviction_policy='evict_first'"))
+    return _edited(data, edits)
 
 
 @rule("eviction", classes=("memory", "unknown"))
@@ -197,22 +204,18 @@ def approximate_divisions(source: str) -> str:
         return source
     data = source.encode()
     for _ in range(256):  # innermost divisions first; each pass removes at least one
-        try:
-            tree = ast.parse(data)
-        except SyntaxError:
+        if (parsed := _parsed(data)) is None:
             return source
-        lines = [0]
-        for line in data.splitlines(keepends=True):
-            lines.append(lines[-1] + len(line))
-        spans = []
+        tree, lines = parsed
+        edits: list[tuple[int, int, bytes]] = []
         for fn in _jit_functions(tree):
             for node in ast.walk(fn):
                 if _is_div(node) and not any(_is_div(n) for side in (node.left, node.right) for n in ast.walk(side)):
-                    span = [lines[n.lineno - 1] + n.col_offset for n in (node, node.left, node.right)]
-                    ends = [lines[n.end_lineno - 1] + n.end_col_offset for n in (node, node.left, node.right)]  # type: ignore[operator]
-                    spans.append((span, ends))
-        if not spans:
+                    start, l0, r0 = (lines[n.lineno - 1] + n.col_offset for n in (node, node.left, node.right))
+                    end, l1, r1 = (lines[n.end_lineno - 1] + n.end_col_offset  # type: ignore[operator]
+                                   for n in (node, node.left, node.right))
+                    edits.append((start, end, b"tl.fdiv(" + _float(data[l0:l1]) + b", " + _float(data[r0:r1]) + b")"))
+        if not edits:
             return data.decode()
-        for (start, l0, r0), (end, l1, r1) in sorted(spans, reverse=True):
-            data = data[:start] + b"tl.fdiv(" + _float(data[l0:l1]) + b", " + _float(data[r0:r1]) + b")" + data[end:]
+        data = _edited(data, edits).encode()
     return data.decode()
