@@ -71,6 +71,15 @@ def main() -> int:
             row["tune_error"] = record.get("error")
         except (ValueError, KeyError, IndexError) as exc:
             row["tune_error"] = f"no run record ({exc})"
+        # Where a screened candidate's seconds go, per cascade stage (median over the run's verdicts).
+        stages: dict[str, list[float]] = {}
+        for trace in runs.glob("*/trace.jsonl"):
+            for line in trace.read_text().splitlines():
+                event = json.loads(line)
+                if event.get("event") == "verdict":
+                    for stage, seconds in (event.get("data", {}).get("stages") or {}).items():
+                        stages.setdefault(stage, []).append(seconds)
+        row["stage_s"] = {k: round(sorted(v)[len(v) // 2], 2) for k, v in stages.items()}
         bench_json = args.out / f"{name}.bench.json"
         bench = [*cli, "bench", str(problem), "--modes", "default,max-autotune-no-cudagraphs,kernelopt",
                  "--kernels-dir", str(kernels), "--json", str(bench_json)]

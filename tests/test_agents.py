@@ -492,6 +492,7 @@ def test_loop_does_not_confirm_a_candidate_the_model_timing_puts_below_the_compi
     _, events = load_run(run.root)
     screened_16 = [e for e in events if e.event == "verdict" and e.data.get("speedup") == pytest.approx(0.9)]
     assert screened_16, "the 1.5x-alone candidate was screened"
+    assert all(e.data["stages"] == {"static": 0.0} for e in events if e.event == "verdict")  # seconds per stage
     confirms = [e for e in events if e.event == "confirm"]
     assert confirms and all(e.data["speedup"] != pytest.approx(0.9) for e in confirms)
     assert read_point(store.active_file("m", outcome.kernels[0].kernel).source)["num_warps"] == 8

@@ -99,7 +99,7 @@ class Benchmarker:
         ev("benchmarker", "verdict", origin=proposal.origin, status=verdict.status, reason=verdict.reason,
            speedup=verdict.model_timing.speedup if verdict.model_timing else None,
            kernel_speedup=verdict.kernel_timing.speedup if verdict.kernel_timing else None, file=file,
-           seconds=round(seconds, 2))
+           seconds=round(seconds, 2), stages={st.name: round(st.seconds, 2) for st in verdict.stages})
         self.ui.attempt(attempt, state.spent)
         if verdict.status != "rejected":
             state.verdicts[r.sha256] = verdict
