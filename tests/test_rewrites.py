@@ -113,6 +113,10 @@ def test_streaming_stores_marks_only_unhinted_device_stores():
     assert streaming_stores(out) == out
     hinted = TWO_PASS.replace("tmp6, r0_mask & xmask)", "tmp6, r0_mask & xmask, cache_modifier='.cs')")
     assert streaming_stores(hinted) == hinted
+    # A kernel that reads each element once (here: the second pass alone) is left as it is.
+    one_pass = TWO_PASS.split("    _tmp3 = tl.full")[0] + "    tmp3 = 1.0\n" + \
+        "    for r0_offset in tl.range" + TWO_PASS.split("    for r0_offset in tl.range")[2]
+    assert "tl.store(" in one_pass and streaming_stores(one_pass) == one_pass
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered in divide")  # masked rows divide 0 by 0
