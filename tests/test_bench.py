@@ -134,6 +134,7 @@ def test_max_autotune_on_a_cpu_is_skipped_saying_why(kernelopt, tmp_path):
     assert result.returncode == 0, result.stderr
     problem, modes = rows(json.loads(out.read_text()), "linear_gelu")
     assert problem["status"] == "ok" and modes["default"]["correct"] is True
+    assert problem["min_flops"] == {"float32": 2 * 4 * 64 * 64}  # the addmm, counted at its dtype
     autotune = modes["max-autotune-no-cudagraphs"]
     if autotune["skipped"] is None:  # a torch whose CPU max-autotune builds this model: it ran and was checked
         assert autotune["error"] is None and autotune["correct"] is not None
@@ -221,8 +222,91 @@ def test_the_memory_limit_is_the_models_floor_of_bytes_over_the_copy_bandwidth(m
     assert [m.limit_pct for m in problem.modes] == [50.0, 80.0, None]  # 4 MB in 2 us = 2 TB/s of 4
     gemm = problem.model_copy(update={"triton_share": 0.3, "copy_ceiling_gbps": None,
                                       "modes": [ModeResult(mode="default", median_us=2.0)]})
-    one_problem._limits(gemm)  # bounded by FLOPs, not by memory: no figure
+    one_problem._limits(gemm)  # 70% of its time is work neither floor counts (no FLOPs counted): no figure
     assert gemm.modes[0].limit_pct is None and gemm.copy_ceiling_gbps is None
+
+
+def test_the_limit_counts_the_flops_of_matrix_products_at_their_dtypes_measured_rate(monkeypatch):
+    """A GEMM-bound model (Triton share 30%) gets a figure once its FLOPs are counted (issue 23, item 1)."""
+    from pytest_kernelopt.benchmark import ModeResult, ProblemResult
+    from pytest_kernelopt.benchmark import one_problem
+    from pytest_kernelopt.measure import roofline
+    from pytest_kernelopt.verify import time_by_kernel
+
+    monkeypatch.setattr(time_by_kernel, "copy_ceiling_gbps", lambda: 4000.0)
+    asked: list[list[str]] = []
+    monkeypatch.setattr(roofline, "flop_ceiling_tflops", lambda dtypes: asked.append(dtypes) or {"float32": 50.0})
+    # 8 GFLOP fp32 at 50 TFLOP/s: 160 us, far above 4 MB at 4 TB/s (1 us).
+    gemm = ProblemResult(problem="p.py", model="p", min_bytes=4_000_000, triton_share=0.3, min_flops={"float32": 8 * 10**9},
+                         modes=[ModeResult(mode="default", median_us=200.0), ModeResult(mode="kernelopt", median_us=160.0)])
+    one_problem._limits(gemm)
+    assert asked == [["float32"]] and gemm.flop_ceilings_tflops == {"float32": 50.0}
+    assert [m.limit_pct for m in gemm.modes] == [80.0, 100.0]
+    # A dtype with counted FLOPs but no measured rate: the compute floor is unknown, so no figure.
+    monkeypatch.setattr(roofline, "flop_ceiling_tflops", lambda dtypes: {})
+    unknown = gemm.model_copy(update={"modes": [ModeResult(mode="default", median_us=200.0)]})
+    one_problem._limits(unknown)
+    assert unknown.modes[0].limit_pct is None
+
+
+def test_flops_are_counted_on_meta_tensors_per_dtype_with_torchs_formulas():
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from pytest_kernelopt.measure.roofline import floor_seconds, min_flops
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(64, 32)
+            self.conv = torch.nn.Conv2d(3, 8, 3)
+
+        def forward(self, x, image, a, b):
+            half = torch.bmm(a.half(), b.half())
+            return torch.relu(self.linear(x)).sum(), self.conv(image).mean(), half.float().sum()
+
+    model = Block()
+    inputs = [torch.randn(16, 64), torch.randn(2, 3, 10, 10), torch.randn(2, 4, 8), torch.randn(2, 8, 5)]
+    with FlopCounterMode(display=False) as counter:
+        model.conv(inputs[1])
+    flops = min_flops(model, inputs)
+    assert flops == {"float32": 2 * 16 * 64 * 32 + counter.get_total_flops(), "float16": 2 * 2 * 4 * 8 * 5}
+    assert model.linear.weight.device.type == "cpu" and not model.linear.weight.is_meta  # the model is untouched
+
+    class Pointwise(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    class NeedsData(torch.nn.Module):
+        def forward(self, x):
+            return x * float(x.sum().item())
+
+    assert min_flops(Pointwise(), [torch.randn(4)]) == {}
+    assert min_flops(NeedsData(), [torch.randn(4)]) is None  # not countable: no FLOP floor, never an error
+    assert floor_seconds(4_000, 4.0, {"float32": 10**12}, {"float32": 100.0}) == pytest.approx(0.01)
+    assert floor_seconds(4_000_000_000, 4.0, {"float32": 10**9}, {"float32": 100.0}) == pytest.approx(1.0)
+
+
+def test_flop_ceilings_are_measured_once_per_machine_and_dtype_then_read_from_the_cache(tmp_path):
+    from pytest_kernelopt.measure.roofline import flop_ceiling_tflops
+
+    cache = tmp_path / "ceilings.json"
+    measured: list[str] = []
+
+    def measure(dtype: str) -> float:
+        measured.append(dtype)
+        if dtype == "float64":
+            raise RuntimeError("no such product here")
+        return {"float32": 51.23, "bfloat16": 790.0}[dtype]
+
+    first = flop_ceiling_tflops(["float32", "bfloat16", "int64", "float64"], measure, cache)
+    assert first == {"float32": 51.2, "bfloat16": 790.0}  # int64: not floating; float64 failed: left out
+    assert measured == ["float32", "bfloat16", "float64"]
+    again = flop_ceiling_tflops(["bfloat16", "float32"], measure, cache)
+    assert again == {"bfloat16": 790.0, "float32": 51.2} and measured == ["float32", "bfloat16", "float64"]
+    cache.write_text("{not json")
+    assert flop_ceiling_tflops(["float32"], measure, cache) == {"float32": 51.2}  # a broken cache: measured again
+    assert measured[-1] == "float32"
 
 
 def test_progress_and_settings_go_to_stderr(bench):

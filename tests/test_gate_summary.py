@@ -84,7 +84,7 @@ def test_compile_setting_and_memory_limit_notes_in_terminal_and_report() -> None
                             compile_speedup_ci=[1.29, 1.31], limit_pct=88.4, baseline_limit_pct=70.1),
                      _model(SUM, "passed", committed=0, stale=0, baseline=1, speed_measured=True))
     note = ("compiled as 'max-autotune' (model.json): 1.300x [1.290, 1.310] over the default compile; the speedup "
-            "column is over that compile; 88% of its memory limit (the compiled model: 70%)")
+            "column is over that compile; 88% of its hardware limit (the compiled model: 70%)")
     lines = gate_lines(result.rows())
     assert any(line.startswith(f"{CHAIN}: {note}") for line in lines)
     assert not any(line.startswith(f"{SUM}:") for line in lines)  # nothing to say

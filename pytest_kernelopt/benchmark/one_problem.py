@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..errors import KerneloptError
-from ..measure.roofline import min_bytes
+from ..measure.roofline import min_bytes, min_flops
 from .records import (
     BASELINE, ERROR_FACTOR_NOTE, PROFILED_RUNS, SEED, BenchJob, ChildMessage, KernelTime, ModeResult, ProblemResult,
 )
@@ -210,16 +210,21 @@ def _profile(result: ProblemResult, fn: Callable[..., Any], inputs: list[Any]) -
 
 
 def _limits(result: ProblemResult) -> None:
-    """Each timed mode's percent of the model's memory limit (see ModeResult.limit_pct)."""
-    from ..measure.roofline import LIMIT_MIN_TRITON_SHARE, limit_pct
+    """Each timed mode's percent of the model's limit, memory and FLOPs (see ModeResult.limit_pct)."""
+    from ..measure.roofline import LIMIT_MIN_TRITON_SHARE, flop_ceiling_tflops, limit_pct
     from ..verify.time_by_kernel import copy_ceiling_gbps
 
-    if not result.min_bytes or result.triton_share is None or result.triton_share < LIMIT_MIN_TRITON_SHARE:
+    if not result.min_bytes or result.triton_share is None:
         return
+    if result.triton_share < LIMIT_MIN_TRITON_SHARE and not result.min_flops:
+        return  # the rest of its time is work neither floor counts
     result.copy_ceiling_gbps = round(copy_ceiling_gbps(), 1)
+    if result.min_flops:
+        result.flop_ceilings_tflops = flop_ceiling_tflops(sorted(result.min_flops))
     for row in result.modes:
         if row.median_us:
-            row.limit_pct = limit_pct(result.min_bytes, row.median_us * 1e-6, result.copy_ceiling_gbps)
+            row.limit_pct = limit_pct(result.min_bytes, row.median_us * 1e-6, result.copy_ceiling_gbps,
+                                      result.min_flops, result.flop_ceilings_tflops)
 
 
 def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
@@ -297,6 +302,7 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
                 row.committed_kernels, row.kernels_note = _kernels_note(backend, messages)
             if row.mode == BASELINE:
                 result.min_bytes = min_bytes(model, inputs, outputs)
+                result.min_flops = min_flops(model, inputs)
             del inputs
             if row.mode == BASELINE and kind == "float64" and len(outputs) == len(reference):
                 from ..verify.model import rebase

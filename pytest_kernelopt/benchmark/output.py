@@ -37,7 +37,7 @@ def bench_table(result: BenchResult) -> Any:
 
     speed = "" if result.speed_measured else "; speed not measured (interpreter mode or no timings)"
     table = Table(title=f"kernelopt bench: speedup = default / mode, medians with 95% CIs{speed}")
-    for col in ("problem", "mode", "median us [95% CI]", "vs default [95% CI]", "of memory limit", "error/scale",
+    for col in ("problem", "mode", "median us [95% CI]", "vs default [95% CI]", "of limit", "error/scale",
                 "compile s", "Triton share", "notes"):
         table.add_column(col, overflow="fold")
     for p in result.problems:

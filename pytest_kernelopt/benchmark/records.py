@@ -66,10 +66,11 @@ class ModeResult(Record):
     samples: int | None = None
     # The verifier's speed policy on that speedup: faster, slower, within noise, or too short to judge.
     vs_default: Literal["faster", "slower", "within noise", "too short to judge"] | None = None
-    # Percent of the model's memory limit this mode reaches: the bytes any implementation must move
-    # (ProblemResult.min_bytes) over its median time, against the measured copy bandwidth. Only for
-    # models whose default compile spends 90% or more of its GPU time in Triton kernels (GEMM- and
-    # conv-heavy models are bounded by FLOPs, not measured here).
+    # Percent of the model's limit this mode reaches (measure/roofline.py): the larger of two floors,
+    # the bytes any implementation must move (ProblemResult.min_bytes) at the measured copy bandwidth
+    # and the FLOPs of its matrix products and convolutions (ProblemResult.min_flops) at the measured
+    # matrix-product rate of their dtype, over the mode's median time. For models whose default
+    # compile spends 90% or more of its GPU time in Triton kernels, or whose FLOPs were counted.
     limit_pct: float | None = None
     # kernelopt: how many Triton kernels ran a committed version, and what the loader said.
     committed_kernels: int | None = None
@@ -109,7 +110,11 @@ class ProblemResult(Record):
     kernels: list[KernelTime] = Field(default_factory=list)
     # The model's memory floor per call: its inputs and parameters read once, its outputs written once.
     min_bytes: int | None = None
+    # FLOPs per call of its matrix products and convolutions, by dtype ({} none; None: not countable,
+    # the model does not run on meta tensors).
+    min_flops: dict[str, int] | None = None
     copy_ceiling_gbps: float | None = None  # measured in this run (CUDA)
+    flop_ceilings_tflops: dict[str, float] | None = None  # matrix-product rate per dtype, measured once per machine
     peak_gib: float | None = None
     wall_seconds: float = 0.0
     environment: Environment | None = None

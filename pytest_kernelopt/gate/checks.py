@@ -241,8 +241,9 @@ class Checks:
 
 
 def _limit(item: Any, session: Any, verdict: Any) -> None:
-    """The model's percent of its memory limit, committed kernels in and the compiler's alone, where
-    Triton kernels bound it (measure/roofline.py); measured on a GPU only, never a reason to fail."""
+    """The model's percent of its limit (memory and FLOPs), committed kernels in and the compiler's
+    alone, where the two floors bound it (measure/roofline.py); measured on a GPU only, never a
+    reason to fail."""
     from ..measure.roofline import LIMIT_MIN_TRITON_SHARE, limit_pct
 
     timing, floor = verdict.model_timing, session.opened.min_bytes
@@ -256,10 +257,12 @@ def _limit(item: Any, session: Any, verdict: Any) -> None:
     triton = sum(k.gpu_us for k in profiled.kernels.values())
     if not profiled.measured or not profiled.copy_gbps or not profiled.model_gpu_us:
         return
-    if triton / profiled.model_gpu_us < LIMIT_MIN_TRITON_SHARE:
-        return  # a GEMM or a convolution bounds it, not memory
-    item.prop("limit_pct", limit_pct(floor, timing.candidate_ms / 1e3, profiled.copy_gbps))
-    item.prop("baseline_limit_pct", limit_pct(floor, timing.baseline_ms / 1e3, profiled.copy_gbps))
+    flops = session.opened.min_flops
+    if triton / profiled.model_gpu_us < LIMIT_MIN_TRITON_SHARE and not flops:
+        return  # the rest of its time is work neither floor counts
+    item.prop("limit_pct", limit_pct(floor, timing.candidate_ms / 1e3, profiled.copy_gbps, flops, profiled.flop_tflops))
+    item.prop("baseline_limit_pct", limit_pct(floor, timing.baseline_ms / 1e3, profiled.copy_gbps, flops,
+                                              profiled.flop_tflops))
 
 
 def figures(item: Any, verdict: Any) -> None:

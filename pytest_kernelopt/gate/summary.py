@@ -57,7 +57,7 @@ class ProblemSummary:
     compile: str | None = None  # model.json's compile setting (None: the defaults)
     compile_speedup: float | None = None  # the model under it over the default compile
     compile_ci: list[float] | None = None
-    limit_pct: float | None = None  # percent of the memory limit with the committed kernels
+    limit_pct: float | None = None  # percent of the limit (measure/roofline.py) with the committed kernels
     baseline_limit_pct: float | None = None  # the compiled model's
     items: list[ItemResult] = field(default_factory=list)  # kernel items by node id, then the model item
 
@@ -83,7 +83,7 @@ class ProblemSummary:
         """How close to the hardware the model runs (Triton-bound models on a GPU)."""
         if self.limit_pct is None:
             return None
-        text = f"{self.limit_pct:.0f}% of its memory limit"
+        text = f"{self.limit_pct:.0f}% of its hardware limit"
         if self.baseline_limit_pct is not None:
             text += f" (the compiled model: {self.baseline_limit_pct:.0f}%)"
         return text + ": its inputs, weights and outputs moved once at the measured copy bandwidth"

@@ -1,18 +1,31 @@
-"""A whole model's memory limit: the bytes one call must move at the least, at the measured copy bandwidth.
+"""A whole model's limit: the time no implementation of one call can beat, from bytes and FLOPs.
 
-The floor is the model's tensor inputs, parameters and buffers read once and its outputs
-written once; at the copy bandwidth measured on the same device (``verify.time_by_kernel``)
-that takes a time no implementation can beat. A model's percent of its limit is that time
-over the model's own. It is shown only where it bounds the model: where Triton kernels
-(memory-bound here) take at least :data:`LIMIT_MIN_TRITON_SHARE` of its GPU time, not where a
-GEMM or a convolution (compute-bound) does. ``kernelopt bench`` and the gate's model item use it.
+Two floors, each a lower bound on a call's time, and the limit is the larger:
+
+* **memory**: the model's tensor inputs, parameters and buffers read once and its outputs
+  written once, at the copy bandwidth measured on the same device (``verify.time_by_kernel``);
+* **compute**: the FLOPs of its matrix products and convolutions (counted with torch's own
+  formulas, :mod:`torch.utils.flop_counter`, per dtype), each dtype's at the matrix-product
+  rate measured on the same device (:func:`flop_ceiling_tflops`, measured once per machine
+  and cached).
+
+A model's percent of its limit is that time over the model's own. It is shown where the two
+floors bound the model: where Triton kernels (memory-bound here) take at least
+:data:`LIMIT_MIN_TRITON_SHARE` of its GPU time, or where its FLOPs were counted (the rest is
+then its GEMMs and convolutions). ``kernelopt bench`` and the gate's model item use it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import os
+import statistics
+from pathlib import Path
+from typing import Any, Callable
 
 LIMIT_MIN_TRITON_SHARE = 0.9
+# The matrix product the FLOP ceiling is measured with (square, n x n by n x n).
+CEILING_N = 8192
 
 
 def min_bytes(model: Any, inputs: list[Any], outputs: list[Any]) -> int:
@@ -23,6 +36,132 @@ def min_bytes(model: Any, inputs: list[Any], outputs: list[Any]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
-def limit_pct(floor_bytes: int, seconds: float, copy_gbps: float) -> float:
-    """Percent of the memory limit a call of ``seconds`` reaches."""
-    return round(100.0 * floor_bytes / seconds / (copy_gbps * 1e9), 1)
+def min_flops(model: Any, inputs: list[Any]) -> dict[str, int] | None:
+    """FLOPs of one call's matrix products and convolutions, by the dtype of their first operand.
+
+    The model runs once on meta tensors (shapes only: no device memory, no device time), its
+    parameters and buffers replaced by meta copies, and each ATen op torch's FLOP counter knows
+    (``mm``, ``addmm``, ``bmm``, convolutions, attention...) is counted with torch's formula.
+    Pointwise work and reductions are not counted (the memory floor bounds those). None when
+    the model cannot run on meta tensors (data-dependent Python, ``.item()``): no FLOP floor then.
+    """
+    import torch
+    from torch.utils import _pytree as pytree
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    counts: dict[str, int] = {}
+
+    class _Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            formula = flop_registry.get(func._overloadpacket)
+            if formula is not None:
+                first = next((t for t in pytree.tree_leaves(args) if isinstance(t, torch.Tensor)), None)
+                if first is not None:
+                    dtype = str(first.dtype).removeprefix("torch.")
+                    counts[dtype] = counts.get(dtype, 0) + int(formula(*args, **kwargs, out_val=out))
+            return out
+
+    def meta(x: Any) -> Any:
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta") if isinstance(x, torch.Tensor) else x
+
+    try:
+        state = {name: meta(t) for name, t in [*model.named_parameters(), *model.named_buffers()]}
+        with torch.no_grad(), _Count():
+            torch.func.functional_call(model, state, tuple(meta(x) for x in inputs))
+    except Exception:  # noqa: BLE001 - a model that needs real data: no FLOP floor, never an error
+        return None
+    return {dtype: n for dtype, n in counts.items() if n > 0}
+
+
+def floor_seconds(floor_bytes: int, copy_gbps: float, flops: dict[str, int] | None = None,
+                  tflops: dict[str, float] | None = None) -> float | None:
+    """The limit of one call: the larger of the memory floor and the compute floor (seconds).
+
+    None when a dtype with counted FLOPs has no measured ceiling (the compute floor is unknown)."""
+    seconds = floor_bytes / (copy_gbps * 1e9)
+    compute = 0.0
+    for dtype, n in (flops or {}).items():
+        rate = (tflops or {}).get(dtype)
+        if not rate:
+            return None
+        compute += n / (rate * 1e12)
+    return max(seconds, compute)
+
+
+def limit_pct(floor_bytes: int, seconds: float, copy_gbps: float, flops: dict[str, int] | None = None,
+              tflops: dict[str, float] | None = None) -> float | None:
+    """Percent of its limit (:func:`floor_seconds`) a call of ``seconds`` reaches."""
+    floor = floor_seconds(floor_bytes, copy_gbps, flops, tflops)
+    return None if floor is None else round(100.0 * floor / seconds, 1)
+
+
+def _cache_file() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "pytest-kernelopt" / "ceilings.json"
+
+
+def _matmul_tflops(dtype: str) -> float:
+    """An n x n by n x n product in ``dtype`` on the current CUDA device: median of 10 timed (TFLOP/s)."""
+    import torch
+
+    a = torch.randn(CEILING_N, CEILING_N, device="cuda").to(getattr(torch, dtype))
+    b = torch.randn(CEILING_N, CEILING_N, device="cuda").to(getattr(torch, dtype))
+    times = []
+    for i in range(13):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.mm(a, b)
+        end.record()
+        end.synchronize()
+        if i >= 3:  # warm-up
+            times.append(start.elapsed_time(end) / 1e3)
+    del a, b
+    return 2.0 * CEILING_N ** 3 / statistics.median(times) / 1e12
+
+
+def flop_ceiling_tflops(dtypes: list[str], measure: Callable[[str], float] | None = None,
+                        cache: Path | None = None) -> dict[str, float]:
+    """Each floating dtype's matrix-product rate on this machine's CUDA device (TFLOP/s).
+
+    Measured once per machine, device, torch version, dtype and float32 precision setting (TF32
+    or not: the problem's own setting is the one its GEMMs run with), then read from
+    ``$XDG_CACHE_HOME/pytest-kernelopt/ceilings.json`` (``~/.cache`` by default). A dtype
+    that is not floating, or whose product fails here, has no ceiling (left out)."""
+    import torch
+
+    measure = measure or _matmul_tflops
+    path = cache or _cache_file()
+    try:
+        known = json.loads(path.read_text())
+        if not isinstance(known, dict):
+            known = {}
+    except (OSError, ValueError):
+        known = {}
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    precision = torch.get_float32_matmul_precision()
+    out: dict[str, float] = {}
+    changed = False
+    for dtype in dtypes:
+        if not getattr(getattr(torch, dtype, None), "is_floating_point", False):
+            continue
+        key = f"{device} | torch {torch.__version__} | {dtype} | float32 matmul precision {precision}"
+        value = known.get(key)
+        if not isinstance(value, (int, float)) or value <= 0:
+            try:
+                value = round(float(measure(dtype)), 1)
+            except Exception:  # noqa: BLE001 - the ceiling is extra: no figure rather than no run
+                continue
+            known[key], changed = value, True
+        out[dtype] = float(value)
+    if changed:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only home: measured again next time
+    return out

@@ -92,7 +92,7 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
     from ..capture import compile_problem
     from ..config import resolve_device
     from ..capture.problem import load_problem
-    from ..measure.roofline import min_bytes
+    from ..measure.roofline import min_bytes, min_flops
     from .tensors import input_checksums
 
     started = time.monotonic()
@@ -106,9 +106,11 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
         compiled = compile_problem(problem, device, inputs=first, measure_eager_peak=True, variant=request.variant)
         eager_peak = compiled.eager_peak_bytes
         floor = min_bytes(compiled.model, first, [])  # inputs, parameters, buffers; outputs below
+        flops = min_flops(compiled.model, first)
         del first
         _PeakTracker.stage()
-        prepared = Prepared(compiled=compiled, device=device, seeds=seeds, references={}, variant=request.variant)
+        prepared = Prepared(compiled=compiled, device=device, seeds=seeds, references={}, variant=request.variant,
+                            min_flops=flops)
         for seed in seeds:
             inputs = prepared.inputs(seed)
             prepared.integrity[seed] = input_checksums(inputs)
@@ -125,6 +127,7 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
         device=device, graphs=summary.graphs, kernels=summary.kernels, externs=summary.externs,
         environment=environment(device), seconds=time.monotonic() - started, reference=kind, reference_note=note,
         eager_peak_bytes=eager_peak, peak_bytes=_PeakTracker.stage(), min_bytes=floor,
+        min_flops=flops,
     )
     return prepared, opened
 

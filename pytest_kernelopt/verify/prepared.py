@@ -58,6 +58,8 @@ class Prepared:
     device: str
     seeds: list[int]
     references: dict[int, Any]  # seed -> model.SeedReference
+    # FLOPs per call of the model's matrix products and convolutions, by dtype (measure/roofline.py).
+    min_flops: dict[str, int] | None = None
     variant: str | None = None  # the compile settings ``compiled`` was compiled under (capture/variants.py)
     integrity: dict[int, Any] = field(default_factory=dict)  # seed -> checksums of the inputs as drawn
     weights: Any = None  # checksums of the model's parameters and buffers

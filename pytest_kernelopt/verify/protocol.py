@@ -103,6 +103,8 @@ class Opened(Message):
     peak_bytes: int | None = None
     # The bytes one model call must move at the least (measure/roofline.py): the memory limit's floor.
     min_bytes: int | None = None
+    # FLOPs of its matrix products and convolutions per call, by dtype: the compute limit's floor.
+    min_flops: dict[str, int] | None = None
 
 
 class StageStarted(Message):
@@ -141,6 +143,8 @@ class Profiled(Message):
     model_gpu_us: float | None = None  # every device activity of one model run
     kernels: dict[str, KernelTime] = Field(default_factory=dict)
     copy_gbps: float | None = None
+    # Matrix-product rate per dtype with counted FLOPs (TFLOP/s; measured once per machine, cached).
+    flop_tflops: dict[str, float] | None = None
 
 
 class Failure(Message):

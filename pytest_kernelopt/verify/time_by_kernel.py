@@ -79,4 +79,8 @@ def profile_model(prepared: Prepared, runs: int) -> Profiled:
     for k in figures.values():
         k.launches = max(1, round(k.launches / runs)) if k.gpu_us else 0
     del inputs
-    return Profiled(measured=True, model_gpu_us=total / runs, kernels=figures, copy_gbps=copy_ceiling_gbps())
+    from ..measure.roofline import flop_ceiling_tflops
+
+    tflops = flop_ceiling_tflops(sorted(prepared.min_flops)) if prepared.min_flops else None
+    return Profiled(measured=True, model_gpu_us=total / runs, kernels=figures, copy_gbps=copy_ceiling_gbps(),
+                    flop_tflops=tflops)
