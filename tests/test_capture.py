@@ -225,3 +225,31 @@ def test_capture_bypasses_inductors_remembered_pick_and_restores_it():
     with pytest.raises(RuntimeError), _without_autotune_cache():
         raise RuntimeError("a failed compile")
     assert AutotuneCache.read_best is original
+
+
+def test_alternatives_come_fastest_first_in_inductors_own_race_and_the_race_is_restored(monkeypatch):
+    """The search tries the compiler's other configurations nearest misses first (issue 23): on the H200 the
+    slowest screened at 0.02-0.4x and spent small budgets before the closer ones."""
+    from types import SimpleNamespace
+
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    from pytest_kernelopt.capture import _alternatives, _recording_races
+
+    def config(xblock: int, warps: int) -> SimpleNamespace:
+        return SimpleNamespace(kwargs={"XBLOCK": xblock}, num_warps=warps, num_stages=1)
+
+    kept, slow, near, unraced = config(128, 4), config(1024, 8), config(256, 4), config(64, 2)
+    class Launcher:  # hashable, as Inductor's launchers are (the race's timings are keyed by them)
+        def __init__(self, cfg: SimpleNamespace) -> None:
+            self.config = cfg
+
+    launchers = {Launcher(c): t for c, t in ((kept, 0.10), (slow, 4.2), (near, 0.11))}
+    monkeypatch.setattr(CachingAutotuner, "benchmark_all_configs", lambda self, *a, **k: launchers)
+    original = CachingAutotuner.benchmark_all_configs
+    autotuner = SimpleNamespace(compile_results=[SimpleNamespace(config=c) for c in (kept, unraced, slow, near)])
+    assert [p["XBLOCK"] for p in _alternatives(autotuner, kept)] == [64, 1024, 256]  # no race: Inductor's order
+    with _recording_races():
+        assert CachingAutotuner.benchmark_all_configs(autotuner) is launchers  # Inductor's result, unchanged
+    assert CachingAutotuner.benchmark_all_configs is original
+    assert [p["XBLOCK"] for p in _alternatives(autotuner, kept)] == [256, 1024, 64]  # raced fastest first, unraced last

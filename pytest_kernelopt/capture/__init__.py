@@ -22,6 +22,7 @@ import ast
 import copy
 import contextlib
 import hashlib
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,8 +233,17 @@ def _point(cfg: Any) -> dict[str, int]:
     return point
 
 
+# Where :func:`_recording_races` leaves a kernel's first-call race on its autotuner.
+RACE_ATTR = "_kernelopt_race"
+
+
 def _alternatives(autotuner: Any, chosen: Any) -> list[dict[str, int]]:
-    """The launch points of the configurations Inductor compiled besides the one it kept."""
+    """The launch points of the configurations Inductor compiled besides the one it kept, fastest
+    first in Inductor's own first-call race where it was recorded (:func:`_recording_races`).
+
+    The race is brief (the reason the search tries them again), but it tells the near misses from
+    the far slower: on the H200 the slowest of them screened at 0.02-0.4x of the pick, and a
+    small ``--budget-s`` was spent on them before the closer ones."""
     out: list[dict[str, int]] = []
     kept = _point(chosen)
     # Inductor drops ``configs`` once it has compiled them (torch 2.11-2.13: ``self.configs =
@@ -246,6 +256,8 @@ def _alternatives(autotuner: Any, chosen: Any) -> list[dict[str, int]]:
             continue
         if point and point != kept and point not in out:
             out.append(point)
+    race = {tuple(sorted(p.items())): t for p, t in getattr(autotuner, RACE_ATTR, None) or []}
+    out.sort(key=lambda p: race.get(tuple(sorted(p.items())), math.inf))  # stable: unraced ones keep their order, last
     return out
 
 
@@ -347,6 +359,32 @@ def _without_autotune_cache() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _recording_races() -> Iterator[None]:
+    """Keep each kernel's first-call race on its autotuner: Inductor's time for every configuration
+    it compiled (``CachingAutotuner.benchmark_all_configs``, torch 2.11-2.13), as launch points."""
+    try:
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    except ImportError:  # another torch: no race recorded, the alternatives keep Inductor's order
+        yield
+        return
+    original = CachingAutotuner.benchmark_all_configs
+
+    def benchmark_all_configs(self: Any, *args: Any, **kwargs: Any) -> Any:
+        timings = original(self, *args, **kwargs)
+        try:
+            setattr(self, RACE_ATTR, [(_point(launcher.config), float(t)) for launcher, t in timings.items()])
+        except Exception:  # noqa: BLE001 - the order is a hint; never a reason to fail a compile
+            pass
+        return timings
+
+    CachingAutotuner.benchmark_all_configs = benchmark_all_configs  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        CachingAutotuner.benchmark_all_configs = original  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
 def _record_wrapper_modules() -> Iterator[list[ModuleType]]:
     """Collect the modules Inductor loads from generated code while the block runs."""
     from torch._inductor.codecache import PyCodeCache
@@ -430,7 +468,7 @@ def compile_problem(
 
     compiled = torch.compile(model, backend="inductor")
     try:
-        with compiling(variant), _without_autotune_cache(), _record_wrapper_modules() as loaded, \
+        with compiling(variant), _without_autotune_cache(), _recording_races(), _record_wrapper_modules() as loaded, \
                 _record_kernel_args() as seen, torch.no_grad():
             compiled(*inputs)
     except (ProblemError, CaptureError):
