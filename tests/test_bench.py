@@ -515,3 +515,30 @@ def test_timed_modes_are_recorded_judged_and_tabled():
     text = console.file.getvalue()
     assert "geomean" in text and "over 2 problem(s)" in text and "cuda-graph timing, 80 rounds" in text
     assert f"{result.geomeans[1].speedup:.3f}x" in text
+
+
+def test_ceilings_are_the_median_of_the_timed_calls_after_the_warm_up(monkeypatch):
+    """Both ceilings (copy, matrix product) time their operation this one way (no GPU here: fake events)."""
+    import torch
+
+    from pytest_kernelopt.measure.roofline import median_event_seconds
+
+    elapsed_ms = iter([3.0, 1.0, 2.0])  # read for the timed calls only, never for the warm-up
+
+    class Event:
+        def __init__(self, enable_timing: bool) -> None:
+            assert enable_timing
+
+        def record(self) -> None:
+            pass
+
+        def synchronize(self) -> None:
+            pass
+
+        def elapsed_time(self, end: "Event") -> float:
+            return next(elapsed_ms)
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    assert median_event_seconds(lambda: calls.append(1), runs=3, warmup=3) == pytest.approx(0.002)
+    assert len(calls) == 6

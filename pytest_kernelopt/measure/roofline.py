@@ -103,23 +103,32 @@ def _cache_file() -> Path:
     return Path(root) / "pytest-kernelopt" / "ceilings.json"
 
 
+def median_event_seconds(fn: Callable[[], object], runs: int = 10, warmup: int = 3) -> float:
+    """Median device time of ``fn`` over ``runs`` calls after ``warmup`` (CUDA events, seconds):
+    how the ceilings are measured."""
+    import torch
+
+    times = []
+    for i in range(warmup + runs):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        if i >= warmup:
+            times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
 def _matmul_tflops(dtype: str) -> float:
     """An n x n by n x n product in ``dtype`` on the current CUDA device: median of 10 timed (TFLOP/s)."""
     import torch
 
     a = torch.randn(CEILING_N, CEILING_N, device="cuda").to(getattr(torch, dtype))
     b = torch.randn(CEILING_N, CEILING_N, device="cuda").to(getattr(torch, dtype))
-    times = []
-    for i in range(13):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.mm(a, b)
-        end.record()
-        end.synchronize()
-        if i >= 3:  # warm-up
-            times.append(start.elapsed_time(end) / 1e3)
+    seconds = median_event_seconds(lambda: torch.mm(a, b))
     del a, b
-    return 2.0 * CEILING_N ** 3 / statistics.median(times) / 1e12
+    return 2.0 * CEILING_N ** 3 / seconds / 1e12
 
 
 def flop_ceiling_tflops(dtypes: list[str], measure: Callable[[str], float] | None = None,

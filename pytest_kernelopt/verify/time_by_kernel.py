@@ -10,7 +10,6 @@ code runs here.
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from .prepared import Prepared
@@ -31,21 +30,15 @@ def copy_ceiling_gbps() -> float:
     """Device-to-device copy bandwidth (GB/s, read + write counted), median of 10 timed copies."""
     import torch
 
+    from ..measure.roofline import median_event_seconds
+
     free, _ = torch.cuda.mem_get_info()
     n = max(1 << 24, min(COPY_BYTES, free // 10)) // 2
     src = torch.empty(n, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    times = []
-    for i in range(13):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        if i >= 3:  # warm-up
-            times.append(start.elapsed_time(end) / 1e3)
+    seconds = median_event_seconds(lambda: dst.copy_(src))
     del src, dst
-    return 2 * n / statistics.median(times) / 1e9
+    return 2 * n / seconds / 1e9
 
 
 def profile_model(prepared: Prepared, runs: int) -> Profiled:
