@@ -695,6 +695,30 @@ def test_a_near_miss_is_pinned_before_the_compiler_pick(tmp_path):
     assert not any(label == "compiler (pin)" for label, _ in session.calls)
 
 
+def test_pins_are_not_stored_when_the_model_with_them_is_slower(tmp_path):
+    # Each pin passes alone (1.0x at full length); the model with the pin in force runs 0.997x
+    # [0.996, 0.998]: a loss, so nothing is stored (measured on the H200: a group norm).
+    class SlowerTogether(FakeSession):
+        def verify_model(self, replacements):
+            self.models = [*getattr(self, "models", []), sorted(replacements)]
+            return Verdict(model="m", kernel="all", candidate="stored and pinned", candidate_sha256="",
+                           status="correct", model_timing=_timing(0.997, half=0.001), speed_measured=True)
+
+    session = SlowerTogether(_varying(), {4: 1.0}, seconds=0.0)
+    tuner, run, store = _tuner(tmp_path, session)
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    run.close()
+    k = outcome.kernels[0]
+    assert session.models == [[k.kernel]]  # the model was timed with the pin in force
+    assert k.stored_version is None and not k.pinned
+    assert "not pinned: the model with the pinned version(s) measured 0.997x [0.996, 0.998], slower than the " \
+           "compiled model" in k.message
+    assert not list((tmp_path / "kernels").rglob("v*.py"))
+    assert not store.model_record("m").baselines
+    _, events = load_run(run.root)
+    assert any(e.event == "pins-not-stored" for e in events)
+
+
 @pytest.mark.parametrize("configs, speed, pin, why", [
     (1, {4: 1.0}, True, None),  # one configuration compiled: the pick does not vary
     (3, {4: 1.0}, False, None),  # --no-pin

@@ -10,7 +10,8 @@ Per problem, after its kernels (:meth:`Keeper.finish_model`): the combine pass
 (``_combine``) tries the kernels' near misses together: versions too small to clear the
 model-level gain alone are stored as a set when the model with all of them clears it.
 Then the pin pass (``_pin``) stores, for kernels whose compiler pick varies between
-compiles, the fastest configuration the run measured. Then the model's baseline (the
+compiles, the fastest configuration the run measured, if the model with the pins is not
+slower beyond noise than without them. Then the model's baseline (the
 gate's reference) is recorded. On a CPU (interpreter mode) speed is not measured and
 nothing is stored. Every store write is atomic.
 """
@@ -120,8 +121,9 @@ class Keeper:
         combined = self._combine(model, tuned, stored, verdict, ev, stop_reason)
         if combined is not None:
             verdict = combined
-        if self._pin(model, tuned, stored, ev, stop_reason):
-            verdict = self.bench.model_check(stored, "stored and pinned", ev)
+        pinned = self._pin(model, tuned, stored, verdict, ev, stop_reason)
+        if pinned is not None:
+            verdict = pinned
         if verdict is None:
             return
         outcome.model_timing = verdict.model_timing
@@ -216,24 +218,28 @@ class Keeper:
         return verdict
 
     def _pin(self, model: str, tuned: dict[str, tuple[KernelState, KernelOutcome, str | None]],
-             stored: dict[str, str], ev: Callable[..., Any], stop_reason: str | None) -> bool:
+             stored: dict[str, str], before: Verdict | None, ev: Callable[..., Any],
+             stop_reason: str | None) -> Verdict | None:
         """Fix the launch configuration of kernels whose compiler pick varies between compiles.
 
         Where Inductor compiled several configurations of a kernel, it times them once at
         the first call and keeps the fastest of that one noisy race, so two compiles of one
         model can run different configurations (on the H200, 51 vs 83 us for one pooling
         kernel, 77 vs 88 us for one reduction). A kernel of that kind that nothing beat beyond
-        the model gain is stored ("pinned") as the fastest this run measured: its best
-        candidate that was faster alone beyond noise, else the compiler's own pick of this
-        compile (which every candidate tried failed to beat). Either is checked at full
-        length and stored only when correct and not slower than the compiled model's.
-        Returns whether anything was pinned.
+        the model gain is pinned to the fastest this run measured: its best candidate that
+        was faster alone beyond noise, else the compiler's own pick of this compile (which
+        every candidate tried failed to beat). Each is checked at full length alone; then the
+        model with every pin and every stored version in force is timed, and the pins are
+        stored only if that model is not slower beyond noise than without them (``before``,
+        or the compiled model where nothing else is stored): a pin is a loss otherwise (on
+        the H200 a group norm's pin passed alone at 1.000x and the model with it ran
+        0.997x [0.996, 0.998]). Returns the model's verdict with the pins, None if none stored.
         """
         from ..store import accept_verdict
 
         if not self.pin or stop_reason or self.coder.stopped:
-            return False
-        pinned = False
+            return None
+        chosen: dict[str, tuple[str, str, Verdict]] = {}
         for name, (state, result, _) in tuned.items():
             configs = state.info.launch.compiled_configs or 0
             if name in stored or configs < 2:
@@ -241,25 +247,41 @@ class Keeper:
             if self.run_left() < 2 * state.estimate():
                 result.message += "; not pinned: the run's budget is spent"
                 break
-            choice: tuple[str, str, Verdict] | None = None
             sha = self._near_miss(state)
             if sha is not None:
                 origin = next(a.origin for a in state.attempts if a.sha256 == sha)
                 v = self.bench.confirm(state, sha, f"{origin} (pin)", ev)
                 k, m = v.kernel_timing, v.model_timing
                 if v.status != "rejected" and k is not None and m is not None and k.ci_low > 1.0 and m.speedup >= 1.0:
-                    choice = (origin, state.sources[sha], v)
-            if choice is None:
-                compiler = sha256_text(state.original)
-                state.sources[compiler] = state.original
-                v = self.bench.confirm(state, compiler, "compiler (pin)", ev)
-                m = v.model_timing
-                if v.status != "rejected" and m is not None and m.ci_high >= 1.0:
-                    choice = ("compiler", state.original, v)
-            if choice is None:
+                    chosen[name] = (origin, state.sources[sha], v)
+                    continue
+            compiler = sha256_text(state.original)
+            state.sources[compiler] = state.original
+            v = self.bench.confirm(state, compiler, "compiler (pin)", ev)
+            m = v.model_timing
+            if v.status != "rejected" and m is not None and m.ci_high >= 1.0:
+                chosen[name] = ("compiler", state.original, v)
+            else:
                 result.message += "; not pinned: no configuration measured at least as fast as the compiler's pick"
-                continue
-            origin, text, verdict = choice
+        if not chosen:
+            return None
+        together = self.bench.model_check({**stored, **{n: text for n, (_, text, _) in chosen.items()}},
+                                          "stored and pinned", ev)
+        t, floor = together.model_timing, before.model_timing if before is not None else None
+        reference = floor.ci_low if floor is not None else 1.0
+        if together.status == "rejected" or t is None or t.ci_high < reference:
+            measured = f"{t.speedup:.3f}x [{t.ci_low:.3f}, {t.ci_high:.3f}]" if t is not None else together.reason
+            against = (f"{floor.speedup:.3f}x [{floor.ci_low:.3f}, {floor.ci_high:.3f}] without them"
+                       if floor is not None else "the compiled model")
+            for name in chosen:
+                tuned[name][1].message += (f"; not pinned: the model with the pinned version(s) measured {measured}, "
+                                           f"slower than {against}")
+            ev("benchmarker", "pins-not-stored", kernels=sorted(chosen), reason=measured)
+            return None
+        pinned = False
+        for name, (origin, text, verdict) in chosen.items():
+            state, result, _ = tuned[name]
+            configs = state.info.launch.compiled_configs or 0
             try:
                 out = accept_verdict(self.store, model, name, text, verdict, allow_no_gain=True,
                                      provenance=self._provenance(origin, "pinned"),
@@ -272,15 +294,15 @@ class Keeper:
                version=out.record.version if out.record else None)
             if not self._in_store(model, name, result, out):
                 continue
-            t = verdict.model_timing
+            timing = verdict.model_timing
             result.pinned = True
             result.best_origin, result.best_sha256 = origin, sha256_text(text)
-            result.best_timing, result.best_kernel_timing = t, verdict.kernel_timing
-            result.message += (f"; pinned v{out.record.version} ({origin}, {t.speedup:.3f}x): Inductor picks among "  # type: ignore[union-attr]
-                               f"{configs} launch configurations by timing them at each compile, so its pick varies")
+            result.best_timing, result.best_kernel_timing = timing, verdict.kernel_timing
+            result.message += (f"; pinned v{out.record.version} ({origin}, {timing.speedup:.3f}x): Inductor picks "  # type: ignore[union-attr]
+                               f"among {configs} launch configurations by timing them at each compile, so its pick varies")
             stored[name] = text
             pinned = True
-        return pinned
+        return together if pinned else None
 
     def _provenance(self, origin: str, how: str | None = None) -> Any:
         """Who proposed a version this run stores: the candidate's origin, the backend, its spend so far."""
