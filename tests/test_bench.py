@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import math
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -249,7 +251,7 @@ def test_the_limit_counts_the_flops_of_matrix_products_at_their_dtypes_measured_
     assert unknown.modes[0].limit_pct is None
 
 
-def test_flops_are_counted_on_meta_tensors_per_dtype_with_torchs_formulas():
+def test_flops_are_counted_on_meta_tensors_per_rate_with_torchs_formulas():
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -269,8 +271,18 @@ def test_flops_are_counted_on_meta_tensors_per_dtype_with_torchs_formulas():
     inputs = [torch.randn(16, 64), torch.randn(2, 3, 10, 10), torch.randn(2, 4, 8), torch.randn(2, 8, 5)]
     with FlopCounterMode(display=False) as counter:
         model.conv(inputs[1])
-    flops = min_flops(model, inputs)
-    assert flops == {"float32": 2 * 16 * 64 * 32 + counter.get_total_flops(), "float16": 2 * 2 * 4 * 8 * 5}
+    linear, conv, bmm = 2 * 16 * 64 * 32, counter.get_total_flops(), 2 * 2 * 4 * 8 * 5
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    try:
+        # torch's defaults: float32 convolutions on TF32, float32 matrix products not
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = True, False
+        flops = min_flops(model, inputs)
+        assert flops == {"float32": linear, "tf32": conv, "float16": bmm}
+        # set_float32_matmul_precision("high") and cuDNN's TF32 off
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = False, True
+        assert min_flops(model, inputs) == {"tf32": linear, "float32": conv, "float16": bmm}
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
     assert model.linear.weight.device.type == "cpu" and not model.linear.weight.is_meta  # the model is untouched
 
     class Pointwise(torch.nn.Module):
@@ -287,7 +299,18 @@ def test_flops_are_counted_on_meta_tensors_per_dtype_with_torchs_formulas():
     assert floor_seconds(4_000_000_000, 4.0, {"float32": 10**9}, {"float32": 100.0}) == pytest.approx(1.0)
 
 
-def test_flop_ceilings_are_measured_once_per_machine_and_dtype_then_read_from_the_cache(tmp_path):
+def test_tf32_is_read_from_the_new_api_where_torch_refuses_the_legacy_flag():
+    # In a fresh Python: once torch's new TF32 API is set, reading the legacy flag raises (and
+    # the suite's own process must not mix the two).
+    code = ("import torch\nfrom pytest_kernelopt.measure.roofline import tf32_allowed\n"
+            "if not hasattr(torch.backends.cuda.matmul, 'fp32_precision'):\n    print('old torch'); raise SystemExit\n"
+            "torch.backends.cuda.matmul.fp32_precision = 'tf32'\ntorch.backends.cudnn.conv.fp32_precision = 'ieee'\n"
+            "print(tf32_allowed(False), tf32_allowed(True))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() in (["True", "False"], ["old", "torch"]), done.stderr
+
+
+def test_flop_ceilings_are_measured_once_per_machine_and_rate_then_read_from_the_cache(tmp_path):
     from pytest_kernelopt.measure.roofline import flop_ceiling_tflops
 
     cache = tmp_path / "ceilings.json"
@@ -297,13 +320,13 @@ def test_flop_ceilings_are_measured_once_per_machine_and_dtype_then_read_from_th
         measured.append(dtype)
         if dtype == "float64":
             raise RuntimeError("no such product here")
-        return {"float32": 51.23, "bfloat16": 790.0}[dtype]
+        return {"float32": 51.23, "bfloat16": 790.0, "tf32": 370.04}[dtype]
 
-    first = flop_ceiling_tflops(["float32", "bfloat16", "int64", "float64"], measure, cache)
-    assert first == {"float32": 51.2, "bfloat16": 790.0}  # int64: not floating; float64 failed: left out
-    assert measured == ["float32", "bfloat16", "float64"]
-    again = flop_ceiling_tflops(["bfloat16", "float32"], measure, cache)
-    assert again == {"bfloat16": 790.0, "float32": 51.2} and measured == ["float32", "bfloat16", "float64"]
+    first = flop_ceiling_tflops(["float32", "bfloat16", "int64", "float64", "tf32"], measure, cache)
+    assert first == {"float32": 51.2, "bfloat16": 790.0, "tf32": 370.0}  # int64: not floating; float64 failed
+    assert measured == ["float32", "bfloat16", "float64", "tf32"]
+    again = flop_ceiling_tflops(["bfloat16", "float32", "tf32"], measure, cache)
+    assert again == {"bfloat16": 790.0, "float32": 51.2, "tf32": 370.0} and len(measured) == 4
     cache.write_text("{not json")
     assert flop_ceiling_tflops(["float32"], measure, cache) == {"float32": 51.2}  # a broken cache: measured again
     assert measured[-1] == "float32"

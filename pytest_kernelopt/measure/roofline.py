@@ -5,7 +5,8 @@ Two floors, each a lower bound on a call's time, and the limit is the larger:
 * **memory**: the model's tensor inputs, parameters and buffers read once and its outputs
   written once, at the copy bandwidth measured on the same device (``verify.time_by_kernel``);
 * **compute**: the FLOPs of its matrix products and convolutions (counted with torch's own
-  formulas, :mod:`torch.utils.flop_counter`, per dtype), each dtype's at the matrix-product
+  formulas, :mod:`torch.utils.flop_counter`, per rate: the operands' dtype, or ``tf32`` for
+  float32 work torch lets run on TF32 tensor cores), each rate's at the matrix-product
   rate measured on the same device (:func:`flop_ceiling_tflops`, measured once per machine
   and cached).
 
@@ -36,8 +37,39 @@ def min_bytes(model: Any, inputs: list[Any], outputs: list[Any]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
+def tf32_allowed(convolution: bool) -> bool:
+    """Whether torch lets float32 convolutions (cuDNN) or matrix products (cuBLAS) run on TF32 tensor
+    cores. Read, never set: the legacy flags (``allow_tf32``) when readable, else the new API's
+    ``fp32_precision`` (torch refuses to read the legacy flag once the new one was set)."""
+    import torch
+
+    try:
+        return bool(torch.backends.cudnn.allow_tf32 if convolution else torch.backends.cuda.matmul.allow_tf32)
+    except RuntimeError:
+        chain = ([torch.backends.cudnn.conv, torch.backends.cudnn, torch.backends] if convolution
+                 else [torch.backends.cuda.matmul, torch.backends])
+        for module in chain:
+            precision = getattr(module, "fp32_precision", "none")
+            if precision != "none":
+                return precision == "tf32"
+        return False
+
+
+def flop_rate(func: Any, dtype: Any) -> str:
+    """The rate a counted op runs at: its operands' dtype, or ``tf32`` for float32 work torch lets
+    run on TF32 tensor cores (:func:`tf32_allowed`: convolutions by cuDNN's setting, on by
+    default; matrix products and the rest by cuBLAS's, off by default). The floor must be a
+    lower bound: counted at the float32 rate, a TF32 convolution read as 290% of its limit on
+    the H200."""
+    import torch
+
+    if dtype != torch.float32:
+        return str(dtype).removeprefix("torch.")
+    return "tf32" if tf32_allowed("convolution" in str(func)) else "float32"
+
+
 def min_flops(model: Any, inputs: list[Any]) -> dict[str, int] | None:
-    """FLOPs of one call's matrix products and convolutions, by the dtype of their first operand.
+    """FLOPs of one call's matrix products and convolutions, by the rate they run at (:func:`flop_rate`).
 
     The model runs once on meta tensors (shapes only: no device memory, no device time), its
     parameters and buffers replaced by meta copies, and each ATen op torch's FLOP counter knows
@@ -60,8 +92,8 @@ def min_flops(model: Any, inputs: list[Any]) -> dict[str, int] | None:
             if formula is not None:
                 first = next((t for t in pytree.tree_leaves(args) if isinstance(t, torch.Tensor)), None)
                 if first is not None:
-                    dtype = str(first.dtype).removeprefix("torch.")
-                    counts[dtype] = counts.get(dtype, 0) + int(formula(*args, **kwargs, out_val=out))
+                    rate = flop_rate(func, first.dtype)
+                    counts[rate] = counts.get(rate, 0) + int(formula(*args, **kwargs, out_val=out))
             return out
 
     def meta(x: Any) -> Any:
@@ -73,18 +105,18 @@ def min_flops(model: Any, inputs: list[Any]) -> dict[str, int] | None:
             torch.func.functional_call(model, state, tuple(meta(x) for x in inputs))
     except Exception:  # noqa: BLE001 - a model that needs real data: no FLOP floor, never an error
         return None
-    return {dtype: n for dtype, n in counts.items() if n > 0}
+    return {rate: n for rate, n in counts.items() if n > 0}
 
 
 def floor_seconds(floor_bytes: int, copy_gbps: float, flops: dict[str, int] | None = None,
                   tflops: dict[str, float] | None = None) -> float | None:
     """The limit of one call: the larger of the memory floor and the compute floor (seconds).
 
-    None when a dtype with counted FLOPs has no measured ceiling (the compute floor is unknown)."""
+    None when a rate with counted FLOPs has no measured ceiling (the compute floor is unknown)."""
     seconds = floor_bytes / (copy_gbps * 1e9)
     compute = 0.0
-    for dtype, n in (flops or {}).items():
-        rate = (tflops or {}).get(dtype)
+    for rate_name, n in (flops or {}).items():
+        rate = (tflops or {}).get(rate_name)
         if not rate:
             return None
         compute += n / (rate * 1e12)
@@ -120,28 +152,46 @@ def median_event_seconds(fn: Callable[[], object], runs: int = 10, warmup: int =
     return statistics.median(times)
 
 
-def _matmul_tflops(dtype: str) -> float:
-    """An n x n by n x n product in ``dtype`` on the current CUDA device: median of 10 timed (TFLOP/s)."""
+def _matmul_tflops(rate: str) -> float:
+    """An n x n by n x n product at ``rate`` (a dtype, or ``tf32``: float32 with TF32 allowed) on the
+    current CUDA device: median of 10 timed (TFLOP/s). Sets torch's TF32 flag: run it in a
+    process of its own (:func:`_measure_in_child`)."""
     import torch
 
-    a = torch.randn(CEILING_N, CEILING_N, device="cuda").to(getattr(torch, dtype))
-    b = torch.randn(CEILING_N, CEILING_N, device="cuda").to(getattr(torch, dtype))
+    torch.backends.cuda.matmul.allow_tf32 = rate == "tf32"
+    dtype = torch.float32 if rate == "tf32" else getattr(torch, rate)
+    a = torch.randn(CEILING_N, CEILING_N, device="cuda").to(dtype)
+    b = torch.randn(CEILING_N, CEILING_N, device="cuda").to(dtype)
     seconds = median_event_seconds(lambda: torch.mm(a, b))
-    del a, b
     return 2.0 * CEILING_N ** 3 / seconds / 1e12
 
 
-def flop_ceiling_tflops(dtypes: list[str], measure: Callable[[str], float] | None = None,
-                        cache: Path | None = None) -> dict[str, float]:
-    """Each floating dtype's matrix-product rate on this machine's CUDA device (TFLOP/s).
+def _measure_in_child(rate: str, timeout: float = 120.0) -> float:
+    """:func:`_matmul_tflops` in a fresh Python on the same device: the caller's TF32 settings are
+    never touched (torch refuses mixing its two APIs for them, and Inductor reads them)."""
+    import subprocess
+    import sys
 
-    Measured once per machine, device, torch version, dtype and float32 precision setting (TF32
-    or not: the problem's own setting is the one its GEMMs run with), then read from
-    ``$XDG_CACHE_HOME/pytest-kernelopt/ceilings.json`` (``~/.cache`` by default). A dtype
-    that is not floating, or whose product fails here, has no ceiling (left out)."""
+    code = ("import json, sys\nfrom pytest_kernelopt.measure.roofline import _matmul_tflops\n"
+            "print(json.dumps(_matmul_tflops(sys.argv[1])))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run([sys.executable, "-c", code, rate], capture_output=True, text=True, timeout=timeout,
+                          env=env, check=True)
+    return float(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def flop_ceiling_tflops(rates: list[str], measure: Callable[[str], float] | None = None,
+                        cache: Path | None = None) -> dict[str, float]:
+    """Each rate's matrix-product throughput on this machine's CUDA device (TFLOP/s).
+
+    A rate is a floating dtype, or ``tf32`` (float32 with TF32 allowed; ``float32`` is measured
+    with it off), as :func:`min_flops` counts them. Measured once per machine, device, torch
+    version and rate, then read from ``$XDG_CACHE_HOME/pytest-kernelopt/ceilings.json``
+    (``~/.cache`` by default). A rate that is not floating, or whose product fails here, has
+    no ceiling (left out)."""
     import torch
 
-    measure = measure or _matmul_tflops
+    measure = measure or _measure_in_child
     path = cache or _cache_file()
     try:
         known = json.loads(path.read_text())
@@ -150,21 +200,20 @@ def flop_ceiling_tflops(dtypes: list[str], measure: Callable[[str], float] | Non
     except (OSError, ValueError):
         known = {}
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    precision = torch.get_float32_matmul_precision()
     out: dict[str, float] = {}
     changed = False
-    for dtype in dtypes:
-        if not getattr(getattr(torch, dtype, None), "is_floating_point", False):
+    for rate in rates:
+        if rate != "tf32" and not getattr(getattr(torch, rate, None), "is_floating_point", False):
             continue
-        key = f"{device} | torch {torch.__version__} | {dtype} | float32 matmul precision {precision}"
+        key = f"{device} | torch {torch.__version__} | {rate}"
         value = known.get(key)
         if not isinstance(value, (int, float)) or value <= 0:
             try:
-                value = round(float(measure(dtype)), 1)
+                value = round(float(measure(rate)), 1)
             except Exception:  # noqa: BLE001 - the ceiling is extra: no figure rather than no run
                 continue
             known[key], changed = value, True
-        out[dtype] = float(value)
+        out[rate] = float(value)
     if changed:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
