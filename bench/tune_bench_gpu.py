@@ -71,15 +71,25 @@ def main() -> int:
             row["tune_error"] = record.get("error")
         except (ValueError, KeyError, IndexError) as exc:
             row["tune_error"] = f"no run record ({exc})"
-        # Where a screened candidate's seconds go, per cascade stage (median over the run's verdicts).
+        # Where a screened candidate's seconds go, per cascade stage (median over the run's verdicts),
+        # and what the problem cost before its first kernel's search (harvest, compile trials, open).
         stages: dict[str, list[float]] = {}
+        before: dict[str, float] = {}
         for trace in runs.glob("*/trace.jsonl"):
             for line in trace.read_text().splitlines():
                 event = json.loads(line)
+                data = event.get("data", {})
                 if event.get("event") == "verdict":
-                    for stage, seconds in (event.get("data", {}).get("stages") or {}).items():
+                    for stage, seconds in (data.get("stages") or {}).items():
                         stages.setdefault(stage, []).append(seconds)
+                elif event.get("event") == "harvest":
+                    before["harvest"] = round(sum((data.get("seconds") or {}).values()), 1)
+                elif event.get("event") == "compile-trial":
+                    before["compile"] = round(before.get("compile", 0.0) + (data.get("seconds") or 0.0), 1)
+                elif event.get("event") == "opened":
+                    before["open"] = data.get("seconds")
         row["stage_s"] = {k: round(sorted(v)[len(v) // 2], 2) for k, v in stages.items()}
+        row["before_search_s"] = before
         bench_json = args.out / f"{name}.bench.json"
         bench = [*cli, "bench", str(problem), "--modes", "default,max-autotune-no-cudagraphs,kernelopt",
                  "--kernels-dir", str(kernels), "--json", str(bench_json)]
