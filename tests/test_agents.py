@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_kernelopt.agents import TuneOptions, Tuner
-from pytest_kernelopt.agents.harvest import Harvested, HarvestResult, matches, stem
+from pytest_kernelopt.agents.harvest import Harvested, HarvestResult, layout, matches, stem
 from pytest_kernelopt.agents.launch_space import Limits, describe, neighbours, read_point, with_point
 from pytest_kernelopt.agents.planner import limit_pct, plan
 from pytest_kernelopt.agents.profiler import build_profile, bytes_moved, classify, parse_ncu_csv
@@ -125,6 +125,13 @@ def test_harvested_kernels_match_by_fingerprint_or_call_convention():
     assert not matches(base, alt.model_copy(update={"written": ["in_ptr0"]}))
     assert not matches(base, alt.model_copy(update={"name": "triton_per_fused_mean_3"}))
     assert matches(base, alt.model_copy(update={"name": "other", "fingerprint": base.fingerprint}))
+    # The same name and argument names, compiled for other argument layouts: another job.
+    assert matches(base, alt.model_copy(update={"layout": layout(base)}))
+    for field, value in (("shape", [8, 64]), ("stride", [1, 8]), ("dtype", "float16")):
+        args = [a.model_copy(update={field: value}) if a.kind == "tensor" else a for a in base.args]
+        assert not matches(base, alt.model_copy(update={"layout": layout(base.model_copy(update={"args": args}))}))
+    args = [a.model_copy(update={"value": 7}) if a.kind == "int" else a for a in base.args]
+    assert not matches(base, alt.model_copy(update={"layout": layout(base.model_copy(update={"args": args}))}))
 
 
 # --- profiler and planner ------------------------------------------------------------------
@@ -972,7 +979,8 @@ def test_the_persistent_rows_variant_holds_a_long_row_on_chip_and_matches_the_lo
     (alt,) = harvest._compile_variant(problem, interpreter, "persistent-rows")
     assert alt.name.startswith("triton_per_")
     found = harvest.Harvested(variant="persistent-rows", name=alt.name, graph=alt.graph, fingerprint=alt.fingerprint,
-                              args=[a.name for a in alt.args], written=alt.written_args, source="")
+                              args=[a.name for a in alt.args], written=alt.written_args, layout=harvest.layout(alt),
+                              source="")
     assert harvest.matches(base, found)
     # The choices are Inductor's own again afterwards: the next compile loops as before.
     (again,) = compile_problem(problem, interpreter).summary().kernels

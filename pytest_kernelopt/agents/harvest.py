@@ -5,10 +5,11 @@ wider configuration search, coordinate-descent tuning, looped instead of
 persistent reductions) in a child process that exits before the verification
 session opens, so its GPU memory is never held beside the session's. Each kernel
 of each variant is rendered as a candidate file; the parent keeps those that fit a
-kernel of the default compile: the same graph, the same argument list (names and
-which it writes) and the same fused operations (the name without Inductor's
-``triton_per_``/``triton_red_``/``triton_poi_`` prefix and its counter). The
-cascade then judges them like any other candidate.
+kernel of the default compile: the same graph, the same argument list (names, which
+it writes, and each one's shape, strides, dtype and scalar value: a kernel compiled for
+another layout indexes its arguments differently) and the same fused operations (the
+name without Inductor's ``triton_per_``/``triton_red_``/``triton_poi_`` prefix and its
+counter). The cascade then judges them like any other candidate.
 
 Run as ``python -m pytest_kernelopt.agents.harvest PROBLEM DEVICE OUT.json VARIANT...``.
 """
@@ -40,6 +41,7 @@ class Harvested(BaseModel):
     args: list[str]
     written: list[str]
     source: str  # the kernel in candidate format
+    layout: list[list[Any]] | None = None  # per argument (:func:`layout`); None: not recorded, not compared
 
 
 class HarvestResult(BaseModel):
@@ -59,13 +61,23 @@ def stem(name: str) -> str:
     return re.sub(r"_\d+$", "", _PREFIX.sub("", name))
 
 
+def layout(info: KernelInfo) -> list[list[Any]]:
+    """What a kernel's arguments are, as the compiled model passes them: kind, shape, strides, dtype, scalar value."""
+    return [[a.kind, a.shape, a.stride, a.dtype, a.value] for a in info.args]
+
+
 def matches(base: KernelInfo, alt: Harvested) -> bool:
+    """Whether ``alt`` can stand in for ``base``: the same kernel, or the same job on the same arguments.
+
+    On the H200 a convolution's layout kernel of the coordinate-descent compile had the default
+    compile's name and argument names but another layout job (it left 6.4 million outputs unwritten)."""
     if alt.graph != base.graph:
         return False
     if alt.fingerprint == base.fingerprint:
         return True
     return (stem(alt.name) == stem(base.name) and alt.args == [a.name for a in base.args]
-            and sorted(alt.written) == sorted(base.written_args))
+            and sorted(alt.written) == sorted(base.written_args)
+            and (alt.layout is None or alt.layout == layout(base)))
 
 
 def harvest(problem: Path, device: str, variants: list[str], timeout: float) -> HarvestResult:
@@ -111,7 +123,7 @@ def main(argv: list[str]) -> int:
             for info in _compile_variant(problem, device, variant):
                 result.kernels.append(Harvested(
                     variant=variant, name=info.name, graph=info.graph, fingerprint=info.fingerprint,
-                    args=[a.name for a in info.args], written=info.written_args,
+                    args=[a.name for a in info.args], written=info.written_args, layout=layout(info),
                     source=render_dump(info, problem.id)))
         except Exception as exc:  # one variant failing leaves the others
             result.errors[variant] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
