@@ -310,6 +310,20 @@ def test_tf32_is_read_from_the_new_api_where_torch_refuses_the_legacy_flag():
     assert done.stdout.split() in (["True", "False"], ["old", "torch"]), done.stderr
 
 
+def test_a_ceiling_the_child_cannot_measure_is_left_out(tmp_path):
+    # The real measuring child (a fresh Python: the caller's TF32 settings untouched) on a machine
+    # without CUDA fails; no figure, never an error, nothing cached.
+    import torch
+
+    from pytest_kernelopt.measure.roofline import flop_ceiling_tflops
+
+    if torch.cuda.is_available():
+        pytest.skip("measures for real on a GPU")
+    cache = tmp_path / "ceilings.json"
+    assert flop_ceiling_tflops(["tf32"], cache=cache) == {}
+    assert not cache.exists()
+
+
 def test_flop_ceilings_are_measured_once_per_machine_and_rate_then_read_from_the_cache(tmp_path):
     from pytest_kernelopt.measure.roofline import flop_ceiling_tflops
 

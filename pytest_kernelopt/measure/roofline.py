@@ -172,11 +172,12 @@ def _measure_in_child(rate: str, timeout: float = 120.0) -> float:
     import subprocess
     import sys
 
+    from ..child import child_env
+
     code = ("import json, sys\nfrom pytest_kernelopt.measure.roofline import _matmul_tflops\n"
             "print(json.dumps(_matmul_tflops(sys.argv[1])))")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     done = subprocess.run([sys.executable, "-c", code, rate], capture_output=True, text=True, timeout=timeout,
-                          env=env, check=True)
+                          env=child_env(), check=True)
     return float(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
