@@ -900,6 +900,35 @@ def test_tune_workers_and_shards_merge_into_one_run(tmp_path):
     assert bad.returncode == 2 and "--shard" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 
+def test_kernel_limits_place_the_compiler_max_autotune_and_the_stored_version(capsys):
+    from pytest_kernelopt.agents.planner import kernel_limits
+    from pytest_kernelopt.agents.progress import print_tune_table
+    from pytest_kernelopt.agents.run_records import Attempt, KernelOutcome, KernelProfile, ProblemOutcome
+
+    prof = KernelProfile(kernel="k", source="roofline", bottleneck="memory", share=0.9, roofline_pct=78.5)
+    autotuned = Attempt(kernel="k", origin="harvest:max-autotune", sha256="a", status="correct",
+                        kernel_timing=_timing(1.02))
+    other = Attempt(kernel="k", origin="harvest:compiled", sha256="b", status="correct", kernel_timing=_timing(0.5))
+    outcome = KernelOutcome(kernel="k", fingerprint="f", profile=prof, history=[other, autotuned], stored_version=1,
+                            best_kernel_timing=_timing(1.174))
+    limits = kernel_limits(outcome)
+    assert (limits.compiler, limits.max_autotune, limits.stored) == (78.5, 80.1, 92.2)
+    assert limits.text() == "78.5% / 80.1% -> 92.2%"
+    # Tuned on the max-autotune compile: the compiler's kernel is max-autotune's.
+    assert kernel_limits(outcome, compile_chosen="max-autotune").max_autotune == 78.5
+    # Nothing stored, max-autotune's kernel not timed: only the compiler's figure.
+    bare = outcome.model_copy(update={"history": [other], "stored_version": None})
+    assert kernel_limits(bare).text() == "78.5% / -"
+    # No timing (interpreter mode: bytes only): no figure at all.
+    cpu = outcome.model_copy(update={"profile": prof.model_copy(update={"source": "bytes"})})
+    assert kernel_limits(cpu).text() == "-"
+    record = RunRecord(run_id="t", started="now", agent="search", kernels_dir="k",
+                       problems=[ProblemOutcome(model="m", problem="m.py", device="cuda", speed_measured=True,
+                                                kernels=[outcome])])
+    print_tune_table(record)
+    assert "78.5% / 80.1% -> 92.2%" in capsys.readouterr().out
+
+
 def test_profile_notes_say_why_figures_are_estimates():
     a = _info(name="k_a")
     cpu = build_profile("m", "cpu", [a], Profiled(measured=False), None, "interpreter mode: no timing")

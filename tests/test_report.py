@@ -54,9 +54,9 @@ def test_markdown_report_shows_the_records_figures(run):
     assert "| rms_norm | `models/rms_norm.py` | - | - | unchanged | 35.0% | 0 of 1 |" in text
     # per kernel: class, percent of the memory limit (compiler's -> the stored version's: 62.5% x its kernel
     # speedup 1.41), share, candidates, stages, result, speedup, errors vs float64
-    assert (f"| `{s.SOFTMAX_KERNEL}` | memory | 62.5% -> 88.1% | 71.0% | 5 | reviewed 1, static 1, kernel 1, correct 1, "
+    assert (f"| `{s.SOFTMAX_KERNEL}` | memory | 62.5% / - -> 88.1% | 71.0% | 5 | reviewed 1, static 1, kernel 1, correct 1, "
             f"accepted 1 | stored v1 | 1.184x [1.164, 1.204] | 2.4e-06 / 1.5e-06 |") in text
-    assert f"| `{s.RMS_KERNEL}` | launch | 11.0% | 35.0% | 3 | model 3 | no candidate passed | - | - |" in text
+    assert f"| `{s.RMS_KERNEL}` | launch | 11.0% / - | 35.0% | 3 | model 3 | no candidate passed | - | - |" in text
     # Reasons are the candidate's words: a code span (tests/test_trust_gate.py attacks it).
     assert "- kernel: ` out_ptr0: 12 of 4096 written values differ (max abs 0.5) `" in text
     assert "- model (x3): ` error vs float64 9.1e-03 exceeds 4x the compiled baseline's 1.2e-06 `" in text

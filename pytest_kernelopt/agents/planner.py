@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import get_args
 
 from .. import settings
-from .run_records import Bottleneck, KernelProfile, ModelProfile
+from .run_records import Bottleneck, KernelOutcome, KernelProfile, ModelProfile
 from .strategies import REGISTRY
 
 MIN_SHARE: float = settings.default("min_share")  # kernelopt tune --min-share
@@ -58,6 +58,48 @@ def limit_pct(profile: KernelProfile | None, speedup: float = 1.0) -> float | No
     if profile.roofline_pct > 100.0:
         return None
     return profile.roofline_pct * speedup
+
+
+# The harvested kernel of max-autotune's compile: its kernel timing says where max-autotune stands.
+MAX_AUTOTUNE_ORIGIN = "harvest:max-autotune"
+
+
+@dataclass
+class KernelLimits:
+    """Percent of a kernel's memory limit: the compiler's kernel, max-autotune's, the stored version (None: unknown)."""
+
+    compiler: float | None
+    max_autotune: float | None
+    stored: float | None
+
+    def text(self) -> str:
+        """"78.5% / 80.1% -> 92.2%" (compiler / max-autotune -> stored); "-" for an unknown figure."""
+        fmt = lambda v: f"{v:.1f}%" if v is not None else "-"  # noqa: E731
+        if self.compiler is None:
+            return "-"
+        return f"{fmt(self.compiler)} / {fmt(self.max_autotune)}" + (f" -> {fmt(self.stored)}" if self.stored else "")
+
+
+def kernel_limits(outcome: KernelOutcome, profile: KernelProfile | None = None,
+                  compile_chosen: str | None = None) -> KernelLimits:
+    """Where the compiler's kernel, max-autotune's and the stored version stand against the kernel's limit.
+
+    The compiler's is the profile's; the others are it times their kernel speedup over the
+    compiler's kernel, both timed in this run: max-autotune's harvested kernel (or the
+    compiler's own where the kernels were tuned on the ``max-autotune`` compile), the stored
+    version's best kernel timing."""
+    profile = profile or outcome.profile
+    compiler = limit_pct(profile)
+    if compile_chosen == "max-autotune":
+        autotuned = compiler
+    else:
+        timed = next((a.kernel_timing for a in outcome.history
+                      if a.origin == MAX_AUTOTUNE_ORIGIN and a.kernel_timing is not None), None)
+        autotuned = limit_pct(profile, timed.speedup) if timed is not None else None
+    stored = (limit_pct(profile, outcome.best_kernel_timing.speedup)
+              if outcome.stored_version is not None and outcome.best_kernel_timing is not None else None)
+    rounded = lambda v: None if v is None else round(v, 1)  # noqa: E731
+    return KernelLimits(rounded(compiler), rounded(autotuned), rounded(stored))
 
 
 def _distance(k: KernelProfile | None) -> float:

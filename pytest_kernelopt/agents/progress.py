@@ -60,35 +60,40 @@ def _x(t: Any) -> str:
 
 
 def print_tune_table(record: Any) -> None:
-    """The table at the end of ``kernelopt tune``: per kernel, class, share, candidates, outcome by stage, speedup."""
+    """The table at the end of ``kernelopt tune``: per kernel, class, share, percent of its memory limit
+    (compiler / max-autotune -> stored), candidates, outcome by stage, speedup."""
     from rich.console import Console
     from rich.table import Table
+
+    from .planner import kernel_limits
 
     table = Table(title=f"kernelopt tune ({record.agent}{', ' + record.agent_model if record.agent_model else ''})")
     # Seconds of checks spent on candidates, on the device they ran on.
     device_s = "gpu s" if any(p.device == "cuda" for p in record.problems) else "cpu s"
-    for col in ("model", "kernel", "class", "share", "tried", "outcome by stage", "best (model)", "kernel alone",
-                "stored", device_s):
+    for col in ("model", "kernel", "class", "share", "of limit", "tried", "outcome by stage", "best (model)",
+                "kernel alone", "stored", device_s):
         table.add_column(col)
     for p in record.problems:
         if p.error or p.note:
             what = f"error: {p.error}" if p.error else p.note
-            table.add_row(p.model, "-", "-", "-", "-", what, "-", "-", "-", "0")  # no candidate ran
+            table.add_row(p.model, "-", "-", "-", "-", "-", what, "-", "-", "-", "0")  # no candidate ran
             continue
+        chosen = p.compile.chosen if p.compile else None
         for k in p.kernels:
             prof = k.profile
             share = f"{prof.share:.1%}" if prof else "-"
+            limit = kernel_limits(k, compile_chosen=chosen).text()
             if k.skipped:
-                table.add_row(p.model, k.kernel, prof.bottleneck if prof else "-", share, "0", f"skipped: {k.skipped}",
-                              "-", "-", "-", "0")
+                table.add_row(p.model, k.kernel, prof.bottleneck if prof else "-", share, limit, "0",
+                              f"skipped: {k.skipped}", "-", "-", "-", "0")
                 continue
             stages = ", ".join(f"{n} {s}" for s, n in sorted(k.by_stage.items())) or "-"
-            table.add_row(p.model, k.kernel, prof.bottleneck if prof else "-", share, str(k.attempts), stages,
+            table.add_row(p.model, k.kernel, prof.bottleneck if prof else "-", share, limit, str(k.attempts), stages,
                           _x(k.best_timing), _x(k.best_kernel_timing),
                           (f"v{k.stored_version}" + (" (pinned)" if k.pinned else "")) if k.stored_version else "-",
                           f"{k.gpu_seconds:.0f}")
         if p.model_timing is not None:
-            table.add_row(p.model, "(whole model, stored kernels)", "", "", "", "", _x(p.model_timing), "", "", "")
+            table.add_row(p.model, "(whole model, stored kernels)", "", "", "", "", "", _x(p.model_timing), "", "", "")
     # A terminal gets its own width; a log (CI) gets room for kernel names instead of 80 columns.
     console = Console() if sys.stdout.isatty() else Console(width=200)
     console.print(table)

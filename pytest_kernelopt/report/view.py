@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..agents.run_records import Attempt, KernelOutcome, KernelProfile, ProblemOutcome, RunRecord, TraceEvent
+from ..agents.run_records import Attempt, KernelOutcome, ProblemOutcome, RunRecord, TraceEvent
 from ..errors import StoreError
 from ..records import Environment, SeedErrors, Timing
 
@@ -50,7 +50,8 @@ class KernelView:
     bottleneck: str | None
     profile_source: str | None
     roofline_pct: float | None
-    # The stored version's percent of the same limit (the compiler kernel's times its kernel speedup).
+    # max-autotune's kernel and the stored version: percent of the same limit (planner.kernel_limits).
+    roofline_pct_max_autotune: float | None
     roofline_pct_after: float | None
     share: float | None
     gpu_us: float | None
@@ -239,26 +240,19 @@ def _compile_note(problem: ProblemOutcome) -> str | None:
     return text + (f". {chosen.note}" if chosen.note else "")
 
 
-def _pct_after(profile: KernelProfile | None, outcome: KernelOutcome) -> float | None:
-    """Percent of the memory limit the stored version reaches; None when nothing was stored or timed."""
-    from ..agents.planner import limit_pct
-
-    if outcome.stored_version is None or outcome.best_kernel_timing is None:
-        return None
-    pct = limit_pct(profile, outcome.best_kernel_timing.speedup)
-    return None if pct is None else round(pct, 1)
-
-
 def _kernel_view(problem: ProblemOutcome, outcome: KernelOutcome, store_root: Path) -> KernelView:
+    from ..agents.planner import kernel_limits
+
     profile = outcome.profile
     if profile is None and problem.profile is not None:
         profile = next((p for p in problem.profile.kernels if p.kernel == outcome.kernel), None)
     best = _best_attempt(outcome)
+    limits = kernel_limits(outcome, profile, problem.compile.chosen if problem.compile else None)
     view = KernelView(
         model=problem.model, kernel=outcome.kernel, fingerprint=outcome.fingerprint,
         bottleneck=profile.bottleneck if profile else None, profile_source=profile.source if profile else None,
         roofline_pct=profile.roofline_pct if profile else None,
-        roofline_pct_after=_pct_after(profile, outcome),
+        roofline_pct_max_autotune=limits.max_autotune, roofline_pct_after=limits.stored,
         share=profile.share if profile else None,
         gpu_us=profile.gpu_us if profile else None, attempts=outcome.attempts or len(outcome.history),
         stages=_stages(outcome), reasons=_reasons(outcome.history), best_origin=outcome.best_origin,
