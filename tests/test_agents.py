@@ -796,9 +796,20 @@ def test_ctrl_c_in_the_command_prints_the_summary_and_the_stop_reason(tmp_path, 
 
 # --- end to end, interpreter mode ----------------------------------------------------------------
 
+def _smaller_sum_reduce(folder: Path) -> Path:
+    """tests/problems/sum_reduce.py at 16 rows instead of 128: each interpreted launch runs 8x fewer programs
+    (the interpreter's cost; what the tests check does not depend on the size)."""
+    text = (ROOT / "tests" / "problems" / "sum_reduce.py").read_text()
+    assert "(4, 16, 32)" in text
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "sum_reduce.py"
+    path.write_text(text.replace("(4, 16, 32)", "(2, 16, 8)"))
+    return path
+
+
 def test_tune_cli_interpreter(tmp_path):
     """The real loop on a small problem: harvest child, session, profile, plan, candidates, run directory."""
-    cmd = [sys.executable, "-m", "pytest_kernelopt.cli", "tune", str(ROOT / "tests" / "problems" / "sum_reduce.py"),
+    cmd = [sys.executable, "-m", "pytest_kernelopt.cli", "tune", str(_smaller_sum_reduce(tmp_path / "problems")),
            "--device", "cpu", "--seeds", "1", "--kernels-dir", str(tmp_path / "kernels"), "--runs-dir",
            str(tmp_path / "runs"), "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -876,7 +887,7 @@ def test_a_reply_without_code_does_not_end_the_kernel(tmp_path):
 
 def test_tune_workers_and_shards_merge_into_one_run(tmp_path):
     """Two worker processes (interpreter mode: no pinning), one merged run.json and trace; a shard filter."""
-    problems = [str(ROOT / "tests" / "problems" / f"{name}.py") for name in ("sum_reduce", "softmax_rows")]
+    problems = [str(_smaller_sum_reduce(tmp_path / "problems")), str(ROOT / "tests" / "problems" / "softmax_rows.py")]
     cmd = [sys.executable, "-m", "pytest_kernelopt.cli", "tune", *problems, "--device", "cpu", "--seeds", "1",
            "--kernel", "none-selected", "--workers", "2", "--kernels-dir", str(tmp_path / "kernels"),
            "--runs-dir", str(tmp_path / "runs"), "--json"]
