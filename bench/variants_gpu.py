@@ -37,6 +37,14 @@ VARIANTS = {
     "persistent-16k": (None, {}, 16384),
     "persistent-8k+cd": (None, {"coordinate_descent_tuning": True}, 8192),
     "cooperative": (None, {"triton.cooperative_reductions": True}, None),
+    # Inductor splits a row over several programs only when rows are too few to fill the GPU;
+    # forced, each program of a row too wide for L2 (big_log_softmax's 1 MB rows) passes over a
+    # chunk small enough to be read again from L2. To measure on the wide-row problems.
+    "cooperative-forced": (None, {"triton.cooperative_reductions": True,
+                                  "triton.force_cooperative_reductions": True}, None),
+    "max-autotune+cooperative-forced": ("max-autotune-no-cudagraphs", {"triton.cooperative_reductions": True,
+                                                                       "triton.force_cooperative_reductions": True},
+                                        None),
     "max-autotune+persistent-8k": ("max-autotune-no-cudagraphs", {}, 8192),
 }
 
