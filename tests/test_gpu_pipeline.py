@@ -77,6 +77,28 @@ def test_bench_times_and_checks_every_mode(large: None) -> None:
     assert problem.mode("eager").vs_default is not None
 
 
+def test_the_limit_of_gemm_and_convolution_models_is_a_lower_bound(large: None) -> None:
+    """A model's percent of its limit never exceeds 100% beyond timing noise: the FLOP floor counts
+    a float32 convolution (TF32 on cuDNN by torch's default) at the TF32 rate (it read 290% when it
+    counted the float32 rate, H200 2026-12-03)."""
+    from pytest_kernelopt.benchmark import BenchJob, BenchSettings, run_bench
+
+    modes = ["default"]
+    jobs = [BenchJob(problem=str(PROBLEMS / f"{name}.py"), modes=modes, device="cuda",  # type: ignore[arg-type]
+                     kernels_dir=str(Path(__file__).parent.parent / "kernels"), seconds=0.5)
+            for name in ("conv_relu_bias", "linear_gelu")]
+    result = run_bench(jobs, BenchSettings(modes=modes, device="cuda", seconds=0.5, timeout=600),  # type: ignore[arg-type]
+                       quiet=True)
+    for problem in result.problems:
+        assert problem.status == "ok", problem.error
+        assert problem.min_flops and problem.flop_ceilings_tflops, problem.model
+        assert set(problem.min_flops) == set(problem.flop_ceilings_tflops), problem.model
+        pct = problem.mode("default").limit_pct
+        assert pct is not None and 0.0 < pct <= 105.0, (problem.model, pct, problem.min_flops)
+    conv = next(p for p in result.problems if p.model == "conv_relu_bias")
+    assert "tf32" in conv.min_flops  # torch's default lets cuDNN use TF32 for float32 convolutions
+
+
 def test_production_model_computes_what_the_gate_measures_at_its_speed(large: None, tmp_path: Path) -> None:
     import copy
 
