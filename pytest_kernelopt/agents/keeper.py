@@ -267,12 +267,12 @@ class Keeper:
             return None
         together = self.bench.model_check({**stored, **{n: text for n, (_, text, _) in chosen.items()}},
                                           "stored and pinned", ev)
-        t, floor = together.model_timing, before.model_timing if before is not None else None
-        reference = floor.ci_low if floor is not None else 1.0
+        t, without = together.model_timing, before.model_timing if before is not None else None
+        reference = without.ci_low if without is not None else 1.0
         if together.status == "rejected" or t is None or t.ci_high < reference:
             measured = f"{t.speedup:.3f}x [{t.ci_low:.3f}, {t.ci_high:.3f}]" if t is not None else together.reason
-            against = (f"{floor.speedup:.3f}x [{floor.ci_low:.3f}, {floor.ci_high:.3f}] without them"
-                       if floor is not None else "the compiled model")
+            against = (f"{without.speedup:.3f}x [{without.ci_low:.3f}, {without.ci_high:.3f}] without them"
+                       if without is not None else "the compiled model")
             for name in chosen:
                 tuned[name][1].message += (f"; not pinned: the model with the pinned version(s) measured {measured}, "
                                            f"slower than {against}")
