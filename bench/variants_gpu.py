@@ -38,15 +38,24 @@ VARIANTS = {
     "persistent-8k+cd": (None, {"coordinate_descent_tuning": True}, 8192),
     "cooperative": (None, {"triton.cooperative_reductions": True}, None),
     # Inductor splits a row over several programs only when rows are too few to fill the GPU;
-    # forced, each program of a row too wide for L2 (big_log_softmax's 1 MB rows) passes over a
-    # chunk small enough to be read again from L2. To measure on the wide-row problems.
+    # forced, each program of a row too wide for L2 would pass over a chunk small enough to be
+    # read again from L2. H200, torch 2.11, 2026-12-03: big_log_softmax's forced cooperative kernel
+    # failed at launch ("too many blocks in cooperative launch"): not usable at these sizes.
     "cooperative-forced": (None, {"triton.cooperative_reductions": True,
                                   "triton.force_cooperative_reductions": True}, None),
     "max-autotune+cooperative-forced": ("max-autotune-no-cudagraphs", {"triton.cooperative_reductions": True,
                                                                        "triton.force_cooperative_reductions": True},
                                         None),
     "max-autotune+persistent-8k": ("max-autotune-no-cudagraphs", {}, 8192),
+    # max-autotune for Triton's own kernels only: GEMMs and convolutions stay library calls.
+    "max-autotune-extern": ("max-autotune-no-cudagraphs", {"max_autotune_gemm_backends": "ATEN",
+                                                           "max_autotune_conv_backends": "ATEN"}, None),
+    "no-split": (None, {"split_reductions": False}, None),
+    "tile-reductions": (None, {"triton.prefer_nd_tiling": True, "triton.tile_reductions": True}, None),
+    "tensor-desc": ("max-autotune-no-cudagraphs", {"triton.use_tensor_descriptor": True}, None),
+    "multi-kernel": (None, {"triton.multi_kernel": 1}, None),
 }
+# "NAME#2" compiles variant NAME again (a second, independent compile: its picks may differ).
 
 
 def load(path: Path):
@@ -61,7 +70,7 @@ def load(path: Path):
 
 
 def build(model, inputs, variant):
-    mode, patches, persistent = VARIANTS[variant]
+    mode, patches, persistent = VARIANTS[variant.split("#")[0]]
     torch._dynamo.reset()
     handler = persistent_up_to(persistent) if persistent else InductorChoices()
     V.set_choices_handler(handler)
@@ -120,7 +129,8 @@ def main() -> int:
                                   "vs_max_autotune": (med["max-autotune"] / med[v]) if "max-autotune" in med else None,
                                   "rel_diff_vs_default": diff, "compile_s": secs, "kernels": kinds}
         results.append(row)
-        print(path.stem, " ".join(f"{v}={med[v]*1e3:.1f}us({'/'.join(k[7:] for k in built[v][3])})" for v in med),
+        print(path.stem, " ".join(f"{v}={med[v]*1e3:.1f}us({'/'.join(k[7:] for k in built[v][3])}, "
+                                  f"compiled in {built[v][2]:.0f} s)" for v in med),
               errors or "", flush=True)
         del built
         torch.cuda.empty_cache()
