@@ -375,7 +375,7 @@ class FakeSession:
         self.compile_speed = compile_speed or {}  # variant -> whole-model speedup over the default compile
         self.compile_calls: list[str] = []
         self.variants: list[str | None] = []  # the variant of each session opened
-        self.opened = type("O", (), {"kernels": [info], "environment": ENV, "seconds": 0.1})()
+        self.opened = type("O", (), {"kernels": [info], "externs": [], "environment": ENV, "seconds": 0.1})()
 
     def __call__(self, problem, device, options, progress=None, variant=None):
         self.options = options
@@ -549,7 +549,7 @@ class TwoKernelSession(FakeSession):
         self.infos = {first.name: first, "k2": first.model_copy(update={"name": "k2"})}
         super().__init__(first, {}, seconds=0.0)
         self.per_kernel = speed
-        self.opened = type("O", (), {"kernels": list(self.infos.values()), "environment": ENV, "seconds": 0.1})()
+        self.opened = type("O", (), {"kernels": list(self.infos.values()), "externs": [], "environment": ENV, "seconds": 0.1})()
         self.models: list[dict[str, float]] = []
 
     def profile(self):

@@ -42,6 +42,9 @@ def test_the_catalogue_refuses_unknown_names_and_gives_each_variant_its_patches(
     assert "unknown compile variant 'cpp.cxx'" in unknown_variant("cpp.cxx")
     assert set(MODEL_VARIANTS) <= set(VARIANTS) and set(HARVEST_VARIANTS) <= set(VARIANTS)
     assert "max-autotune-nd-tiling" not in HARVEST_VARIANTS  # its kernels never fit the default's arguments
+    # max-autotune's Triton kernels are harvested without its GEMM/convolution templates
+    assert "max-autotune-extern" in HARVEST_VARIANTS and "max-autotune" not in HARVEST_VARIANTS
+    assert inductor_patches("max-autotune-extern")["max_autotune_gemm_backends"] == "ATEN"
     assert inductor_patches(None) == {}
     assert inductor_patches("max-autotune")["max_autotune"] is True
     assert inductor_patches(LOOPED) == {"triton.persistent_reductions": False}
@@ -155,6 +158,23 @@ def test_a_stored_compile_that_no_longer_wins_goes_back_to_the_defaults(tmp_path
     assert store.compile_variant("m") is None and outcome.compile.stored
     assert "no longer faster" in outcome.compile.note
     assert session.variants == [None, None]
+
+
+@pytest.mark.parametrize("externs", [0, 1])
+def test_max_autotune_without_templates_is_tried_only_on_a_model_with_library_calls(tmp_path, externs):
+    from test_agents import _problem
+
+    session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune": 1.03, "max-autotune-extern": 1.05},
+                                            compile_variants=["max-autotune", "max-autotune-extern"])
+    session.opened.externs = [object()] * externs
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    if externs:
+        assert session.compile_calls == ["max-autotune", "max-autotune-extern"]
+        assert outcome.compile.chosen == "max-autotune-extern"
+    else:  # it would compile as max-autotune does: not compiled twice
+        assert session.compile_calls == ["max-autotune"] and outcome.compile.chosen == "max-autotune"
+        events = [json.loads(line) for line in (run.root / "trace.jsonl").read_text().splitlines()]
+        assert any(e["event"] == "compile-skip" and e["data"]["variant"] == "max-autotune-extern" for e in events)
 
 
 def test_without_trials_tune_keeps_model_json_s_compile(tmp_path):

@@ -194,7 +194,7 @@ class Tuner:
     def _compile_step(self, problem: Path, model: str, outcome: ProblemOutcome, factory: Callable[..., Any],
                       options: Any, ev: Callable[..., Any]) -> str | None:
         """The compile the kernels are tuned on: model.json's, or the best of this run's trials."""
-        from ..capture.variants import MODEL_VARIANTS
+        from ..capture.variants import MODEL_VARIANTS, needless
         from . import compile_choice
 
         previous = self.store.compile_variant(model) if self.store is not None else None
@@ -211,7 +211,12 @@ class Tuner:
                      ] if self.store is not None else []
         self.ui.message(f"{model}: choosing the model's compile settings ({', '.join(variants)})")
         with factory(problem, self.options.device, options, progress=self.ui.message) as session:
-            session.open()
+            externs = len(session.open().externs)
+            skipped = {v: why for v in variants if (why := needless(v, externs))}
+            for name, why in skipped.items():
+                ev("planner", "compile-skip", variant=name, reason=why)
+                self.ui.message(f"{model}: {name}: not tried: {why}")
+            variants = [v for v in variants if v not in skipped]
             chosen, verdict = compile_choice.choose(
                 session, variants, previous=previous, measured=self.options.device == "cuda",
                 say=lambda text: self.ui.message(f"{model}: {text}"), ev=ev, committed=committed)

@@ -60,8 +60,11 @@ def limit_pct(profile: KernelProfile | None, speedup: float = 1.0) -> float | No
     return profile.roofline_pct * speedup
 
 
-# The harvested kernel of max-autotune's compile: its kernel timing says where max-autotune stands.
-MAX_AUTOTUNE_ORIGIN = "harvest:max-autotune"
+# max-autotune's kernels: the compiles whose Triton kernels are max-autotune's picks (the harvest
+# compiles them without the GEMM/convolution templates, capture/variants.py). The harvested
+# kernel's timing says where max-autotune stands.
+MAX_AUTOTUNE_COMPILES = ("max-autotune", "max-autotune-extern")
+MAX_AUTOTUNE_ORIGINS = tuple(f"harvest:{name}" for name in MAX_AUTOTUNE_COMPILES)
 
 
 @dataclass
@@ -86,15 +89,15 @@ def kernel_limits(outcome: KernelOutcome, profile: KernelProfile | None = None,
 
     The compiler's is the profile's; the others are it times their kernel speedup over the
     compiler's kernel, both timed in this run: max-autotune's harvested kernel (or the
-    compiler's own where the kernels were tuned on the ``max-autotune`` compile), the stored
+    compiler's own where the kernels were tuned on a max-autotune compile), the stored
     version's best kernel timing."""
     profile = profile or outcome.profile
     compiler = limit_pct(profile)
-    if compile_chosen == "max-autotune":
+    if compile_chosen in MAX_AUTOTUNE_COMPILES:
         autotuned = compiler
     else:
         timed = next((a.kernel_timing for a in outcome.history
-                      if a.origin == MAX_AUTOTUNE_ORIGIN and a.kernel_timing is not None), None)
+                      if a.origin in MAX_AUTOTUNE_ORIGINS and a.kernel_timing is not None), None)
         autotuned = limit_pct(profile, timed.speedup) if timed is not None else None
     stored = (limit_pct(profile, outcome.best_kernel_timing.speedup)
               if outcome.stored_version is not None and outcome.best_kernel_timing is not None else None)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["CPU_VARIANTS", "HARVEST_VARIANTS", "MODEL_VARIANTS", "VARIANTS", "CompileVariant", "compiling", "inductor_patches",
-           "persistent_up_to", "unknown_variant"]
+           "needless", "persistent_up_to", "unknown_variant"]
 
 
 @dataclass(frozen=True)
@@ -38,11 +38,23 @@ class CompileVariant:
     # Harvested by the search backend for drop-in kernels (a setting that changes kernels'
     # arguments, such as 2-D tiling, yields none that fit).
     harvest: bool = True
+    # Differs from the compile without it only in how GEMMs and convolutions run: a model
+    # that makes no extern (library) call compiles the same, so the model-level trial skips it.
+    externs_only: bool = False
 
 
 VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
+    # Not harvested: max-autotune-extern's Triton kernels are the same, compiled without the
+    # GEMM/convolution templates, whose fused epilogues leave kernels no default-compile kernel
+    # matches, and whose compile took most of a GEMM problem's harvest (40 s on the H200).
     CompileVariant("max-autotune", "max-autotune-no-cudagraphs",
-                   about="max-autotune's configuration search, Triton GEMM/convolution templates included"),
+                   about="max-autotune's configuration search, Triton GEMM/convolution templates included",
+                   harvest=False),
+    CompileVariant("max-autotune-extern", "max-autotune-no-cudagraphs",
+                   {"max_autotune_gemm_backends": "ATEN", "max_autotune_conv_backends": "ATEN"},
+                   about="max-autotune's configuration search for Triton's kernels; GEMMs and convolutions stay "
+                         "library (extern) calls, with no template race to vary between compiles",
+                   externs_only=True),
     CompileVariant("coordinate-descent", None, {"coordinate_descent_tuning": True},
                    about="default compile, launch configurations refined by coordinate descent"),
     CompileVariant("looped-reductions", None, {"triton.persistent_reductions": False},
@@ -63,7 +75,15 @@ HARVEST_VARIANTS = tuple(name for name, v in VARIANTS.items() if v.harvest)
 # and coordinate-descent: they change kernels, not the partition, so the harvest already offers
 # their kernels one by one (and each compile costs GPU time: max-autotune took 6-11 s, max-autotune
 # with 2-D tiling 16-18 s on the H200's GEMM/convolution problems, 2026-12-03).
-MODEL_VARIANTS = ("max-autotune", "max-autotune-nd-tiling")
+MODEL_VARIANTS = ("max-autotune", "max-autotune-extern", "max-autotune-nd-tiling")
+
+
+def needless(name: str, externs: int) -> str | None:
+    """Why trying variant ``name`` on a model that makes ``externs`` extern calls would only repeat
+    another compile (None: it may differ)."""
+    if VARIANTS[name].externs_only and not externs:
+        return "the model makes no extern (library) call, so it compiles as max-autotune does"
+    return None
 
 
 def unknown_variant(name: str) -> str | None:
