@@ -43,6 +43,9 @@ class CompileVariant:
     externs_only: bool = False
 
 
+# GEMMs and convolutions as library (extern) calls only: no Triton template is compiled or raced.
+_LIBRARY_GEMMS = {"max_autotune_gemm_backends": "ATEN", "max_autotune_conv_backends": "ATEN"}
+
 VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
     # Not harvested: max-autotune-extern's Triton kernels are the same, compiled without the
     # GEMM/convolution templates, whose fused epilogues leave kernels no default-compile kernel
@@ -50,8 +53,7 @@ VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
     CompileVariant("max-autotune", "max-autotune-no-cudagraphs",
                    about="max-autotune's configuration search, Triton GEMM/convolution templates included",
                    harvest=False),
-    CompileVariant("max-autotune-extern", "max-autotune-no-cudagraphs",
-                   {"max_autotune_gemm_backends": "ATEN", "max_autotune_conv_backends": "ATEN"},
+    CompileVariant("max-autotune-extern", "max-autotune-no-cudagraphs", dict(_LIBRARY_GEMMS),
                    about="max-autotune's configuration search for Triton's kernels; GEMMs and convolutions stay "
                          "library (extern) calls, with no template race to vary between compiles",
                    externs_only=True),
@@ -60,9 +62,11 @@ VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
     CompileVariant("looped-reductions", None, {"triton.persistent_reductions": False},
                    about="default compile, every reduction looped (never held on chip)"),
     # H200, 2026-12-02 (bench/variants_gpu.py): frobenius_norm 1.121x and log_softmax_scale
-    # 1.018x over max-autotune.
-    CompileVariant("persistent-rows", "max-autotune-no-cudagraphs", persistent_rows=8192,
-                   about="max-autotune, inner reductions up to 8192 elements per row persistent"),
+    # 1.018x over max-autotune. Without GEMM/convolution templates since 2026-12-03 (harvested for
+    # its Triton kernels: with the templates its compile took 50 of a GEMM problem's 65 s of harvest).
+    CompileVariant("persistent-rows", "max-autotune-no-cudagraphs", dict(_LIBRARY_GEMMS), persistent_rows=8192,
+                   about="max-autotune without GEMM/convolution templates, inner reductions up to 8192 elements "
+                         "per row persistent"),
     CompileVariant("max-autotune-nd-tiling", "max-autotune-no-cudagraphs", {"triton.prefer_nd_tiling": True},
                    about="max-autotune, pointwise kernels tiled in 2-D (strided and transposed access)", harvest=False),
 )}
