@@ -690,6 +690,36 @@ def test_a_kernel_whose_compiler_pick_varies_is_pinned_to_the_fastest_measured(t
     assert any(e.event == "pinned" for e in events)
 
 
+@pytest.mark.parametrize("configs", [3, 1])
+def test_a_kernel_at_its_limit_is_not_searched_but_its_varying_pick_is_pinned(tmp_path, configs, capsys):
+    # 256256 bytes in 0.0674 us over a 4000 GB/s copy ceiling: 95% of the limit, not searched. Its
+    # pick of three raced configurations would vary at the next compile (H200: 51 vs 308 us).
+    from pytest_kernelopt.agents.progress import print_tune_table
+    from pytest_kernelopt.candidate import render_dump
+
+    class AtLimit(FakeSession):
+        def profile(self):
+            return Profiled(measured=True, model_gpu_us=0.075, copy_gbps=4000.0,
+                            kernels={self.info.name: KernelTime(gpu_us=0.0674, launches=1)})
+
+    session = AtLimit(_varying(configs), {4: 1.0}, seconds=0.0)
+    tuner, run, store = _tuner(tmp_path, session)
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    run.close()
+    k = outcome.kernels[0]
+    assert k.skipped and "95% of its memory limit" in k.skipped and k.attempts == 0
+    assert [label for label, _ in session.calls if "pin" not in label] == []  # no candidate searched
+    if configs == 1:  # one configuration compiled: nothing varies, nothing to pin
+        assert session.calls == [] and k.stored_version is None
+        return
+    assert k.pinned and k.stored_version == 1 and k.best_origin == "compiler"
+    assert store.active_file("m", k.kernel).source == render_dump(session.info, "m")  # this compile's pick
+    record, _ = load_run(run.root)
+    print_tune_table(record)
+    row = next(line for line in capsys.readouterr().out.splitlines() if k.kernel[:20] in line)
+    assert "v1 (pinned)" in row
+
+
 def test_a_near_miss_is_pinned_before_the_compiler_pick(tmp_path):
     # 1.5% faster: beyond noise, under the 2% a version needs to be stored as faster.
     session = FakeSession(_varying(), {4: 1.0, 8: 1.015}, seconds=0.0)

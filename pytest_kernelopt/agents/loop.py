@@ -97,6 +97,7 @@ class Tuner:
     # --- one problem --------------------------------------------------------------------
 
     def tune_problem(self, problem_path: Path) -> ProblemOutcome:
+        from ..candidate import render_dump
         from ..capture.problem import load_problem
         from ..verify import VerifyOptions, VerifySession
         from .profiler import build_profile, ncu_counters
@@ -166,8 +167,16 @@ class Tuner:
                     ev("planner", "plan", kernel=item.kernel, strategies=item.strategies, skip=item.skip)
                     info = session.kernel_info(item.kernel)
                     if item.skip is not None:
-                        outcome.kernels.append(KernelOutcome(kernel=item.kernel, fingerprint=info.fingerprint,
-                                                             profile=item.profile, skipped=item.skip))
+                        result = KernelOutcome(kernel=item.kernel, fingerprint=info.fingerprint, profile=item.profile,
+                                               skipped=item.skip)
+                        outcome.kernels.append(result)
+                        if item.at_limit and (info.launch.compiled_configs or 0) >= 2:
+                            # Not searched, but this compile's pick is one of a race that the next compile
+                            # may lose (H200: one pooling model's default compile about 51 us in one run,
+                            # 308 us in another): the pin pass may fix it.
+                            original = render_dump(info, model)
+                            tuned[item.kernel] = (KernelState(info=info, original=original, best=original), result,
+                                                  None)
                         continue
                     result, source, state = self._tune_kernel(bench, keeper, model, info, item)
                     outcome.kernels.append(result)

@@ -41,6 +41,7 @@ class PlanItem:
     profile: KernelProfile | None
     strategies: list[str] = field(default_factory=list)
     skip: str | None = None  # why the kernel is not tuned
+    at_limit: bool = False  # skipped at LIMIT_PCT or more of its limit (still pinned where its pick varies)
 
 
 # A kernel whose measured bandwidth reaches this percent of the copy ceiling is not searched (and a
@@ -125,7 +126,7 @@ def plan(profile: ModelProfile, *, min_share: float = MIN_SHARE, only: list[str]
             items.append(PlanItem(k.kernel, k, skip=f"{k.share:.1%} of {what}, below the {min_share:.0%} threshold"))
         elif pct is not None and pct >= LIMIT_PCT:
             items.append(PlanItem(k.kernel, k, skip=f"at {pct:.0f}% of its memory limit (the measured copy bandwidth), "
-                                                    f"at least {LIMIT_PCT:.0f}%: not searched"))
+                                                    f"at least {LIMIT_PCT:.0f}%: not searched", at_limit=True))
         else:
             items.append(PlanItem(k.kernel, k, strategies=list(STRATEGIES[k.bottleneck])))
     return sorted(items, key=lambda i: (i.skip is not None, -_distance(i.profile), -(i.profile.share if i.profile else 0.0)))
