@@ -55,7 +55,7 @@ VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
                    harvest=False),
     CompileVariant("max-autotune-extern", "max-autotune-no-cudagraphs", dict(_LIBRARY_GEMMS),
                    about="max-autotune's configuration search for Triton's kernels; GEMMs and convolutions stay "
-                         "library (extern) calls, with no template race to vary between compiles",
+                         "library (extern) calls (no Triton template compiled or raced)",
                    externs_only=True),
     CompileVariant("coordinate-descent", None, {"coordinate_descent_tuning": True},
                    about="default compile, launch configurations refined by coordinate descent"),
@@ -78,7 +78,8 @@ HARVEST_VARIANTS = tuple(name for name, v in VARIANTS.items() if v.harvest)
 # The model-level compiles ``kernelopt tune`` tries on a GPU, in this order. Not persistent-rows
 # and coordinate-descent: they change kernels, not the partition, so the harvest already offers
 # their kernels one by one (and each compile costs GPU time: max-autotune took 6-11 s, max-autotune
-# with 2-D tiling 16-18 s on the H200's GEMM/convolution problems, 2026-12-03).
+# with 2-D tiling 16-18 s on the H200's GEMM/convolution problems, 2026-12-03; on a GEMM + softmax
+# problem max-autotune's trial took 30 s, max-autotune-extern's 4 s, 2-D tiling's 20 s).
 MODEL_VARIANTS = ("max-autotune", "max-autotune-extern", "max-autotune-nd-tiling")
 
 
