@@ -97,7 +97,6 @@ class Tuner:
     # --- one problem --------------------------------------------------------------------
 
     def tune_problem(self, problem_path: Path) -> ProblemOutcome:
-        from ..candidate import render_dump
         from ..capture.problem import load_problem
         from ..verify import VerifyOptions, VerifySession
         from .profiler import build_profile, ncu_counters
@@ -170,13 +169,11 @@ class Tuner:
                         result = KernelOutcome(kernel=item.kernel, fingerprint=info.fingerprint, profile=item.profile,
                                                skipped=item.skip)
                         outcome.kernels.append(result)
-                        if item.at_limit and (info.launch.compiled_configs or 0) >= 2:
-                            # Not searched, but this compile's pick is one of a race that the next compile
-                            # may lose (H200: one pooling model's default compile about 51 us in one run,
-                            # 308 us in another): the pin pass may fix it.
-                            original = render_dump(info, model)
-                            tuned[item.kernel] = (KernelState(info=info, original=original, best=original), result,
-                                                  None)
+                        if item.at_limit:
+                            # Not searched, but where this compile's pick is one of a race, the next compile
+                            # may lose it (H200: one pooling model's default compile about 51 us in one run,
+                            # 308 us in another): the pin pass decides (keeper.Keeper._pin).
+                            tuned[item.kernel] = (_fresh_state(info, model), result, None)
                         continue
                     result, source, state = self._tune_kernel(bench, keeper, model, info, item)
                     outcome.kernels.append(result)
@@ -241,10 +238,8 @@ class Tuner:
 
     def _tune_kernel(self, bench: Benchmarker, keeper: Keeper, model: str, info: KernelInfo,
                      item: PlanItem) -> tuple[KernelOutcome, str | None, KernelState]:
-        from ..candidate import render_dump
-
-        original = render_dump(info, model)
-        state = KernelState(info=info, original=original, best=original)
+        state = _fresh_state(info, model)
+        original = state.original
         result = KernelOutcome(kernel=info.name, fingerprint=info.fingerprint, profile=item.profile)
         self.ui.kernel(model, info.name, self.options.budget_s)
         ev = lambda role, event, **data: self.run.event(role, event, model=model, kernel=info.name, **data)  # noqa: E731
@@ -322,3 +317,11 @@ class Tuner:
             if key:
                 result.by_stage[key] = result.by_stage.get(key, 0) + 1
         return result, source, state
+
+
+def _fresh_state(info: KernelInfo, model: str) -> KernelState:
+    """A kernel's search state before any candidate: the compiler's kernel in candidate format is the best."""
+    from ..candidate import render_dump
+
+    original = render_dump(info, model)
+    return KernelState(info=info, original=original, best=original)

@@ -83,12 +83,8 @@ def print_tune_table(record: Any) -> None:
             prof = k.profile
             share = f"{prof.share:.1%}" if prof else "-"
             limit = kernel_limits(k, compile_chosen=chosen).text()
-            if k.skipped:
-                table.add_row(p.model, k.kernel, prof.bottleneck if prof else "-", share, limit, "0",
-                              f"skipped: {k.skipped}", _x(k.best_timing), _x(k.best_kernel_timing),
-                              f"v{k.stored_version} (pinned)" if k.stored_version else "-", "0")
-                continue
-            stages = ", ".join(f"{n} {s}" for s, n in sorted(k.by_stage.items())) or "-"
+            stages = (f"skipped: {k.skipped}" if k.skipped  # a skipped kernel may still be pinned
+                      else ", ".join(f"{n} {s}" for s, n in sorted(k.by_stage.items())) or "-")
             table.add_row(p.model, k.kernel, prof.bottleneck if prof else "-", share, limit, str(k.attempts), stages,
                           _x(k.best_timing), _x(k.best_kernel_timing),
                           (f"v{k.stored_version}" + (" (pinned)" if k.pinned else "")) if k.stored_version else "-",
