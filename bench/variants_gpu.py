@@ -28,6 +28,7 @@ from torch._inductor.utils import run_and_get_code
 from torch._inductor.virtualized import V
 
 from pytest_kernelopt.agents.harvest import persistent_up_to  # the search's own handler
+from pytest_kernelopt.capture.variants import inductor_patches
 
 
 VARIANTS = {
@@ -55,6 +56,10 @@ VARIANTS = {
     "tensor-desc": ("max-autotune-no-cudagraphs", {"triton.use_tensor_descriptor": True}, None),
     "multi-kernel": (None, {"triton.multi_kernel": 1}, None),
 }
+# kernelopt's graph rewrites on top of max-autotune-extern (the catalogue's max-autotune-rewrites).
+VARIANTS["max-autotune-rewrites"] = (VARIANTS["max-autotune-extern"][0],
+                                     {**VARIANTS["max-autotune-extern"][1], **inductor_patches("max-autotune-rewrites")},
+                                     None)
 # "NAME#2" compiles variant NAME again (a second, independent compile: its picks may differ).
 
 

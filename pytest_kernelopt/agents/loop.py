@@ -217,8 +217,8 @@ class Tuner:
                      ] if self.store is not None else []
         self.ui.message(f"{model}: choosing the model's compile settings ({', '.join(variants)})")
         with factory(problem, self.options.device, options, progress=self.ui.message) as session:
-            externs = len(session.open().externs)
-            skipped = {v: why for v in variants if (why := needless(v, externs))}
+            opened = session.open()
+            skipped = {v: why for v in variants if (why := needless(v, opened.kernels, opened.externs))}
             for name, why in skipped.items():
                 ev("planner", "compile-skip", variant=name, reason=why)
                 self.ui.message(f"{model}: {name}: not tried: {why}")

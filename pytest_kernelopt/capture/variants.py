@@ -41,6 +41,9 @@ class CompileVariant:
     # Differs from the compile without it only in how GEMMs and convolutions run: a model
     # that makes no extern (library) call compiles the same, so the model-level trial skips it.
     externs_only: bool = False
+    # Compiled with kernelopt's graph rewrites (``capture/graph_rewrites.py``): patterns Inductor
+    # splits into several kernels replaced by one kernel of this package's own.
+    rewrites: bool = False
 
 
 # GEMMs and convolutions as library (extern) calls only: no Triton template is compiled or raced.
@@ -57,6 +60,10 @@ VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
                    about="max-autotune's configuration search for Triton's kernels; GEMMs and convolutions stay "
                          "library (extern) calls (no Triton template compiled or raced)",
                    externs_only=True),
+    CompileVariant("max-autotune-rewrites", "max-autotune-no-cudagraphs", dict(_LIBRARY_GEMMS), rewrites=True,
+                   about="max-autotune-extern, plus kernelopt's graph rewrites (a cumulative sum or product between "
+                         "two flips of its axis: one kernel scanning from the end, where Inductor makes two)",
+                   harvest=False),
     CompileVariant("coordinate-descent", None, {"coordinate_descent_tuning": True},
                    about="default compile, launch configurations refined by coordinate descent"),
     CompileVariant("looped-reductions", None, {"triton.persistent_reductions": False},
@@ -80,15 +87,22 @@ HARVEST_VARIANTS = tuple(name for name, v in VARIANTS.items() if v.harvest)
 # their kernels one by one (and each compile costs GPU time: max-autotune took 6-11 s, max-autotune
 # with 2-D tiling 16-18 s on the H200's GEMM/convolution problems, 2026-12-03; on a GEMM + softmax
 # problem max-autotune's trial took 30 s, max-autotune-extern's 4 s, 2-D tiling's 20 s).
-MODEL_VARIANTS = ("max-autotune", "max-autotune-extern", "max-autotune-nd-tiling")
+MODEL_VARIANTS = ("max-autotune", "max-autotune-extern", "max-autotune-rewrites", "max-autotune-nd-tiling")
 
 
-def needless(name: str, externs: int) -> str | None:
-    """Why trying variant ``name`` on a model that makes ``externs`` extern calls would only repeat
-    another compile (None: it may differ)."""
-    if VARIANTS[name].externs_only and not externs:
+def needless(name: str, kernels: list[Any], externs: list[Any]) -> str | None:
+    """Why trying variant ``name`` on a model whose default compile has these kernels and extern
+    calls (``KernelInfo``, ``ExternCallInfo``) would only repeat another compile (None: it may differ)."""
+    variant = VARIANTS[name]
+    if variant.externs_only and not externs:
         return "the model makes no extern (library) call, so it compiles as max-autotune does"
+    if variant.rewrites and not any(_SCAN in k.source for k in kernels) \
+            and not any(op in e.target for e in externs for op in ("cumsum", "cumprod")):
+        return "the model has no scan (cumulative sum or product), the only pattern the graph rewrites change"
     return None
+
+
+_SCAN = "tl.associative_scan"  # how Inductor's scan kernels combine (torch 2.11 and 2.13)
 
 
 def unknown_variant(name: str) -> str | None:
@@ -109,11 +123,17 @@ def inductor_patches(name: str | None) -> dict[str, Any]:
 
         patches.update(list_mode_options(variant.mode))
     patches.update(variant.patches)
-    if variant.persistent_rows is not None:
+    if variant.rewrites:
+        from .graph_rewrites import rewrite_pass
+
+        patches["post_grad_custom_pre_pass"] = rewrite_pass()
+    if variant.persistent_rows is not None or variant.rewrites:
         # The choices handler is not part of the FX graph cache's key (torch 2.11): a cached graph
         # of another compile would come back unchanged. The kernel-level caches (Triton binaries,
         # launch-configuration races) are keyed by the kernel's source and stay on: with every
         # cache off (force_disable_caches) this compile took 77-94 s on the H200, 2026-12-03.
+        # A rewrite counts what it changed (``rewrites_done``) when the graph is compiled, not
+        # when a cached graph comes back.
         patches["fx_graph_cache"] = False
         patches["fx_graph_remote_cache"] = False
     return patches
@@ -138,8 +158,9 @@ def compiling(name: str | None) -> Iterator[dict[str, Any]]:
     patches = inductor_patches(name)
     with contextlib.ExitStack() as stack:
         stack.enter_context(inductor_config.patch(patches))
-        if variant.persistent_rows is not None:
+        if variant.persistent_rows is not None or variant.rewrites:
             stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
+        if variant.persistent_rows is not None:
             V.set_choices_handler(persistent_up_to(variant.persistent_rows))
             stack.callback(lambda: V.set_choices_handler(InductorChoices()))
         yield patches

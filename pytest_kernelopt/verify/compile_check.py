@@ -43,7 +43,8 @@ def _other(prepared: Prepared, variant: str | None) -> Any:
     import torch
     from torch._inductor.compile_fx import compile_fx
 
-    from ..capture.variants import compiling
+    from ..capture.graph_rewrites import rewrites_done
+    from ..capture.variants import VARIANTS, compiling
 
     prepared.others.clear()  # one other compile at a time: tune tries several in one session
     gc.collect()
@@ -55,8 +56,12 @@ def _other(prepared: Prepared, variant: str | None) -> Any:
             return compile_fx(gm, example_inputs, config_patches=patches or None)
 
     other = torch.compile(prepared.compiled.model, backend=backend)
+    before = rewrites_done()
     with torch.no_grad():
         other(*prepared.inputs(prepared.seeds[0]))  # compiled now, not inside a timed run
+    if variant is not None and VARIANTS[variant].rewrites and rewrites_done() == before:
+        raise StageFailure(f"{variant!r}: kernelopt's graph rewrites found nothing to rewrite in this model "
+                           f"(it compiles as without them)")
     prepared.others[variant] = other
     return other
 

@@ -1,0 +1,88 @@
+"""The reverse-scans rewrite's kernel against a copy and Inductor, per shape and launch configuration.
+
+    python bench/rewrites_gpu.py [--json OUT.json]
+
+Per shape: ``x.clone()`` (the same bytes moved: the copy limit, measured in this run),
+``flip(cumsum(flip(x)))`` compiled by Inductor (default and max-autotune), and
+``graph_rewrites.launch_suffix_scan`` under several launch configurations; each timed with
+``triton.testing.do_bench`` (L2 flushed, median), interleaved over rounds, median over
+rounds; each output's worst error against float64, relative to the output's largest
+magnitude. Chooses ``graph_rewrites._blocks``'s defaults; the cascade judges a model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import torch
+import triton
+
+from pytest_kernelopt.capture.graph_rewrites import _blocks, launch_suffix_scan
+
+SHAPES = [((8192, 16384), 1, torch.float32), ((4096, 4096), 0, torch.float32), ((64, 2048, 256), 1, torch.float32),
+          ((256, 262144), 1, torch.float32), ((32768, 1024), 1, torch.bfloat16), ((2048, 32768), 1, torch.float16)]
+
+
+def reverse_cumsum(x, d):
+    return torch.cumsum(x.flip(d), d).flip(d)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    rows = []
+    for shape, d, dtype in SHAPES:
+        torch._dynamo.reset()
+        x = torch.randn(shape, device="cuda", dtype=dtype)
+        ref = reverse_cumsum(x.double(), d)
+        scale = ref.abs().max().item()
+        outer = 1
+        for s in shape[:d]:
+            outer *= s
+        inner = x.numel() // outer // shape[d]
+        bn0, br0, w0 = _blocks(shape[d], inner)
+        variants = {"copy": lambda: x.clone()}
+        variants["inductor default"] = (lambda f: lambda: f(x, d))(torch.compile(reverse_cumsum))
+        variants["inductor max-autotune"] = (lambda f: lambda: f(x, d))(
+            torch.compile(reverse_cumsum, mode="max-autotune-no-cudagraphs"))
+        configs = {(bn0, br0, w0)}
+        if inner == 1:
+            configs |= {(1, br, w) for br in (1024, 2048, 4096, 8192) for w in (4, 8, 16) if br <= triton.next_power_of_2(shape[d])}
+        else:
+            configs |= {(bn, br, w) for bn in (16, 32, 64) for br in (32, 64, 128, 256) for w in (4, 8) if bn <= inner}
+        for bn, br, w in sorted(configs):
+            name = f"rewrite n{bn} r{br} w{w}" + (" (default)" if (bn, br, w) == (bn0, br0, w0) else "")
+            variants[name] = (lambda bn, br, w: lambda: launch_suffix_scan(x, d, "sum", block_n=bn, block_r=br,
+                                                                        num_warps=w))(bn, br, w)
+        errors = {}
+        for name, fn in variants.items():
+            out = fn()
+            errors[name] = None if name == "copy" else (out.double() - ref).abs().max().item() / scale
+        times = {name: [] for name in variants}
+        for _ in range(args.rounds):
+            for name, fn in variants.items():
+                times[name].append(triton.testing.do_bench(fn, warmup=10, rep=40) * 1e3)
+        med = {name: statistics.median(t) for name, t in times.items()}
+        for name in variants:
+            rows.append({"shape": list(shape), "dim": d, "dtype": str(dtype), "variant": name, "us": med[name],
+                         "of_copy": med["copy"] / med[name], "vs_max_autotune": med["inductor max-autotune"] / med[name],
+                         "error": errors[name]})
+        del x, ref
+        torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print(f"{'shape':>22} {'dtype':>15} {'variant':>34} {'us':>9} {'of copy':>8} {'/ max-at':>8} {'error':>9}")
+    for r in rows:
+        err = "" if r["error"] is None else f"{r['error']:.1e}"
+        print(f"{str(tuple(r['shape'])) + ' d' + str(r['dim']):>22} {r['dtype']:>15} {r['variant']:>34} {r['us']:9.1f} "
+              f"{r['of_copy']:8.3f} {r['vs_max_autotune']:8.3f} {err:>9}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,150 @@
+"""kernelopt's graph rewrites: patterns Inductor compiles into several kernels, done in one.
+
+A rewrite is a post-grad FX pass (Inductor's ``post_grad_custom_pre_pass``) that replaces
+a pattern with a call to an operator of this package, whose Triton kernel is written here
+(never supplied by a candidate or read from the repository). It runs only under a named
+compile setting of the catalogue (``capture/variants.py``, ``rewrites=True``), which
+``kernelopt tune`` tries as the model's compile like any other: the whole model against
+float64 with the default compile's error as the allowance, then timed against the default
+compile. A model it does not pay on keeps its compile.
+
+The one rewrite so far:
+
+* **reverse scans.** ``flip(cumsum(flip(x, D), d), D)`` with ``d`` in ``D`` (a suffix sum;
+  likewise ``cumprod``) is a scan that runs from the end of the axis. Inductor's scans
+  only run forwards, so it makes two kernels: the scan with the first flip fused into its
+  loads, then a copy that flips the result, reading and writing the whole tensor again
+  (twice the traffic the operation needs: 49% of the limit on the H200, 2026-12-03). The
+  rewrite is one kernel that scans each row from its end, in blocks, with a running carry.
+  Flips over other axes cancel, since a scan along ``d`` treats each position on the other
+  axes alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any
+
+__all__ = ["REWRITES", "rewrite_pass", "rewrites_done", "suffix_scan"]
+
+REWRITES = ("reverse-scans",)
+_FLOATS = ("torch.float16", "torch.bfloat16", "torch.float32", "torch.float64")
+
+_done = threading.local()
+
+
+def rewrites_done() -> int:
+    """How many patterns this thread's compiles have rewritten so far (a counter: compare before and after)."""
+    return getattr(_done, "count", 0)
+
+
+def _kernel() -> Any:
+    from .rewrite_kernels import suffix_scan_kernel  # imports Triton: only when a rewrite runs
+
+    return suffix_scan_kernel
+
+
+def _blocks(rows: int, columns: int) -> tuple[int, int, int]:
+    """(BLOCK_N, BLOCK_R, num_warps) for rows of ``rows`` elements, ``columns`` scanned side by side."""
+    import triton
+
+    block_n = min(triton.next_power_of_2(columns), 32)
+    block_r = min(triton.next_power_of_2(rows), max(4096 // block_n, 16))
+    return block_n, block_r, 8 if block_n * block_r >= 2048 else 4
+
+
+def launch_suffix_scan(x: Any, dim: int, op: str, *, block_n: int | None = None, block_r: int | None = None,
+                       num_warps: int | None = None) -> Any:
+    """``flip(cumsum(flip(x, dim), dim), dim)`` (``op="prod"``: cumprod) in one kernel; a new contiguous tensor."""
+    import math
+
+    import torch
+    import triton
+
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    if x.numel() == 0:
+        return y
+    dim %= x.dim()
+    shape = x.shape
+    outer, rows, inner = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])
+    block_n0, block_r0, warps = _blocks(rows, inner)
+    block_n = block_n or block_n0
+    grid = (outer, triton.cdiv(inner, block_n))
+    _kernel()[grid](x, y, rows, inner, PROD=op == "prod", FP64=x.dtype == torch.float64,
+                    BLOCK_N=block_n, BLOCK_R=block_r or block_r0, num_warps=num_warps or warps)
+    return y
+
+
+@functools.cache
+def suffix_scan() -> Any:
+    """The ``kernelopt::suffix_scan(x, dim, op)`` operator (registered on first use)."""
+    import torch
+
+    # The schema is written out: this module's annotations are strings (``from __future__``).
+    @torch.library.custom_op("kernelopt::suffix_scan", mutates_args=(),
+                             schema="(Tensor x, int dim, str kind) -> Tensor")
+    def op(x, dim, kind):  # type: ignore[no-untyped-def]
+        return launch_suffix_scan(x, dim, kind)
+
+    @op.register_fake
+    def _(x, dim, kind):  # type: ignore[no-untyped-def]
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+    return torch.ops.kernelopt.suffix_scan.default
+
+
+def _reverse_scans(graph: Any) -> int:
+    """Rewrite every ``rev(scan(rev(x, D), d), D)`` in ``graph``; how many."""
+    import torch
+
+    aten, prims = torch.ops.aten, torch.ops.prims
+    scans = {aten.cumsum.default: "sum", aten.cumprod.default: "prod"}
+    count = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not prims.rev.default:
+            continue
+        scan = node.args[0]
+        if getattr(scan, "op", None) != "call_function" or scan.target not in scans:
+            continue
+        inner = scan.args[0]
+        if getattr(inner, "op", None) != "call_function" or inner.target is not prims.rev.default:
+            continue
+        source = inner.args[0]
+        val, out = source.meta.get("val"), node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or not isinstance(out, torch.Tensor) or val.dim() == 0:
+            continue
+        ndim = val.dim()
+        dims, outer_dims = {int(d) % ndim for d in inner.args[1]}, {int(d) % ndim for d in node.args[1]}
+        d = int(scan.args[1] if len(scan.args) > 1 else scan.kwargs["dim"]) % ndim
+        dtype = scan.kwargs.get("dtype")
+        if dims != outer_dims or d not in dims or str(val.dtype) not in _FLOATS or (dtype not in (None, val.dtype)) \
+                or out.dtype != val.dtype:
+            continue
+        target = suffix_scan()
+        with graph.inserting_before(node):
+            new = graph.call_function(target, (source, d, scans[scan.target]))
+        with val.fake_mode:
+            new.meta["val"] = target(val, d, scans[scan.target])
+        node.replace_all_uses_with(new)
+        graph.erase_node(node)
+        count += 1
+    if count:
+        graph.eliminate_dead_code()
+    return count
+
+
+@functools.cache
+def rewrite_pass() -> Any:
+    """The post-grad pass that applies every rewrite (one instance: Inductor's caches key on its uuid)."""
+    from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
+
+    class Rewrites(CustomGraphPass):
+        def __call__(self, graph: Any) -> None:
+            _done.count = rewrites_done() + _reverse_scans(graph)
+
+        def uuid(self) -> Any:
+            return get_hash_for_files((__file__,))
+
+    return Rewrites()

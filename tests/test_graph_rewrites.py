@@ -1,0 +1,109 @@
+"""kernelopt's graph rewrites (``capture/graph_rewrites.py``): the pattern, the kernel, the compile setting.
+
+Interpreter mode: the rewrite's Triton kernel runs in Triton's interpreter on the CPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import TESTS
+
+SUFFIX = TESTS / "problems" / "suffix_sums.py"
+VARIANT = "max-autotune-rewrites"
+
+
+def _reference(x: torch.Tensor, dim: int, op: str) -> torch.Tensor:
+    scan = torch.cumsum if op == "sum" else torch.cumprod
+    return scan(x.double().flip(dim), dim).flip(dim)
+
+
+@pytest.mark.parametrize("shape, dim, op, dtype, tolerance", [
+    ((5, 70), 1, "sum", torch.float32, 1e-6),  # one block per row, a masked head
+    ((3, 37, 5), 1, "sum", torch.float32, 1e-6),  # the middle axis: columns scanned side by side
+    ((4, 9), 0, "prod", torch.float32, 1e-6),  # the first axis, a product
+    ((2, 3, 5000), -1, "sum", torch.float16, 1e-3),  # two blocks per row, carried; half precision
+    ((6, 50), 1, "sum", torch.float64, 1e-15),
+])
+def test_the_suffix_scan_kernel_matches_float64(interpreter, shape, dim, op, dtype, tolerance):
+    from pytest_kernelopt.capture.graph_rewrites import launch_suffix_scan
+
+    torch.manual_seed(0)
+    x = (torch.rand(shape, dtype=torch.float64) + 0.5).to(dtype)
+    ref = _reference(x, dim, op)
+    y = launch_suffix_scan(x, dim, op)
+    assert y.dtype == dtype and y.shape == x.shape
+    assert ((y.double() - ref).abs().max() / ref.abs().max()).item() < tolerance
+    # A launch configuration that splits each row into many blocks agrees too (the carry is right).
+    small = launch_suffix_scan(x, dim, op, block_n=2, block_r=4, num_warps=1)
+    assert ((small.double() - ref).abs().max() / ref.abs().max()).item() < tolerance
+
+
+def _compiled(fn, x):
+    import torch._inductor.config as inductor_config
+
+    from pytest_kernelopt.capture.graph_rewrites import rewrite_pass, rewrites_done
+
+    torch._dynamo.reset()
+    before = rewrites_done()
+    with torch.no_grad(), inductor_config.patch(post_grad_custom_pre_pass=rewrite_pass(), fx_graph_cache=False):
+        out = torch.compile(fn)(x)
+    return out, rewrites_done() - before
+
+
+@pytest.mark.parametrize("fn, rewritten", [
+    (lambda x: torch.cumsum(x.flip(1), dim=1).flip(1), 1),
+    (lambda x: torch.cumprod(x.flip(-1, 0), dim=-1).flip(0, 1) * 2 + 1, 1),  # other axes' flips cancel
+    (lambda x: torch.cumsum(x.flip(0), dim=1).flip(0), 0),  # the scan's axis is not flipped: a forward scan
+    (lambda x: torch.cumsum(x.flip(1), dim=1).flip(0, 1), 0),  # the flips differ
+    (lambda x: torch.cumsum(x.flip(1), dim=1, dtype=torch.float64).flip(1), 0),  # another dtype
+    (lambda x: torch.cumsum(x.flip(1).long(), dim=1).flip(1), 0),  # integers: left to Inductor
+])
+def test_the_pass_rewrites_a_scan_between_flips_of_its_axis_and_nothing_else(interpreter, fn, rewritten):
+    torch.manual_seed(1)
+    x = torch.rand(4, 33) + 0.5
+    out, count = _compiled(fn, x)
+    assert count == rewritten
+    expected = fn(x)
+    assert out.dtype == expected.dtype and torch.allclose(out.double(), expected.double(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_rewrite_setting_is_judged_like_any_compile_and_skipped_where_it_changes_nothing(interpreter):
+    from pytest_kernelopt.capture.variants import MODEL_VARIANTS, VARIANTS, inductor_patches, needless
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession
+
+    assert VARIANT in MODEL_VARIANTS and not VARIANTS[VARIANT].harvest
+    patches = inductor_patches(VARIANT)
+    assert patches["max_autotune_gemm_backends"] == "ATEN" and patches["fx_graph_cache"] is False
+    options = VerifyOptions(seeds=2, seed=5)
+    with VerifySession(SUFFIX, interpreter, options) as session:  # tune's side: the default compile
+        opened = session.open()
+        assert len(opened.kernels) == 2  # Inductor: the scan (first flip fused), then a flipping copy
+        assert needless(VARIANT, opened.kernels, opened.externs) is None
+        verdict = session.verify_compile(VARIANT)
+    assert verdict.status == "correct", verdict.reason
+    with VerifySession(SUFFIX, interpreter, options, variant=VARIANT) as session:  # the gate's side
+        opened = session.open()
+        assert opened.kernels == [] and [e.target for e in opened.externs] == ["torch.ops.kernelopt.suffix_scan.default"]
+        assert session.verify_compile(VARIANT).status == "correct"
+    with VerifySession(TESTS / "problems" / "softmax_rows.py", interpreter, VerifyOptions(seeds=1)) as session:
+        opened = session.open()
+        assert "no scan" in needless(VARIANT, opened.kernels, opened.externs)
+
+
+@pytest.mark.slow
+def test_a_rewrite_setting_that_rewrites_nothing_is_rejected_without_timing(interpreter, monkeypatch):
+    """A model whose scan is not between flips compiles as without the rewrites: said, not timed."""
+    from pytest_kernelopt.capture import variants
+    from pytest_kernelopt.verify import compile_check
+    from pytest_kernelopt.verify.pipeline import open_problem
+    from pytest_kernelopt.verify.prepared import StageFailure
+    from pytest_kernelopt.verify.protocol import OpenRequest
+
+    # The rewrites on the default compile (max-autotune's configuration races are minutes in the interpreter).
+    monkeypatch.setitem(variants.VARIANTS, VARIANT, variants.CompileVariant(VARIANT, None, rewrites=True))
+    prepared, _ = open_problem(OpenRequest(problem=str(TESTS / "problems" / "sum_reduce.py"), device=interpreter,
+                                           seeds=[3]))
+    with pytest.raises(StageFailure, match="found nothing to rewrite"):
+        compile_check.compile_stage(prepared, VARIANT, error_factor=4.0, reduced_precision=False)
