@@ -53,14 +53,19 @@ def main() -> int:
         if inner == 1:
             configs |= {(1, br, w) for br in (1024, 2048, 4096, 8192) for w in (4, 8, 16) if br <= triton.next_power_of_2(shape[d])}
         else:
-            configs |= {(bn, br, w) for bn in (16, 32, 64) for br in (32, 64, 128, 256) for w in (4, 8) if bn <= inner}
+            configs |= {(bn, br, w) for bn in (16, 32, 64) for br in (32, 64, 128) for w in (4, 8) if bn <= inner}
         for bn, br, w in sorted(configs):
             name = f"rewrite n{bn} r{br} w{w}" + (" (default)" if (bn, br, w) == (bn0, br0, w0) else "")
             variants[name] = (lambda bn, br, w: lambda: launch_suffix_scan(x, d, "sum", block_n=bn, block_r=br,
                                                                         num_warps=w))(bn, br, w)
         errors = {}
-        for name, fn in variants.items():
-            out = fn()
+        for name, fn in list(variants.items()):
+            try:
+                out = fn()
+            except Exception as exc:  # a configuration Triton cannot compile: said, not timed
+                print(f"{shape} {name}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+                del variants[name]
+                continue
             errors[name] = None if name == "copy" else (out.double() - ref).abs().max().item() / scale
         times = {name: [] for name in variants}
         for _ in range(args.rounds):

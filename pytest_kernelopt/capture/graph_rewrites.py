@@ -39,19 +39,15 @@ def rewrites_done() -> int:
     return getattr(_done, "count", 0)
 
 
-def _kernel() -> Any:
-    from .rewrite_kernels import suffix_scan_kernel  # imports Triton: only when a rewrite runs
-
-    return suffix_scan_kernel
-
-
 def _blocks(rows: int, columns: int) -> tuple[int, int, int]:
-    """(BLOCK_N, BLOCK_R, num_warps) for rows of ``rows`` elements, ``columns`` scanned side by side."""
+    """(BLOCK_N, BLOCK_R, num_warps) for rows of ``rows`` elements, ``columns`` scanned side by side
+    (BLOCK_N 1: the row kernel)."""
     import triton
 
-    block_n = min(triton.next_power_of_2(columns), 32)
-    block_r = min(triton.next_power_of_2(rows), max(4096 // block_n, 16))
-    return block_n, block_r, 8 if block_n * block_r >= 2048 else 4
+    if columns == 1:
+        return 1, min(triton.next_power_of_2(rows), 2048), 8
+    block_n = min(triton.next_power_of_2(columns), 64)
+    return block_n, min(triton.next_power_of_2(rows), max(4096 // block_n, 16)), 8
 
 
 def launch_suffix_scan(x: Any, dim: int, op: str, *, block_n: int | None = None, block_r: int | None = None,
@@ -62,6 +58,8 @@ def launch_suffix_scan(x: Any, dim: int, op: str, *, block_n: int | None = None,
     import torch
     import triton
 
+    from . import rewrite_kernels  # imports Triton: only when a rewrite runs
+
     x = x.contiguous()
     y = torch.empty_like(x)
     if x.numel() == 0:
@@ -69,11 +67,14 @@ def launch_suffix_scan(x: Any, dim: int, op: str, *, block_n: int | None = None,
     dim %= x.dim()
     shape = x.shape
     outer, rows, inner = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])
-    block_n0, block_r0, warps = _blocks(rows, inner)
-    block_n = block_n or block_n0
-    grid = (outer, triton.cdiv(inner, block_n))
-    _kernel()[grid](x, y, rows, inner, PROD=op == "prod", FP64=x.dtype == torch.float64,
-                    BLOCK_N=block_n, BLOCK_R=block_r or block_r0, num_warps=num_warps or warps)
+    block_n0, block_r0, warps0 = _blocks(rows, inner)
+    block_n, block_r, warps = block_n or block_n0, block_r or block_r0, num_warps or warps0
+    flags = dict(PROD=op == "prod", FP64=x.dtype == torch.float64, BLOCK_R=block_r, num_warps=warps)
+    if inner == 1:
+        rewrite_kernels.suffix_scan_rows[(outer,)](x, y, rows, **flags)
+    else:
+        rewrite_kernels.suffix_scan_cols[(outer, triton.cdiv(inner, block_n))](x, y, rows, inner, BLOCK_N=block_n,
+                                                                              **flags)
     return y
 
 
