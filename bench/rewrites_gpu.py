@@ -44,16 +44,16 @@ def main() -> int:
         for s in shape[:d]:
             outer *= s
         inner = x.numel() // outer // shape[d]
-        bn0, br0, w0 = _blocks(shape[d], inner)
+        bn0, br0, w0 = _blocks(outer, shape[d], inner, x.element_size())
         variants = {"copy": lambda: x.clone()}
         variants["inductor default"] = (lambda f: lambda: f(x, d))(torch.compile(reverse_cumsum))
         variants["inductor max-autotune"] = (lambda f: lambda: f(x, d))(
             torch.compile(reverse_cumsum, mode="max-autotune-no-cudagraphs"))
         configs = {(bn0, br0, w0)}
         if inner == 1:
-            configs |= {(1, br, w) for br in (1024, 2048, 4096, 8192) for w in (4, 8, 16) if br <= triton.next_power_of_2(shape[d])}
+            configs |= {(1, br, 4) for br in (1024, 2048, 4096, 8192, 16384) if br <= triton.next_power_of_2(shape[d])}
         else:
-            configs |= {(bn, br, w) for bn in (16, 32, 64) for br in (32, 64, 128) for w in (4, 8) if bn <= inner}
+            configs |= {(bn, br, 4) for bn in (16, 32, 64) for br in (64, 128, 256) if bn <= inner}
         for bn, br, w in sorted(configs):
             name = f"rewrite n{bn} r{br} w{w}" + (" (default)" if (bn, br, w) == (bn0, br0, w0) else "")
             variants[name] = (lambda bn, br, w: lambda: launch_suffix_scan(x, d, "sum", block_n=bn, block_r=br,

@@ -39,15 +39,22 @@ def rewrites_done() -> int:
     return getattr(_done, "count", 0)
 
 
-def _blocks(rows: int, columns: int) -> tuple[int, int, int]:
-    """(BLOCK_N, BLOCK_R, num_warps) for rows of ``rows`` elements, ``columns`` scanned side by side
-    (BLOCK_N 1: the row kernel)."""
+def _blocks(programs: int, rows: int, columns: int, element_bytes: int) -> tuple[int, int, int]:
+    """(BLOCK_N, BLOCK_R, num_warps) for ``programs`` rows of ``rows`` elements, ``columns`` scanned
+    side by side (BLOCK_N 1: the row kernel).
+
+    H200, triton 3.6, 2026-12-03 (``bench/rewrites_gpu.py``): four warps beat eight everywhere; rows
+    went fastest in 8 KB blocks (90% of the copy bandwidth at 8192 rows of 16384 fp32), 32 KB when
+    the rows are too few to fill the GPU (256 rows: 75% against 55%); columns in 128-row blocks, 32
+    columns wide, 16 when the column blocks are few.
+    """
     import triton
 
     if columns == 1:
-        return 1, min(triton.next_power_of_2(rows), 2048), 8
-    block_n = min(triton.next_power_of_2(columns), 64)
-    return block_n, min(triton.next_power_of_2(rows), max(4096 // block_n, 16)), 8
+        per_block = (8192 if programs >= 1024 else 32768) // element_bytes
+        return 1, min(triton.next_power_of_2(rows), per_block), 4
+    block_n = min(triton.next_power_of_2(columns), 32 if programs * triton.cdiv(columns, 32) >= 1024 else 16)
+    return block_n, min(triton.next_power_of_2(rows), 128), 4
 
 
 def launch_suffix_scan(x: Any, dim: int, op: str, *, block_n: int | None = None, block_r: int | None = None,
@@ -67,7 +74,7 @@ def launch_suffix_scan(x: Any, dim: int, op: str, *, block_n: int | None = None,
     dim %= x.dim()
     shape = x.shape
     outer, rows, inner = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])
-    block_n0, block_r0, warps0 = _blocks(rows, inner)
+    block_n0, block_r0, warps0 = _blocks(outer, rows, inner, x.element_size())
     block_n, block_r, warps = block_n or block_n0, block_r or block_r0, num_warps or warps0
     flags = dict(PROD=op == "prod", FP64=x.dtype == torch.float64, BLOCK_R=block_r, num_warps=warps)
     if inner == 1:
