@@ -61,3 +61,25 @@ def test_speed_stage_does_not_call_a_dump_faster(size: str, tmp_path: Path, monk
     assert verdict.speed_measured and verdict.model_timing is not None
     if size == "large":
         assert verdict.kernel_timing is not None and 0.95 < verdict.kernel_timing.speedup < 1.05
+
+
+@pytest.mark.parametrize("shape, dim, dtype", [
+    ((8192, 16384), 1, "float32"),  # rows along the last axis, 8 KB blocks
+    ((64, 2048, 256), 1, "float32"),  # the middle axis: columns side by side
+    ((4096, 4096), 0, "bfloat16"),
+    ((3, 2**30 + 5), -1, "float16"),  # past 2^31 elements: 64-bit offsets
+])
+def test_the_reverse_scan_rewrite_matches_float64_at_gpu_sizes(shape: tuple, dim: int, dtype: str) -> None:
+    import torch
+
+    from pytest_kernelopt.capture.graph_rewrites import launch_suffix_scan
+
+    x = torch.randn(shape, device="cuda", dtype=getattr(torch, dtype))
+    y = launch_suffix_scan(x, dim, "sum")
+    # Where the tensor is large (its float64 copy would be 26 GB), the rows' last 4101 columns: a
+    # suffix sum depends only on what comes after it, and those lie past element 2^31.
+    pick = (...,) if x.numel() < 2**31 else (slice(None), slice(2**30 - 4096, None))
+    ref = torch.cumsum(x[pick].double().flip(dim), dim).flip(dim)
+    got = y[pick].double()
+    err = ((got - ref).abs().max() / ref.abs().max()).item()
+    assert err < (1e-5 if dtype == "float32" else 2e-2), err
