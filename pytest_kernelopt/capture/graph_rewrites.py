@@ -43,17 +43,18 @@ def _blocks(programs: int, rows: int, columns: int, element_bytes: int) -> tuple
     """(BLOCK_N, BLOCK_R, num_warps) for ``programs`` rows of ``rows`` elements, ``columns`` scanned
     side by side (BLOCK_N 1: the row kernel).
 
-    H200, triton 3.6, 2026-12-03 (``bench/rewrites_gpu.py``): four warps beat eight everywhere; rows
-    went fastest in 8 KB blocks (90% of the copy bandwidth at 8192 rows of 16384 fp32), 32 KB when
-    the rows are too few to fill the GPU (256 rows: 75% against 55%); columns in 128-row blocks, 32
-    columns wide, 16 when the column blocks are few.
+    H200, triton 3.6, 2026-12-03 (``bench/rewrites_gpu.py``): each shape's fastest configuration had
+    four warps; rows went fastest in 8 KB blocks (90% of the copy bandwidth at 8192 rows of 16384
+    fp32), 32 KB when the rows are too few to fill the GPU (256 rows: 75% against 55%); columns in
+    128-row blocks, 32 columns wide (64 x 2048 x 256: 62% of the copy), 16 where 32 would leave
+    fewer than 256 programs (4096 x 4096 over the first axis: 128 of them).
     """
     import triton
 
     if columns == 1:
         per_block = (8192 if programs >= 1024 else 32768) // element_bytes
         return 1, min(triton.next_power_of_2(rows), per_block), 4
-    block_n = min(triton.next_power_of_2(columns), 32 if programs * triton.cdiv(columns, 32) >= 1024 else 16)
+    block_n = min(triton.next_power_of_2(columns), 32 if programs * triton.cdiv(columns, 32) >= 256 else 16)
     return block_n, min(triton.next_power_of_2(rows), 128), 4
 
 
