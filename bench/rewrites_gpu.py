@@ -1,10 +1,11 @@
-"""The reverse-scans rewrite's kernel against a copy and Inductor, per shape and launch configuration.
+"""The graph rewrites' kernels against a copy and Inductor, per shape and launch configuration.
 
-    python bench/rewrites_gpu.py [--json OUT.json]
+    python bench/rewrites_gpu.py [--only scans|group-norms] [--json OUT.json]
 
 Per shape: ``x.clone()`` (the same bytes moved: the copy limit, measured in this run),
-``flip(cumsum(flip(x)))`` compiled by Inductor (default and max-autotune), and
-``graph_rewrites.launch_suffix_scan`` under several launch configurations; each timed with
+the operation compiled by Inductor (default and max-autotune; ``flip(cumsum(flip(x)))``, or
+``nn.GroupNorm``), and the rewrite's kernel (``graph_rewrites.launch_suffix_scan`` or
+``launch_group_norm``) under several launch configurations; each timed with
 ``triton.testing.do_bench`` (L2 flushed, median), interleaved over rounds, median over
 rounds; each output's worst error against float64, relative to the output's largest
 magnitude. Chooses ``graph_rewrites._blocks``'s defaults; the cascade judges a model.
@@ -19,7 +20,7 @@ import statistics
 import torch
 import triton
 
-from pytest_kernelopt.capture.graph_rewrites import _blocks, launch_suffix_scan
+from pytest_kernelopt.capture.graph_rewrites import _blocks, launch_group_norm, launch_suffix_scan
 
 SHAPES = [((8192, 16384), 1, torch.float32), ((4096, 4096), 0, torch.float32), ((64, 2048, 256), 1, torch.float32),
           ((256, 262144), 1, torch.float32), ((32768, 1024), 1, torch.bfloat16), ((2048, 32768), 1, torch.float16)]
@@ -29,13 +30,68 @@ def reverse_cumsum(x, d):
     return torch.cumsum(x.flip(d), d).flip(d)
 
 
+GROUP_NORMS = [((32, 64, 128, 128), 8, torch.float32), ((16, 128, 64, 64), 32, torch.float32),
+               ((32, 64, 128, 128), 8, torch.bfloat16)]
+
+
+def timed(variants, ref, scale, rounds):
+    """Each variant's output error against ``ref`` (relative to ``scale``) and its median time, interleaved."""
+    errors = {}
+    for name, fn in list(variants.items()):
+        try:
+            out = fn()
+        except Exception as exc:  # a configuration Triton cannot compile: said, not timed
+            print(f"{name}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+            del variants[name]
+            continue
+        errors[name] = None if name == "copy" else (out.double() - ref).abs().max().item() / scale
+    times = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, fn in variants.items():
+            times[name].append(triton.testing.do_bench(fn, warmup=10, rep=40) * 1e3)
+    return errors, {name: statistics.median(t) for name, t in times.items()}
+
+
+def group_norms(rounds):
+    rows = []
+    for shape, groups, dtype in GROUP_NORMS:
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        x = torch.randn(shape, device="cuda", dtype=dtype) * 2 + 0.5
+        norm = torch.nn.GroupNorm(groups, shape[1]).cuda().to(dtype)
+        with torch.no_grad():
+            norm.weight.normal_()
+            norm.bias.normal_()
+            ref = torch.nn.functional.group_norm(x.double(), groups, norm.weight.double(), norm.bias.double(), norm.eps)
+        scale = ref.abs().max().item()
+        variants = {"copy": lambda: x.clone()}
+        for label, mode in (("inductor default", None), ("inductor max-autotune", "max-autotune-no-cudagraphs")):
+            compiled = torch.compile(norm, mode=mode)
+            variants[label] = (lambda f: lambda: f(x))(compiled)
+        for block, warps, reverse in [(1024, 4, True), (2048, 4, True), (2048, 8, True), (2048, 8, False),
+                                      (4096, 8, True), (4096, 16, True), (8192, 16, True)]:
+            variants[f"rewrite b{block} w{warps}{' rev' if reverse else ''}"] = (
+                lambda b, w, r: lambda: launch_group_norm(x, groups, norm.weight, norm.bias, norm.eps, block=b,
+                                                          num_warps=w, reverse=r))(block, warps, reverse)
+        with torch.no_grad():
+            errors, med = timed(variants, ref, scale, rounds)
+        for name in med:
+            rows.append({"shape": list(shape), "groups": groups, "dtype": str(dtype), "variant": name, "us": med[name],
+                         "of_copy": med["copy"] / med[name],
+                         "vs_max_autotune": med["inductor max-autotune"] / med[name], "error": errors.get(name)})
+        del x, ref
+        torch.cuda.empty_cache()
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json")
+    parser.add_argument("--only", choices=("scans", "group-norms"))
     args = parser.parse_args()
     rows = []
-    for shape, d, dtype in SHAPES:
+    for shape, d, dtype in (SHAPES if args.only != "group-norms" else []):
         torch._dynamo.reset()
         x = torch.randn(shape, device="cuda", dtype=dtype)
         ref = reverse_cumsum(x.double(), d)
@@ -58,33 +114,23 @@ def main() -> int:
             name = f"rewrite n{bn} r{br} w{w}" + (" (default)" if (bn, br, w) == (bn0, br0, w0) else "")
             variants[name] = (lambda bn, br, w: lambda: launch_suffix_scan(x, d, "sum", block_n=bn, block_r=br,
                                                                         num_warps=w))(bn, br, w)
-        errors = {}
-        for name, fn in list(variants.items()):
-            try:
-                out = fn()
-            except Exception as exc:  # a configuration Triton cannot compile: said, not timed
-                print(f"{shape} {name}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
-                del variants[name]
-                continue
-            errors[name] = None if name == "copy" else (out.double() - ref).abs().max().item() / scale
-        times = {name: [] for name in variants}
-        for _ in range(args.rounds):
-            for name, fn in variants.items():
-                times[name].append(triton.testing.do_bench(fn, warmup=10, rep=40) * 1e3)
-        med = {name: statistics.median(t) for name, t in times.items()}
-        for name in variants:
+        errors, med = timed(variants, ref, scale, args.rounds)
+        for name in med:
             rows.append({"shape": list(shape), "dim": d, "dtype": str(dtype), "variant": name, "us": med[name],
                          "of_copy": med["copy"] / med[name], "vs_max_autotune": med["inductor max-autotune"] / med[name],
                          "error": errors[name]})
         del x, ref
         torch.cuda.empty_cache()
+    if args.only != "scans":
+        rows += group_norms(args.rounds)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
     print(f"{'shape':>22} {'dtype':>15} {'variant':>34} {'us':>9} {'of copy':>8} {'/ max-at':>8} {'error':>9}")
     for r in rows:
         err = "" if r["error"] is None else f"{r['error']:.1e}"
-        print(f"{str(tuple(r['shape'])) + ' d' + str(r['dim']):>22} {r['dtype']:>15} {r['variant']:>34} {r['us']:9.1f} "
+        where = f" d{r['dim']}" if "dim" in r else f" g{r['groups']}"
+        print(f"{str(tuple(r['shape'])) + where:>22} {r['dtype']:>15} {r['variant']:>34} {r['us']:9.1f} "
               f"{r['of_copy']:8.3f} {r['vs_max_autotune']:8.3f} {err:>9}")
     return 0
 
