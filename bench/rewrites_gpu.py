@@ -4,8 +4,8 @@
 
 Per shape: ``x.clone()`` (the same bytes moved: the copy limit, measured in this run),
 the operation compiled by Inductor (default and max-autotune; ``flip(cumsum(flip(x)))``, or
-``nn.GroupNorm``), and the rewrite's kernel (``graph_rewrites.launch_suffix_scan`` or
-``launch_group_norm``) under several launch configurations; each timed with
+``nn.GroupNorm``), and the rewrite's kernel (``graph_rewrites.launch_suffix_scan``, or the
+candidate in ``bench/group_norm_kernel.py``) under several launch configurations; each timed with
 ``triton.testing.do_bench`` (L2 flushed, median), interleaved over rounds, median over
 rounds; each output's worst error against float64, relative to the output's largest
 magnitude. Chooses ``graph_rewrites._blocks``'s defaults; the cascade judges a model.
@@ -20,7 +20,8 @@ import statistics
 import torch
 import triton
 
-from pytest_kernelopt.capture.graph_rewrites import _blocks, launch_group_norm, launch_suffix_scan
+from group_norm_kernel import launch_group_norm  # bench/: a candidate, not yet a rewrite
+from pytest_kernelopt.capture.graph_rewrites import _blocks, launch_suffix_scan
 
 SHAPES = [((8192, 16384), 1, torch.float32), ((4096, 4096), 0, torch.float32), ((64, 2048, 256), 1, torch.float32),
           ((256, 262144), 1, torch.float32), ((32768, 1024), 1, torch.bfloat16), ((2048, 32768), 1, torch.float16)]

@@ -107,3 +107,24 @@ def test_a_rewrite_setting_that_rewrites_nothing_is_rejected_without_timing(inte
                                            seeds=[3]))
     with pytest.raises(StageFailure, match="found nothing to rewrite"):
         compile_check.compile_stage(prepared, VARIANT, error_factor=4.0, reduced_precision=False)
+
+
+@pytest.mark.parametrize("shape, groups, affine, offset", [
+    ((2, 8, 5, 6), 4, True, 0.0),
+    ((3, 6, 7), 3, False, 100.0),  # a large mean: Welford statistics, not sums of squares
+    ((2, 4, 33, 33), 2, True, 1000.0),  # several blocks per group
+])
+def test_the_group_norm_candidate_in_bench_matches_float64(interpreter, monkeypatch, shape, groups, affine, offset):
+    """Not a rewrite yet (``bench/group_norm_kernel.py``: not run on a GPU); kept correct until it is measured."""
+    monkeypatch.syspath_prepend(str(TESTS.parent / "bench"))
+    from group_norm_kernel import launch_group_norm
+
+    torch.manual_seed(0)
+    x = torch.randn(shape) + offset
+    w, b = (torch.randn(shape[1]), torch.randn(shape[1])) if affine else (None, None)
+    ref = torch.nn.functional.group_norm(x.double(), groups, None if w is None else w.double(),
+                                         None if b is None else b.double(), 1e-5)
+    eager = (torch.nn.functional.group_norm(x, groups, w, b, 1e-5).double() - ref).abs().max()
+    for reverse in (True, False):
+        y = launch_group_norm(x, groups, w, b, 1e-5, block=64, num_warps=2, reverse=reverse)
+        assert (y.double() - ref).abs().max() <= 2 * eager + 1e-6

@@ -86,33 +86,6 @@ def launch_suffix_scan(x: Any, dim: int, op: str, *, block_n: int | None = None,
     return y
 
 
-def launch_group_norm(x: Any, groups: int, weight: Any, bias: Any, eps: float, *, block: int | None = None,
-                      num_warps: int | None = None, reverse: bool = True) -> Any:
-    """``torch.nn.functional.group_norm(x, groups, weight, bias, eps)`` in one kernel; a new contiguous tensor."""
-    import math
-
-    from . import rewrite_kernels  # imports Triton: only when a rewrite runs
-
-    x = x.contiguous()
-    y = torch_empty_like(x)
-    if x.numel() == 0:
-        return y
-    n, c = x.shape[0], x.shape[1]
-    hw = math.prod(x.shape[2:])
-    group = c // groups * hw
-    rewrite_kernels.group_norm_kernel[(n * groups,)](
-        x, weight if weight is not None else x, bias if bias is not None else x, y, group, hw, groups, c // groups,
-        float(eps), HAS_W=weight is not None, HAS_B=bias is not None, REVERSE=reverse, BLOCK=block or 2048,
-        num_warps=num_warps or 8)
-    return y
-
-
-def torch_empty_like(x: Any) -> Any:
-    import torch
-
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
-
-
 @functools.cache
 def suffix_scan() -> Any:
     """The ``kernelopt::suffix_scan(x, dim, op)`` operator (registered on first use)."""
