@@ -23,6 +23,7 @@ The one rewrite so far:
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from typing import Any
 
@@ -95,6 +96,10 @@ def suffix_scan() -> Any:
     @torch.library.custom_op("kernelopt::suffix_scan", mutates_args=(),
                              schema="(Tensor x, int dim, str kind) -> Tensor")
     def op(x, dim, kind):  # type: ignore[no-untyped-def]
+        if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            # No Triton for this device (a model tuned on a GPU, run on the CPU): what the pattern computed.
+            scan = torch.cumsum if kind == "sum" else torch.cumprod
+            return scan(x.flip(dim), dim).flip(dim).contiguous()
         return launch_suffix_scan(x, dim, kind)
 
     @op.register_fake
@@ -131,10 +136,13 @@ def _reverse_scans(graph: Any) -> int:
         if dims != outer_dims or d not in dims or str(val.dtype) not in _FLOATS or (dtype not in (None, val.dtype)) \
                 or out.dtype != val.dtype:
             continue
+        fake_mode = getattr(val, "fake_mode", None)
+        if fake_mode is None:  # no fake tensor to give the new node its metadata: left as it is
+            continue
         target = suffix_scan()
         with graph.inserting_before(node):
             new = graph.call_function(target, (source, d, scans[scan.target]))
-        with val.fake_mode:
+        with fake_mode:
             new.meta["val"] = target(val, d, scans[scan.target])
         node.replace_all_uses_with(new)
         graph.erase_node(node)
