@@ -75,24 +75,39 @@ def load(path: Path):
 
 
 def build(model, inputs, variant):
+    """``model`` compiled as ``variant``, with a backend of its own.
+
+    Dynamo keeps compiled code on the model's ``forward`` and reuses it for any ``torch.compile``
+    whose backend compares equal: with ``torch.compile(model, mode=...)`` and the settings patched
+    around the call, every variant of one mode ran the code of the last one built (found
+    2026-12-03: max-autotune timed as max-autotune-rewrites on reverse_cumsum). Each variant now
+    has a backend object of its own that applies its settings itself, so a recompile is faithful.
+    """
+    from torch._inductor import list_mode_options
+    from torch._inductor.compile_fx import compile_fx
+
     mode, patches, persistent = VARIANTS[variant.split("#")[0]]
-    torch._dynamo.reset()
-    handler = persistent_up_to(persistent) if persistent else InductorChoices()
-    V.set_choices_handler(handler)
+    options = {**(list_mode_options(mode) if mode else {}), **patches}
+
+    def backend(gm, example_inputs):
+        handler = persistent_up_to(persistent) if persistent else InductorChoices()
+        V.set_choices_handler(handler)
+        try:
+            # No cache of any kind: a choices handler is not part of every cache key (torch 2.11), so a
+            # cached graph of another variant would come back.
+            with inductor_config.patch({"force_disable_caches": True, "fx_graph_cache": False}), \
+                    torch._functorch.config.patch(enable_autograd_cache=False):
+                return compile_fx(gm, example_inputs, config_patches=options or None)
+        finally:
+            V.set_choices_handler(InductorChoices())
+
     print(f"  {variant}: compiling", file=sys.stderr, flush=True)
-    try:
-        # No cache of any kind: a choices handler is not part of every cache key (torch 2.11), so a
-        # cached graph of another variant would come back.
-        with inductor_config.patch({"force_disable_caches": True, "fx_graph_cache": False, **patches}), \
-                torch._functorch.config.patch(enable_autograd_cache=False):
-            compiled = torch.compile(model, mode=mode)
-            t0 = time.monotonic()
-            with torch.no_grad():
-                out, codes = run_and_get_code(compiled, *inputs)
-            torch.cuda.synchronize()
-            seconds = time.monotonic() - t0
-    finally:
-        V.set_choices_handler(InductorChoices())
+    compiled = torch.compile(model, backend=backend)
+    t0 = time.monotonic()
+    with torch.no_grad():
+        out, codes = run_and_get_code(compiled, *inputs)
+    torch.cuda.synchronize()
+    seconds = time.monotonic() - t0
     # Which kinds of Triton kernel the compile made (per: persistent reduction, red: looped, ...).
     kinds = sorted(set(re.findall(r"def (triton_[a-z]+)_", "\n".join(codes))))
     return compiled, out, seconds, kinds
@@ -109,7 +124,12 @@ def main() -> int:
     args = parser.parse_args()
     names = args.variants.split(",")
     results = []
+    # Every variant's code stays in Dynamo's cache side by side (one entry per backend).
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 4 * len(names))
+    torch._dynamo.config.accumulated_cache_size_limit = max(torch._dynamo.config.accumulated_cache_size_limit,
+                                                            8 * len(names))
     for path in args.problems:
+        torch._dynamo.reset()
         model, inputs = load(path)
         built, errors = {}, {}
         for v in names:
