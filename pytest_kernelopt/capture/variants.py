@@ -68,8 +68,9 @@ VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
                    about="default compile, launch configurations refined by coordinate descent"),
     CompileVariant("looped-reductions", None, {"triton.persistent_reductions": False},
                    about="default compile, every reduction looped (never held on chip)"),
-    # H200, 2026-12-02 (bench/variants_gpu.py): frobenius_norm 1.121x and log_softmax_scale
-    # 1.018x over max-autotune. Without GEMM/convolution templates since 2026-12-03 (harvested for
+    # H200, 2026-12-02 (bench/variants_gpu.py, whose variants could then time each other's code:
+    # docs/results-h200.md): frobenius_norm 1.121x and log_softmax_scale 1.018x over max-autotune;
+    # harvested, so the cascade judges each kernel it gives. Without GEMM/convolution templates since 2026-12-03 (harvested for
     # its Triton kernels: with the templates its compile took 50 of a GEMM problem's 65 s of harvest).
     CompileVariant("persistent-rows", "max-autotune-no-cudagraphs", dict(_LIBRARY_GEMMS), persistent_rows=8192,
                    about="max-autotune without GEMM/convolution templates, inner reductions up to 8192 elements "
