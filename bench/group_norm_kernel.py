@@ -6,12 +6,14 @@ Inductor compiles ``nn.GroupNorm`` over large groups (8 channels x 128 x 128) as
 Welford reduction then a normalising pass (three passes over the tensor, 51-54% of the memory
 limit on the H200), this is one program per group: Welford statistics per lane, combined, then
 the normalisation read backwards so that it first reads what the statistics read last, which
-may still be in L2. If it wins, the pattern to match is the pre-grad
-``torch.nn.functional.group_norm`` call (``graph_rewrites.py``).
+may still be in L2. ``group_norm_pass`` is the rewrite it would be (Inductor's pre-grad custom
+pass, matching ``torch.nn.functional.group_norm`` calls), for ``bench/variants_gpu.py``'s
+``group-norm-rewrite`` variants: if it wins, it moves into ``graph_rewrites.py``.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import triton
@@ -86,3 +88,45 @@ def launch_group_norm(x: Any, groups: int, weight: Any, bias: Any, eps: float, *
         float(eps), HAS_W=weight is not None, HAS_B=bias is not None, REVERSE=reverse, BLOCK=block or 2048,
         num_warps=num_warps or 8)
     return y
+
+
+@functools.cache
+def group_norm_op() -> Any:
+    """``kernelopt_bench::group_norm(x, groups, weight, bias, eps)``: the kernel as an operator (registered on first use)."""
+    import torch
+
+    @torch.library.custom_op("kernelopt_bench::group_norm", mutates_args=(),
+                             schema="(Tensor x, int groups, Tensor? weight, Tensor? bias, float eps) -> Tensor")
+    def op(x, groups, weight, bias, eps):  # type: ignore[no-untyped-def]
+        return launch_group_norm(x, groups, weight, bias, eps)
+
+    @op.register_fake
+    def _(x, groups, weight, bias, eps):  # type: ignore[no-untyped-def]
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+    return torch.ops.kernelopt_bench.group_norm.default
+
+
+_GROUP_NORM_ARGS = ("input", "num_groups", "weight", "bias", "eps")
+
+
+def group_norm_pass(graph: Any) -> None:
+    """Inductor pre-grad pass (``pre_grad_custom_pass``): each ``F.group_norm`` of a floating tensor of
+    three or more dimensions, with a constant group count and eps, becomes ``group_norm_op()``."""
+    import torch
+
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not torch.nn.functional.group_norm:
+            continue
+        bound = dict(zip(_GROUP_NORM_ARGS, node.args)) | dict(node.kwargs)
+        x, groups = bound.get("input"), bound.get("num_groups")
+        eps = bound.get("eps", 1e-5)
+        example = getattr(x, "meta", {}).get("example_value")
+        if not isinstance(groups, int) or not isinstance(eps, (int, float)) or not isinstance(example, torch.Tensor) \
+                or example.dim() < 3 or not example.is_floating_point() or example.shape[1] % groups:
+            continue
+        with graph.inserting_before(node):
+            new = graph.call_function(group_norm_op(), (x, groups, bound.get("weight"), bound.get("bias"), float(eps)))
+        new.meta.update(node.meta)
+        node.replace_all_uses_with(new)
+        graph.erase_node(node)

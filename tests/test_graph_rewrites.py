@@ -142,3 +142,28 @@ def test_the_operator_runs_the_pattern_itself_where_triton_cannot_run(monkeypatc
     x = torch.rand(3, 40) + 0.5
     assert torch.equal(op(x, 1, "sum"), torch.cumsum(x.flip(1), 1).flip(1))
     assert torch.equal(op(x, 0, "prod"), torch.cumprod(x.flip(0), 0).flip(0))
+
+
+def test_the_group_norm_candidate_rewrite_replaces_the_call_and_matches(interpreter, monkeypatch):
+    """bench/variants_gpu.py's group-norm-rewrite variants: the pre-grad pass and its operator, in a compiled model."""
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.syspath_prepend(str(TESTS.parent / "bench"))
+    import group_norm_kernel
+
+    calls = []
+    launch = group_norm_kernel.launch_group_norm
+    monkeypatch.setattr(group_norm_kernel, "launch_group_norm", lambda *a, **k: calls.append(1) or launch(*a, **k))
+    torch.manual_seed(2)
+    model = torch.nn.GroupNorm(4, 8).eval()
+    with torch.no_grad():
+        model.weight.normal_()
+        model.bias.normal_()
+    x = torch.randn(2, 8, 5, 6) + 3
+    torch._dynamo.reset()
+    with torch.no_grad(), inductor_config.patch(pre_grad_custom_pass=group_norm_kernel.group_norm_pass,
+                                                fx_graph_cache=False):
+        out = torch.compile(model)(x)
+    assert calls, "the pass left F.group_norm to Inductor"
+    ref = model.double()(x.double())
+    assert (out.double() - ref).abs().max() < 1e-5
