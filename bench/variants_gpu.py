@@ -57,10 +57,8 @@ VARIANTS = {
     "tensor-desc": ("max-autotune-no-cudagraphs", {"triton.use_tensor_descriptor": True}, None),
     "multi-kernel": (None, {"triton.multi_kernel": 1}, None),
 }
-# kernelopt's graph rewrites on top of max-autotune-extern (the catalogue's max-autotune-rewrites).
-VARIANTS["max-autotune-rewrites"] = (VARIANTS["max-autotune-extern"][0],
-                                     {**VARIANTS["max-autotune-extern"][1], **inductor_patches("max-autotune-rewrites")},
-                                     None)
+# The catalogue's max-autotune-rewrites (its patches carry its mode's options).
+VARIANTS["max-autotune-rewrites"] = (None, inductor_patches("max-autotune-rewrites"), None)
 # A candidate rewrite not yet in the package (bench/group_norm_kernel.py), on default and max-autotune.
 VARIANTS["group-norm-rewrite"] = (None, {"pre_grad_custom_pass": group_norm_pass}, None)
 VARIANTS["max-autotune+group-norm-rewrite"] = ("max-autotune-no-cudagraphs", {"pre_grad_custom_pass": group_norm_pass},

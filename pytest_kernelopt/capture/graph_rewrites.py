@@ -27,10 +27,7 @@ import os
 import threading
 from typing import Any
 
-__all__ = ["REWRITES", "rewrite_pass", "rewrites_done", "suffix_scan"]
-
-REWRITES = ("reverse-scans",)
-_FLOATS = ("torch.float16", "torch.bfloat16", "torch.float32", "torch.float64")
+__all__ = ["launch_suffix_scan", "rewrite_pass", "rewrites_done", "suffix_scan"]
 
 _done = threading.local()
 
@@ -115,6 +112,7 @@ def _reverse_scans(graph: Any) -> int:
 
     aten, prims = torch.ops.aten, torch.ops.prims
     scans = {aten.cumsum.default: "sum", aten.cumprod.default: "prod"}
+    floats = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
     count = 0
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target is not prims.rev.default:
@@ -132,9 +130,8 @@ def _reverse_scans(graph: Any) -> int:
         ndim = val.dim()
         dims, outer_dims = {int(d) % ndim for d in inner.args[1]}, {int(d) % ndim for d in node.args[1]}
         d = int(scan.args[1] if len(scan.args) > 1 else scan.kwargs["dim"]) % ndim
-        dtype = scan.kwargs.get("dtype")
-        if dims != outer_dims or d not in dims or str(val.dtype) not in _FLOATS or (dtype not in (None, val.dtype)) \
-                or out.dtype != val.dtype:
+        # The result in the input's dtype (a scan with ``dtype=`` another is left alone), floating only.
+        if dims != outer_dims or d not in dims or val.dtype not in floats or out.dtype != val.dtype:
             continue
         fake_mode = getattr(val, "fake_mode", None)
         if fake_mode is None:  # no fake tensor to give the new node its metadata: left as it is

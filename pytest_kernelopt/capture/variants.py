@@ -45,6 +45,12 @@ class CompileVariant:
     # splits into several kernels replaced by one kernel of this package's own.
     rewrites: bool = False
 
+    @property
+    def uncached(self) -> bool:
+        """Compiled without the FX graph and autograd caches: a choices handler is in no cache key
+        (torch 2.11), and a rewrite counts its matches (``rewrites_done``) only when it runs."""
+        return self.persistent_rows is not None or self.rewrites
+
 
 # GEMMs and convolutions as library (extern) calls only: no Triton template is compiled or raced.
 _LIBRARY_GEMMS = {"max_autotune_gemm_backends": "ATEN", "max_autotune_conv_backends": "ATEN"}
@@ -70,8 +76,8 @@ VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
                    about="default compile, every reduction looped (never held on chip)"),
     # H200, 2026-12-02 (bench/variants_gpu.py, whose variants could then time each other's code:
     # docs/results-h200.md): frobenius_norm 1.121x and log_softmax_scale 1.018x over max-autotune;
-    # harvested, so the cascade judges each kernel it gives. Without GEMM/convolution templates since 2026-12-03 (harvested for
-    # its Triton kernels: with the templates its compile took 50 of a GEMM problem's 65 s of harvest).
+    # harvested, so the cascade judges each kernel it gives. Without GEMM/convolution templates
+    # since 2026-12-03 (with them its compile took 50 of a GEMM problem's 65 s of harvest).
     CompileVariant("persistent-rows", "max-autotune-no-cudagraphs", dict(_LIBRARY_GEMMS), persistent_rows=8192,
                    about="max-autotune without GEMM/convolution templates, inner reductions up to 8192 elements "
                          "per row persistent"),
@@ -91,6 +97,9 @@ HARVEST_VARIANTS = tuple(name for name, v in VARIANTS.items() if v.harvest)
 MODEL_VARIANTS = ("max-autotune", "max-autotune-extern", "max-autotune-rewrites", "max-autotune-nd-tiling")
 
 
+_SCAN = "tl.associative_scan"  # how Inductor's scan kernels combine (torch 2.11 and 2.13)
+
+
 def needless(name: str, kernels: list[Any], externs: list[Any]) -> str | None:
     """Why trying variant ``name`` on a model whose default compile has these kernels and extern
     calls (``KernelInfo``, ``ExternCallInfo``) would only repeat another compile (None: it may differ)."""
@@ -102,8 +111,6 @@ def needless(name: str, kernels: list[Any], externs: list[Any]) -> str | None:
         return "the model has no scan (cumulative sum or product), the only pattern the graph rewrites change"
     return None
 
-
-_SCAN = "tl.associative_scan"  # how Inductor's scan kernels combine (torch 2.11 and 2.13)
 
 
 def unknown_variant(name: str) -> str | None:
@@ -128,13 +135,10 @@ def inductor_patches(name: str | None) -> dict[str, Any]:
         from .graph_rewrites import rewrite_pass
 
         patches["post_grad_custom_pre_pass"] = rewrite_pass()
-    if variant.persistent_rows is not None or variant.rewrites:
-        # The choices handler is not part of the FX graph cache's key (torch 2.11): a cached graph
-        # of another compile would come back unchanged. The kernel-level caches (Triton binaries,
-        # launch-configuration races) are keyed by the kernel's source and stay on: with every
-        # cache off (force_disable_caches) this compile took 77-94 s on the H200, 2026-12-03.
-        # A rewrite counts what it changed (``rewrites_done``) when the graph is compiled, not
-        # when a cached graph comes back.
+    if variant.uncached:
+        # The kernel-level caches (Triton binaries, launch-configuration races) are keyed by the
+        # kernel's source and stay on: with every cache off (force_disable_caches) the persistent-rows
+        # compile took 77-94 s on the H200, 2026-12-03.
         patches["fx_graph_cache"] = False
         patches["fx_graph_remote_cache"] = False
     return patches
@@ -159,7 +163,7 @@ def compiling(name: str | None) -> Iterator[dict[str, Any]]:
     patches = inductor_patches(name)
     with contextlib.ExitStack() as stack:
         stack.enter_context(inductor_config.patch(patches))
-        if variant.persistent_rows is not None or variant.rewrites:
+        if variant.uncached:
             stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
         if variant.persistent_rows is not None:
             V.set_choices_handler(persistent_up_to(variant.persistent_rows))
