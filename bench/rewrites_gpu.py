@@ -4,11 +4,11 @@
 
 Per shape: ``x.clone()`` (the same bytes moved: the copy limit, measured in this run),
 the operation compiled by Inductor (default and max-autotune; ``flip(cumsum(flip(x)))``, or
-``nn.GroupNorm``), and the rewrite's kernel (``graph_rewrites.launch_suffix_scan``, or the
-candidate in ``bench/group_norm_kernel.py``) under several launch configurations; each timed with
+``nn.GroupNorm``, alone or followed by SiLU), and the rewrite's kernel (``graph_rewrites.launch_suffix_scan``
+or ``launch_group_norm``) under several launch configurations; each timed with
 ``triton.testing.do_bench`` (L2 flushed, median), interleaved over rounds, median over
 rounds; each output's worst error against float64, relative to the output's largest
-magnitude. Chooses ``graph_rewrites._blocks``'s defaults; the cascade judges a model.
+magnitude. Chooses ``graph_rewrites``' launch defaults; the cascade judges a model.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import statistics
 import torch
 import triton
 
-from group_norm_kernel import launch_group_norm  # bench/: a candidate, not yet a rewrite
-from pytest_kernelopt.capture.graph_rewrites import _blocks, launch_suffix_scan
+from pytest_kernelopt.capture.graph_rewrites import _blocks, _group_norm_launch, launch_group_norm, launch_suffix_scan
 
 SHAPES = [((8192, 16384), 1, torch.float32), ((4096, 4096), 0, torch.float32), ((64, 2048, 256), 1, torch.float32),
           ((256, 262144), 1, torch.float32), ((32768, 1024), 1, torch.bfloat16), ((2048, 32768), 1, torch.float16)]
@@ -31,8 +30,10 @@ def reverse_cumsum(x, d):
     return torch.cumsum(x.flip(d), d).flip(d)
 
 
-GROUP_NORMS = [((32, 64, 128, 128), 8, torch.float32), ((16, 128, 64, 64), 32, torch.float32),
-               ((32, 64, 128, 128), 8, torch.bfloat16)]
+# (shape, groups, dtype, activation): groups of 131072, 16384 (one pass), 40960 and 8192 elements.
+GROUP_NORMS = [((32, 64, 128, 128), 8, torch.float32, "none"), ((16, 128, 64, 64), 32, torch.float32, "none"),
+               ((32, 64, 128, 128), 8, torch.bfloat16, "none"), ((8, 320, 64, 64), 32, torch.float32, "silu"),
+               ((64, 256, 32, 32), 32, torch.bfloat16, "silu")]
 
 
 def timed(variants, ref, scale, rounds):
@@ -55,30 +56,41 @@ def timed(variants, ref, scale, rounds):
 
 def group_norms(rounds):
     rows = []
-    for shape, groups, dtype in GROUP_NORMS:
+    for shape, groups, dtype, act in GROUP_NORMS:
         torch._dynamo.reset()
         torch.manual_seed(0)
         x = torch.randn(shape, device="cuda", dtype=dtype) * 2 + 0.5
         norm = torch.nn.GroupNorm(groups, shape[1]).cuda().to(dtype)
+        activation = torch.nn.SiLU() if act == "silu" else torch.nn.Identity()
+        model = torch.nn.Sequential(norm, activation)
         with torch.no_grad():
             norm.weight.normal_()
             norm.bias.normal_()
-            ref = torch.nn.functional.group_norm(x.double(), groups, norm.weight.double(), norm.bias.double(), norm.eps)
+            ref = activation(torch.nn.functional.group_norm(x.double(), groups, norm.weight.double(),
+                                                            norm.bias.double(), norm.eps))
         scale = ref.abs().max().item()
         variants = {"copy": lambda: x.clone()}
         for label, mode in (("inductor default", None), ("inductor max-autotune", "max-autotune-no-cudagraphs")):
-            compiled = torch.compile(norm, mode=mode)
+            compiled = torch.compile(model, mode=mode)
             variants[label] = (lambda f: lambda: f(x))(compiled)
-        for block, warps, reverse in [(1024, 4, True), (2048, 4, True), (2048, 8, True), (2048, 8, False),
-                                      (4096, 8, True), (4096, 16, True), (8192, 16, True)]:
-            variants[f"rewrite b{block} w{warps}{' rev' if reverse else ''}"] = (
-                lambda b, w, r: lambda: launch_group_norm(x, groups, norm.weight, norm.bias, norm.eps, block=b,
-                                                          num_warps=w, reverse=r))(block, warps, reverse)
+        group = shape[1] // groups * x[0, 0].numel()
+        default = _group_norm_launch(group)
+        configs = {(default[1], default[2], False)}
+        if default[0]:  # one pass: the block holds the group
+            configs |= {(default[1], w, False) for w in (8, 16, 32)} | {(4096, 16, False), (4096, 16, True)}
+        else:
+            configs |= {(b, w, e) for b, w in ((4096, 16), (8192, 16), (8192, 32), (16384, 16), (16384, 32))
+                        for e in (False, True)}
+        for block, warps, evict in sorted(configs):
+            name = f"rewrite b{block} w{warps}{' evict' if evict else ''}" + (
+                " (default)" if (block, warps) == default[1:] and not evict else "")
+            variants[name] = (lambda b, w, e: lambda: launch_group_norm(
+                x, groups, norm.weight, norm.bias, norm.eps, act, block=b, num_warps=w, evict=e))(block, warps, evict)
         with torch.no_grad():
             errors, med = timed(variants, ref, scale, rounds)
         for name in med:
-            rows.append({"shape": list(shape), "groups": groups, "dtype": str(dtype), "variant": name, "us": med[name],
-                         "of_copy": med["copy"] / med[name],
+            rows.append({"shape": list(shape), "groups": groups, "dtype": str(dtype), "act": act, "variant": name,
+                         "us": med[name], "of_copy": med["copy"] / med[name],
                          "vs_max_autotune": med["inductor max-autotune"] / med[name], "error": errors.get(name)})
         del x, ref
         torch.cuda.empty_cache()
@@ -130,7 +142,7 @@ def main() -> int:
     print(f"{'shape':>22} {'dtype':>15} {'variant':>34} {'us':>9} {'of copy':>8} {'/ max-at':>8} {'error':>9}")
     for r in rows:
         err = "" if r["error"] is None else f"{r['error']:.1e}"
-        where = f" d{r['dim']}" if "dim" in r else f" g{r['groups']}"
+        where = f" d{r['dim']}" if "dim" in r else f" g{r['groups']}{' silu' if r['act'] == 'silu' else ''}"
         print(f"{str(tuple(r['shape'])) + where:>22} {r['dtype']:>15} {r['variant']:>34} {r['us']:9.1f} "
               f"{r['of_copy']:8.3f} {r['vs_max_autotune']:8.3f} {err:>9}")
     return 0

@@ -29,7 +29,6 @@ from torch._inductor.virtualized import V
 
 from pytest_kernelopt.agents.harvest import persistent_up_to  # the search's own handler
 from pytest_kernelopt.capture.variants import inductor_patches
-from group_norm_kernel import group_norm_pass  # bench/: a candidate rewrite
 
 
 VARIANTS = {
@@ -59,10 +58,6 @@ VARIANTS = {
 }
 # The catalogue's max-autotune-rewrites (its patches carry its mode's options).
 VARIANTS["max-autotune-rewrites"] = (None, inductor_patches("max-autotune-rewrites"), None)
-# A candidate rewrite not yet in the package (bench/group_norm_kernel.py), on default and max-autotune.
-VARIANTS["group-norm-rewrite"] = (None, {"pre_grad_custom_pass": group_norm_pass}, None)
-VARIANTS["max-autotune+group-norm-rewrite"] = ("max-autotune-no-cudagraphs", {"pre_grad_custom_pass": group_norm_pass},
-                                               None)
 # "NAME#2" compiles variant NAME again (a second, independent compile: its picks may differ).
 
 

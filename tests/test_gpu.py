@@ -83,3 +83,33 @@ def test_the_reverse_scan_rewrite_matches_float64_at_gpu_sizes(shape: tuple, dim
     got = y[pick].double()
     err = ((got - ref).abs().max() / ref.abs().max()).item()
     assert err < (1e-5 if dtype == "float32" else 2e-2), err
+
+
+@pytest.mark.parametrize("shape, groups, dtype, act", [
+    ((32, 64, 128, 128), 8, "float32", "none"),  # two passes, 131072 elements a group
+    ((16, 128, 64, 64), 32, "bfloat16", "silu"),  # one pass: the group in registers
+    ((2, 64, 2**25), 32, "float16", "gelu"),  # past 2^31 elements: 64-bit offsets
+])
+def test_the_group_norm_rewrite_matches_float64_at_gpu_sizes(shape: tuple, groups: int, dtype: str, act: str) -> None:
+    import torch
+
+    from pytest_kernelopt.capture.graph_rewrites import _activate, launch_group_norm
+
+    torch.manual_seed(0)
+    x = (torch.randn(shape, device="cuda") * 3 + 20).to(getattr(torch, dtype))  # a large mean
+    w = torch.randn(shape[1], device="cuda", dtype=x.dtype)
+    b = torch.randn(shape[1], device="cuda", dtype=x.dtype)
+    y = launch_group_norm(x, groups, w, b, 1e-5, act)
+    # Group by group in float64 (a float64 copy of the largest tensor would be 34 GB).
+    per = shape[1] // groups
+    worst = eager_worst = 0.0
+    for n in range(shape[0]):
+        for g in range(0, groups, max(1, groups // 4)):
+            channels = slice(g * per, (g + 1) * per)
+            part = x[n:n + 1, channels]
+            ref = _activate(torch.nn.functional.group_norm(part.double(), 1, w[channels].double(),
+                                                          b[channels].double(), 1e-5), act)
+            eager = _activate(torch.nn.functional.group_norm(part, 1, w[channels], b[channels], 1e-5), act)
+            worst = max(worst, (y[n:n + 1, channels].double() - ref).abs().max().item())
+            eager_worst = max(eager_worst, (eager.double() - ref).abs().max().item())
+    assert worst <= 2 * eager_worst + (1e-5 if dtype == "float32" else 1e-2), (worst, eager_worst)

@@ -5,7 +5,8 @@ and importing Triton is left until a rewrite runs (interpreter mode must be set 
 
 Two suffix-scan kernels, one per layout: rows along the last axis (1-D blocks: a [1, BLOCK]
 block carried through the loop failed Triton 3.6's thread-locality pass on the H200), and a
-scan across rows with the columns side by side ([BLOCK_R, BLOCK_N] blocks, columns contiguous).
+scan across rows with the columns side by side ([BLOCK_R, BLOCK_N] blocks, columns contiguous);
+and a group norm, one program per group.
 """
 
 from __future__ import annotations
@@ -62,3 +63,93 @@ def suffix_scan_cols(x_ptr, y_ptr, R, N, PROD: tl.constexpr, FP64: tl.constexpr,
             carry = carry + tl.sum(x, 0)
         tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 
+
+
+@triton.jit
+def _welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
+    n = n_a + n_b
+    delta = mean_b - mean_a
+    frac = tl.where(n == 0, 0.0, n_b / tl.where(n == 0, 1.0, n))
+    return mean_a + delta * frac, m2_a + m2_b + delta * delta * n_a * frac, n
+
+
+@triton.jit
+def _affine(y, w_ptr, b_ptr, channel, mask, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    if HAS_W:
+        y = y * tl.load(w_ptr + channel, mask=mask, other=1).to(y.dtype)
+    if HAS_B:
+        y = y + tl.load(b_ptr + channel, mask=mask, other=0).to(y.dtype)
+    return y
+
+
+@triton.jit
+def _activation(y, ACT: tl.constexpr):
+    """The activation folded into a group norm's output: 0 none, 1 SiLU, 2 ReLU, 3 GELU (erf), 4 sigmoid."""
+    if ACT == 1:
+        y = y / (1 + tl.exp(-y))
+    elif ACT == 2:
+        y = tl.maximum(y, 0)
+    elif ACT == 3:
+        y = 0.5 * y * (1 + tl.erf(y * 0.7071067811865476))
+    elif ACT == 4:
+        y = 1 / (1 + tl.exp(-y))
+    return y
+
+
+@triton.jit
+def group_norm(x_ptr, w_ptr, b_ptr, y_ptr, GROUP, HW, GROUPS, eps, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+               FP64: tl.constexpr, ONE_PASS: tl.constexpr, EVICT: tl.constexpr, ACT: tl.constexpr,
+               BLOCK: tl.constexpr):
+    """x, y: contiguous [N, C, *spatial] with HW spatial elements per channel; program n * GROUPS + g
+    normalises group g of sample n, its GROUP = C / GROUPS * HW elements contiguous, and applies
+    each channel's weight and bias, then activation ACT (``_activation``).
+
+    ONE_PASS (GROUP <= BLOCK): the group is read once and held in registers (mean, corrected once,
+    then the variance about it). Otherwise two passes: Welford statistics per lane, combined; then the
+    normalisation, walking the group backwards so that it first reads what the statistics read
+    last (likely still in L2). EVICT asks L2 to keep the first pass's lines and drop the second's.
+    """
+    pid = tl.program_id(0)
+    base = pid.to(tl.int64) * GROUP
+    channel0 = (pid % GROUPS) * (GROUP // HW)
+    acc = tl.float64 if FP64 else tl.float32
+    lanes = tl.arange(0, BLOCK)
+    if ONE_PASS:
+        mask = lanes < GROUP
+        x = tl.load(x_ptr + base + lanes, mask=mask, other=0).to(acc)
+        mean = tl.sum(x, 0) / GROUP
+        mean += tl.sum(tl.where(mask, x - mean, 0), 0) / GROUP  # the sum's rounding, corrected (a large mean)
+        centred = tl.where(mask, x - mean, 0)
+        rstd = 1 / tl.sqrt(tl.sum(centred * centred, 0) / GROUP + eps)
+        y = _activation(_affine(centred * rstd, w_ptr, b_ptr, channel0 + lanes // HW, mask, HAS_W, HAS_B), ACT)
+        tl.store(y_ptr + base + lanes, y.to(y_ptr.dtype.element_ty), mask=mask)
+    else:
+        mean = tl.zeros([BLOCK], acc)
+        m2 = tl.zeros([BLOCK], acc)
+        count = tl.zeros([BLOCK], acc)
+        for start in range(0, GROUP, BLOCK):
+            idx = start + lanes
+            mask = idx < GROUP
+            if EVICT:
+                x = tl.load(x_ptr + base + idx, mask=mask, other=0, eviction_policy="evict_last").to(acc)
+            else:
+                x = tl.load(x_ptr + base + idx, mask=mask, other=0).to(acc)
+            count += tl.where(mask, 1, 0).to(acc)
+            delta = x - mean
+            mean += tl.where(mask, delta / tl.maximum(count, 1), 0)
+            m2 += tl.where(mask, delta * (x - mean), 0)
+        g_mean, g_m2, g_count = tl.reduce((mean, m2, count), 0, _welford_combine)
+        rstd = 1 / tl.sqrt(g_m2 / g_count + eps)
+        blocks = tl.cdiv(GROUP, BLOCK)
+        for i in range(0, blocks):
+            idx = (blocks - 1 - i) * BLOCK + lanes
+            mask = idx < GROUP
+            if EVICT:
+                x = tl.load(x_ptr + base + idx, mask=mask, other=0, eviction_policy="evict_first").to(acc)
+            else:
+                x = tl.load(x_ptr + base + idx, mask=mask, other=0).to(acc)
+            y = _activation(_affine((x - g_mean) * rstd, w_ptr, b_ptr, channel0 + idx // HW, mask, HAS_W, HAS_B), ACT)
+            if EVICT:
+                tl.store(y_ptr + base + idx, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")
+            else:
+                tl.store(y_ptr + base + idx, y.to(y_ptr.dtype.element_ty), mask=mask)

@@ -106,9 +106,9 @@ def needless(name: str, kernels: list[Any], externs: list[Any]) -> str | None:
     variant = VARIANTS[name]
     if variant.externs_only and not externs:
         return "the model makes no extern (library) call, so it compiles as max-autotune does"
-    if variant.rewrites and not any(_SCAN in k.source for k in kernels) \
+    if variant.rewrites and not any(_SCAN in k.source or "group_norm" in k.name for k in kernels) \
             and not any(op in e.target for e in externs for op in ("cumsum", "cumprod")):
-        return "the model has no scan (cumulative sum or product), the only pattern the graph rewrites change"
+        return "the model has no scan (cumulative sum or product) and no group norm, the patterns the graph rewrites change"
     return None
 
 
@@ -132,8 +132,9 @@ def inductor_patches(name: str | None) -> dict[str, Any]:
         patches.update(list_mode_options(variant.mode))
     patches.update(variant.patches)
     if variant.rewrites:
-        from .graph_rewrites import rewrite_pass
+        from .graph_rewrites import pre_grad_rewrite_pass, rewrite_pass
 
+        patches["pre_grad_custom_pass"] = pre_grad_rewrite_pass()
         patches["post_grad_custom_pre_pass"] = rewrite_pass()
     if variant.uncached:
         # The kernel-level caches (Triton binaries, launch-configuration races) are keyed by the
