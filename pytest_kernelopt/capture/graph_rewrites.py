@@ -22,7 +22,7 @@ The rewrites:
 * **group norms.** ``F.group_norm`` (``nn.GroupNorm``) over groups of many elements: Inductor
   makes a split Welford reduction then a normalising kernel, three passes over the tensor
   (54% of the copy bandwidth at 32 x 64 x 128 x 128 fp32, 27% at 16 x 128 x 64 x 64 with 32
-  groups; H200, 2026-12-04). The rewrite is one program per group: a group of up to
+  groups; H200, 2026-12-03). The rewrite is one program per group: a group of up to
   ``ONE_PASS_GROUP`` elements is read once and kept in registers, a larger one is read twice,
   the second time backwards so that it starts on what is still in L2. Only where the groups
   (batch x groups) are at least as many as the GPU's multiprocessors: fewer leave it idle.
