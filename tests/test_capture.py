@@ -253,3 +253,17 @@ def test_alternatives_come_fastest_first_in_inductors_own_race_and_the_race_is_r
         assert CachingAutotuner.benchmark_all_configs(autotuner) is launchers  # Inductor's result, unchanged
     assert CachingAutotuner.benchmark_all_configs is original
     assert [p["XBLOCK"] for p in _alternatives(autotuner, kept)] == [256, 1024, 64]  # raced fastest first, unraced last
+
+
+def test_a_kernel_without_a_recorded_file_is_read_from_its_function():
+    """Inductor's GEMM/convolution template kernels carry no ``filename`` (max-autotune, torch 2.11):
+    capture and production read their source from the kernel function's own file."""
+    from types import SimpleNamespace
+
+    from pytest_kernelopt.capture import kernel_file
+
+    def fn():
+        pass
+
+    assert kernel_file(SimpleNamespace(filename="/x/k.py", fn=None)) == "/x/k.py"
+    assert kernel_file(SimpleNamespace(filename=None, fn=SimpleNamespace(fn=fn))) == __file__

@@ -77,7 +77,8 @@ def test_the_rewrite_setting_is_judged_like_any_compile_and_skipped_where_it_cha
 
     assert VARIANT in MODEL_VARIANTS and not VARIANTS[VARIANT].harvest
     patches = inductor_patches(VARIANT)
-    assert patches["max_autotune_gemm_backends"] == "ATEN" and patches["fx_graph_cache"] is False
+    assert patches["max_autotune"] and patches["fx_graph_cache"] is False
+    assert "max_autotune_gemm_backends" not in patches  # GEMM/convolution templates raced as max-autotune does
     options = VerifyOptions(seeds=2, seed=5)
     with VerifySession(SUFFIX, interpreter, options) as session:  # tune's side: the default compile
         opened = session.open()
@@ -238,3 +239,4 @@ def test_the_group_norm_rewrite_folds_the_activation_that_follows(interpreter, m
     assert acts == [expected]
     ref = act(norm.double()(x.double()))
     assert (out.double() - ref).abs().max() < 1e-5
+

@@ -491,7 +491,7 @@ def compile_problem(
             autotuner = getattr(module, attr)
             if not hasattr(autotuner, "triton_meta"):
                 raise CaptureError(f"{problem.path}: kernel {attr} is a {type(autotuner).__name__}, not an Inductor Triton kernel")
-            kernel_source = Path(autotuner.filename).read_text()
+            kernel_source = Path(kernel_file(autotuner)).read_text()
             name = attr if attr not in kernels else f"{attr}__g{index}"
             cfg = launch_config(autotuner, interpreted)
             signature = autotuner.triton_meta.get("signature", {})
@@ -515,6 +515,13 @@ def compile_problem(
         problem=problem, device=device, model=model, compiled=compiled, graphs=graphs, kernels=kernels, externs=externs,
         generation=_generation, eager_peak_bytes=eager_peak,
     )
+
+
+def kernel_file(autotuner: Any) -> str:
+    """The file of an Inductor kernel's source. Inductor records it on the kernel, except on GEMM and
+    convolution template kernels (``triton_tem_*``, max-autotune; torch 2.11), whose file is their
+    function's own (found on the H200, 2026-12-03: a max-autotune compile of a convolution failed)."""
+    return autotuner.filename or autotuner.fn.fn.__code__.co_filename
 
 
 def _first_line(exc: BaseException) -> str:
