@@ -74,16 +74,16 @@ def group_norms(rounds):
             compiled = torch.compile(model, mode=mode)
             variants[label] = (lambda f: lambda: f(x))(compiled)
         group = shape[1] // groups * x[0, 0].numel()
-        default = _group_norm_launch(group)
-        configs = {(default[1], default[2], False)}
-        if default[0]:  # one pass: the block holds the group
-            configs |= {(default[1], w, False) for w in (8, 16, 32)} | {(4096, 16, False), (4096, 16, True)}
+        default = _group_norm_launch(group, x.element_size())
+        configs = {default}
+        if default[0] >= group:  # one pass: the block holds the group
+            configs |= {(default[0], w, False) for w in (8, 16, 32)} | {(4096, 16, False), (4096, 16, True)}
         else:
             configs |= {(b, w, e) for b, w in ((4096, 16), (8192, 16), (8192, 32), (16384, 16), (16384, 32))
                         for e in (False, True)}
         for block, warps, evict in sorted(configs):
             name = f"rewrite b{block} w{warps}{' evict' if evict else ''}" + (
-                " (default)" if (block, warps) == default[1:] and not evict else "")
+                " (default)" if (block, warps, evict) == default else "")
             variants[name] = (lambda b, w, e: lambda: launch_group_norm(
                 x, groups, norm.weight, norm.bias, norm.eps, act, block=b, num_warps=w, evict=e))(block, warps, evict)
         with torch.no_grad():

@@ -22,9 +22,9 @@ The rewrites:
 * **group norms.** ``F.group_norm`` (``nn.GroupNorm``) over groups of many elements: Inductor
   makes a split Welford reduction then a normalising kernel, three passes over the tensor
   (54% of the copy bandwidth at 32 x 64 x 128 x 128 fp32, 27% at 16 x 128 x 64 x 64 with 32
-  groups; H200, 2026-12-03). The rewrite is one program per group: a group of up to
-  ``ONE_PASS_GROUP`` elements is read once and kept in registers, a larger one is read twice,
-  the second time backwards so that it starts on what is still in L2. Only where the groups
+  groups; H200, 2026-12-03). The rewrite is one program per group: a group of up to 16 KB is
+  read once and kept in registers, a larger one is read twice, the second time backwards so
+  that it starts on what is still in L2. Only where the groups
   (batch x groups) are at least as many as the GPU's multiprocessors: fewer leave it idle.
 """
 
@@ -122,19 +122,21 @@ def suffix_scan() -> Any:
     return torch.ops.kernelopt.suffix_scan.default
 
 
-# The largest group kept in registers (elements), and the two-pass kernel's block and warps.
-ONE_PASS_GROUP = 16384
-_GROUP_NORM_BLOCK, _GROUP_NORM_WARPS = 8192, 16
+def _group_norm_launch(group: int, element_bytes: int) -> tuple[int, int, bool]:
+    """(BLOCK, num_warps, eviction hints) for groups of ``group`` elements; one pass where BLOCK >= group.
 
-
-def _group_norm_launch(group: int) -> tuple[bool, int, int]:
-    """(one pass, BLOCK, num_warps) for groups of ``group`` elements."""
+    H200, triton 3.6, 2026-12-03 (``bench/rewrites_gpu.py --only group-norms``): one pass, with
+    32 elements a thread, won on groups of 16 KB (8192 bf16: 2.63x max-autotune, against 1.87x
+    for two passes) and lost on groups of 64 KB (16384 fp32: 1.17-1.21x, two passes 1.30x). Two
+    passes in blocks of 8192 with 16 warps and the eviction hints were within 3% of the fastest
+    configuration on every larger group (131072 fp32 1.097x, bf16 1.550x; 40960 fp32 with SiLU 1.304x).
+    """
     import triton
 
-    if group <= ONE_PASS_GROUP:
+    if group * element_bytes <= 16384:
         block = triton.next_power_of_2(group)
-        return True, block, 16 if block >= 8192 else 8 if block >= 2048 else 4
-    return False, _GROUP_NORM_BLOCK, _GROUP_NORM_WARPS
+        return block, min(16, max(1, block // 1024)), False
+    return 8192, 16, True
 
 
 # The activations a group norm's kernel applies to its output (the kernel's ACT is the index).
@@ -151,7 +153,7 @@ def _activate(y: Any, act: str) -> Any:
 
 
 def launch_group_norm(x: Any, groups: int, weight: Any, bias: Any, eps: float, act: str = "none", *,
-                      block: int | None = None, num_warps: int | None = None, evict: bool = False) -> Any:
+                      block: int | None = None, num_warps: int | None = None, evict: bool | None = None) -> Any:
     """``act(F.group_norm(x, groups, weight, bias, eps))`` in one kernel; a new contiguous tensor."""
     import math
 
@@ -166,12 +168,13 @@ def launch_group_norm(x: Any, groups: int, weight: Any, bias: Any, eps: float, a
     n, c = x.shape[0], x.shape[1]
     hw = math.prod(x.shape[2:])
     group = c // groups * hw
-    one_pass, block0, warps0 = _group_norm_launch(group)
+    block0, warps0, evict0 = _group_norm_launch(group, x.element_size())
     block = block or block0
     rewrite_kernels.group_norm[(n * groups,)](
         x, weight if weight is not None else x, bias if bias is not None else x, y, group, hw, groups, float(eps),
-        HAS_W=weight is not None, HAS_B=bias is not None, FP64=x.dtype == torch.float64,
-        ONE_PASS=group <= block, EVICT=evict, ACT=ACTIVATIONS.index(act), BLOCK=block, num_warps=num_warps or warps0)
+        HAS_W=weight is not None, HAS_B=bias is not None, FP64=x.dtype == torch.float64, ONE_PASS=group <= block,
+        EVICT=evict0 if evict is None else evict, ACT=ACTIVATIONS.index(act), BLOCK=block,
+        num_warps=num_warps or warps0)
     return y
 
 
