@@ -118,6 +118,33 @@ def test_a_variant_outside_the_default_compiles_error_is_rejected(interpreter):
         compile_check.compile_stage(prepared, LOOPED, error_factor=4.0, reduced_precision=False)
 
 
+def test_both_compiles_are_timed_without_autograd_as_they_were_judged(monkeypatch):
+    """The timed calls run under no_grad: the other compile, called with gradients recorded, was
+    compiled again for training and timed so (the group norm rewrite timed as the default compile)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from pytest_kernelopt.verify import compile_check, speed
+
+    modes = []
+    side = lambda *xs: modes.append(torch.is_grad_enabled())  # noqa: E731
+    monkeypatch.setattr(compile_check, "_sides", lambda prepared, variant: (side, side))
+
+    def steps(pa, run_a, ca, pb, run_b, cb):
+        run_a(), run_b()
+        return None, None, "eager"
+
+    monkeypatch.setattr(speed, "_steps", steps)
+    import pytest_kernelopt.measure.timing as timing
+    monkeypatch.setattr(timing, "paired_timings", lambda a, b, target_seconds: None)
+    monkeypatch.setattr(speed, "_timing", lambda est, method: method)
+    prepared = SimpleNamespace(inputs=lambda seed: [torch.ones(2)], seeds=[0])
+    with torch.enable_grad():
+        assert compile_check.compile_speed(prepared, LOOPED, 1.0) == "eager"
+    assert modes == [False, False]
+
+
 # --- tune ------------------------------------------------------------------------------
 
 def _fake_tune(tmp_path, compile_speed, **options):

@@ -115,8 +115,19 @@ def compile_speed(prepared: Prepared, variant: str, model_seconds: float) -> Tim
     from ..measure.timing import paired_timings
     from .speed import _steps, _timing
 
+    import torch
+
     default, chosen = _sides(prepared, variant)
     inputs = prepared.inputs(prepared.seeds[0])
     nothing = lambda: None  # noqa: E731
-    a, b, method = _steps(nothing, lambda: default(*inputs), nothing, nothing, lambda: chosen(*inputs), nothing)
+
+    def run(side: Any) -> Any:
+        # Both sides without autograd, as they were compiled and judged: the other compile, called with
+        # gradients recorded, was compiled again for training (Dynamo guards on the grad mode) and timed
+        # so (found 2026-12-03 on the H200: the group norm rewrite, which declines where gradients are
+        # recorded, timed as the default compile, 0.9997x, where the same compile ran 1.076x without).
+        with torch.no_grad():
+            return side(*inputs)
+
+    a, b, method = _steps(nothing, lambda: run(default), nothing, nothing, lambda: run(chosen), nothing)
     return _timing(paired_timings(a, b, target_seconds=model_seconds), method)
