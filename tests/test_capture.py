@@ -255,15 +255,22 @@ def test_alternatives_come_fastest_first_in_inductors_own_race_and_the_race_is_r
     assert [p["XBLOCK"] for p in _alternatives(autotuner, kept)] == [256, 1024, 64]  # raced fastest first, unraced last
 
 
-def test_a_kernel_without_a_recorded_file_is_read_from_its_function():
+def test_a_kernel_without_a_recorded_file_is_read_from_its_wrapper(tmp_path):
     """Inductor's GEMM/convolution template kernels carry no ``filename`` (max-autotune, torch 2.11):
-    capture and production read their source from the kernel function's own file."""
+    capture and production read their source where the wrapper hands it to ``async_compile.triton``."""
     from types import SimpleNamespace
 
-    from pytest_kernelopt.capture import kernel_file
+    from pytest_kernelopt.capture import read_kernel_source
+    from pytest_kernelopt.errors import KerneloptError
 
-    def fn():
-        pass
-
-    assert kernel_file(SimpleNamespace(filename="/x/k.py", fn=None)) == "/x/k.py"
-    assert kernel_file(SimpleNamespace(filename=None, fn=SimpleNamespace(fn=fn))) == __file__
+    kernel = tmp_path / "k.py"
+    kernel.write_text("import triton\n")
+    wrapper = tmp_path / "wrapper.py"
+    wrapper.write_text("triton_tem_fused_0 = async_compile.triton('triton_tem_fused_0', '''\n"
+                       "import triton\n@triton.jit\ndef triton_tem_fused_0(a):\n    pass\n''', device_str='cuda')\n")
+    module = SimpleNamespace(__file__=str(wrapper))
+    assert read_kernel_source(SimpleNamespace(filename=str(kernel)), module, "triton_tem_fused_0") == "import triton\n"
+    source = read_kernel_source(SimpleNamespace(filename=None), module, "triton_tem_fused_0")
+    assert source.startswith("\nimport triton\n@triton.jit\ndef triton_tem_fused_0(a):")
+    with pytest.raises(KerneloptError, match="recorded no file"):
+        read_kernel_source(SimpleNamespace(filename=None), module, "triton_tem_fused_1")

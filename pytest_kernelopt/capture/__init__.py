@@ -491,7 +491,7 @@ def compile_problem(
             autotuner = getattr(module, attr)
             if not hasattr(autotuner, "triton_meta"):
                 raise CaptureError(f"{problem.path}: kernel {attr} is a {type(autotuner).__name__}, not an Inductor Triton kernel")
-            kernel_source = Path(kernel_file(autotuner)).read_text()
+            kernel_source = read_kernel_source(autotuner, module, attr)
             name = attr if attr not in kernels else f"{attr}__g{index}"
             cfg = launch_config(autotuner, interpreted)
             signature = autotuner.triton_meta.get("signature", {})
@@ -517,11 +517,20 @@ def compile_problem(
     )
 
 
-def kernel_file(autotuner: Any) -> str:
-    """The file of an Inductor kernel's source. Inductor records it on the kernel, except on GEMM and
-    convolution template kernels (``triton_tem_*``, max-autotune; torch 2.11), whose file is their
-    function's own (found on the H200, 2026-12-03: a max-autotune compile of a convolution failed)."""
-    return autotuner.filename or autotuner.fn.fn.__code__.co_filename
+def read_kernel_source(autotuner: Any, wrapper: Any, attr: str) -> str:
+    """The source of Inductor kernel ``attr`` of wrapper module ``wrapper``: its file, which Inductor
+    records on the kernel, except on GEMM and convolution template kernels (``triton_tem_*``,
+    max-autotune, torch 2.11: found on the H200, 2026-12-03, where tune failed on a convolution);
+    for those, the source the wrapper passes to ``async_compile.triton``."""
+    if autotuner.filename:
+        return Path(autotuner.filename).read_text()
+    for node in ast.parse(Path(wrapper.__file__).read_text()).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and getattr(node.targets[0], "id", None) == attr \
+                and isinstance(node.value, ast.Call) and len(node.value.args) >= 2 \
+                and isinstance(node.value.args[1], ast.Constant) and isinstance(node.value.args[1].value, str):
+            return node.value.args[1].value
+    raise CaptureError(f"kernel {attr}: Inductor recorded no file for it, and its wrapper {wrapper.__file__} "
+                       f"does not pass its source to async_compile.triton")
 
 
 def _first_line(exc: BaseException) -> str:

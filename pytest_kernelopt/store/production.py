@@ -210,7 +210,7 @@ class KerneloptBackend:
 
     def _lookup(self, module: ModuleType, attr: str, function: str, graph: int) -> ProductionKernel:
         from ..candidate import CandidateKernel, load_candidate_source
-        from ..capture import fingerprint, kernel_file
+        from ..capture import fingerprint, read_kernel_source
         from ..verify.limits import size_problem
         from ..verify.static import check_candidate
 
@@ -230,7 +230,7 @@ class KerneloptBackend:
                 "manifest.json").is_file() else "nothing committed"
             return record  # committed versions, none active
         try:
-            record.fingerprint = fingerprint(Path(kernel_file(compiler_kernel)).read_text(), function)
+            record.fingerprint = fingerprint(read_kernel_source(compiler_kernel, module, attr), function)
         except Exception as exc:  # our reading of Inductor's output failed: never the model's problem
             return self._fallback(record, active.path,
                                   f"cannot read the compiler's kernel ({type(exc).__name__}: {exc})")
