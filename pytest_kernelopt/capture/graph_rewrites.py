@@ -318,14 +318,14 @@ def _reverse_scans(graph: Any) -> int:
     return count
 
 
-@functools.cache
-def rewrite_pass() -> Any:
-    """The post-grad pass that applies every rewrite (one instance: Inductor's caches key on its uuid)."""
+def _counted(rewrite: Any) -> Any:
+    """A custom graph pass that applies ``rewrite`` (graph -> how many) and counts what it did
+    (``rewrites_done``); its uuid is this file's hash (Inductor's caches key on it)."""
     from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
     class Rewrites(CustomGraphPass):
         def __call__(self, graph: Any) -> None:
-            _done.count = rewrites_done() + _reverse_scans(graph)
+            _done.count = rewrites_done() + rewrite(graph)
 
         def uuid(self) -> Any:
             return get_hash_for_files((__file__,))
@@ -334,15 +334,12 @@ def rewrite_pass() -> Any:
 
 
 @functools.cache
+def rewrite_pass() -> Any:
+    """The post-grad pass that applies the rewrites matched after decomposition (reverse scans; one instance)."""
+    return _counted(_reverse_scans)
+
+
+@functools.cache
 def pre_grad_rewrite_pass() -> Any:
-    """The pre-grad pass that applies the rewrites matched before decomposition (group norms)."""
-    from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
-
-    class PreGradRewrites(CustomGraphPass):
-        def __call__(self, graph: Any) -> None:
-            _done.count = rewrites_done() + _group_norms(graph)
-
-        def uuid(self) -> Any:
-            return get_hash_for_files((__file__,))
-
-    return PreGradRewrites()
+    """The pre-grad pass that applies the rewrites matched before decomposition (group norms; one instance)."""
+    return _counted(_group_norms)
