@@ -24,8 +24,8 @@ The rewrites:
   (54% of the copy bandwidth at 32 x 64 x 128 x 128 fp32, 27% at 16 x 128 x 64 x 64 with 32
   groups; H200, 2026-12-03). The rewrite is one program per group: a group of up to 16 KB is
   read once and kept in registers, a larger one is read twice, the second time backwards so
-  that it starts on what is still in L2. Only where the groups
-  (batch x groups) are at least as many as the GPU's multiprocessors: fewer leave it idle.
+  that it starts on what is still in L2. Only where batch x groups is at least the GPU's
+  multiprocessor count: fewer programs leave it idle.
 """
 
 from __future__ import annotations

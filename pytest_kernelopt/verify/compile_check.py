@@ -35,7 +35,12 @@ def _sides(prepared: Prepared, variant: str) -> tuple[Any, Any]:
 
 
 def _other(prepared: Prepared, variant: str | None) -> Any:
-    """The session's model compiled again under ``variant`` (None: the defaults), kept until another is asked for."""
+    """The session's model compiled again under ``variant`` (None: the defaults), kept until another is asked for.
+
+    Called without autograd, as the session's compile is (``CompiledModel.__call__``): called with
+    gradients recorded, Dynamo (which guards on the grad mode) would compile it again for training
+    (found 2026-12-03 on the H200: the timed calls did, and the group norm rewrite, which declines
+    where gradients are recorded, timed as the default compile, 0.9997x, where it ran 1.076x)."""
     if variant in prepared.others:
         return prepared.others[variant]
     import gc
@@ -55,10 +60,14 @@ def _other(prepared: Prepared, variant: str | None) -> Any:
         with compiling(variant) as patches:
             return compile_fx(gm, example_inputs, config_patches=patches or None)
 
-    other = torch.compile(prepared.compiled.model, backend=backend)
+    compiled = torch.compile(prepared.compiled.model, backend=backend)
+
+    def other(*inputs: Any) -> Any:
+        with torch.no_grad():
+            return compiled(*inputs)
+
     before = rewrites_done()
-    with torch.no_grad():
-        other(*prepared.inputs(prepared.seeds[0]))  # compiled now, not inside a timed run
+    other(*prepared.inputs(prepared.seeds[0]))  # compiled now, not inside a timed run
     if variant is not None and VARIANTS[variant].rewrites and rewrites_done() == before:
         raise StageFailure(f"{variant!r}: kernelopt's graph rewrites found nothing to rewrite in this model "
                            f"(it compiles as without them)")
@@ -115,19 +124,8 @@ def compile_speed(prepared: Prepared, variant: str, model_seconds: float) -> Tim
     from ..measure.timing import paired_timings
     from .speed import _steps, _timing
 
-    import torch
-
     default, chosen = _sides(prepared, variant)
     inputs = prepared.inputs(prepared.seeds[0])
     nothing = lambda: None  # noqa: E731
-
-    def run(side: Any) -> Any:
-        # Both sides without autograd, as they were compiled and judged: the other compile, called with
-        # gradients recorded, was compiled again for training (Dynamo guards on the grad mode) and timed
-        # so (found 2026-12-03 on the H200: the group norm rewrite, which declines where gradients are
-        # recorded, timed as the default compile, 0.9997x, where the same compile ran 1.076x without).
-        with torch.no_grad():
-            return side(*inputs)
-
-    a, b, method = _steps(nothing, lambda: run(default), nothing, nothing, lambda: run(chosen), nothing)
+    a, b, method = _steps(nothing, lambda: default(*inputs), nothing, nothing, lambda: chosen(*inputs), nothing)
     return _timing(paired_timings(a, b, target_seconds=model_seconds), method)
