@@ -97,6 +97,8 @@ def test_the_rewrite_setting_is_judged_like_any_compile_and_skipped_where_it_cha
     # Inductor names a group norm's kernels after the operation: the pre-grad rewrite may change them.
     norm = SimpleNamespace(name="triton_red_fused_native_group_norm_0", source="tmp = triton_helpers.welford(x)")
     assert needless(VARIANT, [norm], []) is None
+    pool = SimpleNamespace(name="triton_per_fused_max_pool3d_with_indices_0", source="tmp = triton_helpers.max2(x, 1)")
+    assert needless(VARIANT, [pool], []) is None
 
 
 @pytest.mark.slow
@@ -240,3 +242,101 @@ def test_the_group_norm_rewrite_folds_the_activation_that_follows(interpreter, m
     ref = act(norm.double()(x.double()))
     assert (out.double() - ref).abs().max() < 1e-5
 
+
+
+# (kind, shape, kernel, stride, padding, ceil_mode, count_include_pad, divisor)
+POOLS = [
+    ("max", (2, 3, 9, 11), [3, 3], [2, 2], [1, 1], False, True, None),
+    ("avg", (2, 3, 9, 11), [3, 3], [2, 2], [1, 1], False, False, None),
+    ("avg", (2, 3, 9, 11), [3, 2], [2, 1], [1, 1], True, True, None),  # ceil mode: a last window past the input
+    ("avg", (2, 3, 9, 11), [2, 2], [2, 2], [0, 0], False, True, 3),
+    ("max", (2, 2, 5, 6, 7), [3, 3, 3], [2, 2, 2], [1, 1, 1], False, True, None),
+    ("avg", (2, 2, 5, 6, 7), [3, 2, 3], [2, 2, 1], [1, 0, 1], False, False, None),
+    ("max", (3, 4, 13), [4], [3], [2], True, True, None),
+    ("max", (3, 9, 11), [5, 3], [3, 3], [2, 1], False, True, None),  # unbatched; stride 3 (lanes of 4, not flat)
+]
+
+
+@pytest.mark.parametrize("kind, shape, kernel, stride, padding, ceil_mode, include_pad, divisor", POOLS)
+def test_the_pooling_kernel_matches_float64(interpreter, kind, shape, kernel, stride, padding, ceil_mode,
+                                            include_pad, divisor):
+    """Max pooling exactly, NaN included; averages to float32 rounding; with each row's window taps
+    loaded as one contiguous run (flat) or as [columns, lanes] blocks, and tiles smaller than the output."""
+    from pytest_kernelopt.capture.graph_rewrites import _torch_pool, launch_pool
+
+    torch.manual_seed(1)
+    x = torch.randn(shape)
+    x.view(-1)[7] = float("nan")
+    ref = _torch_pool(x.double(), kind, kernel, stride, padding, ceil_mode, include_pad, divisor)
+    for kwargs in ({}, {"flat": False}, {"block_h": 2, "block_w": 4, "num_warps": 1}):
+        y = launch_pool(x, kind, kernel, stride, padding, ceil_mode, include_pad, divisor, **kwargs)
+        assert y.shape == ref.shape and y.dtype == x.dtype
+        assert torch.equal(y.isnan(), ref.isnan()), kwargs
+        assert torch.allclose(y.double(), ref, rtol=0, atol=0 if kind == "max" else 1e-6, equal_nan=True), kwargs
+
+
+def _pool_model():
+    class Pools(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.max = torch.nn.MaxPool2d(3, 2, 1)
+            self.avg3d = torch.nn.AvgPool3d(3, 2, 1, count_include_pad=False)
+
+        def forward(self, x, v):
+            return (torch.relu(torch.nn.functional.avg_pool2d(x, 3, 2, 1)), self.max(x).sigmoid() * 2,
+                    torch.nn.functional.max_pool3d(v, 2), self.avg3d(v), torch.nn.functional.avg_pool1d(x[0], 3, 2))
+
+    return Pools()
+
+
+def _compiled_with_rewrites(fn, *args, grad=False):
+    """``fn(*args)`` compiled with the pre-grad rewrites; (outputs, how many patterns were rewritten)."""
+    import torch._inductor.config as inductor_config
+
+    from pytest_kernelopt.capture import graph_rewrites
+
+    torch._dynamo.reset()
+    before = graph_rewrites.rewrites_done()
+    with torch.set_grad_enabled(grad), inductor_config.patch(
+            pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass(), fx_graph_cache=False):
+        out = torch.compile(fn)(*args)
+    return out, graph_rewrites.rewrites_done() - before
+
+
+def test_the_pooling_rewrite_replaces_each_pooling_in_a_compiled_model_and_matches(interpreter, monkeypatch):
+    """nn.MaxPool2d, F.avg_pool2d with a ReLU folded in, 3-D and 1-D poolings: each becomes the
+    operator, an activation that is a pooling's only user folded in (ReLU, sigmoid); all match float64."""
+    from pytest_kernelopt.capture import graph_rewrites
+
+    acts = []
+    launch = graph_rewrites.launch_pool
+    monkeypatch.setattr(graph_rewrites, "launch_pool", lambda *a, **k: acts.append(a[8]) or launch(*a, **k))
+    model = _pool_model()
+    x, v = torch.randn(2, 3, 10, 12), torch.randn(2, 2, 5, 6, 7)
+    out, count = _compiled_with_rewrites(model, x, v)
+    assert count == 5 and sorted(acts) == ["none", "none", "none", "relu", "sigmoid"]
+    for got, want in zip(out, model(x.double(), v.double()), strict=True):
+        assert got.shape == want.shape and (got.double() - want).abs().max() < 1e-6
+
+
+def test_the_pooling_rewrite_leaves_what_its_kernel_does_not_serve(interpreter):
+    """Dilation, returned indices, a channels-last input, and a graph that records gradients keep
+    Inductor's pooling."""
+    x = torch.randn(2, 3, 10, 12)
+    F = torch.nn.functional
+    assert _compiled_with_rewrites(lambda t: F.max_pool2d(t, 3, 1, 1, dilation=2), x)[1] == 0
+    assert _compiled_with_rewrites(lambda t: F.max_pool2d(t, 2, return_indices=True)[0], x)[1] == 0
+    assert _compiled_with_rewrites(lambda t: F.avg_pool2d(t, 2), x.to(memory_format=torch.channels_last))[1] == 0
+    assert _compiled_with_rewrites(lambda t: F.avg_pool2d(t, 2), x.requires_grad_(), grad=True)[1] == 0
+    assert _compiled_with_rewrites(lambda t: F.avg_pool2d(t, 2), x.detach())[1] == 1
+
+
+def test_the_pooling_operator_runs_torch_where_triton_cannot_run(monkeypatch):
+    from pytest_kernelopt.capture.graph_rewrites import pool
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    x = torch.randn(2, 3, 9, 11)
+    assert torch.equal(pool()(x, "max", [3, 3], [2, 2], [1, 1], False, True, None, "relu"),
+                       torch.relu(torch.nn.functional.max_pool2d(x, 3, 2, 1)))
+    assert torch.equal(pool()(x, "avg", [2, 3], [2, 1], [0, 1], True, False, None, "none"),
+                       torch.nn.functional.avg_pool2d(x, (2, 3), (2, 1), (0, 1), True, False))
