@@ -46,7 +46,10 @@ POOLS = [("avg", (32, 64, 128, 128), [3, 3], [2, 2], [1, 1], torch.float32, "rel
          ("max", (64, 128, 112, 112), [2, 2], [2, 2], [0, 0], torch.bfloat16, "none"),
          ("avg", (16, 64, 32, 64, 64), [2, 2, 2], [2, 2, 2], [0, 0, 0], torch.float32, "none"),
          ("avg", (32, 64, 128, 128), [3, 3], [1, 1], [1, 1], torch.float32, "none"),
-         ("max", (32, 128, 8192), [4], [4], [0], torch.float32, "none")]
+         ("max", (32, 128, 8192), [4], [4], [0], torch.float32, "none"),
+         ("avg", (32, 64, 128, 128), [3, 3], [2, 2], [1, 1], torch.float32, "none"),
+         ("max", (32, 64, 128, 128), [3, 3], [2, 2], [1, 1], torch.float32, "relu"),
+         ("avg", (64, 128, 112, 112), [2, 2], [2, 2], [0, 0], torch.bfloat16, "none")]
 
 
 def timed(variants, ref, scale, rounds):
@@ -128,16 +131,16 @@ def pools(rounds, full):
             variants[label] = (lambda f: lambda: f(x))(torch.compile(model, mode=mode))
         out = ref.shape[-2:] if len(k) > 1 else (1, ref.shape[-1])
         sp = triton.next_power_of_2(st[-1])
-        default = (*_pool_launch(out[0], out[1], sp), True)
-        configs = {default, (*default[:3], False)}
-        if full or i < 3:
-            for bw in (32, 64, 128):
+        default = _pool_launch(out[0], out[1], sp, st[-1])
+        configs = {default, (*default[:3], not default[3])}
+        if full or i < 3 or len(k) == 1:
+            for bw in (32, 64, 128, 256, 512):
                 for outputs in (256, 512, 1024, 2048):
                     for warps in (4, 8):
-                        if bw <= 2 * triton.next_power_of_2(out[1]) and outputs >= bw:
+                        if bw <= 2 * triton.next_power_of_2(out[1]) and outputs >= bw and outputs // bw <= 2 * out[0]:
                             configs |= {(outputs // bw, bw, warps, flat) for flat in (True, False)}
         for bh, bw, warps, flat in sorted(configs):
-            name = f"rewrite h{bh} w{bw} warps{warps}{' flat' if flat else ''}" + (
+            name = f"rewrite h{bh} w{bw} warps{warps}{' flat' if flat else ' taps'}" + (
                 " (default)" if (bh, bw, warps, flat) == default else "")
             variants[name] = (lambda bh, bw, wp, fl: lambda: launch_pool(
                 x, kind, k, st, p, act=act, block_h=bh, block_w=bw, num_warps=wp, flat=fl))(bh, bw, warps, flat)

@@ -113,3 +113,27 @@ def test_the_group_norm_rewrite_matches_float64_at_gpu_sizes(shape: tuple, group
             worst = max(worst, (y[n:n + 1, channels].double() - ref).abs().max().item())
             eager_worst = max(eager_worst, (eager.double() - ref).abs().max().item())
     assert worst <= 2 * eager_worst + (1e-5 if dtype == "float32" else 1e-2), (worst, eager_worst)
+
+
+@pytest.mark.parametrize("kind, shape, kernel, stride, padding, dtype", [
+    ("avg", (32, 64, 128, 128), [3, 3], [2, 2], [1, 1], "float32"),
+    ("max", (16, 32, 64, 64, 64), [3, 3, 3], [2, 2, 2], [1, 1, 1], "float32"),
+    ("max", (64, 128, 112, 112), [2, 2], [2, 2], [0, 0], "bfloat16"),
+    ("avg", (2, 2**16, 128, 128), [2, 2], [2, 2], [0, 0], "float16"),  # past 2^31 elements: 64-bit offsets
+])
+def test_the_pooling_rewrite_matches_float64_at_gpu_sizes(kind: str, shape: tuple, kernel: list, stride: list,
+                                                          padding: list, dtype: str) -> None:
+    import torch
+
+    from pytest_kernelopt.capture.graph_rewrites import _torch_pool, launch_pool
+
+    torch.manual_seed(0)
+    x = torch.randn(shape, device="cuda", dtype=getattr(torch, dtype))
+    y = launch_pool(x, kind, kernel, stride, padding)
+    # Plane by plane in float64, first and last planes of the leading axis (the whole in float64 is too big).
+    for n in (0, shape[0] - 1):
+        ref = _torch_pool(x[n:n + 1].double(), kind, kernel, stride, padding, False, True, None)
+        eager = _torch_pool(x[n:n + 1], kind, kernel, stride, padding, False, True, None)
+        worst = (y[n:n + 1].double() - ref).abs().max().item()
+        eager_worst = (eager.double() - ref).abs().max().item()
+        assert worst <= (0 if kind == "max" else 2 * eager_worst + 1e-6), (n, worst, eager_worst)

@@ -210,13 +210,14 @@ def _pool_geometry(x: Any, kernel: list[int], stride: list[int], padding: list[i
     return spatial, [_pool_out(n, k, s, p, ceil_mode) for n, k, s, p in zip(spatial, kernel, stride, padding)]
 
 
-def _pool_launch(out_h: int, out_w: int, sp: int) -> tuple[int, int, int]:
-    """(BLOCK_H, BLOCK_W, num_warps) for output slices of out_h x out_w, SP lanes a window column."""
+def _pool_launch(out_h: int, out_w: int, sp: int, sw: int) -> tuple[int, int, int, bool]:
+    """(BLOCK_H, BLOCK_W, num_warps, flat) for output slices of out_h x out_w, stride sw along a row
+    (SP = sw rounded up to a power of two)."""
     import triton
 
-    block_w = min(triton.next_power_of_2(out_w), 64)
+    block_w = min(triton.next_power_of_2(out_w), 64 if out_h > 1 else 1024 // sp)
     block_h = min(triton.next_power_of_2(out_h), max(1, 1024 // (block_w * sp)))
-    return block_h, block_w, 4
+    return block_h, block_w, 4, sp == sw
 
 
 def launch_pool(x: Any, kind: str, kernel: list[int], stride: list[int], padding: list[int], ceil_mode: bool = False,
@@ -242,9 +243,9 @@ def launch_pool(x: Any, kind: str, kernel: list[int], stride: list[int], padding
     (d, h, w), (od, oh, ow) = [1] * pad + spatial, [1] * pad + out
     (kd, kh, kw), (sd, sh, sw), (pd, ph, pw) = ([1] * pad + kernel, [1] * pad + stride, [0] * pad + padding)
     sp = triton.next_power_of_2(sw)
-    block_h0, block_w0, warps0 = _pool_launch(oh, ow, sp)
+    block_h0, block_w0, warps0, flat0 = _pool_launch(oh, ow, sp, sw)
     block_h, block_w = block_h or block_h0, block_w or block_w0
-    flat = sp == sw if flat is None else flat and sp == sw
+    flat = flat0 if flat is None else flat and sp == sw
     grid = (math.prod(lead) * od, triton.cdiv(oh, block_h), triton.cdiv(ow, block_w))
     rewrite_kernels.pool[grid](
         x, y, d, h, w, od, oh, ow, divisor or 1, KD=kd, KH=kh, KW=kw, SD=sd, SH=sh, SW=sw, PD=pd, PH=ph, PW=pw,

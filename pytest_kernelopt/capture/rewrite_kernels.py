@@ -173,12 +173,12 @@ def pool(x_ptr, y_ptr, D, H, W, OD, OH, OW, divisor,
     D = KD = SD = 1). Program (p * OD + od, row block, column block) makes a BLOCK_H x BLOCK_W tile
     of output slice od of plane p, then activation ACT (``_activation``).
 
-    Along a row the window's taps are not loaded one by one (KW strided loads): input column
-    ``SW * ow - PW + kw`` is ``SW * (ow + q) + r`` with ``kw - PW = SW * q + r``, so for each q in
-    QMIN..QMAX one load of the contiguous [BLOCK_W, SP] block at ``SW * (ow + q)`` brings every tap
-    of that q, and the block is reduced along its last axis (taps outside the window masked). FLAT:
-    the block is loaded as one contiguous run of BLOCK_W * SW elements and reshaped (SP == SW, a
-    power of two), which lets Triton vectorise the load. Averages divide as torch does: by the
+    FLAT (SP == SW, a power of two): along a row the window's taps are not loaded one by one
+    (KW strided loads): input column ``SW * ow - PW + kw`` is ``SW * (ow + q) + r`` with
+    ``kw - PW = SW * q + r``, so for each q in QMIN..QMAX one contiguous run of BLOCK_W * SW
+    elements at ``SW * (ow + q)`` brings every tap of that q (a vectorised load), reshaped to
+    [BLOCK_H, BLOCK_W, SW] and reduced along its last axis (taps outside the window masked).
+    Otherwise one [BLOCK_H, BLOCK_W] load per tap, strided by SW. Averages divide as torch does: by the
     window clipped to the padded input (INCLUDE_PAD), by its elements inside the input, or by
     ``divisor`` (OVERRIDE).
     """
@@ -193,11 +193,8 @@ def pool(x_ptr, y_ptr, D, H, W, OD, OH, OW, divisor,
         acc = tl.full([BLOCK_H, BLOCK_W], float("-inf"), acc_t)
     else:
         acc = tl.zeros([BLOCK_H, BLOCK_W], acc_t)
-    if FLAT:
-        run = tl.arange(0, BLOCK_W * SP)
-        r = run % SP
-    else:
-        r = tl.arange(0, SP)
+    run = tl.arange(0, BLOCK_W * SP)
+    r = run % SP
     for kd in tl.static_range(KD):
         d_in = od * SD - PD + kd
         d_ok = (d_in >= 0) & (d_in < D)
@@ -205,25 +202,28 @@ def pool(x_ptr, y_ptr, D, H, W, OD, OH, OW, divisor,
             h_in = oh * SH - PH + kh
             h_ok = (h_in >= 0) & (h_in < H) & (oh < OH) & d_ok
             row = (d_in * H + h_in) * W
-            for q in tl.static_range(QMIN, QMAX + 1):
-                tap = q * SW + r + PW  # the window's column of each lane
-                tap_ok = (tap >= 0) & (tap < KW) & (r < SW)
-                if FLAT:
+            if FLAT:
+                for q in tl.static_range(QMIN, QMAX + 1):
+                    tap = q * SW + r + PW  # the window's column of each lane
                     col = (tl.program_id(2) * BLOCK_W + q) * SW + run
-                    mask = h_ok[:, None] & ((col >= 0) & (col < W) & tap_ok)[None, :]
+                    mask = h_ok[:, None] & ((col >= 0) & (col < W) & (tap >= 0) & (tap < KW))[None, :]
                     v = tl.load(x_base + row[:, None] + col[None, :], mask=mask,
                                 other=float("-inf") if MAX else 0).to(acc_t)
                     v = tl.reshape(v, [BLOCK_H, BLOCK_W, SP])
-                else:
-                    col = (ow[:, None] + q) * SW + r[None, :]
-                    ok = (col >= 0) & (col < W) & tap_ok[None, :]
-                    mask = h_ok[:, None, None] & ok[None, :, :]
-                    v = tl.load(x_base + row[:, None, None] + col[None, :, :], mask=mask,
+                    if MAX:
+                        acc = _max_nan(acc, tl.reduce(v, 2, _max_nan))
+                    else:
+                        acc += tl.sum(v, 2)
+            else:
+                for kw in tl.static_range(KW):
+                    col = ow * SW - PW + kw
+                    mask = h_ok[:, None] & ((col >= 0) & (col < W))[None, :]
+                    v = tl.load(x_base + row[:, None] + col[None, :], mask=mask,
                                 other=float("-inf") if MAX else 0).to(acc_t)
-                if MAX:
-                    acc = _max_nan(acc, tl.reduce(v, 2, _max_nan))
-                else:
-                    acc += tl.sum(v, 2)
+                    if MAX:
+                        acc = _max_nan(acc, v)
+                    else:
+                        acc += v
     if not MAX:
         if OVERRIDE:
             acc = acc / divisor
