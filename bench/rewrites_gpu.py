@@ -1,15 +1,13 @@
 """The graph rewrites' kernels against a copy and Inductor, per shape and launch configuration.
 
-    python bench/rewrites_gpu.py [--only scans|group-norms|pools] [--json OUT.json]
+    python bench/rewrites_gpu.py [--only scans|group-norms] [--json OUT.json]
 
 Per shape: ``x.clone()`` (the same bytes moved: the copy limit, measured in this run),
 the operation compiled by Inductor (default and max-autotune; ``flip(cumsum(flip(x)))``, or
-``nn.GroupNorm``, alone or followed by SiLU, or a pooling), and the rewrite's kernel
-(``graph_rewrites.launch_suffix_scan``, ``launch_group_norm`` or ``launch_pool``) under several
-launch configurations; each timed with
+``nn.GroupNorm``, alone or followed by SiLU), and the rewrite's kernel (``graph_rewrites.launch_suffix_scan``
+or ``launch_group_norm``) under several launch configurations; each timed with
 ``triton.testing.do_bench`` (L2 flushed, median), interleaved over rounds, median over
-rounds (for a pooling, "of copy" is of the copy's time scaled to the bytes the pooling must
-move: its input read once, its output written once); each output's worst error against float64, relative to the output's largest
+rounds; each output's worst error against float64, relative to the output's largest
 magnitude. Chooses ``graph_rewrites``' launch defaults; the cascade judges a model.
 """
 
@@ -22,8 +20,7 @@ import statistics
 import torch
 import triton
 
-from pytest_kernelopt.capture.graph_rewrites import (_blocks, _group_norm_launch, _pool_launch, _torch_pool,
-                                                     launch_group_norm, launch_pool, launch_suffix_scan)
+from pytest_kernelopt.capture.graph_rewrites import _blocks, _group_norm_launch, launch_group_norm, launch_suffix_scan
 
 SHAPES = [((8192, 16384), 1, torch.float32), ((4096, 4096), 0, torch.float32), ((64, 2048, 256), 1, torch.float32),
           ((256, 262144), 1, torch.float32), ((32768, 1024), 1, torch.bfloat16), ((2048, 32768), 1, torch.float16)]
@@ -37,19 +34,6 @@ def reverse_cumsum(x, d):
 GROUP_NORMS = [((32, 64, 128, 128), 8, torch.float32, "none"), ((16, 128, 64, 64), 32, torch.float32, "none"),
                ((32, 64, 128, 128), 8, torch.bfloat16, "none"), ((8, 320, 64, 64), 32, torch.float32, "silu"),
                ((64, 256, 32, 32), 32, torch.bfloat16, "silu")]
-
-
-# (kind, shape, kernel, stride, padding, dtype, activation): the bench problems' three poolings first.
-POOLS = [("avg", (32, 64, 128, 128), [3, 3], [2, 2], [1, 1], torch.float32, "relu"),
-         ("max", (16, 32, 64, 64, 64), [3, 3, 3], [2, 2, 2], [1, 1, 1], torch.float32, "none"),
-         ("max", (32, 64, 256, 256), [3, 3], [2, 2], [1, 1], torch.float32, "none"),
-         ("max", (64, 128, 112, 112), [2, 2], [2, 2], [0, 0], torch.bfloat16, "none"),
-         ("avg", (16, 64, 32, 64, 64), [2, 2, 2], [2, 2, 2], [0, 0, 0], torch.float32, "none"),
-         ("avg", (32, 64, 128, 128), [3, 3], [1, 1], [1, 1], torch.float32, "none"),
-         ("max", (32, 128, 8192), [4], [4], [0], torch.float32, "none"),
-         ("avg", (32, 64, 128, 128), [3, 3], [2, 2], [1, 1], torch.float32, "none"),
-         ("max", (32, 64, 128, 128), [3, 3], [2, 2], [1, 1], torch.float32, "relu"),
-         ("avg", (64, 128, 112, 112), [2, 2], [2, 2], [0, 0], torch.bfloat16, "none")]
 
 
 def timed(variants, ref, scale, rounds):
@@ -113,59 +97,14 @@ def group_norms(rounds):
     return rows
 
 
-def pools(rounds, full):
-    rows = []
-    for i, (kind, shape, k, st, p, dtype, act) in enumerate(POOLS):
-        torch._dynamo.reset()
-        torch.manual_seed(0)
-        x = torch.randn(shape, device="cuda", dtype=dtype)
-
-        def model(t, kind=kind, k=k, st=st, p=p, act=act):
-            y = _torch_pool(t, kind, k, st, p, False, True, None)
-            return torch.relu(y) if act == "relu" else y
-
-        ref = model(x.double())
-        scale = ref.abs().max().item()
-        variants = {"copy": lambda: x.clone()}
-        for label, mode in (("inductor default", None), ("inductor max-autotune", "max-autotune-no-cudagraphs")):
-            variants[label] = (lambda f: lambda: f(x))(torch.compile(model, mode=mode))
-        out = ref.shape[-2:] if len(k) > 1 else (1, ref.shape[-1])
-        sp = triton.next_power_of_2(st[-1])
-        default = _pool_launch(out[0], out[1], sp, st[-1])
-        configs = {default, (*default[:3], not default[3])}
-        if full or i < 3 or len(k) == 1:
-            for bw in (32, 64, 128, 256, 512):
-                for outputs in (256, 512, 1024, 2048):
-                    for warps in (4, 8):
-                        if bw <= 2 * triton.next_power_of_2(out[1]) and outputs >= bw and outputs // bw <= 2 * out[0]:
-                            configs |= {(outputs // bw, bw, warps, flat) for flat in (True, False)}
-        for bh, bw, warps, flat in sorted(configs):
-            name = f"rewrite h{bh} w{bw} warps{warps}{' flat' if flat else ' taps'}" + (
-                " (default)" if (bh, bw, warps, flat) == default else "")
-            variants[name] = (lambda bh, bw, wp, fl: lambda: launch_pool(
-                x, kind, k, st, p, act=act, block_h=bh, block_w=bw, num_warps=wp, flat=fl))(bh, bw, warps, flat)
-        with torch.no_grad():
-            errors, med = timed(variants, ref, scale, rounds)
-        moved = (x.numel() + ref.numel()) / (2 * x.numel())  # of the copy's bytes
-        for name in med:
-            rows.append({"kind": kind, "shape": list(shape), "kernel": k, "stride": st, "padding": p,
-                         "dtype": str(dtype), "act": act, "variant": name, "us": med[name],
-                         "of_copy": med["copy"] * moved / med[name],
-                         "vs_max_autotune": med["inductor max-autotune"] / med[name], "error": errors.get(name)})
-        del x, ref
-        torch.cuda.empty_cache()
-    return rows
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json")
-    parser.add_argument("--only", choices=("scans", "group-norms", "pools"))
-    parser.add_argument("--full", action="store_true", help="every launch configuration on every pooling shape")
+    parser.add_argument("--only", choices=("scans", "group-norms"))
     args = parser.parse_args()
     rows = []
-    for shape, d, dtype in (SHAPES if args.only in (None, "scans") else []):
+    for shape, d, dtype in (SHAPES if args.only != "group-norms" else []):
         torch._dynamo.reset()
         x = torch.randn(shape, device="cuda", dtype=dtype)
         ref = reverse_cumsum(x.double(), d)
@@ -195,23 +134,16 @@ def main() -> int:
                          "error": errors[name]})
         del x, ref
         torch.cuda.empty_cache()
-    if args.only in (None, "group-norms"):
+    if args.only != "scans":
         rows += group_norms(args.rounds)
-    if args.only in (None, "pools"):
-        rows += pools(args.rounds, args.full)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
-    print(f"{'shape':>30} {'dtype':>15} {'variant':>34} {'us':>9} {'of copy':>8} {'/ max-at':>8} {'error':>9}")
+    print(f"{'shape':>22} {'dtype':>15} {'variant':>34} {'us':>9} {'of copy':>8} {'/ max-at':>8} {'error':>9}")
     for r in rows:
         err = "" if r["error"] is None else f"{r['error']:.1e}"
-        if "kind" in r:
-            where = f" {r['kind']} k{r['kernel'][0]}s{r['stride'][0]}{' relu' if r['act'] == 'relu' else ''}"
-        elif "dim" in r:
-            where = f" d{r['dim']}"
-        else:
-            where = f" g{r['groups']}{' silu' if r['act'] == 'silu' else ''}"
-        print(f"{str(tuple(r['shape'])) + where:>30} {r['dtype']:>15} {r['variant']:>34} {r['us']:9.1f} "
+        where = f" d{r['dim']}" if "dim" in r else f" g{r['groups']}{' silu' if r['act'] == 'silu' else ''}"
+        print(f"{str(tuple(r['shape'])) + where:>22} {r['dtype']:>15} {r['variant']:>34} {r['us']:9.1f} "
               f"{r['of_copy']:8.3f} {r['vs_max_autotune']:8.3f} {err:>9}")
     return 0
 

@@ -35,8 +35,8 @@ import os
 import threading
 from typing import Any
 
-__all__ = ["group_norm", "launch_group_norm", "launch_pool", "launch_suffix_scan", "pool", "pre_grad_rewrite_pass",
-           "rewrite_pass", "rewrites_done", "suffix_scan"]
+__all__ = ["group_norm", "launch_group_norm", "launch_suffix_scan", "pre_grad_rewrite_pass", "rewrite_pass",
+           "rewrites_done", "suffix_scan"]
 
 _done = threading.local()
 
@@ -197,100 +197,6 @@ def group_norm() -> Any:
     return torch.ops.kernelopt.group_norm.default
 
 
-def _pool_out(size: int, k: int, s: int, p: int, ceil_mode: bool) -> int:
-    """The output length of pooling ``size`` elements with window k, stride s, padding p (torch's rule)."""
-    out = (size + 2 * p - k + (s - 1 if ceil_mode else 0)) // s + 1
-    return out - 1 if ceil_mode and (out - 1) * s >= size + p else out
-
-
-def _pool_geometry(x: Any, kernel: list[int], stride: list[int], padding: list[int], ceil_mode: bool
-                   ) -> tuple[list[int], list[int]]:
-    """(input spatial sizes, output spatial sizes) of pooling ``x`` over its last len(kernel) axes."""
-    spatial = list(x.shape[x.dim() - len(kernel):])
-    return spatial, [_pool_out(n, k, s, p, ceil_mode) for n, k, s, p in zip(spatial, kernel, stride, padding)]
-
-
-def _pool_launch(out_h: int, out_w: int, sp: int, sw: int) -> tuple[int, int, int, bool]:
-    """(BLOCK_H, BLOCK_W, num_warps, flat) for output slices of out_h x out_w, stride sw along a row
-    (SP = sw rounded up to a power of two)."""
-    import triton
-
-    block_w = min(triton.next_power_of_2(out_w), 64 if out_h > 1 else 1024 // sp)
-    block_h = min(triton.next_power_of_2(out_h), max(1, 1024 // (block_w * sp)))
-    return block_h, block_w, 4, sp == sw
-
-
-def launch_pool(x: Any, kind: str, kernel: list[int], stride: list[int], padding: list[int], ceil_mode: bool = False,
-                count_include_pad: bool = True, divisor: int | None = None, act: str = "none", *,
-                block_h: int | None = None, block_w: int | None = None, num_warps: int | None = None,
-                flat: bool | None = None) -> Any:
-    """``act(F.{kind}_pool{n}d(x, kernel, stride, padding, ceil_mode, ...))`` (kind "max" or "avg",
-    n = len(kernel) spatial axes, dilation 1) in one kernel; a new contiguous tensor."""
-    import math
-
-    import torch
-    import triton
-
-    from . import rewrite_kernels  # imports Triton: only when a rewrite runs
-
-    x = x.contiguous()
-    spatial, out = _pool_geometry(x, kernel, stride, padding, ceil_mode)
-    lead = list(x.shape[:x.dim() - len(kernel)])
-    y = torch.empty(lead + out, dtype=x.dtype, device=x.device)
-    if y.numel() == 0:
-        return y
-    pad = 3 - len(kernel)  # as 3-D pooling: leading axes of one element, windows of one
-    (d, h, w), (od, oh, ow) = [1] * pad + spatial, [1] * pad + out
-    (kd, kh, kw), (sd, sh, sw), (pd, ph, pw) = ([1] * pad + kernel, [1] * pad + stride, [0] * pad + padding)
-    sp = triton.next_power_of_2(sw)
-    block_h0, block_w0, warps0, flat0 = _pool_launch(oh, ow, sp, sw)
-    block_h, block_w = block_h or block_h0, block_w or block_w0
-    flat = flat0 if flat is None else flat and sp == sw
-    grid = (math.prod(lead) * od, triton.cdiv(oh, block_h), triton.cdiv(ow, block_w))
-    rewrite_kernels.pool[grid](
-        x, y, d, h, w, od, oh, ow, divisor or 1, KD=kd, KH=kh, KW=kw, SD=sd, SH=sh, SW=sw, PD=pd, PH=ph, PW=pw,
-        QMIN=-pw // sw, QMAX=(kw - 1 - pw) // sw, SP=sp, MAX=kind == "max", INCLUDE_PAD=count_include_pad,
-        OVERRIDE=divisor is not None, FP64=x.dtype == torch.float64, ACT=ACTIVATIONS.index(act), FLAT=flat,
-        BLOCK_H=block_h, BLOCK_W=block_w, num_warps=num_warps or warps0)
-    return y
-
-
-def _torch_pool(x: Any, kind: str, kernel: list[int], stride: list[int], padding: list[int], ceil_mode: bool,
-                count_include_pad: bool, divisor: int | None) -> Any:
-    """The pooling in torch (the operator where Triton cannot run)."""
-    import torch
-
-    F, n = torch.nn.functional, len(kernel)
-    if kind == "max":
-        return getattr(F, f"max_pool{n}d")(x, kernel, stride, padding, 1, ceil_mode)
-    extra = () if n == 1 else (divisor,)
-    return getattr(F, f"avg_pool{n}d")(x, kernel, stride, padding, ceil_mode, count_include_pad, *extra)
-
-
-@functools.cache
-def pool() -> Any:
-    """The ``kernelopt::pool(x, kind, kernel, stride, padding, ceil_mode, count_include_pad, divisor, act)``
-    operator (registered on first use)."""
-    import torch
-
-    @torch.library.custom_op(
-        "kernelopt::pool", mutates_args=(),
-        schema="(Tensor x, str kind, int[] kernel, int[] stride, int[] padding, bool ceil_mode, "
-               "bool count_include_pad, int? divisor, str act) -> Tensor")
-    def op(x, kind, kernel, stride, padding, ceil_mode, count_include_pad, divisor, act):  # type: ignore[no-untyped-def]
-        if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-            y = _torch_pool(x, kind, kernel, stride, padding, ceil_mode, count_include_pad, divisor)
-            return _activate(y, act).contiguous()
-        return launch_pool(x, kind, kernel, stride, padding, ceil_mode, count_include_pad, divisor, act)
-
-    @op.register_fake
-    def _(x, kind, kernel, stride, padding, ceil_mode, count_include_pad, divisor, act):  # type: ignore[no-untyped-def]
-        _, out = _pool_geometry(x, kernel, stride, padding, ceil_mode)
-        return x.new_empty(list(x.shape[:x.dim() - len(kernel)]) + out)
-
-    return torch.ops.kernelopt.pool.default
-
-
 _GROUP_NORM_ARGS = ("input", "num_groups", "weight", "bias", "eps")
 
 
@@ -370,84 +276,6 @@ def _group_norms(graph: Any) -> int:
     return count
 
 
-def _pool_calls() -> dict[Any, tuple[str, int, tuple[str, ...]]]:
-    """The pooling functions a pre-grad graph calls: target -> (kind, spatial axes, argument names)."""
-    import torch
-
-    F = torch.nn.functional
-    max_args = ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
-    avg_args = ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")
-    calls = {getattr(F, f"max_pool{n}d"): ("max", n, max_args) for n in (1, 2, 3)}
-    calls |= {getattr(torch, f"max_pool{n}d"): ("max", n, max_args[:-1]) for n in (1, 2, 3)}
-    calls |= {getattr(F, f"avg_pool{n}d"): ("avg", n, avg_args if n > 1 else avg_args[:-1]) for n in (1, 2, 3)}
-    return calls
-
-
-def _ints(value: Any, n: int) -> list[int] | None:
-    """``value`` (an int or a sequence of n ints, as pooling takes them) as n ints; None if it is not one."""
-    items = [value] * n if isinstance(value, int) else list(value) if isinstance(value, (list, tuple)) else None
-    if items is None or len(items) != n or not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
-        return None
-    return items
-
-
-def _pools(graph: Any) -> int:
-    """Rewrite every max or average pooling call of ``graph`` (Dynamo's graph, before autograd)
-    that the kernel serves: 1-D to 3-D over a contiguous floating tensor, constant window, stride
-    and padding, dilation 1, no indices returned, no gradient being recorded, each plane under
-    2^31 elements; with the activation its one user applies, if any (``ACTIVATIONS``: else
-    Inductor would have fused it into its pooling kernel, and the rewrite would cost a pass more); how many."""
-    import math
-
-    import torch
-
-    calls = _pool_calls()
-    count = 0
-    for node in list(graph.nodes):
-        if node.op != "call_function" or node.target not in calls:
-            continue
-        kind, n, names = calls[node.target]
-        if len(node.args) > len(names) or set(node.kwargs) - set(names):
-            continue
-        bound = dict(zip(names, node.args)) | dict(node.kwargs)
-        x = bound.get("input")
-        example = getattr(x, "meta", {}).get("example_value")
-        kernel = _ints(bound.get("kernel_size"), n)
-        stride = bound.get("stride")
-        stride = kernel if stride is None or stride == [] or stride == () else _ints(stride, n)
-        padding = _ints(bound.get("padding", 0), n)
-        if not isinstance(example, torch.Tensor) or kernel is None or stride is None or padding is None:
-            continue
-        ceil_mode, include_pad = bound.get("ceil_mode", False), bound.get("count_include_pad", True)
-        divisor = bound.get("divisor_override")
-        if _ints(bound.get("dilation", 1), n) != [1] * n or bound.get("return_indices", False) is not False \
-                or not isinstance(ceil_mode, bool) or not isinstance(include_pad, bool) \
-                or not (divisor is None or isinstance(divisor, int) and not isinstance(divisor, bool) and divisor):
-            continue
-        if example.dim() not in (n + 1, n + 2) or not _floating(example.dtype) or not example.is_contiguous() \
-                or math.prod(example.shape[-n:]) >= 2 ** 31 or min(kernel + stride) <= 0 \
-                or any(2 * p > k for p, k in zip(padding, kernel)):
-            continue
-        if torch.is_grad_enabled() and example.requires_grad:  # the operator has no backward
-            continue
-        folded = _activation_of(node)
-        last, act = folded if folded else (node, "none")
-        with graph.inserting_before(last):
-            new = graph.call_function(pool(), (x, kind, kernel, stride, padding, ceil_mode, include_pad, divisor, act))
-        new.meta.update(last.meta)
-        last.replace_all_uses_with(new)
-        graph.erase_node(last)
-        if last is not node:
-            graph.erase_node(node)
-        count += 1
-    return count
-
-
-def _pre_grad_rewrites(graph: Any) -> int:
-    """The rewrites matched before decomposition (group norms, poolings); how many."""
-    return _group_norms(graph) + _pools(graph)
-
-
 def _reverse_scans(graph: Any) -> int:
     """Rewrite every ``rev(scan(rev(x, D), d), D)`` in ``graph``; how many."""
     import torch
@@ -513,5 +341,5 @@ def rewrite_pass() -> Any:
 
 @functools.cache
 def pre_grad_rewrite_pass() -> Any:
-    """The pre-grad pass that applies the rewrites matched before decomposition (group norms, poolings; one instance)."""
-    return _counted(_pre_grad_rewrites)
+    """The pre-grad pass that applies the rewrites matched before decomposition (group norms; one instance)."""
+    return _counted(_group_norms)

@@ -6,8 +6,7 @@ and importing Triton is left until a rewrite runs (interpreter mode must be set 
 Two suffix-scan kernels, one per layout: rows along the last axis (1-D blocks: a [1, BLOCK]
 block carried through the loop failed Triton 3.6's thread-locality pass on the H200), and a
 scan across rows with the columns side by side ([BLOCK_R, BLOCK_N] blocks, columns contiguous);
-a group norm, one program per group; and pooling (max and average, 1-D to 3-D), one tile of
-outputs per program.
+and a group norm, one program per group.
 """
 
 from __future__ import annotations
@@ -84,7 +83,7 @@ def _affine(y, w_ptr, b_ptr, channel, mask, HAS_W: tl.constexpr, HAS_B: tl.const
 
 @triton.jit
 def _activation(y, ACT: tl.constexpr):
-    """The activation folded into a rewrite's output: 0 none, 1 SiLU, 2 ReLU, 3 GELU (erf), 4 sigmoid."""
+    """The activation folded into a group norm's output: 0 none, 1 SiLU, 2 ReLU, 3 GELU (erf), 4 sigmoid."""
     if ACT == 1:
         y = y / (1 + tl.exp(-y))
     elif ACT == 2:
@@ -153,94 +152,3 @@ def group_norm(x_ptr, w_ptr, b_ptr, y_ptr, GROUP, HW, GROUPS, eps, HAS_W: tl.con
                 tl.store(y_ptr + base + idx, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")
             else:
                 tl.store(y_ptr + base + idx, y.to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _max_nan(a, b):
-    """The larger of a and b, NaN where either is (torch's pooling propagates NaN; ``tl.maximum`` drops it)."""
-    return tl.where((a > b) | (a != a), a, b)
-
-
-@triton.jit
-def pool(x_ptr, y_ptr, D, H, W, OD, OH, OW, divisor,
-         KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SD: tl.constexpr, SH: tl.constexpr,
-         SW: tl.constexpr, PD: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, QMIN: tl.constexpr,
-         QMAX: tl.constexpr, SP: tl.constexpr, MAX: tl.constexpr, INCLUDE_PAD: tl.constexpr,
-         OVERRIDE: tl.constexpr, FP64: tl.constexpr, ACT: tl.constexpr, FLAT: tl.constexpr,
-         BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr):
-    """x: contiguous [P, D, H, W], y: contiguous [P, OD, OH, OW]; max (MAX) or average pooling with
-    windows KD x KH x KW, strides SD x SH x SW, padding PD x PH x PW, dilation 1 (2-D pooling is
-    D = KD = SD = 1). Program (p * OD + od, row block, column block) makes a BLOCK_H x BLOCK_W tile
-    of output slice od of plane p, then activation ACT (``_activation``).
-
-    FLAT (SP == SW, a power of two): along a row the window's taps are not loaded one by one
-    (KW strided loads): input column ``SW * ow - PW + kw`` is ``SW * (ow + q) + r`` with
-    ``kw - PW = SW * q + r``, so for each q in QMIN..QMAX one contiguous run of BLOCK_W * SW
-    elements at ``SW * (ow + q)`` brings every tap of that q (a vectorised load), reshaped to
-    [BLOCK_H, BLOCK_W, SW] and reduced along its last axis (taps outside the window masked).
-    Otherwise one [BLOCK_H, BLOCK_W] load per tap, strided by SW. Averages divide as torch does: by the
-    window clipped to the padded input (INCLUDE_PAD), by its elements inside the input, or by
-    ``divisor`` (OVERRIDE).
-    """
-    pid = tl.program_id(0)
-    od = pid % OD
-    plane = pid // OD
-    acc_t = tl.float64 if FP64 else tl.float32
-    oh = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    ow = tl.program_id(2) * BLOCK_W + tl.arange(0, BLOCK_W)
-    x_base = x_ptr + plane.to(tl.int64) * D * H * W
-    if MAX:
-        acc = tl.full([BLOCK_H, BLOCK_W], float("-inf"), acc_t)
-    else:
-        acc = tl.zeros([BLOCK_H, BLOCK_W], acc_t)
-    run = tl.arange(0, BLOCK_W * SP)
-    r = run % SP
-    for kd in tl.static_range(KD):
-        d_in = od * SD - PD + kd
-        d_ok = (d_in >= 0) & (d_in < D)
-        for kh in tl.static_range(KH):
-            h_in = oh * SH - PH + kh
-            h_ok = (h_in >= 0) & (h_in < H) & (oh < OH) & d_ok
-            row = (d_in * H + h_in) * W
-            if FLAT:
-                for q in tl.static_range(QMIN, QMAX + 1):
-                    tap = q * SW + r + PW  # the window's column of each lane
-                    col = (tl.program_id(2) * BLOCK_W + q) * SW + run
-                    mask = h_ok[:, None] & ((col >= 0) & (col < W) & (tap >= 0) & (tap < KW))[None, :]
-                    v = tl.load(x_base + row[:, None] + col[None, :], mask=mask,
-                                other=float("-inf") if MAX else 0).to(acc_t)
-                    v = tl.reshape(v, [BLOCK_H, BLOCK_W, SP])
-                    if MAX:
-                        acc = _max_nan(acc, tl.reduce(v, 2, _max_nan))
-                    else:
-                        acc += tl.sum(v, 2)
-            else:
-                for kw in tl.static_range(KW):
-                    col = ow * SW - PW + kw
-                    mask = h_ok[:, None] & ((col >= 0) & (col < W))[None, :]
-                    v = tl.load(x_base + row[:, None] + col[None, :], mask=mask,
-                                other=float("-inf") if MAX else 0).to(acc_t)
-                    if MAX:
-                        acc = _max_nan(acc, v)
-                    else:
-                        acc += v
-    if not MAX:
-        if OVERRIDE:
-            acc = acc / divisor
-        else:
-            d0 = od * SD - PD
-            h0 = oh * SH - PH
-            w0 = ow * SW - PW
-            d1 = tl.minimum(d0 + KD, D + PD)
-            h1 = tl.minimum(h0 + KH, H + PH)
-            w1 = tl.minimum(w0 + KW, W + PW)
-            if INCLUDE_PAD:
-                count = (d1 - d0) * (h1 - h0)[:, None] * (w1 - w0)[None, :]
-            else:
-                count = (tl.minimum(d1, D) - tl.maximum(d0, 0)) \
-                    * (tl.minimum(h1, H) - tl.maximum(h0, 0))[:, None] \
-                    * (tl.minimum(w1, W) - tl.maximum(w0, 0))[None, :]
-            acc = acc / tl.maximum(count, 1).to(acc_t)  # lanes past the output: any divisor
-    y = _activation(acc, ACT)
-    out = (pid.to(tl.int64) * OH + oh[:, None]) * OW + ow[None, :]
-    tl.store(y_ptr + out, y.to(y_ptr.dtype.element_ty), mask=(oh < OH)[:, None] & (ow < OW)[None, :])

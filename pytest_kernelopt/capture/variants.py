@@ -71,8 +71,7 @@ VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
     # compile, where max-autotune's template convolution made max-autotune 1.039x (H200).
     CompileVariant("max-autotune-rewrites", "max-autotune-no-cudagraphs", rewrites=True,
                    about="max-autotune, plus kernelopt's graph rewrites (a cumulative sum or product between two "
-                         "flips of its axis, a group norm: one kernel each, where Inductor makes two or three; "
-                         "max and average pooling: a kernel that loads each window's row in contiguous runs)",
+                         "flips of its axis, a group norm: one kernel each, where Inductor makes two or three)",
                    harvest=False),
     CompileVariant("coordinate-descent", None, {"coordinate_descent_tuning": True},
                    about="default compile, launch configurations refined by coordinate descent"),
@@ -110,10 +109,9 @@ def needless(name: str, kernels: list[Any], externs: list[Any]) -> str | None:
     variant = VARIANTS[name]
     if variant.externs_only and not externs:
         return "the model makes no extern (library) call, so it compiles as max-autotune does"
-    if variant.rewrites and not any(_SCAN in k.source or "group_norm" in k.name or "pool" in k.name for k in kernels) \
-            and not any(op in e.target for e in externs for op in ("cumsum", "cumprod", "pool")):
-        return ("the model has no scan (cumulative sum or product), group norm or pooling, the patterns the graph "
-                "rewrites change")
+    if variant.rewrites and not any(_SCAN in k.source or "group_norm" in k.name for k in kernels) \
+            and not any(op in e.target for e in externs for op in ("cumsum", "cumprod")):
+        return "the model has no scan (cumulative sum or product) and no group norm, the patterns the graph rewrites change"
     return None
 
 
