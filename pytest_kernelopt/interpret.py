@@ -1,8 +1,8 @@
 """Interpreter mode: Inductor's Triton kernels on the CPU, run by Triton's interpreter.
 
 Without a CUDA device, Inductor is told to generate Triton (not C++) for the CPU
-device and Triton runs those kernels with ``TRITON_INTERPRET=1``. Two things the
-interpreter lacks are filled in here:
+device and Triton runs those kernels with ``TRITON_INTERPRET=1``. What the
+interpreter lacks is filled in here:
 
 * Inductor stamps every kernel with a hash of the active Triton backend, and no
   backend is active on a CPU-only machine (torch 2.13 / triton 3.7.1: "0 active
@@ -48,6 +48,13 @@ def enable() -> None:
     import torch.utils._triton as torch_triton
 
     inductor_config.cpu_backend = "triton"
+    # GEMMs and convolutions stay library calls under max-autotune: Inductor's templates do not
+    # compile for the CPU Triton backend (torch 2.13: a bf16 convolution template's benchmark launch
+    # "takes 3 positional arguments but 4 were given"; the module written to benchmark a float32 one's
+    # epilogue fusions "IndentationError: unexpected indent"), so every model with a convolution
+    # failed to compile here under max-autotune, and interpreter timings would pick nothing a GPU picks.
+    inductor_config.max_autotune_gemm_backends = "ATEN"
+    inductor_config.max_autotune_conv_backends = "ATEN"
 
     def backend_hash() -> str:
         import triton

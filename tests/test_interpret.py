@@ -247,3 +247,16 @@ def test_custom_scans_agree_with_torch_cumsum(reduce_scan):
 
     torch.testing.assert_close(along_cols, x.cumsum(1), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(along_rows, x.cumsum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_a_convolution_model_compiles_under_max_autotune_in_interpreter_mode(interpreter):
+    """Inductor's convolution templates do not compile for the CPU Triton backend (torch 2.13), and a
+    stored max-autotune setting is compiled by the gate on a CPU: convolutions stay library calls."""
+    from conftest import TESTS
+
+    from pytest_kernelopt.capture import compile_problem
+    from pytest_kernelopt.capture.problem import load_problem
+
+    compiled = compile_problem(load_problem(TESTS / "data" / "conv_norms.py"), interpreter, variant="max-autotune")
+    assert compiled.kernels and not any(name.startswith("triton_tem") for name in compiled.kernels)
+    assert sum("convolution" in e.target for e in compiled.externs) == 2, [e.target for e in compiled.externs]
