@@ -53,8 +53,10 @@ def enable() -> None:
     # "takes 3 positional arguments but 4 were given"; the module written to benchmark a float32 one's
     # epilogue fusions "IndentationError: unexpected indent"), so every model with a convolution
     # failed to compile here under max-autotune, and interpreter timings would pick nothing a GPU picks.
-    inductor_config.max_autotune_gemm_backends = "ATEN"
-    inductor_config.max_autotune_conv_backends = "ATEN"
+    from .capture.variants import LIBRARY_GEMMS
+
+    for option, value in LIBRARY_GEMMS.items():
+        setattr(inductor_config, option, value)
 
     def backend_hash() -> str:
         import triton

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CPU_VARIANTS", "HARVEST_VARIANTS", "MODEL_VARIANTS", "VARIANTS", "CompileVariant", "compiling", "inductor_patches",
+__all__ = ["CPU_VARIANTS", "HARVEST_VARIANTS", "LIBRARY_GEMMS", "MODEL_VARIANTS", "VARIANTS", "CompileVariant", "compiling", "inductor_patches",
            "needless", "persistent_up_to", "unknown_variant"]
 
 
@@ -53,7 +53,7 @@ class CompileVariant:
 
 
 # GEMMs and convolutions as library (extern) calls only: no Triton template is compiled or raced.
-_LIBRARY_GEMMS = {"max_autotune_gemm_backends": "ATEN", "max_autotune_conv_backends": "ATEN"}
+LIBRARY_GEMMS = {"max_autotune_gemm_backends": "ATEN", "max_autotune_conv_backends": "ATEN"}
 
 VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
     # Not harvested: max-autotune-extern's Triton kernels are the same, compiled without the
@@ -62,7 +62,7 @@ VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
     CompileVariant("max-autotune", "max-autotune-no-cudagraphs",
                    about="max-autotune's configuration search, Triton GEMM/convolution templates included",
                    harvest=False),
-    CompileVariant("max-autotune-extern", "max-autotune-no-cudagraphs", dict(_LIBRARY_GEMMS),
+    CompileVariant("max-autotune-extern", "max-autotune-no-cudagraphs", dict(LIBRARY_GEMMS),
                    about="max-autotune's configuration search for Triton's kernels; GEMMs and convolutions stay "
                          "library (extern) calls (no Triton template compiled or raced)",
                    externs_only=True),
@@ -81,7 +81,7 @@ VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
     # docs/results-h200.md): frobenius_norm 1.121x and log_softmax_scale 1.018x over max-autotune;
     # harvested, so the cascade judges each kernel it gives. Without GEMM/convolution templates
     # since 2026-12-03 (with them its compile took 50 of a GEMM problem's 65 s of harvest).
-    CompileVariant("persistent-rows", "max-autotune-no-cudagraphs", dict(_LIBRARY_GEMMS), persistent_rows=8192,
+    CompileVariant("persistent-rows", "max-autotune-no-cudagraphs", dict(LIBRARY_GEMMS), persistent_rows=8192,
                    about="max-autotune without GEMM/convolution templates, inner reductions up to 8192 elements "
                          "per row persistent"),
     CompileVariant("max-autotune-nd-tiling", "max-autotune-no-cudagraphs", {"triton.prefer_nd_tiling": True},
