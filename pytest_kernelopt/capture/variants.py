@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CPU_VARIANTS", "HARVEST_VARIANTS", "LIBRARY_GEMMS", "MODEL_VARIANTS", "VARIANTS", "CompileVariant", "compiling", "inductor_patches",
-           "needless", "persistent_up_to", "unknown_variant"]
+__all__ = ["CPU_VARIANTS", "HARVEST_VARIANTS", "LIBRARY_GEMMS", "MODEL_VARIANTS", "VARIANTS", "CompileVariant",
+           "compiling", "inductor_patches", "needless", "persistent_up_to", "unknown_variant"]
 
 
 @dataclass(frozen=True)
