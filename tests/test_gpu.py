@@ -127,3 +127,39 @@ def test_a_folded_relu_keeps_nan_as_torch_does() -> None:
     y = launch_group_norm(x, 32, None, None, 1e-5, "relu")
     ref = torch.relu(torch.nn.functional.group_norm(x, 32, None, None, 1e-5))
     assert torch.equal(y.isnan(), ref.isnan()) and y.isnan().any()
+
+
+@pytest.mark.parametrize("kind, shape, dtype, chunk", [
+    ("softmax", (256, 2**20 + 7), "float32", None),  # 129 chunks a row, the last one 7 elements
+    ("log_softmax", (1024, 65536), "bfloat16", None),
+    ("l2_normalize", (16400, 131072), "float32", None),  # past 2^31 elements: 64-bit offsets
+    ("l1_normalize", (64, 2**20), "float16", 2048),  # 512 chunks a row: more than the GPU runs at once
+])
+def test_the_wide_row_rewrite_matches_float64_at_gpu_sizes(kind: str, shape: tuple, dtype: str, chunk) -> None:
+    """``launch_wide_rows`` against float64 row by row (within twice eager's error), with rows of
+    -inf, a NaN, and zeros, where eager gives NaN the kernel does too; its programs, which wait on
+    each other, finish (a deadlock would hang here)."""
+    import torch
+
+    from pytest_kernelopt.capture.graph_rewrites import _row_reference, launch_wide_rows
+
+    torch.manual_seed(0)
+    x = (torch.randn(shape, device="cuda") * 3).to(getattr(torch, dtype))
+    x[1] = float("-inf") if "softmax" in kind else 0
+    x[2, 5] = float("nan")
+    x[3, : shape[1] // 2] = float("-inf") if "softmax" in kind else 0
+    y = launch_wide_rows(x, kind, chunk=chunk)
+    torch.cuda.synchronize()
+    worst = eager_worst = 0.0
+    for rows in list(range(0, min(shape[0], 64), 8)) + [1, 2, 3, shape[0] - 1]:
+        part = x[rows:rows + 1]
+        ref = _row_reference(part.double(), kind)
+        eager = _row_reference(part, kind).double()
+        out = y[rows:rows + 1].double()
+        assert torch.equal(out.isnan(), eager.isnan()), rows
+        finite = ref.isfinite()
+        assert torch.equal(out[~finite & ~ref.isnan()], ref[~finite & ~ref.isnan()]), rows  # -inf stays -inf
+        if finite.any():
+            worst = max(worst, (out - ref)[finite].abs().max().item())
+            eager_worst = max(eager_worst, (eager - ref)[finite].abs().max().item())
+    assert worst <= 2 * eager_worst + (1e-7 if dtype == "float32" else 1e-3), (worst, eager_worst)

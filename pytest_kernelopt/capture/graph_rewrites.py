@@ -35,8 +35,8 @@ import os
 import threading
 from typing import Any
 
-__all__ = ["group_norm", "launch_group_norm", "launch_suffix_scan", "pre_grad_rewrite_pass", "rewrite_pass",
-           "rewrites_done", "suffix_scan"]
+__all__ = ["group_norm", "launch_group_norm", "launch_suffix_scan", "launch_wide_rows", "pre_grad_rewrite_pass", "rewrite_pass",
+           "rewrites_done", "suffix_scan", "wide_rows"]
 
 _done = threading.local()
 
@@ -197,6 +197,64 @@ def group_norm() -> Any:
     return torch.ops.kernelopt.group_norm.default
 
 
+def _wide_rows_launch(n: int, multiprocessors: int) -> tuple[int, int]:
+    """(CHUNK, num_warps) for rows of ``n`` elements: each program holds CHUNK of a row, 64 a thread,
+    in at most ``multiprocessors`` programs a row (the kernel's condition for them all to run at once).
+
+    H200, triton 3.6, 2026-12-03 (``bench/wide_rows_gpu.py``, 40 configurations on 8 shapes): 8192
+    elements in 4 warps, one program per chunk of every row, was the fastest or within 10% of it on
+    every shape wider than 64 KB a row (1.04-1.28x max-autotune); persistent grids of 1, 2 or 4
+    programs per multiprocessor were slower on most shapes, chunks of 2048 slower on all.
+    """
+    import triton
+
+    chunk = min(triton.next_power_of_2(n), 8192)
+    while triton.cdiv(n, chunk) > max(multiprocessors, 1) and chunk < 65536:
+        chunk *= 2
+    return chunk, max(1, min(16, chunk // 2048))
+
+
+def launch_wide_rows(x: Any, kind: str, eps: float = 0.0, *, chunk: int | None = None, num_warps: int | None = None,
+                     programs: int | None = None) -> Any:
+    """Softmax, log-softmax, L1 or L2 normalisation (``rewrite_kernels.ROW_KINDS``; the norms divide
+    by max(norm, eps)) of each row along ``x``'s last axis, each row read once by programs that share
+    it; a new contiguous tensor.
+
+    ``programs``: how many programs walk the rows (a multiple of the chunks per row; default one per
+    chunk of every row). Triton's interpreter, and rows in more chunks than the GPU has
+    multiprocessors, get the two-launch form (``wide_rows``' PHASE 1, 2: the row read twice).
+    """
+    import torch
+    import triton
+
+    from . import rewrite_kernels  # imports Triton: only when a rewrite runs
+
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    if x.numel() == 0:
+        return y
+    n = x.shape[-1]
+    rows = x.numel() // n
+    chunk0, warps0 = _wide_rows_launch(n, _multiprocessors(x.device) or 1 << 20)
+    chunk = chunk or chunk0
+    k = triton.cdiv(n, chunk)
+    programs = programs or rows * k
+    if programs % k:
+        raise ValueError(f"{programs} programs do not split into groups of {k} (the chunks of a row)")
+    m = torch.empty(rows * k, device=x.device, dtype=torch.float32)
+    s = torch.empty_like(m)
+    flags = dict(KIND=rewrite_kernels.ROW_KINDS.index(kind), CHUNK=chunk, KP=triton.next_power_of_2(k),
+                 num_warps=num_warps or warps0)
+    # The one-kernel form needs a row's programs all running at once: at most one a multiprocessor.
+    if os.environ.get("TRITON_INTERPRET") == "1" or k > (_multiprocessors(x.device) or k):
+        for phase in (1, 2):
+            rewrite_kernels.wide_rows[(programs,)](x, y, m, s, m, rows, n, k, float(eps), PHASE=phase, **flags)
+        return y
+    count = torch.zeros(rows, device=x.device, dtype=torch.int32)
+    rewrite_kernels.wide_rows[(programs,)](x, y, m, s, count, rows, n, k, float(eps), PHASE=0, **flags)
+    return y
+
+
 _GROUP_NORM_ARGS = ("input", "num_groups", "weight", "bias", "eps")
 
 
@@ -276,6 +334,177 @@ def _group_norms(graph: Any) -> int:
     return count
 
 
+@functools.cache
+def wide_rows() -> Any:
+    """The ``kernelopt::wide_rows(x, kind, eps)`` operator (registered on first use): ``kind`` of
+    ``rewrite_kernels.ROW_KINDS`` along the last axis; the norms divide by max(norm, eps)."""
+    import torch
+
+    @torch.library.custom_op("kernelopt::wide_rows", mutates_args=(), schema="(Tensor x, str kind, float eps) -> Tensor")
+    def op(x, kind, eps):  # type: ignore[no-untyped-def]
+        if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            return _row_reference(x, kind, eps).contiguous()
+        return launch_wide_rows(x, kind, eps)
+
+    @op.register_fake
+    def _(x, kind, eps):  # type: ignore[no-untyped-def]
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+    return torch.ops.kernelopt.wide_rows.default
+
+
+def _row_reference(x: Any, kind: str, eps: float = 0.0) -> Any:
+    """What ``kernelopt::wide_rows`` computes, in torch (where Triton cannot run; the tests' reference)."""
+    import torch
+
+    if kind == "softmax":
+        return torch.softmax(x, -1)
+    if kind == "log_softmax":
+        return torch.log_softmax(x, -1)
+    norm = x.abs().sum(-1, keepdim=True) if kind == "l1_normalize" else torch.linalg.vector_norm(x, 2, -1, keepdim=True)
+    return x / (norm.clamp_min(eps) if eps else norm)
+
+
+# Rows at least this wide go to the wide-row kernel; narrower ones Inductor holds on chip or
+# re-reads from L2 (see ``_wide_rows_launch``).
+WIDE_ROW_BYTES = 128 * 1024
+
+
+def _arg(node: Any, index: int, name: str, default: Any = None) -> Any:
+    """Argument ``name`` of a call ``node``, given by position ``index`` or keyword."""
+    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
+
+
+def _last_axis(dim: Any, ndim: int) -> bool:
+    """Whether ``dim`` (an int, or a one-element list or tuple) names the last of ``ndim`` axes."""
+    if isinstance(dim, (list, tuple)) and len(dim) == 1:
+        dim = dim[0]
+    return isinstance(dim, int) and not isinstance(dim, bool) and ndim > 0 and dim % ndim == ndim - 1
+
+
+def _example(node: Any) -> Any:
+    """The example tensor Dynamo recorded for ``node`` (None where there is none)."""
+    import torch
+
+    value = getattr(node, "meta", {}).get("example_value")
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _call(node: Any, functions: tuple, method: str) -> bool:
+    """Whether ``node`` calls one of ``functions`` or the tensor method ``method``."""
+    return getattr(node, "op", None) == "call_function" and node.target in functions \
+        or getattr(node, "op", None) == "call_method" and node.target == method
+
+
+def _softmax_kind(node: Any) -> tuple[Any, str, float] | None:
+    """(input, kind, 0.0) where ``node`` is a softmax or log-softmax over the last axis in the input's dtype."""
+    import torch
+
+    F = torch.nn.functional
+    for kind, functions in (("softmax", (torch.softmax, F.softmax, torch.special.softmax)),
+                            ("log_softmax", (torch.log_softmax, F.log_softmax, torch.special.log_softmax))):
+        if _call(node, functions, kind):
+            x, dim = _arg(node, 0, "input"), _arg(node, 1, "dim")
+            dtype = _arg(node, 3 if node.target in (F.softmax, F.log_softmax) else 2, "dtype")
+            example = _example(x)
+            if example is not None and dtype in (None, example.dtype) and _last_axis(dim, example.dim()):
+                return x, kind, 0.0
+    return None
+
+
+def _norm_of(node: Any, x: Any) -> str | None:
+    """"l1_normalize" or "l2_normalize" where ``node`` is x's L1 or L2 norm over the last axis, kept as
+    an axis of one (``sum(abs(x), -1, keepdim=True)``, ``vector_norm(x, 2, -1, keepdim=True)``,
+    ``norm(x, p=2, dim=-1, keepdim=True)``); None otherwise."""
+    import torch
+
+    example = _example(x)
+    if example is None:
+        return None
+    ndim = example.dim()
+    if _call(node, (torch.sum,), "sum"):
+        inner = _arg(node, 0, "input")
+        if _call(inner, (torch.abs,), "abs") and _arg(inner, 0, "input") is x and len(inner.args) + len(inner.kwargs) == 1 \
+                and _last_axis(_arg(node, 1, "dim"), ndim) and _arg(node, 2, "keepdim", False) is True \
+                and _arg(node, 3, "dtype") is None:
+            return "l1_normalize"
+    if _call(node, (torch.linalg.vector_norm,), "") and _arg(node, 0, "x") is x:
+        order, dim, keep = _arg(node, 1, "ord", 2), _arg(node, 2, "dim"), _arg(node, 3, "keepdim", False)
+        if order in (1, 2) and _last_axis(dim, ndim) and keep is True and _arg(node, 4, "dtype") is None:
+            return "l1_normalize" if order == 1 else "l2_normalize"
+    if _call(node, (torch.norm,), "norm") and _arg(node, 0, "input") is x:
+        order, dim, keep = _arg(node, 1, "p", "fro"), _arg(node, 2, "dim"), _arg(node, 3, "keepdim", False)
+        if order in (1, 2) and _last_axis(dim, ndim) and keep is True and _arg(node, 4, "out") is None \
+                and _arg(node, 5, "dtype") is None:
+            return "l1_normalize" if order == 1 else "l2_normalize"
+    return None
+
+
+def _normalize_kind(node: Any) -> tuple[Any, str, float] | None:
+    """(input, kind, eps) where ``node`` divides a tensor by its L1 or L2 norm over the last axis
+    (``x / norm``, or ``F.normalize(x, p, dim=-1)``, which divides by max(norm, eps))."""
+    import operator
+
+    import torch
+
+    F = torch.nn.functional
+    if getattr(node, "op", None) == "call_function" and node.target is F.normalize:
+        x, order, dim, eps = _arg(node, 0, "input"), _arg(node, 1, "p", 2.0), _arg(node, 2, "dim", 1), _arg(node, 3, "eps", 1e-12)
+        example = _example(x)
+        if example is not None and order in (1, 2) and _last_axis(dim, example.dim()) \
+                and isinstance(eps, (int, float)) and eps >= 0 and _arg(node, 4, "out") is None:
+            return x, "l1_normalize" if order == 1 else "l2_normalize", float(eps)
+        return None
+    if not (_call(node, (operator.truediv, torch.div, torch.true_divide), "div")
+            and len(node.args) == 2 and not node.kwargs):
+        return None
+    x, norm = node.args
+    kind = _norm_of(norm, x) if hasattr(norm, "op") else None
+    return (x, kind, 0.0) if kind else None
+
+
+def _wide_rows(graph: Any) -> int:
+    """Rewrite every softmax, log-softmax and L1/L2 normalisation over the last axis of ``graph``
+    (Dynamo's graph, before autograd) whose rows are wide (``WIDE_ROW_BYTES``): a contiguous float16,
+    bfloat16 or float32 tensor, no gradient being recorded, a row in at most as many chunks as the
+    GPU has multiprocessors; how many."""
+    import torch
+
+    count = 0
+    for node in list(graph.nodes):
+        if node.op not in ("call_function", "call_method"):
+            continue
+        found = _softmax_kind(node) or _normalize_kind(node)
+        if found is None:
+            continue
+        x, kind, eps = found
+        example, out = _example(x), _example(node)
+        if example is None or out is None or example.dtype not in (torch.float16, torch.bfloat16, torch.float32) \
+                or out.dtype != example.dtype or out.shape != example.shape or not example.is_contiguous():
+            continue
+        if torch.is_grad_enabled() and example.requires_grad:
+            continue
+        n = example.shape[-1]
+        multiprocessors = _multiprocessors(example.device)
+        chunk, _ = _wide_rows_launch(n, multiprocessors)
+        if n * example.element_size() < WIDE_ROW_BYTES or -(-n // chunk) > multiprocessors:
+            continue
+        with graph.inserting_before(node):
+            new = graph.call_function(wide_rows(), (x, kind, eps))
+        new.meta.update(node.meta)
+        node.replace_all_uses_with(new)
+        graph.erase_node(node)
+        count += 1
+    if count:
+        graph.eliminate_dead_code()
+    return count
+
+
+def _pre_grad_rewrites(graph: Any) -> int:
+    """The rewrites matched before decomposition (group norms, wide rows); how many."""
+    return _group_norms(graph) + _wide_rows(graph)
+
+
 def _reverse_scans(graph: Any) -> int:
     """Rewrite every ``rev(scan(rev(x, D), d), D)`` in ``graph``; how many."""
     import torch
@@ -341,5 +570,5 @@ def rewrite_pass() -> Any:
 
 @functools.cache
 def pre_grad_rewrite_pass() -> Any:
-    """The pre-grad pass that applies the rewrites matched before decomposition (group norms; one instance)."""
-    return _counted(_group_norms)
+    """The pre-grad pass that applies the rewrites matched before decomposition (group norms, wide rows; one instance)."""
+    return _counted(_pre_grad_rewrites)

@@ -152,3 +152,97 @@ def group_norm(x_ptr, w_ptr, b_ptr, y_ptr, GROUP, HW, GROUPS, eps, HAS_W: tl.con
                 tl.store(y_ptr + base + idx, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")
             else:
                 tl.store(y_ptr + base + idx, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+# What a wide-row kernel computes (its KIND): the row statistic and how each output uses it.
+ROW_KINDS = ("softmax", "log_softmax", "l1_normalize", "l2_normalize")
+
+
+@triton.jit
+def _chunk_statistic(x, mask, KIND: tl.constexpr):
+    """(m, s, v) of one chunk of a row. Softmax kinds: the chunk's max m, the sum s of exp(x - m)
+    (m taken as 0 where the chunk is all -inf) and, for softmax, v = those exponentials (kept for
+    the output: one exponential per element); otherwise v = x. The norms: m = 0 and s the sum of
+    |x| or of x * x."""
+    v = x
+    if KIND <= 1:
+        m = tl.max(tl.where(mask, x, float("-inf")), 0)
+        e = tl.where(mask, tl.exp(x - tl.where(m == float("-inf"), 0, m)), 0)
+        s = tl.sum(e, 0)
+        if KIND == 0:
+            v = e
+    elif KIND == 2:
+        m = tl.zeros([], tl.float32)
+        s = tl.sum(tl.where(mask, tl.abs(x), 0), 0)
+    else:
+        m = tl.zeros([], tl.float32)
+        s = tl.sum(tl.where(mask, x * x, 0), 0)
+    return m, s, v
+
+
+@triton.jit
+def _apply_row_statistic(v, m_own, m_ptr, s_ptr, K, eps, KIND: tl.constexpr, KP: tl.constexpr):
+    """Combine the row's K chunk statistics (read through L2: other programs wrote them) and apply
+    them to this chunk's ``v`` (``_chunk_statistic``; its max ``m_own``): softmax, log-softmax,
+    x / max(sum|x|, eps) or x / max(sqrt(sum x^2), eps) (a NaN norm stays NaN)."""
+    ks = tl.arange(0, KP)
+    live = ks < K
+    s = tl.load(s_ptr + ks, mask=live, other=0, cache_modifier=".cg")
+    if KIND <= 1:
+        m = tl.load(m_ptr + ks, mask=live, other=float("-inf"), cache_modifier=".cg")
+        row_max = tl.max(m, 0)
+        shift = tl.where(row_max == float("-inf"), 0, row_max)
+        total = tl.sum(tl.where(live, s * tl.exp(m - shift), 0), 0)
+        if KIND == 0:  # exp(x - row max) / total = exp(x - m_own) * exp(m_own - row max) / total
+            y = v * (tl.exp(m_own - row_max) / total)
+        else:
+            y = v - row_max - tl.log(total)
+    else:
+        norm = tl.sum(s, 0) if KIND == 2 else tl.sqrt(tl.sum(s, 0))
+        y = v / tl.where(norm < eps, eps, norm)
+    return y
+
+
+@triton.jit
+def wide_rows(x_ptr, y_ptr, m_ptr, s_ptr, count_ptr, ROWS, N, K, eps, KIND: tl.constexpr, PHASE: tl.constexpr,
+              CHUNK: tl.constexpr, KP: tl.constexpr):
+    """x, y: contiguous [ROWS, N]; each row is split into K chunks of CHUNK elements, chunk c of
+    a row handled by the programs with id % K == c, which walk rows pid // K, + programs / K, ...
+
+    PHASE 0 (one kernel, the GPU): a program reads its chunk once and keeps it in registers,
+    publishes the chunk's statistic (``_chunk_statistic``, m_ptr/s_ptr [ROWS, K]), counts itself
+    in at count_ptr[row] (zeroed), waits until the row's K chunks are in, combines them and writes
+    its chunk of output: the row is read once however wide, where a two-pass kernel reads it twice,
+    the second time from DRAM once the rows in flight outgrow L2. The K programs of a row have
+    consecutive ids and wait only on each other, so the GPU, which starts programs in id order,
+    always has them all running (K is at most the multiprocessor count).
+
+    PHASE 1 then PHASE 2 (two launches, for Triton's interpreter, which runs programs one after
+    another): the statistics, then the output from them, reading x again.
+    """
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    chunk = pid % K
+    idx = chunk * CHUNK + tl.arange(0, CHUNK)
+    mask = idx < N
+    first, step = pid // K, programs // K
+    for i in range(0, tl.cdiv(ROWS - first, step)):
+        row = first + i * step
+        base = row.to(tl.int64) * N
+        x = tl.load(x_ptr + base + idx, mask=mask, other=0).to(tl.float32)
+        m, s, v = _chunk_statistic(x, mask, KIND)  # PHASE 2: as PHASE 1 stored them
+        if PHASE == 1:
+            tl.store(m_ptr + row * K + chunk, m)
+            tl.store(s_ptr + row * K + chunk, s)
+        if PHASE == 0:
+            tl.atomic_xchg(m_ptr + row * K + chunk, m, sem="relaxed")
+            tl.atomic_xchg(s_ptr + row * K + chunk, s, sem="relaxed")
+            tl.debug_barrier()
+            tl.atomic_add(count_ptr + row, 1, sem="release")
+            arrived = tl.atomic_add(count_ptr + row, 0, sem="acquire")
+            while arrived < K:
+                arrived = tl.atomic_add(count_ptr + row, 0, sem="acquire")
+            tl.debug_barrier()
+        if PHASE != 1:
+            y = _apply_row_statistic(v, m, m_ptr + row * K, s_ptr + row * K, K, eps, KIND, KP)
+            tl.store(y_ptr + base + idx, y.to(y_ptr.dtype.element_ty), mask=mask)

@@ -71,7 +71,8 @@ VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
     # compile, where max-autotune's template convolution made max-autotune 1.039x (H200).
     CompileVariant("max-autotune-rewrites", "max-autotune-no-cudagraphs", rewrites=True,
                    about="max-autotune, plus kernelopt's graph rewrites (a cumulative sum or product between two "
-                         "flips of its axis, a group norm: one kernel each, where Inductor makes two or three)",
+                         "flips of its axis, a group norm, a softmax or L1/L2 normalisation of rows wider than 128 KB: "
+                         "one kernel each that reads its input once, where Inductor makes two or three passes)",
                    harvest=False),
     CompileVariant("coordinate-descent", None, {"coordinate_descent_tuning": True},
                    about="default compile, launch configurations refined by coordinate descent"),
@@ -103,15 +104,23 @@ MODEL_VARIANTS = ("max-autotune", "max-autotune-extern", "max-autotune-rewrites"
 _SCAN = "tl.associative_scan"  # how Inductor's scan kernels combine (torch 2.11 and 2.13)
 
 
+def _row_reduction(name: str) -> bool:
+    """Whether an Inductor kernel called ``name`` may be a softmax or an L1/L2 normalisation over rows
+    (``triton_red_fused__softmax_0``, ``..._abs_div_sum_...``, ``..._linalg_vector_norm_...``)."""
+    return name.startswith("triton_red") and any(word in name for word in ("softmax", "norm", "sum"))
+
+
 def needless(name: str, kernels: list[Any], externs: list[Any]) -> str | None:
     """Why trying variant ``name`` on a model whose default compile has these kernels and extern
     calls (``KernelInfo``, ``ExternCallInfo``) would only repeat another compile (None: it may differ)."""
     variant = VARIANTS[name]
     if variant.externs_only and not externs:
         return "the model makes no extern (library) call, so it compiles as max-autotune does"
-    if variant.rewrites and not any(_SCAN in k.source or "group_norm" in k.name for k in kernels) \
+    if variant.rewrites and not any(_SCAN in k.source or "group_norm" in k.name or _row_reduction(k.name)
+                                    for k in kernels) \
             and not any(op in e.target for e in externs for op in ("cumsum", "cumprod")):
-        return "the model has no scan (cumulative sum or product) and no group norm, the patterns the graph rewrites change"
+        return ("the model has no scan (cumulative sum or product), no group norm and no softmax or norm over rows, "
+                "the patterns the graph rewrites change")
     return None
 
 
