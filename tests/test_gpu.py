@@ -136,7 +136,7 @@ def test_a_folded_relu_keeps_nan_as_torch_does() -> None:
     ("l1_normalize", (64, 2**20), "float16", 2048),  # 512 chunks a row: more than the GPU runs at once
 ])
 def test_the_wide_row_rewrite_matches_float64_at_gpu_sizes(kind: str, shape: tuple, dtype: str, chunk) -> None:
-    """``launch_wide_rows`` against float64 row by row (within twice eager's error), with rows of
+    """``launch_wide_rows`` against float64 row by row (within twice eager's error and a rounding step), with rows of
     -inf, a NaN, and zeros, where eager gives NaN the kernel does too; its programs, which wait on
     each other, finish (a deadlock would hang here)."""
     import torch
@@ -150,7 +150,6 @@ def test_the_wide_row_rewrite_matches_float64_at_gpu_sizes(kind: str, shape: tup
     x[3, : shape[1] // 2] = float("-inf") if "softmax" in kind else 0
     y = launch_wide_rows(x, kind, chunk=chunk)
     torch.cuda.synchronize()
-    worst = eager_worst = 0.0
     for rows in list(range(0, min(shape[0], 64), 8)) + [1, 2, 3, shape[0] - 1]:
         part = x[rows:rows + 1]
         ref = _row_reference(part.double(), kind)
@@ -160,6 +159,7 @@ def test_the_wide_row_rewrite_matches_float64_at_gpu_sizes(kind: str, shape: tup
         finite = ref.isfinite()
         assert torch.equal(out[~finite & ~ref.isnan()], ref[~finite & ~ref.isnan()]), rows  # -inf stays -inf
         if finite.any():
-            worst = max(worst, (out - ref)[finite].abs().max().item())
-            eager_worst = max(eager_worst, (eager - ref)[finite].abs().max().item())
-    assert worst <= 2 * eager_worst + (1e-7 if dtype == "float32" else 1e-3), (worst, eager_worst)
+            # Eager's worst error twice, plus one rounding step of the output's dtype, element by element.
+            allowed = 2 * (eager - ref)[finite].abs().max() + torch.finfo(x.dtype).eps * ref[finite].abs()
+            excess = ((out - ref)[finite].abs() - allowed).max().item()
+            assert excess <= 0, (rows, excess)

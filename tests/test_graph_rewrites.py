@@ -242,3 +242,84 @@ def test_the_group_norm_rewrite_folds_the_activation_that_follows(interpreter, m
     assert acts == [expected]
     ref = act(norm.double()(x.double()))
     assert (out.double() - ref).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("kind", ["softmax", "log_softmax", "l1_normalize", "l2_normalize"])
+@pytest.mark.parametrize("shape, chunk, dtype", [
+    ((5, 300), 64, torch.float32),  # five chunks a row, the last one masked
+    ((3, 2, 1000), 256, torch.bfloat16),  # rows over the leading axes, half precision
+])
+def test_the_wide_row_kernel_matches_float64(interpreter, kind, shape, chunk, dtype):
+    """Each row split into chunks whose statistics are combined: within twice eager's error of float64;
+    a row of -inf (softmax) or zeros (norms) gives NaN where eager does, a row half -inf keeps its -inf."""
+    from pytest_kernelopt.capture.graph_rewrites import _row_reference, launch_wide_rows
+
+    torch.manual_seed(0)
+    x = (torch.randn(shape) * 3).to(dtype)
+    x[0] = float("-inf") if "softmax" in kind else 0
+    x[1, ..., : shape[-1] // 2] = float("-inf") if "softmax" in kind else 0
+    y = launch_wide_rows(x, kind, chunk=chunk, num_warps=1)
+    ref, eager = _row_reference(x.double(), kind), _row_reference(x, kind).double()
+    assert y.dtype == dtype and y.shape == x.shape
+    assert torch.equal(y.isnan(), eager.isnan()) and y[0].isnan().all()
+    finite = ref.isfinite()
+    assert torch.equal(y.double()[~finite & ~ref.isnan()], ref[~finite & ~ref.isnan()])
+    # Element by element: eager's worst error twice, plus one rounding step of the output's dtype
+    # (the kernel's float32 value and eager's may round to neighbouring values).
+    allowed = 2 * (eager - ref)[finite].abs().max() + torch.finfo(dtype).eps * ref[finite].abs()
+    assert ((y.double() - ref)[finite].abs() <= allowed).all()
+
+
+F = torch.nn.functional
+
+
+@pytest.mark.parametrize("fn, rewritten", [
+    (lambda x: torch.softmax(x, dim=-1), 1),
+    (lambda x: F.log_softmax(x, 1), 1),
+    (lambda x: x.softmax(-1) * 2, 1),
+    (lambda x: x / torch.sum(torch.abs(x), dim=1, keepdim=True), 1),
+    (lambda x: x / torch.linalg.vector_norm(x, ord=2, dim=1, keepdim=True), 1),
+    (lambda x: x / x.norm(p=2, dim=-1, keepdim=True), 1),
+    (lambda x: F.normalize(x, p=1, dim=-1), 1),
+    (lambda x: torch.softmax(x, dim=0), 0),  # not the last axis
+    (lambda x: x / x.abs().sum(-1, keepdim=True).squeeze(-1)[:, None], 0),  # the norm reshaped: not matched
+    (lambda x: torch.softmax(x, -1, dtype=torch.float64), 0),  # another dtype
+])
+def test_the_wide_row_rewrite_replaces_the_pattern_and_matches(interpreter, monkeypatch, fn, rewritten):
+    """The pre-grad pass replaces softmax / normalisations over the last axis of wide rows (the width
+    lowered here to the test's rows) and leaves the rest; the compiled function agrees with float64."""
+    import torch._inductor.config as inductor_config
+
+    from pytest_kernelopt.capture import graph_rewrites
+
+    monkeypatch.setattr(graph_rewrites, "WIDE_ROW_BYTES", 256)
+    monkeypatch.setattr(graph_rewrites, "_multiprocessors", lambda device: 8)
+    x = torch.randn(6, 300)
+    torch._dynamo.reset()
+    before = graph_rewrites.rewrites_done()
+    with torch.no_grad(), inductor_config.patch(pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass(),
+                                                fx_graph_cache=False):
+        out = torch.compile(fn)(x)
+    assert graph_rewrites.rewrites_done() - before == rewritten
+    assert (out.double() - fn(x.double())).abs().max() < 1e-6
+
+
+def test_the_wide_row_rewrite_leaves_narrow_rows_and_rows_in_too_many_chunks(interpreter, monkeypatch):
+    """Rows under ``WIDE_ROW_BYTES``, and rows needing more programs than the GPU's multiprocessors, keep Inductor's kernel."""
+    import torch._inductor.config as inductor_config
+
+    from pytest_kernelopt.capture import graph_rewrites
+
+    def rewritten(x: torch.Tensor) -> int:
+        torch._dynamo.reset()
+        before = graph_rewrites.rewrites_done()
+        with torch.no_grad(), inductor_config.patch(pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass(),
+                                                    fx_graph_cache=False):
+            torch.compile(lambda t: torch.softmax(t, -1))(x)
+        return graph_rewrites.rewrites_done() - before
+
+    monkeypatch.setattr(graph_rewrites, "_multiprocessors", lambda device: 8)
+    assert rewritten(torch.randn(2, 300)) == 0  # 1.2 KB rows
+    monkeypatch.setattr(graph_rewrites, "WIDE_ROW_BYTES", 256)
+    monkeypatch.setattr(graph_rewrites, "_multiprocessors", lambda device: 0)  # no GPU: one chunk is too many
+    assert rewritten(torch.randn(2, 300)) == 0

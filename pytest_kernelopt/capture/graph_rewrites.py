@@ -201,10 +201,12 @@ def _wide_rows_launch(n: int, multiprocessors: int) -> tuple[int, int]:
     """(CHUNK, num_warps) for rows of ``n`` elements: each program holds CHUNK of a row, 64 a thread,
     in at most ``multiprocessors`` programs a row (the kernel's condition for them all to run at once).
 
-    H200, triton 3.6, 2026-12-03 (``bench/wide_rows_gpu.py``, 40 configurations on 8 shapes): 8192
-    elements in 4 warps, one program per chunk of every row, was the fastest or within 10% of it on
-    every shape wider than 64 KB a row (1.04-1.28x max-autotune); persistent grids of 1, 2 or 4
-    programs per multiprocessor were slower on most shapes, chunks of 2048 slower on all.
+    H200, triton 3.6, 2026-12-03 (``bench/wide_rows_gpu.py --sweep``, 40 configurations on 8 shapes):
+    8192 elements in 4 warps, one program per chunk of every row, was the fastest or within 10% of
+    it on the shapes of 128 KB rows or wider (1.04-1.32x max-autotune); persistent grids of 1, 2
+    or 4 programs per multiprocessor were slower on most shapes, chunks of 2048 slower on all. It
+    lost on 64 KB rows (0.94x) and where Inductor already ran at the copy's speed (an fp32 L2 norm
+    of 128 KB rows 0.918x, an fp16 L1 norm of 256 KB rows 0.755x): tune's whole-model trial decides.
     """
     import triton
 
@@ -292,6 +294,15 @@ def _activation_of(node: Any) -> tuple[Any, str] | None:
     return (user, act) if all(isinstance(o, bool) for o in options) and set(user.kwargs) <= {"inplace"} else None
 
 
+def _replace(graph: Any, node: Any, target: Any, args: tuple) -> None:
+    """Put a call of ``target`` on ``args`` in ``node``'s place in ``graph`` (its metadata, its users)."""
+    with graph.inserting_before(node):
+        new = graph.call_function(target, args)
+    new.meta.update(node.meta)
+    node.replace_all_uses_with(new)
+    graph.erase_node(node)
+
+
 def _group_norms(graph: Any) -> int:
     """Rewrite every ``F.group_norm`` call of ``graph`` (Dynamo's graph, before autograd) that
     the kernel serves: a floating tensor of three or more dimensions, constant groups and eps,
@@ -307,14 +318,14 @@ def _group_norms(graph: Any) -> int:
         bound = dict(zip(_GROUP_NORM_ARGS, node.args)) | dict(node.kwargs)
         x, groups, eps = bound.get("input"), bound.get("num_groups"), bound.get("eps", 1e-5)
         weight, bias = bound.get("weight"), bound.get("bias")
-        example = getattr(x, "meta", {}).get("example_value")
+        example = _example(x)
         if not isinstance(groups, int) or isinstance(groups, bool) or groups <= 0 \
-                or not isinstance(eps, (int, float)) or not isinstance(example, torch.Tensor):
+                or not isinstance(eps, (int, float)) or example is None:
             continue
         if example.dim() < 3 or not _floating(example.dtype) or example.shape[1] % groups:
             continue
-        params = [getattr(p, "meta", {}).get("example_value") for p in (weight, bias) if p is not None]
-        if any(not isinstance(p, torch.Tensor) or p.dtype != example.dtype for p in params):
+        params = [_example(p) for p in (weight, bias) if p is not None]
+        if any(p is None or p.dtype != example.dtype for p in params):
             continue
         # The operator has no backward: a graph that records gradients keeps Inductor's group norm.
         if torch.is_grad_enabled() and any(t.requires_grad for t in (example, *params)):
@@ -323,11 +334,7 @@ def _group_norms(graph: Any) -> int:
             continue
         folded = _activation_of(node)
         last, act = folded if folded else (node, "none")
-        with graph.inserting_before(last):
-            new = graph.call_function(group_norm(), (x, groups, weight, bias, float(eps), act))
-        new.meta.update(last.meta)
-        last.replace_all_uses_with(new)
-        graph.erase_node(last)
+        _replace(graph, last, group_norm(), (x, groups, weight, bias, float(eps), act))
         if last is not node:
             graph.erase_node(node)
         count += 1
@@ -489,11 +496,7 @@ def _wide_rows(graph: Any) -> int:
         chunk, _ = _wide_rows_launch(n, multiprocessors)
         if n * example.element_size() < WIDE_ROW_BYTES or -(-n // chunk) > multiprocessors:
             continue
-        with graph.inserting_before(node):
-            new = graph.call_function(wide_rows(), (x, kind, eps))
-        new.meta.update(node.meta)
-        node.replace_all_uses_with(new)
-        graph.erase_node(node)
+        _replace(graph, node, wide_rows(), (x, kind, eps))
         count += 1
     if count:
         graph.eliminate_dead_code()
