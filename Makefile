@@ -1,11 +1,15 @@
 # Set-up and checks. `make demo` and `make test` create the virtual environment on first use.
-# torch 2.13.0 is pinned for the dev environment: on the CI/dev machines pip takes a CPU
-# build of exactly that version from local disk; any other request may pull a multi-GB CUDA build.
+# torch 2.13.0 and triton 3.7.x are pinned for the dev environment: a development constraint, not a
+# user's (pyproject.toml admits torch >= 2.11, triton >= 3.6). On the CI/dev machines pip takes a CPU
+# build of exactly that torch from local disk; elsewhere set TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# (ci.yml does), or pip may pull the multi-GB CUDA build.
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DEV_PINS := torch==2.13.0 "triton>=3.7,<3.8"
+TORCH_INDEX ?=
+DEV_TORCH := torch==2.13.0
+DEV_TRITON := "triton>=3.7,<3.8"
 
 .PHONY: venv demo test test-fast clean
 
@@ -14,7 +18,8 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q $(DEV_PINS)
+	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(DEV_TORCH)
+	$(BIN)/python -m pip install -q $(DEV_TRITON)
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
@@ -23,11 +28,14 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(BIN)/python -m pytest_kernelopt.demo
 
+# The whole suite: about 15 minutes on 2 cores (interpreter-mode compiles are most of it).
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
 
+# The tests that compile no model (not marked slow; tests/conftest.py marks those that use a compiling
+# fixture): the quick check while editing.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -n 2 -q -m "not slow"
 
 clean:
 	rm -rf $(VENV) build *.egg-info

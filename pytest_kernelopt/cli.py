@@ -164,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("results", type=Path, nargs="+", metavar="SHARD.json",
                    help="the result of each shard (pytest --kernelopt --kernelopt-shard K/N --kernelopt-json ...)")
     m.add_argument("--json", type=Path, metavar="OUT", help="write the merged result to OUT")
+    m.add_argument("--report", type=Path, metavar="PATH",
+                   help="write the merged gate report (Markdown, as --kernelopt-report) to PATH, e.g. for "
+                        "$GITHUB_STEP_SUMMARY")
     return parser
 
 
@@ -591,6 +594,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if args.json:
         results.write(merged, args.json)
         print(f"wrote {args.json}", file=sys.stderr)
+    if args.report:
+        from .report.gate import write_gate_report
+        from .templates import project_templates
+
+        write_gate_report(merged, args.report, project_templates())
+        print(f"wrote {args.report}", file=sys.stderr)
     return EXIT_REJECTED if merged.failed else EXIT_OK
 
 

@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+# Where the package installs from until its first release on PyPI; pyproject's [project.urls]
+# Repository is the same URL (tests/test_packaging.py keeps them equal).
+REPOSITORY = "https://github.com/pytest-kernelopt/pytest-kernelopt"
+
+
+def install_hint(extra: str = "") -> str:
+    """The pip command that installs this package, with ``extra`` (e.g. ``agents``), today."""
+    name = f"pytest-kernelopt[{extra}]" if extra else "pytest-kernelopt"
+    return f'pip install "{name} @ git+{REPOSITORY}"'
+
 
 class KerneloptError(Exception):
     """Base of every error this tool raises on purpose. ``exit_code`` is what the CLI returns."""

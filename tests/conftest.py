@@ -33,6 +33,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("filterwarnings", "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 
 
+# Fixtures that compile a problem in interpreter mode (seconds to a minute each): a test that uses one
+# is `slow` whether or not it says so, so `make test-fast` (-m "not slow") leaves it out.
+COMPILING_FIXTURES = frozenset({"compiled_models", "kernels_listing"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if COMPILING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def interpreter() -> str:
     """Interpreter mode for this worker process (the device string, "cpu")."""

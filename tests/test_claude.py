@@ -513,7 +513,11 @@ def test_missing_sdk_names_the_install_command(monkeypatch, fake):
     from pytest_kernelopt.errors import UsageError
 
     monkeypatch.setitem(sys.modules, "anthropic", None)  # import anthropic -> ImportError
-    with pytest.raises(UsageError, match=r'needs the Anthropic SDK: pip install "pytest-kernelopt\[agents\]"'):
+    import re
+
+    from pytest_kernelopt.errors import install_hint
+
+    with pytest.raises(UsageError, match=re.escape(f"needs the Anthropic SDK: {install_hint('agents')}")):
         coder()
 
 

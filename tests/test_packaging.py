@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import email.parser
+import os
+import re
+import shutil
 import subprocess
 import sys
+import tarfile
 import tomllib
+import zipfile
 from importlib.metadata import version
 from pathlib import Path
 
@@ -22,12 +28,32 @@ def _requirements() -> dict[str, Requirement]:
 
 @pytest.mark.parametrize("name", ["torch", "triton", "pydantic", "pytest"])
 def test_installed_versions_are_in_the_claimed_range(name):
-    """A range we claim must include what the test suite runs on (and be bounded for torch/triton)."""
+    """A range we claim must include what the test suite runs on."""
     req = _requirements()[name]
     installed = version(name).split("+")[0]
     assert req.specifier.contains(installed, prereleases=True), f"{name} {installed} not in {req.specifier}"
-    if name in ("torch", "triton"):
-        assert any(spec.operator == "<" for spec in req.specifier), f"{name}: untested future releases are admitted"
+
+
+@pytest.mark.parametrize("name", ["torch", "triton"])
+def test_the_compiler_has_a_floor_and_no_cap(name):
+    """From the oldest release run on to no upper bound: a cap refuses the compiler upgrades users make
+    (and `kernelopt refresh` exists for). A known break gets a precise exclusion (``!=``), not a cap."""
+    req = _requirements()[name]
+    assert any(spec.operator == ">=" for spec in req.specifier), f"{name}: no oldest supported version"
+    capped = [str(spec) for spec in req.specifier if spec.operator in ("<", "<=", "~=", "==", "===")]
+    assert not capped, f"{name}: capped by {capped}"
+    for newer in ("99.0", "2.15.0" if name == "torch" else "3.9.0"):
+        assert req.specifier.contains(newer), f"{name} {newer} refused by {req.specifier}"
+
+
+def test_triton_only_on_linux():
+    """triton publishes Linux wheels only: elsewhere (a CPU-only machine on macOS) the install must not ask for it."""
+    req = _requirements()["triton"]
+    assert req.marker is not None
+    assert req.marker.evaluate({"platform_system": "Linux"})
+    assert not req.marker.evaluate({"platform_system": "Darwin"})
+    assert not req.marker.evaluate({"platform_system": "Windows"})
+    assert _requirements()["torch"].marker is None
 
 
 def test_agent_and_pr_libraries_are_extras_not_core():
@@ -90,3 +116,67 @@ def test_building_gives_no_license_deprecation_warning(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "license" not in (out.stdout + out.stderr).lower() or "deprecated" not in (out.stdout + out.stderr).lower()
     assert isinstance(PROJECT["license"], str)
+
+    # What a release ships: the license text, the typing marker, the metadata an index page shows.
+    [wheel] = tmp_path.glob("pytest_kernelopt-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        [metadata] = [n for n in names if n.endswith(".dist-info/METADATA")]
+        meta = email.parser.Parser().parsestr(zf.read(metadata).decode())
+    assert "pytest_kernelopt/py.typed" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
+    assert meta["License-Expression"] == "Apache-2.0"
+    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL"))
+    assert {"Homepage", "Repository", "Issues", "Documentation"} <= set(urls)
+    assert "Framework :: Pytest" in meta.get_all("Classifier")
+    [triton] = [r for r in meta.get_all("Requires-Dist") if r.startswith("triton")]
+    assert 'platform_system == "Linux"' in triton
+
+
+def test_install_hints_name_the_repository_of_the_metadata():
+    """Until the first release ``pip install pytest-kernelopt`` finds nothing: every hint installs from the
+    repository, the one [project.urls] names."""
+    from pytest_kernelopt.errors import REPOSITORY, install_hint
+
+    assert PROJECT["urls"]["Repository"] == REPOSITORY
+    assert install_hint("pr") == f'pip install "pytest-kernelopt[pr] @ git+{REPOSITORY}"'
+    assert Requirement(install_hint("agents").split('"')[1]).url == f"git+{REPOSITORY}"
+    # No hint, doc or workflow names the bare index form (docs/cli.md etc. say how to install today).
+    bare = re.compile(r"pip install\s+[\"']?pytest-kernelopt(\[[a-z,]+\])?[\"']?(?!\s*@)(\s|$|`|\))")
+    texts = [*ROOT.joinpath("pytest_kernelopt").rglob("*.py"), *ROOT.joinpath("docs").glob("*.md"),
+             ROOT / "README.md", *ROOT.joinpath(".github", "workflows").glob("*.yml")]
+    found = [f"{t.relative_to(ROOT)}: {m.group(0)!r}" for t in texts for m in bare.finditer(t.read_text())]
+    assert not found, found
+
+
+_BUILD_OUTPUT = shutil.ignore_patterns(".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", ".kernelopt",
+                                       "out", ".pytest_cache")
+
+
+def test_the_sdist_carries_what_its_tests_need(tmp_path):
+    """Unpacked, the sdist's tests collect without an error: conftest.py, data and problem files,
+    the committed kernels and docs some tests read are all in it."""
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT, tree, ignore=_BUILD_OUTPUT)  # build in a copy: the checkout gets no egg-info
+    build = "import sys; from setuptools import build_meta; print(build_meta.build_sdist(sys.argv[1]))"
+    out = subprocess.run([sys.executable, "-c", build, str(tmp_path / "dist")], cwd=tree, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    sdist = tmp_path / "dist" / out.stdout.strip().splitlines()[-1]
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    [unpacked] = (tmp_path / "unpacked").iterdir()
+
+    def files(top: Path, under: str) -> set[str]:
+        return {p.relative_to(top).as_posix() for p in (top / under).rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+
+    for under in ("tests", "kernels", "docs", "templates", "pytest_kernelopt", ".github"):
+        missing = files(tree, under) - files(unpacked, under)
+        assert not missing, f"not in the sdist: {sorted(missing)[:10]}"
+    for name in ("LICENSE", "CHANGELOG.md", "README.md", "Makefile", "pyproject.toml", "pytest_kernelopt/py.typed"):
+        assert (unpacked / name).is_file(), name
+    env = {**os.environ, "PYTHONPATH": str(unpacked)}
+    collect = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", "tests"],
+                             cwd=unpacked, env=env, capture_output=True, text=True, timeout=300)
+    assert collect.returncode == 0 and " error" not in collect.stdout.splitlines()[-1], collect.stdout[-3000:]

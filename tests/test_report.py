@@ -122,8 +122,9 @@ def test_without_matplotlib_the_report_says_how_to_get_the_chart(run, monkeypatc
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
     files = write_report(run_dir)
     assert files.chart is None
-    assert "chart not drawn: matplotlib is not installed (pip install 'pytest-kernelopt[report]')" in \
-        files.report.read_text()
+    from pytest_kernelopt.errors import install_hint
+
+    assert f"chart not drawn: matplotlib is not installed ({install_hint('report')})" in files.report.read_text()
 
 
 def test_diff_says_why_it_is_missing(run):

@@ -244,3 +244,141 @@ def test_the_checker_catches_what_does_not_exist():
         check(["make", "tests"])
     assert commands("a=1 kernelopt report ${{ x }} \\\n  --format html && echo done # note") == \
         [["kernelopt", "report", "EXPR", "--format", "html"], ["echo", "done"]]
+
+
+# --- workflows users copy: guard, timeout, concurrency, cache, the report where reviewers look -------
+
+FORK_GUARD = "github.event.pull_request.head.repo.full_name == github.repository"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=[p.name for p in WORKFLOWS])
+def test_every_job_has_a_timeout_and_every_workflow_a_concurrency_group(path):
+    workflow = load(path)
+    assert "group" in workflow.get("concurrency", {}), f"{path.name}: no concurrency group"
+    for name, job in workflow["jobs"].items():
+        assert isinstance(job.get("timeout-minutes"), int), f"{path.name}: job {name} has no timeout-minutes"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=[p.name for p in WORKFLOWS])
+def test_a_self_hosted_runner_never_runs_a_forks_pull_request(path):
+    """A self-hosted runner keeps its disk between jobs: a fork's code must not run there."""
+    workflow = load(path)
+    if not {"pull_request", "pull_request_target"} & set(workflow["on"]):
+        return
+    for name, job in workflow["jobs"].items():
+        if "self-hosted" in job["runs-on"] and FORK_GUARD not in str(job.get("if", "")):
+            needs = job.get("needs")
+            upstream = [needs] if isinstance(needs, str) else needs or []
+            # A job after a guarded one is skipped with it, unless its `if:` runs it anyway.
+            guarded = upstream and all(FORK_GUARD in str(workflow["jobs"][u].get("if", "")) for u in upstream)
+            assert guarded and "always()" not in str(job.get("if", "")) or \
+                "needs.gate.result == 'success' || needs.gate.result == 'failure'" in str(job.get("if", "")), \
+                f"{path.name}: job {name} runs pull requests from forks on a self-hosted runner"
+
+
+def _gate_report(words: list[str]) -> str | None:
+    """The Markdown report a gate command writes, or None when it writes none."""
+    for option in ("--kernelopt-report", "--report"):
+        if option in words:
+            return words[words.index(option) + 1]
+    return None
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=[p.name for p in WORKFLOWS])
+def test_every_gate_puts_its_report_on_the_summary_page(path):
+    """Reviewers look at the run's page, not its log: a job that gates (``pytest --kernelopt``
+    without shards, or ``kernelopt merge``) writes a Markdown report and appends it to
+    ``$GITHUB_STEP_SUMMARY``, also when the gate failed."""
+    for name, job in load(path)["jobs"].items():
+        calls = _job_calls(job)
+        gate = calls.get("kernelopt merge") or calls.get("pytest")
+        if gate is None or (gate[1][0] != "kernelopt" and ("--kernelopt" not in gate[1]
+                                                           or "--kernelopt-shard" in gate[1])):
+            continue
+        if "--kernelopt-tune" in gate[1] or "--kernelopt-refresh" in gate[1] or "refresh" in name:
+            continue  # not a gate of a pull request
+        report = _gate_report(gate[1])
+        assert report, f"{path.name}: job {name} writes no gate report"
+        summary = [s for s in job["steps"][gate[0] + 1:] if "$GITHUB_STEP_SUMMARY" in s.get("run", "")]
+        assert summary and report in summary[0]["run"], f"{path.name}: job {name}'s report is not on the summary"
+        assert summary[0].get("if") == "always()", f"{path.name}: job {name}: no report when the gate fails"
+
+
+def test_the_example_gate_installs_a_form_that_works_today():
+    """Until the first release ``pip install pytest-kernelopt`` finds nothing."""
+    from pytest_kernelopt.errors import REPOSITORY
+
+    workflow = load(ROOT / ".github/workflows/kernelopt-gate.example.yml")
+    [job] = workflow["jobs"].values()
+    assert FORK_GUARD in job["if"]
+    installs = [s["run"] for s in job["steps"] if "pip install" in s.get("run", "")]
+    assert installs and all(f"pytest-kernelopt @ git+{REPOSITORY}" in run for run in installs)
+
+
+CPU_TORCH = "https://download.pytorch.org/whl/cpu"
+
+
+def test_github_hosted_test_jobs_take_the_cpu_torch_from_a_cache():
+    """The CUDA build of torch is GBs: GitHub-hosted jobs (no GPU) take the CPU build, and keep pip's cache."""
+    ci = load(ROOT / ".github/workflows/ci.yml")["jobs"]["test"]
+    assert ci["env"]["TORCH_INDEX"] == CPU_TORCH
+    assert "TORCH_INDEX" in (ROOT / "Makefile").read_text()
+    compat = load(ROOT / ".github/workflows/compat.yml")["jobs"]["test"]
+    install = next(s["run"] for s in compat["steps"] if "pip install" in s.get("run", ""))
+    assert f"--index-url {CPU_TORCH}" in install
+    for job in (ci, compat):
+        [(_, setup)] = _uses(job, "actions/setup-python")
+        assert setup["with"]["cache"] == "pip"
+
+
+def test_compat_runs_the_oldest_supported_and_the_newest_torch():
+    """The matrix's oldest end is pyproject's floor; its newest takes whatever is newest (no pin)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    deps = {r.name: r for r in map(Requirement, tomllib.loads((ROOT / "pyproject.toml").read_text())
+                                   ["project"]["dependencies"])}
+    floors = {name: next(s.version for s in deps[name].specifier if s.operator == ">=") for name in ("torch", "triton")}
+    job = load(ROOT / ".github/workflows/compat.yml")["jobs"]["test"]
+    assert "self-hosted" not in job["runs-on"]
+    ends = {m["end"]: m for m in job["strategy"]["matrix"]["include"]}
+    for name, floor in floors.items():
+        assert ends["oldest"][name] == f"{name}=={floor}.*"
+        assert ends["newest"][name] == name
+    [(_, words)] = [c for w, c in _job_calls(job).items() if w == "pytest"]
+    assert words[-2:] == ["-m", "not slow"]  # make test-fast's selection
+
+
+def test_release_publishes_a_checked_build_by_trusted_publishing():
+    workflow = load(ROOT / ".github/workflows/release.yml")
+    assert workflow["on"] == {"push": {"tags": ["v*"]}} and workflow["permissions"] == {}
+    build, publish = workflow["jobs"]["build"], workflow["jobs"]["publish"]
+    assert build["permissions"] == {"contents": "read"}
+    assert publish["permissions"] == {"id-token": "write"}  # the OIDC token, in the job that only uploads
+    assert publish["needs"] == "build" and publish["environment"]["name"] == "pypi"
+    script = "\n".join(s.get("run", "") for s in build["steps"])
+    assert "python -m build" in script and "twine check --strict dist/*" in script
+    assert '"$TAG" != "v$version"' in script  # a tag that is not the version builds nothing
+    [(_, action)] = _uses(publish, "pypa/gh-action-pypi-publish")
+    assert re.fullmatch(r"pypa/gh-action-pypi-publish@[0-9a-f]{40}", action["uses"])
+    assert "with" not in action  # no password: trusted publishing
+    assert all(s.get("run") is None for s in publish["steps"])  # nothing of the project runs beside the token
+    for job in (build, publish):
+        for _, setup in _uses(job, "actions/setup-python"):
+            assert "cache" not in setup.get("with", {})  # a release is built from no cache
+
+
+@pytest.mark.parametrize("tag, ok", [("v{version}", True), ("v{version}.post1", False), ("{version}", False)])
+def test_release_refuses_a_tag_that_is_not_the_version(tag, ok):
+    """The release job's own check, run as written: a tag must equal ``v`` + ``project.version``."""
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    build = load(ROOT / ".github/workflows/release.yml")["jobs"]["build"]
+    [step] = [s for s in build["steps"] if "$TAG" in s.get("run", "")]
+    proc = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=ROOT, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "TAG": tag.format(version=version)})
+    assert (proc.returncode == 0) == ok, proc.stdout + proc.stderr
+    if not ok:
+        assert f"does not match pyproject.toml's version {version}" in proc.stdout

@@ -55,7 +55,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..candidate import ENTRY_POINT
-from ..errors import UsageError
+from ..errors import UsageError, install_hint
 from .claude_reply import ParsedReply, ReplyCandidate, parse_reply
 from .coder import Spend
 from .run_records import Attempt, CoderContext, Proposal
@@ -63,7 +63,7 @@ from .run_records import Attempt, CoderContext, Proposal
 DEFAULT_MODEL = "claude-sonnet-4-6"
 SYSTEM_TEMPLATE = "prompts/system.md.j2"
 KERNEL_TEMPLATE = "prompts/kernel.md.j2"
-INSTALL_HINT = 'pip install "pytest-kernelopt[agents]"'
+INSTALL_HINT = install_hint("agents")
 
 # USD per million tokens (input, output), from Anthropic's published list prices
 # (https://www.anthropic.com/pricing, as of 2026-12). Matched by the longest prefix of

@@ -22,6 +22,7 @@ from io import BytesIO
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..errors import install_hint
 from .errors import PublishError, RefusedError
 from .github import redact
 
@@ -71,7 +72,7 @@ class Repository:
         try:
             import git
         except ImportError:
-            raise PublishError("publishing branches needs GitPython: pip install 'pytest-kernelopt[pr]'") from None
+            raise PublishError(f"publishing branches needs GitPython: {install_hint('pr')}") from None
         self._git = git
         try:
             self.repo = git.Repo(Path(path), search_parent_directories=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import install_hint
 from .view import RunView
 
 CHART_FILE = "speedup.png"
@@ -38,7 +39,7 @@ def draw_chart(view: RunView, path: Path) -> str | None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        return "chart not drawn: matplotlib is not installed (pip install 'pytest-kernelopt[report]')"
+        return f"chart not drawn: matplotlib is not installed ({install_hint('report')})"
 
     labels = [r[0] for r in rows][::-1]  # first row at the top
     speed = [r[1] for r in rows][::-1]
