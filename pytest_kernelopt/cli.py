@@ -16,7 +16,9 @@ Exit codes (a contract, documented in docs/cli.md):
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -24,7 +26,7 @@ from typing import Any, NoReturn, Sequence
 
 from .errors import KerneloptError, UsageError
 from .capture.variants import MODEL_VARIANTS, VARIANTS
-from .settings import add_arguments, cli_flag, positive_seconds
+from .settings import FIELDS, add_arguments, cli_flag, positive_seconds
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
 
@@ -33,11 +35,41 @@ SETTINGS_HELP = ("Settings come from [tool.kernelopt] in the nearest pyproject.t
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with the documented one-line error and exit code 2."""
+    """argparse with the documented one-line error and exit code 2; a misspelt option or command
+    gets the nearest real one, and an unknown option is reported by its subcommand's parser (whose
+    ``--help`` lists the options), not by the top-level one."""
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            owner = self._subcommand_parser(parsed) or self
+            owner.error(f"unrecognized arguments: {' '.join(extras)}{_did_you_mean(extras, owner)}")
+        return parsed
+
+    def _subcommand_parser(self, parsed: argparse.Namespace) -> "_Parser | None":
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return action.choices.get(getattr(parsed, action.dest, None))
+        return None
 
     def error(self, message: str) -> NoReturn:
+        wrong = re.search(r"invalid choice: '([^']*)'", message)
+        if wrong:  # a misspelt subcommand or choice
+            choices = [str(c) for a in self._actions if a.choices for c in a.choices]
+            message += "".join(f"; did you mean {c!r}?" for c in difflib.get_close_matches(wrong[1], choices, n=1))
         print(f"kernelopt: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
+
+
+def _did_you_mean(words: Sequence[str], parser: argparse.ArgumentParser) -> str:
+    """``; did you mean --open-pr?`` for the first unknown option close to one of ``parser``'s."""
+    known = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    for word in words:
+        if word.startswith("--"):
+            close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1)
+            if close:
+                return f"; did you mean {close[0]}?"
+    return ""
 
 
 def _modes(text: str) -> list[str]:
@@ -428,6 +460,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     if not 0.0 <= args.min_share < 1.0:
         raise UsageError(f"--min-share must be between 0 and 1, not {args.min_share}")
+    if not args.open_pr and (args.base is not None or args.remote != FIELDS["remote"].default):
+        raise UsageError("--base and --remote apply to --open-pr only: without it tune pushes nothing (add --open-pr, "
+                         "or run `kernelopt publish RUN_DIR --base BRANCH` after the run)")
     problems = [load_problem(p).path for p in args.problems]  # every file checked before any work
     settings = [config_for_problem(p, config=args.config) for p in problems]
     if args.kernels_dir is None and len({s.kernels_path for s in settings}) > 1:

@@ -348,3 +348,68 @@ def test_a_rejection_names_the_seed_that_reproduces_it():
                                           "--seed 424242]")
     verdict.status, verdict.reason = "correct", None
     assert verdict_lines(verdict)[-1] == "verdict: correct"
+
+
+# --- misspelt options and options that do nothing ---------------------------------------------
+
+def _main_error(capsys, *argv: str) -> str:
+    """``kernelopt ARGV`` in this process: exit 2 with one error line, which is returned."""
+    from pytest_kernelopt.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(list(argv))
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kernelopt: error: "), lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, nearest, help_of", [
+    (["tune", "x.py", "--open-prs"], "did you mean --open-pr?", "kernelopt tune --help"),
+    (["verify", "x.py", "--kernel", "k", "--candidate", "c.py", "--sedes", "2"], "did you mean --seeds?",
+     "kernelopt verify --help"),
+    (["merge", "s.json", "--jsno", "out.json"], "did you mean --json?", "kernelopt merge --help"),
+    (["tun", "x.py"], "did you mean 'tune'?", "kernelopt --help"),
+    (["report", "run", "--format", "htm"], "did you mean 'html'?", "kernelopt report --help"),
+])
+def test_a_misspelt_option_or_command_gets_the_nearest_one_and_its_commands_help(capsys, argv, nearest, help_of):
+    line = _main_error(capsys, *argv)
+    assert nearest in line and f"(see `{help_of}`)" in line
+
+
+def test_an_unknown_option_far_from_every_real_one_gets_no_guess(capsys):
+    line = _main_error(capsys, "kernels", "x.py", "--zzzzzzzz")
+    assert "unrecognized arguments: --zzzzzzzz" in line and "did you mean" not in line
+    assert "(see `kernelopt kernels --help`)" in line
+
+
+@pytest.mark.parametrize("option", [["--base", "main"], ["--remote", "upstream"]])
+def test_base_or_remote_without_open_pr_is_an_error_before_any_work(tmp_path, monkeypatch, option):
+    """``tune --base B`` without ``--open-pr`` would push nothing: said at once, before the problem is even read."""
+    from pytest_kernelopt.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="--base and --remote apply to --open-pr only"):
+        from pytest_kernelopt.cli import build_parser, cmd_tune
+
+        cmd_tune(build_parser().parse_args(["tune", "missing.py", *option]))
+    assert main(["tune", "missing.py", *option]) == 2
+    assert not (tmp_path / ".kernelopt").exists()
+
+
+def test_merge_writes_the_gate_report(tmp_path, monkeypatch, capsys):
+    """``kernelopt merge --report``: the merged gate's Markdown (what gate-matrix.yml puts on the summary page)."""
+    from pytest_kernelopt.cli import main
+    from pytest_kernelopt.gate import results
+
+    env = results.ResultEnvironment(device="cpu", torch="2.13.0", triton="3.7.1", python="3.11.7")
+    settings = results.GateSettings(seeds=1, timeout=600.0, max_slowdown=0.01, strict=True)
+    items = [results.ItemResult(nodeid="problems/rms_norm.py::model", problem="problems/rms_norm.py", model="rms_norm",
+                                item="model", outcome="failed", message="wrong numbers", kernels=0,
+                                committed=0, stale=0, baseline=0)]
+    results.write(results.gate_result(shard=None, problems=["rms_norm"], environment=env, settings=settings,
+                                      items=items), tmp_path / "s.json")
+    monkeypatch.chdir(tmp_path)
+    assert main(["merge", "s.json", "--report", "gate.md"]) == 1  # an item failed
+    report = (tmp_path / "gate.md").read_text()
+    assert "rms_norm" in report and "wrong numbers" in report

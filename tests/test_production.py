@@ -449,3 +449,22 @@ def test_the_readme_production_snippet_runs_as_written():
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("kernelopt: softmax_rows: ")  # print(status(model))
     assert "kernelopt: softmax_rows: " in out.stderr  # the start-up line
+
+
+def test_status_answers_for_the_registered_backend_form(tmp_path):
+    """``torch.compile(model, backend="kernelopt", options={"model": ...})``, as docs/store.md shows it beside
+    ``status``: status finds the backend of that options dict, the one the compile then uses."""
+    import torch
+
+    import pytest_kernelopt
+    from pytest_kernelopt.errors import UsageError
+    from pytest_kernelopt.store import production
+
+    options = {"model": "softmax_rows", "kernels_dir": str(tmp_path / "kernels"), "quiet": True}
+    compiled = torch.compile(torch.nn.Linear(4, 4), backend="kernelopt", options=options)
+    answer = pytest_kernelopt.status(compiled)
+    assert answer.model == "softmax_rows" and answer.kernels == []
+    assert "softmax_rows: nothing compiled yet" in str(answer)
+    assert production._BY_OPTIONS[id(options)][1] is production._backend_of_options(options)
+    with pytest.raises(UsageError, match='torch.compile\\(..., backend="kernelopt"\\)'):
+        pytest_kernelopt.status(torch.compile(torch.nn.Linear(4, 4)))

@@ -372,9 +372,13 @@ def status(model: Any) -> ProductionStatus:
             raise UsageError(f"kernelopt status: no kernelopt backend for model {model!r} in this process")
     else:
         found = getattr(model, "_kernelopt_backend", None)
+        options = _compiled_options(model) if found is None else None
+        if options is not None:  # torch.compile(model, backend="kernelopt", options={"model": ...})
+            found = _backend_of_options(options)
         if found is None:
-            raise UsageError("kernelopt status: pass what pytest_kernelopt.compile() returned, its backend or the "
-                             f"model id, not {type(model).__name__}")
+            raise UsageError("kernelopt status: pass what pytest_kernelopt.compile() or torch.compile(..., "
+                             "backend=\"kernelopt\") returned, its backend or the model id, not "
+                             f"{type(model).__name__}")
     return ProductionStatus(found.model, found.kernels_dir, list(found.kernels))
 
 
@@ -479,10 +483,31 @@ def kernelopt_backend(gm: Any, example_inputs: Any, *, mode: str | None = None,
     if not options or not options.get("model"):
         raise UsageError('backend "kernelopt" needs the model id: torch.compile(model, backend="kernelopt", '
                          'options={"model": "<id>"}), or use pytest_kernelopt.compile(model)')
+    return _backend_of_options(options)(gm, example_inputs, mode=mode, options=options)
+
+
+def _backend_of_options(options: dict[str, Any]) -> KerneloptBackend:
+    """The one backend of this ``options`` dict, made on first use (by a compile, or by :func:`status`)."""
     with _BY_OPTIONS_LOCK:
         kept = _BY_OPTIONS.get(id(options))
         if kept is None or kept[0] is not options:
             # Keep the dict alive with its backend so that its id is never reused.
             kept = _BY_OPTIONS[id(options)] = (options, KerneloptBackend(options["model"], options.get("kernels_dir"),
                                                                           quiet=bool(options.get("quiet", False))))
-    return kept[1](gm, example_inputs, mode=mode, options=options)
+    return kept[1]
+
+
+def _compiled_options(model: Any) -> dict[str, Any] | None:
+    """The ``options`` dict of ``torch.compile(model, backend="kernelopt", options=...)``, or None. torch keeps
+    it on the backend wrapper behind the compiled module (``_TorchCompileWrapper.kwargs``, reached through
+    ``dynamo_ctx.callback._torchdynamo_orig_backend``; torch 2.11 to 2.13): followed, not assumed."""
+    wrapper = getattr(getattr(model, "dynamo_ctx", None), "callback", None)
+    for _ in range(8):  # a few wrappers deep (ConvertFrame, WrapBackendDebug, _TorchCompileWrapper)
+        if wrapper is None:
+            return None
+        options = (getattr(wrapper, "kwargs", None) or {}).get("options") if \
+            getattr(wrapper, "compiler_name", None) == "kernelopt" else None
+        if isinstance(options, dict) and options.get("model"):
+            return options
+        wrapper = getattr(wrapper, "_torchdynamo_orig_backend", None)
+    return None
