@@ -529,11 +529,20 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
         print_tune_table(record)
         print(f"run directory: {Path(runs) / record.run_id}")
+        if device != "cuda" and not any(k.stored_version for p in record.problems for k in p.kernels):
+            print(_nothing_stored(Path(runs) / record.run_id))
     if record.interrupted:
         print("kernelopt: interrupted", file=sys.stderr)
         return 130
     published_ok = _publish(args, Path(runs) / record.run_id, settings[0].root) if args.open_pr else True
     return EXIT_USAGE if any(p.error for p in record.problems) else EXIT_OK if published_ok else EXIT_REJECTED
+
+
+def _nothing_stored(run_dir: Path) -> str:
+    """The last line of a tune on a CPU: it stored nothing, and what does store a kernel there."""
+    return ("nothing stored: interpreter mode measures no speed, so tune keeps no kernel; `kernelopt accept "
+            "PROBLEM.py --kernel NAME --candidate FILE` verifies a candidate and stores it when correct (no speed "
+            f"comparison on a CPU), e.g. one of {run_dir / 'candidates'}")
 
 
 def _publish(args: argparse.Namespace, run_dir: Path, project: Path) -> bool:
@@ -589,9 +598,14 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     if not paths:
         project = config_for_problem(args.config, config=args.config) if args.config else load_config()
         paths = project.problem_files()
+        if not paths and project.problems:  # configured, but a typo or a moved folder: name the patterns
+            raise UsageError(f"no problem files given, and the problems of {project.source} [tool.kernelopt] match "
+                             f"none: {', '.join(map(repr, project.unmatched()))} matched nothing under {project.root}")
         if not paths:
             raise UsageError(f"no problem files given and none configured ({project.describe(None)}): pass "
                              f"PROBLEM.py or set problems in [tool.kernelopt]")
+        for pattern in project.unmatched():
+            print(f"note: {pattern!r} of [tool.kernelopt] problems matched no problem file", file=sys.stderr)
     problems = [load_problem(p).path for p in paths]  # every file checked before any work
     settings = [config_for_problem(p, config=args.config) for p in problems]
     if args.kernels_dir is None and len({s.kernels_path for s in settings}) > 1:

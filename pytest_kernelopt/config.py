@@ -60,6 +60,10 @@ class Config(BaseModel):
                     found[Path(match).resolve()] = None
         return list(found)
 
+    def unmatched(self, globs: list[str] | None = None) -> list[str]:
+        """The patterns of ``globs`` (default: the configured ones) that match no problem file."""
+        return [p for p in (globs if globs is not None else self.problems) if not self.problem_files([p])]
+
 
 def find_pyproject(start: Path) -> Path | None:
     """The nearest pyproject.toml at or above ``start``, with or without settings."""

@@ -38,6 +38,19 @@ def print_whole(console: Console, table: Table) -> None:
     (console if console.width >= needed else Console(file=console.file, width=needed)).print(table)
 
 
+def next_steps(problem: Path, kernel: str, dump: Path) -> list[str]:
+    """What to run after the demo, on its first problem and dump (paths as the user would type them)."""
+    def shown(path: Path) -> str:
+        try:
+            return str(path.resolve().relative_to(Path.cwd()))
+        except ValueError:
+            return str(path)
+
+    return ["next: edit the dump and check your version, then let the search try (README, \"Quick start\"):",
+            f"  kernelopt verify {shown(problem)} --kernel {kernel} --candidate {shown(dump)}",
+            f"  kernelopt tune {shown(problem)} --budget-s 60   # stores faster kernels on a GPU"]
+
+
 def main(argv: list[str] | None = None) -> int:
     from .candidate import write_dumps
     from .capture import compile_problem
@@ -57,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         table.add_column(col)
     options = VerifyOptions(seeds=2, timeout=600)
     failures = 0
+    steps: list[str] = []
     for path in paths:
         t0 = time.monotonic()
         problem = load_problem(path)
@@ -65,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         infos = [h.info for h in compiled.kernels.values()]
         files = write_dumps(infos, problem.id, out / problem.id)
         first = files[0]
+        steps = steps or next_steps(path, infos[0].name, first)
         broken = first.with_name(first.stem + "_broken.py")
         broken.write_text(break_candidate(first.read_text()))
         with VerifySession(path, device, options) as session:
@@ -82,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"{problem.id}: {len(infos)} kernel(s) dumped to {out / problem.id}; dump {good.status}, "
                       f"broken copy {bad.status}")
     print_whole(console, table)
+    if not failures:
+        print("\n".join(steps))
     return 1 if failures else 0
 
 

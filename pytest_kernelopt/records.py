@@ -7,6 +7,7 @@ instead of guessing. JSON is written with :func:`dump_json` and read with
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -103,6 +104,11 @@ def dump_json(record: BaseModel, **kwargs: Any) -> str:
     return record.model_dump_json(indent=2, **kwargs) + "\n"
 
 
+def record_kind(cls: type[BaseModel]) -> str:
+    """How a message names a record type: ``ModelRecord`` -> ``model record`` (no class names for users)."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", cls.__name__).lower()
+
+
 def load_json(cls: type[R], path: Path) -> R:
     """Read a record from ``path``; a broken file raises StoreError naming it."""
     from .errors import StoreError
@@ -116,7 +122,7 @@ def load_json(cls: type[R], path: Path) -> R:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "<root>"
-        raise StoreError(f"{path}: invalid {cls.__name__} ({where}: {first['msg']})") from exc
+        raise StoreError(f"{path}: invalid {record_kind(cls)} ({where}: {first['msg']})") from exc
     version = getattr(record, "schema_version", SCHEMA_VERSION)
     # A record whose schema grew (the manifest) names every version it still reads.
     readable = getattr(cls, "readable_schema_versions", (SCHEMA_VERSION,))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import re
+import shlex
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -413,3 +415,85 @@ def test_merge_writes_the_gate_report(tmp_path, monkeypatch, capsys):
     assert main(["merge", "s.json", "--report", "gate.md"]) == 1  # an item failed
     report = (tmp_path / "gate.md").read_text()
     assert "rms_norm" in report and "wrong numbers" in report
+
+
+# --- what a newcomer reads ------------------------------------------------------------------
+
+def test_a_cpu_tune_ends_saying_that_accept_stores(tmp_path, monkeypatch, capsys):
+    """On a CPU tune keeps nothing (no speed to compare): its last line says so and names the command that
+    stores a correct candidate there."""
+    import pytest_kernelopt.agents as agents
+    from pytest_kernelopt.agents.run_records import ProblemOutcome, RunRecord
+    from pytest_kernelopt.cli import main
+
+    shutil.copy(PROBLEMS / "softmax_rows.py", tmp_path / "softmax_rows.py")
+    (tmp_path / "pyproject.toml").write_text('[tool.kernelopt]\ndevice = "cpu"\n')
+
+    def tune(problems, options, **kwargs):  # the search itself is tested elsewhere: its record, here
+        return RunRecord(run_id="r1", started="now", agent="search", kernels_dir="kernels", problems=[
+            ProblemOutcome(model="softmax_rows", problem=str(problems[0]), device="cpu", speed_measured=False,
+                           note="no Triton kernels")])
+
+    monkeypatch.setattr(agents, "tune", tune)
+    monkeypatch.chdir(tmp_path)
+    assert main(["tune", "softmax_rows.py", "--device", "cpu"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("nothing stored: interpreter mode measures no speed")
+    command = re.search(r"`(kernelopt accept [^`]*)`", last)[1].split()
+    from pytest_kernelopt.cli import build_parser
+
+    assert build_parser().parse_args(command[1:]).command == "accept"  # the command it names exists
+    assert str(tmp_path / ".kernelopt" / "runs" / "r1" / "candidates") in last
+
+
+def test_a_stale_kernel_names_the_command_that_carries_it_over():
+    from pytest_kernelopt.gate.failure import GateFailure, stale
+
+    with pytest.raises(GateFailure, match="`kernelopt refresh` replays its recipe"):
+        stale("stale: kernels/m/k replaces compiler kernel a, but the compiler now generates b", strict=True)
+    with pytest.raises(pytest.skip.Exception, match="kernelopt refresh"):
+        stale("stale: kernels/m/k replaces compiler kernel a, but the compiler now generates b", strict=False)
+
+
+def test_configured_patterns_that_match_nothing_are_named(tmp_path, monkeypatch, capsys):
+    """Not "none configured": which pattern matched nothing, in refresh and in the gate."""
+    from pytest_kernelopt.cli import main
+    from pytest_kernelopt.config import load_config
+    from pytest_kernelopt.gate.problems import find_problems
+
+    (tmp_path / "pyproject.toml").write_text('[tool.kernelopt]\nproblems = ["models/*.py", "level1/*.py"]\n')
+    monkeypatch.chdir(tmp_path)
+    assert main(["refresh"]) == 2
+    err = capsys.readouterr().err
+    assert "'models/*.py', 'level1/*.py' matched nothing" in err and "none configured" not in err
+    with pytest.raises(UsageError, match=r"'models/\*\.py', 'level1/\*\.py' matched nothing"):
+        find_problems(None, load_config(tmp_path), tmp_path)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "m.py").write_text("x = 1\n")
+    assert load_config(tmp_path).unmatched() == ["level1/*.py"]
+
+
+def test_a_broken_record_is_named_in_words_not_by_its_class(tmp_path):
+    from pytest_kernelopt.errors import StoreError
+    from pytest_kernelopt.store import KernelStore
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "model.json").write_text('{"model": 3}')
+    with pytest.raises(StoreError) as error:
+        KernelStore(tmp_path).model_record("m")
+    assert "model.json: invalid model record" in str(error.value) and "ModelRecord" not in str(error.value)
+
+
+def test_the_demo_ends_with_commands_that_exist():
+    from pytest_kernelopt.cli import build_parser
+    from pytest_kernelopt.demo import next_steps
+
+    dump = REPO / "out" / "demo" / "softmax_rows" / "triton_per_fused_0.py"
+    lines = next_steps(PROBLEMS / "softmax_rows.py", "triton_per_fused_0", dump)
+    assert lines[0].startswith("next:")
+    commands = [shlex.split(line, comments=True) for line in lines[1:]]
+    assert [c[1] for c in commands] == ["verify", "tune"]
+    for command in commands:
+        args = build_parser().parse_args(command[1:])
+        assert Path(args.problems[0] if command[1] == "tune" else args.problem).is_file() or \
+            (REPO / (args.problems[0] if command[1] == "tune" else args.problem)).is_file()

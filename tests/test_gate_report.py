@@ -104,7 +104,7 @@ def test_gate_writes_its_report(pytester: pytest.Pytester, compiled_models):
     assert text.startswith("# kernelopt gate: FAILED\n\n2 failed; 1 problem(s), unsharded;")
     nodeid = f"problems/elementwise_chain.py::{kernel}"
     failure = text.split(f"### `{nodeid}`", 1)[1].split("###", 1)[0]
-    assert "manifest.json: invalid Manifest" in failure
+    assert "manifest.json: invalid manifest" in failure
     items = {i["nodeid"]: i for i in json.loads((pytester.path / "gate.json").read_text())["items"]}
     assert items[nodeid]["message"].strip() in failure  # the same words as --kernelopt-json
     usage = pytester.runpytest_subprocess("--kernelopt", "-p", "no:cacheprovider", "--kernelopt-report",

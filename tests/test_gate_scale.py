@@ -133,7 +133,7 @@ def test_json_and_two_workers_match_the_serial_run(repo: Path, pytester: pytest.
     assert _verdicts(result) == _expected(template["kernels"])
     by_id = {i["nodeid"]: i for i in result["items"]}
     rms_kernel = by_id[f"problems/rms_norm.py::{template['kernels']['rms_norm']}"]
-    assert "manifest.json: invalid Manifest" in rms_kernel["message"]
+    assert "manifest.json: invalid manifest" in rms_kernel["message"]
     assert by_id[f"problems/sum_reduce.py::{template['kernels']['sum_reduce']}"]["message"].startswith("stale: ")
     errors = _errors(result)
     assert sorted(errors) == sorted(f"problems/elementwise_chain.py::{k}"

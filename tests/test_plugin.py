@@ -186,7 +186,7 @@ def test_a_broken_model_record_fails_the_model_item_without_a_gpu(repo: Path, py
     result = _gate(pytester)
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([f"FAILED {FILE}::model*"])
-    assert "elementwise_chain/model.json: invalid ModelRecord" in result.stdout.str()
+    assert "elementwise_chain/model.json: invalid model record" in result.stdout.str()
 
 
 @pytest.mark.slow
@@ -194,7 +194,7 @@ def test_corrupt_manifest_fails_the_item_not_the_run(repo: Path, pytester: pytes
     (_kernel_dir(repo) / "manifest.json").write_text("{ this is not json")
     result = _gate(pytester)
     result.assert_outcomes(failed=2)
-    assert "manifest.json: invalid Manifest" in result.stdout.str()
+    assert "manifest.json: invalid manifest" in result.stdout.str()
 
 
 @pytest.mark.slow

@@ -81,7 +81,7 @@ def test_concurrent_accepts_get_distinct_versions(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "text, words",
     [
-        ("{not json", ["manifest.json", "invalid Manifest"]),
+        ("{not json", ["manifest.json", "invalid manifest"]),
         (json.dumps({"schema_version": 1, "model": "m"}), ["manifest.json", "kernel"]),
         (json.dumps({"schema_version": 99, "model": "m", "kernel": "k", "fingerprint": "x"}), ["schema_version 99"]),
         (json.dumps({"model": "m", "kernel": "k", "fingerprint": "x", "active": 3}), ["manifest.json", "active version 3"]),
@@ -140,7 +140,7 @@ def test_folder_without_store_files_is_nothing_committed(tmp_path: Path) -> None
 # --- 2. model.json ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("data, words", [
-    (b"{ garbage", ["invalid ModelRecord"]),
+    (b"{ garbage", ["invalid model record"]),
     (b"\xff\xfe not utf-8", ["not UTF-8"]),
     (json.dumps({"model": "other"}).encode(), ["records model other, not m"]),
 ], ids=["garbage", "not_utf8", "other_model"])

@@ -17,13 +17,18 @@ def reproduce(verdict: Any) -> str:
     return "" if seed is None else f" (inputs from seed {seed}: reproduce with --kernelopt-seed {seed})"
 
 
+# Said wherever a committed kernel is stale: the command that carries it over to the compiler's new kernel.
+REFRESH_HINT = "`kernelopt refresh` replays its recipe on the compiler's new kernel and stores what the cascade passes"
+
+
 def stale(message: str, strict: bool) -> None:
     """A committed kernel the gate cannot verify at the problem's shape: fail, or skip with a note when allowed."""
     if strict:
-        raise GateFailure(f"{message}. It was not verified at this shape, so the gate fails it (re-tune, or remove "
-                          f"it; to skip it instead, --kernelopt-allow-stale or allow_stale = true in "
-                          f"[tool.kernelopt])")
+        raise GateFailure(f"{message}. It was not verified at this shape, so the gate fails it ({REFRESH_HINT}; or "
+                          f"re-tune, or remove it; to skip it instead, --kernelopt-allow-stale or allow_stale = true "
+                          f"in [tool.kernelopt])")
     from ..report.untrusted import plain
 
     # Reported at the problem file (``-rs``: "problems/x.py:1: ..."), not at this line of the gate.
-    raise pytest.skip.Exception(plain(f"{message} (allowed: not verified at this shape)"), _use_item_location=True)
+    raise pytest.skip.Exception(plain(f"{message} (allowed: not verified at this shape; {REFRESH_HINT})"),
+                                _use_item_location=True)

@@ -39,7 +39,8 @@ def find_problems(globs: list[str] | None, settings: Any, rootpath: Path) -> dic
             raise UsageError(f"{found} has no [tool.kernelopt] table; pass problem files "
                              "(--kernelopt-problems 'models/*.py') or add [tool.kernelopt] problems = [...]")
         where = "--kernelopt-problems" if globs else f"[tool.kernelopt] problems of {settings.source}"
-        raise UsageError(f"{where} matches no problem files")
+        raise UsageError(f"{where} matches no problem files: {', '.join(map(repr, settings.unmatched(globs)))} "
+                         f"matched nothing under {settings.root}")
 
     def rel(path: Path) -> str:
         return os.path.relpath(path, rootpath)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import StoreError
-from ..records import load_json
+from ..records import load_json, record_kind
 from .manifest import Manifest, ModelRecord
 
 
@@ -70,4 +70,4 @@ def load_record(cls: type[_R], path: Path) -> _R:
     try:
         return load_json(cls, path)
     except UnicodeDecodeError as exc:
-        raise StoreError(f"{path}: invalid {cls.__name__} (not UTF-8 text)") from exc
+        raise StoreError(f"{path}: invalid {record_kind(cls)} (not UTF-8 text)") from exc

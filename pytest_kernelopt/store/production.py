@@ -238,7 +238,8 @@ class KerneloptBackend:
         if active.manifest.fingerprint != record.fingerprint:
             return self._fallback(record, active.path, (
                 f"stale: it replaces compiler kernel {active.manifest.fingerprint}, but the compiler now generates "
-                f"{record.fingerprint} (another input shape, torch version or model change)"))
+                f"{record.fingerprint} (another input shape, torch version or model change); `kernelopt refresh` "
+                "carries it over to the new kernel"))
         # The manifest must record a passing verification of these bytes against this very
         # compiler kernel: a fingerprint edited by hand (or a version written outside accept)
         # would otherwise run code no cascade ever checked at this shape.
