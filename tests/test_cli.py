@@ -53,6 +53,7 @@ def test_kernels_table_lists_triton_kernels_and_extern_calls(kernelopt, compiled
     assert result.stderr.startswith("settings: ")  # like every command
 
 
+@pytest.mark.slow  # compiles the problem in a kernelopt process
 def test_kernels_says_when_there_is_no_triton_kernel(kernelopt, tmp_path):
     problem = tmp_path / "plain_matmul.py"
     problem.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, a, b):\n"
