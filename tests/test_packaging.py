@@ -180,3 +180,24 @@ def test_the_sdist_carries_what_its_tests_need(tmp_path):
     collect = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", "tests"],
                              cwd=unpacked, env=env, capture_output=True, text=True, timeout=300)
     assert collect.returncode == 0 and " error" not in collect.stdout.splitlines()[-1], collect.stdout[-3000:]
+
+
+def test_merge_needs_neither_torch_nor_triton(tmp_path):
+    """gate-matrix.yml merges on a GitHub-hosted machine without torch: ``kernelopt merge --report`` imports neither."""
+    code = """
+import sys
+from pytest_kernelopt.gate import results
+env = results.ResultEnvironment(device="cpu", torch="2.13.0", triton="3.7.1", python="3.11.7")
+settings = results.GateSettings(seeds=1, timeout=600.0, max_slowdown=0.01, strict=True)
+item = results.ItemResult(nodeid="problems/r.py::model", problem="problems/r.py", model="r", item="model",
+                          outcome="passed", kernels=0, committed=0, stale=0, baseline=0)
+results.write(results.gate_result(shard=None, problems=["r"], environment=env, settings=settings, items=[item]),
+              "s.json")
+from pytest_kernelopt.cli import main
+assert main(["merge", "s.json", "--report", "gate.md", "--json", "merged.json"]) == 0
+print(sorted(m for m in ("torch", "triton") if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+    assert "# kernelopt gate: passed" in (tmp_path / "gate.md").read_text()
