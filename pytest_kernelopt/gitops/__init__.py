@@ -403,7 +403,8 @@ def _plan(ctx: _Context, problem: Any, model: str, kernel: str, version: int, ou
         baseline = max((e.baseline_vs_fp64 for e in errors if e.baseline_vs_fp64 is not None), default=None)
         error_line = f"Max error vs float64: {worst:.3g}" + (f" (compiled baseline {baseline:.3g})" if baseline else "") \
             + ".\n"
-    how = _words(record.recipe.describe() if record.recipe else outcome.best_origin or record.provenance.proposed_by)
+    made_by = record.recipe.describe() if record.recipe else outcome.best_origin or record.provenance.proposed_by
+    how = _words(made_by)
     pinned = outcome.pinned
     if new is None:
         headline, figure = "correct, speed not measured", "correct, speed not measured"
@@ -427,7 +428,7 @@ def _plan(ctx: _Context, problem: Any, model: str, kernel: str, version: int, ou
     else:
         before = files.get(str(folder_rel / (record.original or manifest.original)))
     diff = unified_diff((before or b"").decode("utf-8", "replace"), text)
-    body = _body(ctx, model, kernel, version, verdict, new, replaced, how, diff, where)
+    body = _body(ctx, model, kernel, version, verdict, new, replaced, made_by, diff, where)
     return _Plan(files=files, message=message, title=title, speed=speed, body=body)
 
 
