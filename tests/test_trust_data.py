@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import synthetic_run as s
+from markdown_it import MarkdownIt
 from test_gitops import BRANCH, FOLDER, FakeGitHub, FakeJudge, git, github, judge, project, tune  # noqa: F401
 
 from pytest_kernelopt.errors import StoreError
@@ -217,9 +218,14 @@ def test_run_text_is_inert_in_the_title_the_body_and_the_report(project, github,
     assert "\n" not in post["title"] and live_markup(post["title"]) == [] and "<" not in post["title"]
     assert live_markup(post["body"]) == [], post["body"]
     assert "<img src=x" in post["body"]  # shown, as text
+    html = MarkdownIt("commonmark").enable("table").render(post["body"])  # what GitHub makes of it, near enough
+    assert "<img" not in html and "<a href" not in html and "<!--" not in html and "<h1>" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
     report = git(bare, "show", f"{result.commit}:{FOLDER}/report.md")
     ours = "![speedup per model and stored kernel](speedup.png)"  # the template's own chart link
     assert ours in report and live_markup(report.replace(ours, "")) == [] and "<img src=x" in report
+    html = MarkdownIt("commonmark").enable("table").render(report.replace(ours, ""))
+    assert "<img" not in html and "<a href" not in html and "<!--" not in html and "<h1>Heading" not in html
     message = git(bare, "log", "-1", "--format=%B", result.commit)
     assert "@maintainer" not in message and "#1" not in message and "<img" not in message
     assert message.rstrip().endswith(f"Kernelopt-Kernel: {s.SOFTMAX}/{s.SOFTMAX_KERNEL}")
