@@ -3,13 +3,15 @@
     branch.py   git (GitPython): commits built without a checkout, our branches only, pushes with a lease
     github.py   the GitHub REST API (urllib): open or update the pull request; remote URLs
     errors.py   PublishError, RefusedError, GitHubError
+    reverify.py the cascade again on the exact bytes to push (the only source of published figures)
 
 The one entry point is :func:`publish_run`: ``kernelopt tune --open-pr`` and the
 plugin's ``--kernelopt-open-pr`` call it after a run, ``kernelopt publish RUN_DIR`` later
 (a run tuned on another machine, e.g. a CI artifact: see :func:`store_for_run`); both
 check the repository first with :func:`check_repository`. Before anything is pushed,
 every version the run stored is checked against the sha256 the run recorded
-(:func:`check_run_files`). For each kernel the run stored
+(:func:`check_run_files`), then judged again (:mod:`.reverify`): a run directory is data, and
+whoever edits it can record a swapped file's hash and any figure. For each kernel the run stored
 whose new version beats the one committed on the base branch it commits, on branch
 ``kernelopt/<model>/<kernel>`` made from the base branch, the kernel's folder (new
 version, manifest, the compiler's original) and a focused report, pushes, and opens
@@ -174,8 +176,8 @@ def publish_run(run_dir: Path | str, repo_path: Path | str = ".", *, base: str |
     ``templates_dir`` defaults to the repository's ``templates/`` (when it has one).
     ``progress`` gets one line per kernel. ``kernels_dir``: the kernel store holding the run's
     versions (default: the one the run recorded). ``judge``: re-verifies each version before it is
-    committed (default: :class:`~.reverify.SessionJudge` on ``device``, default the project's
-    ``device`` setting); every figure published is its verdict's. A problem with the repository as a whole
+    committed (default: :class:`~.reverify.SessionJudge` on ``device``, default ``auto``: the GPU
+    when there is one, else interpreter mode); every figure published is its verdict's. A problem with the repository as a whole
     (not a git repository, no such remote or base branch, GitPython missing) raises
     :class:`PublishError`, a stored version that is not the file the run recorded
     :class:`RunChangedError` (nothing is pushed); a problem with one kernel is that kernel's result.
@@ -209,10 +211,8 @@ def publish_run(run_dir: Path | str, repo_path: Path | str = ".", *, base: str |
 
         templates_dir = project_templates(git.top)
     own = None
-    if judge is None:
-        from ..config import load_config
-
-        judge = own = SessionJudge(device or load_config(git.top).device)
+    if judge is None:  # the GPU when there is one, else interpreter mode (the publish job of tune.yml has none)
+        judge = own = SessionJudge(device)
     ctx = _Context(git=git, record=record, events=events, kernels_abs=kernels_abs, kernels_rel=kernels_rel, base=base,
                    base_sha=base_sha, where=where, github=github, open_pr=open_pr, templates_dir=templates_dir,
                    judge=judge)
