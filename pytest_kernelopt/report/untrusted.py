@@ -22,8 +22,8 @@ one) forgets is markup in a pull request. So the Markdown renderers escape by de
 :func:`md_finalize` is Jinja's ``finalize``, applied to every ``{{ ... }}``. Text these
 functions (or the number filters) produced is :class:`MdSafe` and printed as it is; numbers
 are printed as they are; any other text is printed as it is only when it is one line of
-letters, digits and a few punctuation marks that no Markdown, HTML, autolink or mention is
-made of, and otherwise as a code span (:func:`md_inline`).
+letters, digits and a few punctuation marks that no Markdown link, image, HTML, autolink,
+mention or issue reference is made of, and otherwise as a code span (:func:`md_inline`).
 """
 
 from __future__ import annotations
@@ -59,10 +59,11 @@ class MdSafe(str):
 
 # One line of words and figures ("1.184x", "2026-12-01T12:00:00+00:00", "tests/problems/x.py"): nothing
 # Markdown or HTML reads. ``_`` only inside a word (``_a_`` is emphasis); "www." and "://" are autolinks.
-# Parentheses, quotes, ``!`` and ``?`` are text without ``[`` ``]`` or ``<``; ``#`` (issue links), ``@`` (mentions),
-# ``&`` (entities), ``*`` ``~`` ``\`` and backticks are not.
-_INERT = re.compile(r"[A-Za-z0-9 .,:;%=+/()'\"!?-]*(?:[A-Za-z0-9]_+[A-Za-z0-9][A-Za-z0-9 .,:;%=+/()'\"!?-]*)*")
-_AUTOLINK = re.compile(r"(?i)www\.|://")
+# Brackets, parentheses, quotes, ``!`` and ``?`` are text unless a bracket closes into a link: ``](``, ``][``
+# (references) or ``]:`` (a definition); ``#`` (issue links), ``@`` (mentions), ``&`` (entities), ``<``, ``*``,
+# ``~``, ``\`` and backticks are never.
+_INERT = re.compile(r"[A-Za-z0-9 .,:;%=+/()\[\]'\"!?-]*(?:[A-Za-z0-9]_+[A-Za-z0-9][A-Za-z0-9 .,:;%=+/()\[\]'\"!?-]*)*")
+_AUTOLINK = re.compile(r"(?i)www\.|://|\]\s*[(\[:]")
 
 
 def md_finalize(value: Any) -> Any:
