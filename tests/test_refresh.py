@@ -149,7 +149,7 @@ def test_the_store_check_fails_a_folder_whose_recipe_is_forged(refreshed: dict[s
 
     for forged in FORGED:
         with pytest.raises(StoreError, match="does not reproduce .*v1.py: replayed on the recorded compiler kernel "
-                                             "it gives other bytes than the version"):
+                                             "it gives other code than the version"):
             refreshed["stores"][forged].check("rms_norm", KERNEL)
     for honest in ("launch", "rewrite", "legacy", "edit-stale", "edit-wrong"):
         assert refreshed["stores"][honest].check("rms_norm", KERNEL) is not None

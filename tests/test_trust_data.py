@@ -54,6 +54,10 @@ def test_a_derived_recipe_is_bound_to_its_file_and_a_forged_one_is_not() -> None
     edit = derive_recipe(s.ORIGINAL, HONEST.replace("tmp0, xmask)", "tmp0 * 2.0, xmask)"))
     assert edit.kind == "edit" and binding_error(edit, s.ORIGINAL, HONEST.replace("tmp0, xmask)", "tmp0 * 2.0, xmask)")) is None
 
+    # The module docstring is not compared (no replay carries it): a dump worded otherwise still binds.
+    worded = '"""Tuned: XBLOCK 1024."""\n' + HONEST
+    assert binding_error(derive_recipe('"""The dump."""\n' + s.ORIGINAL, worded), s.ORIGINAL, worded) is None
+
     payload = s.ORIGINAL.replace("tl.store(out_ptr0 + xindex, tmp0, xmask)", "tl.store(out_ptr0 + xindex, 0.0, xmask)")
     forged = {
         # the launch the file has, but not the one recorded: another launch at the next refresh
