@@ -52,7 +52,8 @@ def test_a_derived_recipe_is_bound_to_its_file_and_a_forged_one_is_not() -> None
     recipe = derive_recipe(s.ORIGINAL, HONEST)
     assert recipe.kind == "launch" and binding_error(recipe, s.ORIGINAL, HONEST) is None
     edit = derive_recipe(s.ORIGINAL, HONEST.replace("tmp0, xmask)", "tmp0 * 2.0, xmask)"))
-    assert edit.kind == "edit" and binding_error(edit, s.ORIGINAL, HONEST.replace("tmp0, xmask)", "tmp0 * 2.0, xmask)")) is None
+    doubled = HONEST.replace("tmp0, xmask)", "tmp0 * 2.0, xmask)")
+    assert edit.kind == "edit" and binding_error(edit, s.ORIGINAL, doubled) is None
 
     # The module docstring is not compared (no replay carries it): a dump worded otherwise still binds.
     worded = '"""Tuned: XBLOCK 1024."""\n' + HONEST

@@ -177,7 +177,8 @@ def publish_run(run_dir: Path | str, repo_path: Path | str = ".", *, base: str |
     ``progress`` gets one line per kernel. ``kernels_dir``: the kernel store holding the run's
     versions (default: the one the run recorded). ``judge``: re-verifies each version before it is
     committed (default: :class:`~.reverify.SessionJudge` on ``device``, default ``auto``: the GPU
-    when there is one, else interpreter mode); every figure published is its verdict's. A problem with the repository as a whole
+    when there is one, else interpreter mode); every figure published is its verdict's, and a version
+    it rejects is ``refused``. A problem with the repository as a whole
     (not a git repository, no such remote or base branch, GitPython missing) raises
     :class:`PublishError`, a stored version that is not the file the run recorded
     :class:`RunChangedError` (nothing is pushed); a problem with one kernel is that kernel's result.
