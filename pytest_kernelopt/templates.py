@@ -40,12 +40,14 @@ def project_templates(start: Path | None = None) -> Path | None:
     return folder if folder.is_dir() else None
 
 
-def environment(user_dir: Path | None = None, *, html: bool = False, filters: dict[str, Any] | None = None) -> Any:
+def environment(user_dir: Path | None = None, *, html: bool = False, filters: dict[str, Any] | None = None,
+                finalize: Any = None) -> Any:
     """A Jinja environment that looks in ``user_dir`` first, then in the bundled templates.
 
     Undefined names are errors (a template that names a missing field fails loudly
     instead of printing nothing). ``html`` turns on autoescaping; ``filters`` are added
-    to Jinja's own.
+    to Jinja's own; ``finalize`` is applied to every ``{{ ... }}`` (Markdown's escaping:
+    ``report.untrusted.md_finalize``).
     """
     import jinja2
 
@@ -57,18 +59,18 @@ def environment(user_dir: Path | None = None, *, html: bool = False, filters: di
         dirs.insert(0, str(user))
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(dirs), undefined=jinja2.StrictUndefined, autoescape=html,
-        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, finalize=finalize,
     )
     env.filters.update(filters or {})
     return env
 
 
 def render(name: str, context: dict[str, Any], user_dir: Path | None = None, *, html: bool = False,
-           filters: dict[str, Any] | None = None) -> str:
+           filters: dict[str, Any] | None = None, finalize: Any = None) -> str:
     """Render template ``name`` with ``context``; a missing or broken template is one UsageError naming it."""
     import jinja2
 
-    env = environment(user_dir, html=html, filters=filters)
+    env = environment(user_dir, html=html, filters=filters, finalize=finalize)
     try:
         template = env.get_template(name)
     except jinja2.TemplateNotFound as exc:

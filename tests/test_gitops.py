@@ -28,6 +28,44 @@ URL = "https://github.com/acme/widgets.git"
 def _interpreter_before_triton():
     """Overrides the suite's fixture of that name: nothing here imports torch or triton."""
 
+
+class FakeJudge:
+    """Stands in for publish's re-verification (gitops/reverify.py) without a compile: ``measured`` maps the
+    sha256 of a version's bytes to what the cascade measures for them; other bytes are rejected."""
+
+    measured: dict[str, float] = {}
+    calls: list[tuple[Path, str, str, str]] = []
+
+    def __init__(self, device: Any = None) -> None:
+        pass
+
+    def __call__(self, problem: Path, model: str, kernel: str, source: str, variant: Any) -> Any:
+        from pytest_kernelopt.records import Verdict
+
+        FakeJudge.calls.append((problem, model, kernel, source))
+        digest = s.sha256_text(source)
+        speedup = self.measured.get(digest)
+        if speedup is None:
+            return Verdict(model=model, kernel=kernel, fingerprint=s.FINGERPRINT, candidate="v", candidate_sha256=digest,
+                           status="rejected", reason="kernel: out_ptr0: 4096 of 4096 written values differ",
+                           environment=s.ENV)
+        return Verdict(model=model, kernel=kernel, fingerprint=s.FINGERPRINT, candidate="v", candidate_sha256=digest,
+                       status="accepted", speed_measured=True, model_timing=s.timing(speedup),
+                       kernel_timing=s.timing(1.41, 0.4), errors=s.errors(2e-6, 1.5e-6), environment=s.ENV)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(autouse=True)
+def judge(monkeypatch):
+    """Publish re-verifies with FakeJudge (tests of the real cascade on a real problem: test_trust_data.py)."""
+    import pytest_kernelopt.gitops as gitops
+
+    FakeJudge.measured, FakeJudge.calls = {}, []
+    monkeypatch.setattr(gitops, "SessionJudge", FakeJudge)
+    return FakeJudge
+
 BRANCH = f"kernelopt/{s.SOFTMAX}/{s.SOFTMAX_KERNEL}"
 FOLDER = f"kernels/{s.SOFTMAX}/{s.SOFTMAX_KERNEL}"
 TOKEN = "ghp_secret_token_123"
@@ -136,6 +174,9 @@ def project(tmp_path, monkeypatch):
     git(clone, "config", f"url.{bare}.insteadOf", URL)
     assert git(clone, "remote", "get-url", "origin") == str(bare)  # no push or fetch leaves this machine
     (clone / "README.md").write_text("widgets\n")
+    for problem in (f"models/{s.SOFTMAX}.py", f"tests/problems/{s.SOFTMAX}.py"):  # the problem files runs name
+        (clone / problem).parent.mkdir(parents=True, exist_ok=True)
+        (clone / problem).write_text("# the problem\n")
     s.store_version(clone / "kernels", s.SOFTMAX, s.SOFTMAX_KERNEL, s.variant(256), 1.05)
     git(clone, "add", "-A")
     git(clone, "commit", "-q", "-m", "softmax v1")
@@ -148,6 +189,7 @@ def tune(clone: Path, tmp: Path, block: int, speedup: float, run_id: str) -> Pat
     source = s.variant(block, 8)
     record = s.store_version(clone / "kernels", s.SOFTMAX, s.SOFTMAX_KERNEL, source, speedup)
     outcome = s.softmax_outcome(source, record.version, speedup)
+    FakeJudge.measured[s.sha256_text(source)] = speedup  # an honest run: re-verification measures the same
     return s.write_run(tmp / "runs", clone / "kernels", [s.softmax_problem(outcome), s.rms_problem()], run_id=run_id)
 
 
@@ -157,7 +199,7 @@ def state(clone: Path) -> tuple[str, str, str]:
             git(clone, "status", "--porcelain", "--untracked-files=all"))
 
 
-def test_new_branch_and_pull_request(project, github, tmp_path):
+def test_new_branch_and_pull_request(project, github, tmp_path, judge):
     clone, bare = project
     run = tune(clone, tmp_path, 1024, 1.184, "run-1")
     before = state(clone)
@@ -191,14 +233,20 @@ def test_new_branch_and_pull_request(project, github, tmp_path):
     body = post[2]
     assert body["head"] == BRANCH and body["base"] == "main"
     assert body["title"] == f"kernelopt: {s.SOFTMAX}/{s.SOFTMAX_KERNEL} v2 (1.184x model speedup)"
-    assert f"https://github.com/acme/widgets/blob/{tip}/{FOLDER}/speedup.png?raw=true" in body["body"]
+    # The body's figures are the re-verification's (of the exact bytes pushed); the chart, drawn from the run's
+    # own records, stays on the branch.
+    assert [(c[1], c[2], c[3]) for c in judge.calls] == [(s.SOFTMAX, s.SOFTMAX_KERNEL, (clone / FOLDER / "v2.py").read_text())]
+    assert judge.calls[0][0] == clone / "models" / f"{s.SOFTMAX}.py"
+    assert "speedup.png" not in body["body"]
     assert "```diff" in body["body"] and "1.184x [1.164, 1.204]" in body["body"]
+    assert "+    XBLOCK = 1024" in body["body"] and "-    XBLOCK = 256" in body["body"]  # against the committed v1
 
 
 def test_a_pinned_version_is_not_called_faster(project, github, tmp_path):
     clone, _ = project  # v1 (1.050x) is committed; a pin replaces it only when measured faster
     source = s.variant(512, 8)
     record = s.store_version(clone / "kernels", s.SOFTMAX, s.SOFTMAX_KERNEL, source, 1.062)
+    FakeJudge.measured[s.sha256_text(source)] = 1.062
     outcome = s.softmax_outcome(source, record.version, 1.062).model_copy(update={"pinned": True})
     run = s.write_run(tmp_path / "runs", clone / "kernels", [s.softmax_problem(outcome)], run_id="run-pin")
     [result] = publish_run(run, clone)
@@ -359,7 +407,7 @@ def test_a_version_that_does_not_beat_the_committed_one_is_skipped(project, gith
     clone, bare = project
     [result] = publish_run(tune(clone, tmp_path, 1024, 1.02, "run-1"), clone)
     assert result.status == "skipped" and result.ok
-    assert result.message == "v2 (1.020x) does not beat v1 (1.050x), committed on main"
+    assert result.message == "v2 (1.020x re-verified) does not beat v1 (1.050x), committed on main"
     assert git(bare, "branch", "--list", BRANCH) == "" and github.requests == []
 
 
@@ -409,6 +457,7 @@ def gpu_tune(tmp: Path, bare: Path) -> tuple[Path, Path]:
     runner = checkout(tmp, bare, "gpu-runner/_work/widgets/widgets")
     source = s.variant(1024, 8)
     record = s.store_version(runner / "kernels", s.SOFTMAX, s.SOFTMAX_KERNEL, source, 1.184)
+    FakeJudge.measured[s.sha256_text(source)] = 1.184
     problem = s.softmax_problem(s.softmax_outcome(source, record.version, 1.184)).model_copy(
         update={"problem": str(runner / "tests" / "problems" / f"{s.SOFTMAX}.py")})  # tune records it absolute
     run = s.write_run(runner / "kernelopt-artifact" / "runs", runner / "kernels", [problem], run_id="run-ci")

@@ -19,6 +19,12 @@ from conftest import TESTS
 pytest_plugins = ["pytester"]
 
 KERNEL = "triton_per_fused_add_mean_mul_pow_rsqrt_0"
+# The launch version's manifest entry with a forged recipe (issue 40, class 6): other launch
+# values than the file's (XBLOCK=2, num_warps=1), and a rewrite the file never had.
+FORGED = {
+    "forged-launch": {"launch": {"XBLOCK": 1, "num_warps": 8, "num_stages": 1}},
+    "forged-rewrite": {"kind": "rewrite", "rewrites": [{"rule": "approx-div", "params": {}}]},
+}
 GRID = "grid = (triton.cdiv(xnumel, XBLOCK), 1, 1)"
 
 
@@ -66,8 +72,17 @@ def refreshed(tmp_path_factory: pytest.TempPathFactory, interpreter: str) -> dic
             assert verdict.status == "correct", (name, verdict.reason)
             stores[name] = KernelStore(root / f"kernels-{name}")
             assert accept_verdict(stores[name], "rms_norm", KERNEL, text, verdict).stored
+            if name == "launch":  # the same reviewed file, whose manifest recipe is then forged
+                for forged in FORGED:
+                    stores[forged] = KernelStore(root / f"kernels-{forged}")
+                    assert accept_verdict(stores[forged], "rms_norm", KERNEL, text, verdict).stored
     manifests = {name: json.loads((s.kernel_dir("rms_norm", KERNEL) / "manifest.json").read_text())
                  for name, s in stores.items()}
+    for forged, recipe in FORGED.items():
+        path = stores[forged].kernel_dir("rms_norm", KERNEL) / "manifest.json"
+        data = json.loads(path.read_text())
+        data["versions"][0]["recipe"] = {**data["versions"][0]["recipe"], **recipe}
+        path.write_text(json.dumps(data))
     legacy = stores["legacy"].kernel_dir("rms_norm", KERNEL) / "manifest.json"
     data = json.loads(legacy.read_text())
     data["schema_version"] = 2
@@ -107,6 +122,37 @@ def test_accept_records_how_each_version_was_made(refreshed: dict[str, Any]) -> 
         {"rule": "approx-div", "params": {}}]
     assert recipes["edit-wrong"]["kind"] == "edit" and "+    grid = (4, 1, 1)" in recipes["edit-wrong"]["diff"]
     assert all(r["base_fingerprint"] == refreshed["old_info"].fingerprint for r in recipes.values())
+
+
+@pytest.mark.parametrize("forged", sorted(FORGED))
+def test_a_recipe_that_does_not_reproduce_its_file_is_refused_and_nothing_stored(refreshed: dict[str, Any],
+                                                                                 forged: str) -> None:
+    """The reviewed v1 is the honest launch version; its manifest recipe says something else. Replayed, the
+    forged recipe would give code nobody reviewed (another launch, or a rewrite the file never had)."""
+    k = _only(refreshed, forged)
+    store = refreshed["stores"][forged]
+    folder = store.kernel_dir("rms_norm", KERNEL)
+    assert k.status == "not refreshable" and k.new_version is None and k.speed_after is None, k.reason
+    assert f"{folder / 'manifest.json'}: the recipe recorded for v1 of rms_norm/{KERNEL} does not reproduce " \
+           f"{folder / 'v1.py'}" in k.reason
+    assert "`kernelopt refresh` derives one from the files" in k.reason and "`kernelopt tune`" in k.reason
+    manifest = store.manifest("rms_norm", KERNEL)
+    assert [v.version for v in manifest.versions] == [1] and manifest.active is None
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "original.py", "v1.py"]  # no v2
+    # The honest store of the same file and verdict refreshed: only the recipe differs.
+    assert _only(refreshed, "launch").status == "refreshed"
+
+
+def test_the_store_check_fails_a_folder_whose_recipe_is_forged(refreshed: dict[str, Any]) -> None:
+    """What the gate's kernel item runs first: the forged recipe is an integrity failure like a sha256 mismatch."""
+    from pytest_kernelopt.errors import StoreError
+
+    for forged in FORGED:
+        with pytest.raises(StoreError, match="does not reproduce .*v1.py: replayed on the recorded compiler kernel "
+                                             "it gives other code than the version"):
+            refreshed["stores"][forged].check("rms_norm", KERNEL)
+    for honest in ("launch", "rewrite", "legacy", "edit-stale", "edit-wrong"):
+        assert refreshed["stores"][honest].check("rms_norm", KERNEL) is not None
 
 
 def test_the_problem_change_changed_the_compiler_kernel(refreshed: dict[str, Any]) -> None:

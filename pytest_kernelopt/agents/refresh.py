@@ -9,7 +9,10 @@ runs, the gate fails it). For each problem, refresh:
    compiler kernel of the same name, else the best structural match (same fused
    operations and arguments, else the most similar source), said in the output;
 3. replays the active version's recipe (:mod:`.recipe`; derived from the files for a
-   manifest written before recipes) on the successor's dump;
+   manifest written before recipes) on the successor's dump, only when the recipe is bound
+   to the version: replayed on the compiler kernel recorded for it, it gives exactly the
+   version's bytes (checked against their sha256); a recipe that does not is refused, the
+   kernel reported "not refreshable" and retired, and nothing is replayed or stored;
 4. sends the result through the cascade against the new compiler kernel, and stores it
    as a new version (provenance: refreshed from vN, compilers before and after) when it
    is correct and not slower; otherwise *retires* the kernel: no active version, so the
@@ -176,7 +179,7 @@ class Refresher:
     def _kernel(self, model: str, name: str, kernels: dict[str, KernelInfo], taken: set[str], session: Any,
                 alternatives: _Alternatives) -> KernelRefresh:
         from ..candidate import render_dump
-        from ..store.recipe import derive_recipe, replay
+        from ..store.recipe import derive_recipe, replay_bound, unbound_message
         from ..store import MANIFEST, Provenance, accept_verdict
         from ..verify import source_of
 
@@ -209,6 +212,9 @@ class Refresher:
         if recipe is None:
             return retire("not refreshable", f"v{record.version} has no recipe and its original file "
                                              f"{folder / original_name} cannot be read to derive one")
+        if old_original is None:  # a recorded recipe is trusted only once checked against its original
+            return retire("not refreshable", f"{folder / original_name}: the compiler kernel v{record.version}'s "
+                                             f"recipe was recorded against cannot be read; nothing replayed")
         result.recipe = recipe.describe()
         if found is None:
             return retire("retired", f"the compiler no longer generates {name} or a kernel like it; the compiler's "
@@ -218,7 +224,12 @@ class Refresher:
         info = kernels[successor]
         result.fingerprint_after = info.fingerprint
         new_original = render_dump(info, model)
-        replayed = replay(recipe, new_original, info, lambda v: alternatives.get(v, info))
+        # ``active.source``: the version's bytes as the store checked them against their sha256.
+        replayed = replay_bound(recipe, (old_original, active.source), new_original, info,
+                                lambda v: alternatives.get(v, info))
+        if replayed.refused:
+            return retire("not refreshable", unbound_message(folder / MANIFEST, model, name, record.version,
+                                                             active.path, replayed.how))
         if replayed.source is None:
             why = replayed.how
             if recipe.kind == "edit":

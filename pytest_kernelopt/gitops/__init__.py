@@ -3,13 +3,15 @@
     branch.py   git (GitPython): commits built without a checkout, our branches only, pushes with a lease
     github.py   the GitHub REST API (urllib): open or update the pull request; remote URLs
     errors.py   PublishError, RefusedError, GitHubError
+    reverify.py the cascade again on the exact bytes to push (the only source of published figures)
 
 The one entry point is :func:`publish_run`: ``kernelopt tune --open-pr`` and the
 plugin's ``--kernelopt-open-pr`` call it after a run, ``kernelopt publish RUN_DIR`` later
 (a run tuned on another machine, e.g. a CI artifact: see :func:`store_for_run`); both
 check the repository first with :func:`check_repository`. Before anything is pushed,
 every version the run stored is checked against the sha256 the run recorded
-(:func:`check_run_files`). For each kernel the run stored
+(:func:`check_run_files`), then judged again (:mod:`.reverify`): a run directory is data, and
+whoever edits it can record a swapped file's hash and any figure. For each kernel the run stored
 whose new version beats the one committed on the base branch it commits, on branch
 ``kernelopt/<model>/<kernel>`` made from the base branch, the kernel's folder (new
 version, manifest, the compiler's original) and a focused report, pushes, and opens
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +34,8 @@ from ..errors import KerneloptError, StoreError
 from .branch import KERNEL_TRAILER, RUN_TRAILER, Repository, branch_name, describe_foreign
 from .errors import GitHubError, PublishError, RefusedError, RunChangedError
 from .github import DEFAULT_API, GitHub, RepoRef, parse_remote
+from .reverify import Judge, SessionJudge
+from ..report.untrusted import INLINE_LIMIT, md_block, md_cell, md_inline, plain
 
 __all__ = ["GitHubError", "PublishError", "PublishResult", "RefusedError", "RunChangedError", "branch_name",
            "check_repository", "check_run_files", "publish_run", "store_for_run"]
@@ -159,7 +164,8 @@ def check_run_files(record: Any, kernels_abs: Path, kernels_rel: PurePosixPath) 
 def publish_run(run_dir: Path | str, repo_path: Path | str = ".", *, base: str | None = None, remote: str = "origin",
                 open_pr: bool = True, token: str | None = None, api_url: str | None = None, repo: str | None = None,
                 templates_dir: Path | None = None, progress: Callable[[str], None] | None = None,
-                kernels_dir: Path | None = None) -> list[PublishResult]:
+                kernels_dir: Path | None = None, judge: Judge | None = None,
+                device: str | None = None) -> list[PublishResult]:
     """Publish every kernel the run in ``run_dir`` stored into the git repository at ``repo_path``.
 
     ``base``: the branch pull requests go into (default: the remote's default branch).
@@ -169,7 +175,10 @@ def publish_run(run_dir: Path | str, repo_path: Path | str = ".", *, base: str |
     ``repo`` ("owner/name") defaults to the remote's URL, else ``$GITHUB_REPOSITORY``.
     ``templates_dir`` defaults to the repository's ``templates/`` (when it has one).
     ``progress`` gets one line per kernel. ``kernels_dir``: the kernel store holding the run's
-    versions (default: the one the run recorded). A problem with the repository as a whole
+    versions (default: the one the run recorded). ``judge``: re-verifies each version before it is
+    committed (default: :class:`~.reverify.SessionJudge` on ``device``, default ``auto``: the GPU
+    when there is one, else interpreter mode); every figure published is its verdict's, and a version
+    it rejects is ``refused``. A problem with the repository as a whole
     (not a git repository, no such remote or base branch, GitPython missing) raises
     :class:`PublishError`, a stored version that is not the file the run recorded
     :class:`RunChangedError` (nothing is pushed); a problem with one kernel is that kernel's result.
@@ -202,13 +211,21 @@ def publish_run(run_dir: Path | str, repo_path: Path | str = ".", *, base: str |
         from ..templates import project_templates
 
         templates_dir = project_templates(git.top)
+    own = None
+    if judge is None:  # the GPU when there is one, else interpreter mode (the publish job of tune.yml has none)
+        judge = own = SessionJudge(device)
     ctx = _Context(git=git, record=record, events=events, kernels_abs=kernels_abs, kernels_rel=kernels_rel, base=base,
-                   base_sha=base_sha, where=where, github=github, open_pr=open_pr, templates_dir=templates_dir)
+                   base_sha=base_sha, where=where, github=github, open_pr=open_pr, templates_dir=templates_dir,
+                   judge=judge)
     results = []
-    for problem, outcome in stored:
-        result = _publish_kernel(ctx, problem, outcome)
-        results.append(result)
-        say(result.line())
+    try:
+        for problem, outcome in stored:
+            result = _publish_kernel(ctx, problem, outcome)
+            results.append(result)
+            say(result.line())
+    finally:
+        if own is not None:
+            own.close()
     return results
 
 
@@ -239,6 +256,7 @@ class _Context:
     github: GitHub | None
     open_pr: bool
     templates_dir: Path | None
+    judge: Judge
 
 
 def _publish_kernel(ctx: _Context, problem: Any, outcome: Any) -> PublishResult:
@@ -247,11 +265,11 @@ def _publish_kernel(ctx: _Context, problem: Any, outcome: Any) -> PublishResult:
     result = PublishResult(model=model, kernel=kernel, branch=branch, status="pushed", message="", version=version)
     try:
         ctx.git.check_ref_name(branch)
-        plan = _plan(ctx, model, kernel, version, outcome)
+        plan = _plan(ctx, problem, model, kernel, version, outcome)
         if isinstance(plan, str):
             result.status, result.message = "skipped", plan
             return result
-        files, message, title, speed = plan
+        files, message, title, speed = plan.files, plan.message, plan.title, plan.speed
         folder = ctx.kernels_rel / model / kernel
         report_path, chart_path = str(folder / REPORT_FILE), str(folder / CHART_FILE)
         remote_sha = ctx.git.remote_tip(branch)
@@ -284,19 +302,34 @@ def _publish_kernel(ctx: _Context, problem: Any, outcome: Any) -> PublishResult:
         result.status, result.message = exc.status, str(exc)  # type: ignore[assignment]
         return result
     if ctx.open_pr:
-        _pull_request(ctx, result, title, view, chart_path if chart is not None else None)
+        _pull_request(ctx, result, title, plan.body)
     return result
 
 
-def _plan(ctx: _Context, model: str, kernel: str, version: int, outcome: Any
-          ) -> str | tuple[dict[str, bytes], str, str, str]:
-    """The kernel folder's files to commit, the commit message, the PR title and a speed summary;
-    or why there is nothing to publish."""
+@dataclass
+class _Plan:
+    """What publishing one kernel commits and says: every figure from the re-verification (:mod:`.reverify`)."""
+
+    files: dict[str, bytes]
+    message: str
+    title: str
+    speed: str
+    body: str
+
+
+def _plan(ctx: _Context, problem: Any, model: str, kernel: str, version: int, outcome: Any) -> str | _Plan:
+    """The kernel folder's files to commit, the commit message, the PR's title and body and a speed summary;
+    or why there is nothing to publish. The version's bytes are judged again first (RefusedError when the
+    cascade rejects them): the run's own figures are never shown."""
     from ..records import load_json
     from ..store import MANIFEST, KernelStore, Manifest, sha256_text
+    from ..store.recipe import unified_diff
+    from .reverify import problem_file
 
     try:
-        folder_abs = KernelStore(ctx.kernels_abs).kernel_dir(model, kernel)  # names that cannot leave the store
+        store = KernelStore(ctx.kernels_abs)
+        folder_abs = store.kernel_dir(model, kernel)  # names that cannot leave the store (nor carry markup)
+        variant = store.compile_variant(model)
     except StoreError as exc:
         raise RefusedError(str(exc)) from None
     folder_rel = ctx.kernels_rel / model / kernel
@@ -310,26 +343,46 @@ def _plan(ctx: _Context, model: str, kernel: str, version: int, outcome: Any
     except OSError as exc:
         raise RefusedError(f"{folder_abs / record.file}: cannot read the version the run stored ({exc.strerror})") \
             from None
-    digest = sha256_text(new_bytes.decode("utf-8", "replace"))
+    text = new_bytes.decode("utf-8", "replace")
+    digest = sha256_text(text)
     if digest != record.sha256 or (outcome.best_sha256 and digest != outcome.best_sha256):
         raise RefusedError(f"{folder_rel / record.file}: not the file the run stored (sha256 differs): edited since?")
+    claimed = outcome.best_timing or record.evidence.model_timing
+    if claimed is None and not record.evidence.speed_measured:
+        return f"v{version}: speed not measured (interpreter mode), nothing shows it is faster"
     base_manifest = _manifest_at(ctx, ctx.base_sha, str(folder_rel / MANIFEST))
-    new = outcome.best_timing or record.evidence.model_timing
-    replaced = "the compiler's kernel"
+    active = None
     if base_manifest is not None and base_manifest.active is not None:
         active = base_manifest.version(base_manifest.active)
         if active.sha256 == record.sha256:
             return f"v{version} is already the active version on {ctx.base}"
-        old = active.evidence.model_timing
+
+    # The bytes to push, judged again on this checkout's problem file: the only source of figures below.
+    where = problem_file(ctx.git, problem.problem, _tuned_in(ctx.record.kernels_dir, ctx.kernels_rel))
+    verdict = ctx.judge(where, model, kernel, text, variant)
+    if verdict.candidate_sha256 != digest:
+        raise RefusedError(f"{folder_rel / record.file}: the re-verification judged other bytes; not published")
+    if verdict.status == "rejected":
+        raise RefusedError(f"{folder_rel / record.file}: re-verified before publishing and rejected at "
+                           f"{plain(verdict.reason, INLINE_LIMIT, lines=False)}; not published")
+    if verdict.fingerprint != record.fingerprint:
+        raise RefusedError(f"{folder_rel / record.file}: v{version} replaces compiler kernel {record.fingerprint}, "
+                           f"but this checkout's compiler generates {verdict.fingerprint}; not published (refresh "
+                           f"or re-tune it here)")
+    new = verdict.model_timing if verdict.speed_measured else None
+    if verdict.speed_measured and verdict.status != "accepted":
+        return (f"v{version}: re-verified correct but not faster beyond noise here"
+                f"{f' ({new.speedup:.3f}x [{new.ci_low:.3f}, {new.ci_high:.3f}])' if new else ''}")
+    replaced = "the compiler's kernel"
+    if active is not None:
+        old = active.evidence.model_timing  # committed on the base branch: reviewed, gated
         replaced = f"v{active.version}" + (f" ({old.speedup:.3f}x)" if old else "")
         # A committed version for another compiler kernel (stale: ``kernelopt refresh`` replaced it) is
         # no competitor: it no longer runs.
         if new is not None and old is not None and new.speedup <= old.speedup and \
                 (active.fingerprint is None or active.fingerprint == record.fingerprint):
-            return (f"v{version} ({new.speedup:.3f}x) does not beat v{active.version} ({old.speedup:.3f}x), "
-                    f"committed on {ctx.base}")
-    if new is None:
-        return f"v{version}: speed not measured (interpreter mode), nothing shows it is faster"
+            return (f"v{version} ({new.speedup:.3f}x re-verified) does not beat v{active.version} "
+                    f"({old.speedup:.3f}x), committed on {ctx.base}")
     files: dict[str, bytes] = {}
     names = {MANIFEST, manifest.original} | {v.file for v in manifest.versions} | \
         {v.original for v in manifest.versions if v.original}
@@ -339,30 +392,87 @@ def _plan(ctx: _Context, model: str, kernel: str, version: int, outcome: Any
         except OSError as exc:
             raise RefusedError(f"{folder_rel / name}: recorded in {MANIFEST} but cannot be read ({exc.strerror})") \
                 from None
-    env = record.evidence.environment
-    on = f" on {env.gpu or env.device}" if env else ""
-    speed = f"v{version}, model {new.speedup:.3f}x [{new.ci_low:.3f}, {new.ci_high:.3f}]{on}"
-    errors = [e for e in record.evidence.errors if e.candidate_vs_fp64 is not None]
+    env = verdict.environment
+    on = f" on {_words(env.gpu or env.device)}" if env else ""
+    measured = f"model {new.speedup:.3f}x [{new.ci_low:.3f}, {new.ci_high:.3f}]" if new else \
+        "speed not measured (re-verified in interpreter mode: correctness only)"
+    speed = f"v{version}, {measured}{on}"
+    errors = [e for e in verdict.errors if e.candidate_vs_fp64 is not None]
     error_line = ""
     if errors:
         worst = max(e.candidate_vs_fp64 for e in errors)  # type: ignore[type-var]
         baseline = max((e.baseline_vs_fp64 for e in errors if e.baseline_vs_fp64 is not None), default=None)
         error_line = f"Max error vs float64: {worst:.3g}" + (f" (compiled baseline {baseline:.3g})" if baseline else "") \
             + ".\n"
-    origin = outcome.best_origin or record.provenance.proposed_by
+    made_by = record.recipe.describe() if record.recipe else outcome.best_origin or record.provenance.proposed_by
+    how = _words(made_by)
     pinned = outcome.pinned
-    headline = f"pinned, model {new.speedup:.3f}x" if pinned else f"model {new.speedup:.3f}x faster"
+    if new is None:
+        headline, figure = "correct, speed not measured", "correct, speed not measured"
+    else:
+        headline = f"pinned, model {new.speedup:.3f}x" if pinned else f"model {new.speedup:.3f}x faster"
+        figure = f"{'pinned, ' if pinned else ''}{new.speedup:.3f}x model speedup"
     why_pinned = ("Pinned: Inductor picks among several launch configurations of this kernel by timing them once "
                   "at each compile, so its pick varies; this is the fastest configuration the run measured.\n"
-                  if pinned else "")
+                  if pinned and new is not None else "")
+    timing_line = (f"Model speedup vs torch.compile: {new.speedup:.3f}x, 95% CI [{new.ci_low:.3f}, {new.ci_high:.3f}] "
+                   f"({new.pairs} pairs, {_words(new.method)}){on}.\n" if new is not None else
+                   f"Speed not measured: re-verified in interpreter mode{on} (correctness only).\n")
     message = (f"kernelopt: {model}/{kernel} v{version}, {headline}\n\n"
-               f"{kernel} of {model}: v{version} ({origin}) replaces {replaced}.\n{why_pinned}"
-               f"Model speedup vs torch.compile: {new.speedup:.3f}x, 95% CI [{new.ci_low:.3f}, {new.ci_high:.3f}] "
-               f"({new.pairs} pairs, {new.method}){on}.\n{error_line}"
+               f"{kernel} of {model}: v{version} ({how}) replaces {replaced}.\n{why_pinned}"
+               f"Re-verified by kernelopt publish. {timing_line}{error_line}"
                f"Report: {folder_rel / REPORT_FILE}\n\n"
-               f"{RUN_TRAILER}: {ctx.record.run_id}\n{KERNEL_TRAILER}: {model}/{kernel}\n")
-    title = f"kernelopt: {model}/{kernel} v{version} ({'pinned, ' if pinned else ''}{new.speedup:.3f}x model speedup)"
-    return files, message, title, speed
+               f"{RUN_TRAILER}: {_words(ctx.record.run_id)}\n{KERNEL_TRAILER}: {model}/{kernel}\n")
+    title = f"kernelopt: {model}/{kernel} v{version} ({figure})"
+    if active is not None:
+        before = ctx.git.read(ctx.base_sha, str(folder_rel / active.file))
+    else:
+        before = files.get(str(folder_rel / (record.original or manifest.original)))
+    diff = unified_diff((before or b"").decode("utf-8", "replace"), text)
+    body = _body(ctx, model, kernel, version, verdict, new, replaced, made_by, diff, where)
+    return _Plan(files=files, message=message, title=title, speed=speed, body=body)
+
+
+def _words(value: Any) -> str:
+    """Run or candidate text for a commit message: one line, at most 160 characters, and only characters
+    that no Markdown, mention (``@``) or issue reference (``#``) is made of."""
+    return re.sub(r"[^A-Za-z0-9 ._:=,+/()-]", "?", plain(value, 160, lines=False))
+
+
+def _code(text: str) -> str:
+    """A path or name as a code span (kept exactly when it is one already safe to show)."""
+    return f"`{text}`" if re.fullmatch(r"[A-Za-z0-9._/+-]+", text) else md_inline(text)
+
+
+def _body(ctx: _Context, model: str, kernel: str, version: int, verdict: Any, new: Any, replaced: str, how: str,
+          diff: str, problem: Path) -> str:
+    """The pull request's body: the re-verification's figures only, every other text inert (report/untrusted.py)."""
+    env = verdict.environment
+    rows = [("re-verified by", "`kernelopt publish`" + (f" on {md_inline(env.gpu or env.device)}, torch "
+                                                         f"{md_inline(env.torch)}, triton {md_inline(env.triton)}"
+                                                         if env else "")),
+            ("verdict", md_inline(verdict.status)),
+            ("model speedup vs torch.compile [95% CI]",
+             f"{new.speedup:.3f}x [{new.ci_low:.3f}, {new.ci_high:.3f}] ({new.pairs} pairs)" if new else
+             "not measured (interpreter mode: correctness only)")]
+    kernel_timing = verdict.kernel_timing if verdict.speed_measured else None
+    if kernel_timing is not None:
+        rows.append(("kernel alone", f"{kernel_timing.speedup:.3f}x [{kernel_timing.ci_low:.3f}, "
+                                     f"{kernel_timing.ci_high:.3f}]"))
+    errors = [e for e in verdict.errors if e.candidate_vs_fp64 is not None]
+    if errors:
+        worst = max(e.candidate_vs_fp64 for e in errors)  # type: ignore[type-var]
+        base = max((e.baseline_vs_fp64 for e in errors if e.baseline_vs_fp64 is not None), default=None)
+        rows.append((f"max error vs float64 over {len(errors)} seed(s)",
+                     f"{worst:.3g}" + (f" (compiled baseline {base:.3g})" if base is not None else "")))
+    rows += [("replaces", md_cell(replaced)), ("made by", md_cell(how)),
+             ("problem", _code(problem.relative_to(ctx.git.top).as_posix())),
+             ("kernel store", _code(ctx.kernels_rel.as_posix() or "."))]
+    table = "\n".join(f"| {name} | {value} |" for name, value in rows)
+    return (f"## {_code(model)} / {_code(kernel)}: v{version}\n\n| | |\n|---|---|\n{table}\n\n"
+            f"Every figure above was measured by the re-verification of the exact bytes on this branch; the tuning "
+            f"run's own records (`{ctx.kernels_rel / model / kernel / REPORT_FILE}` on the branch) were not "
+            f"re-checked.\n\n{md_block(diff or '(no change)', 50000, 'diff')}\n")
 
 
 def _manifest_at(ctx: _Context, commit: str | None, path: str) -> Any:
@@ -460,7 +570,7 @@ def _text(ctx: _Context, view: Any, chart_link: str | None) -> str:
     return render_report(view, "md", ctx.templates_dir)
 
 
-def _pull_request(ctx: _Context, result: PublishResult, title: str, view: Any, chart_path: str | None) -> None:
+def _pull_request(ctx: _Context, result: PublishResult, title: str, body: str) -> None:
     """Open or update the pull request for ``result.branch`` (or say where to open it)."""
     if ctx.github is None:
         if ctx.where is not None:
@@ -469,9 +579,6 @@ def _pull_request(ctx: _Context, result: PublishResult, title: str, view: Any, c
             result.message += f"; open a pull request from {result.branch} into {ctx.base}"
         return
     try:
-        # A pull request's body cannot show a relative image: link the chart in the pushed commit.
-        link = ctx.where.raw_url(result.commit, chart_path) if chart_path is not None and result.commit else None
-        body = _text(ctx, view, link)
         body += (f"\n---\nBranch `{result.branch}` is kept by kernelopt: a later tuning run replaces it unless someone "
                  f"else has committed to it.\n")
         pr = ctx.github.open_or_update(result.branch, ctx.base, title, body)

@@ -50,7 +50,9 @@ def render_gate_report(result: Any, templates_dir: Path | None = None, summary: 
     """The gate report's Markdown (``templates/gate.md.j2``; the user's ``templates/`` override it)."""
     from ..templates import render
 
-    return render("gate.md.j2", {"gate": gate_view(result, summary)}, templates_dir, filters=MD)
+    from .untrusted import md_finalize
+
+    return render("gate.md.j2", {"gate": gate_view(result, summary)}, templates_dir, filters=MD, finalize=md_finalize)
 
 
 def write_gate_report(result: Any, path: Path, templates_dir: Path | None = None, summary: Any = None) -> Path:

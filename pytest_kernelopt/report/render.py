@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import UsageError
 from .chart import CHART_FILE, draw_chart
-from .untrusted import HTML_FILTERS, MD_FILTERS
+from .untrusted import HTML_FILTERS, MD_FILTERS, MdSafe, md_finalize
 from .view import RunView, build_view, kernels_path, repository_root
 
 # format -> (template, output file name)
@@ -53,6 +53,11 @@ def _cell(value: Any) -> str:
     return str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
+def _safe(f: Any) -> Any:
+    """``f`` with its output marked as Markdown we wrote (numbers and fences)."""
+    return lambda *args, **kwargs: MdSafe(f(*args, **kwargs))
+
+
 def _fence(text: str) -> str:
     """A backtick fence longer than any run of backticks inside ``text``."""
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
@@ -60,8 +65,10 @@ def _fence(text: str) -> str:
 
 
 FILTERS = {"speedup": _speedup, "ci": _ci, "ms": _ms, "pct": _pct, "sci": _sci, "cell": _cell, "fence": _fence}
-# Text a candidate or a worker wrote goes through text / text_cell / block (report/untrusted.py).
-MD = {**FILTERS, **MD_FILTERS}
+# Text a candidate or a worker wrote goes through text / text_cell / block (report/untrusted.py); in
+# Markdown everything else is escaped by md_finalize unless a filter of ours wrote it (MdSafe). ``cell``
+# only escapes a table's pipes: its output is still escaped.
+MD = {**{name: _safe(f) if name != "cell" else f for name, f in FILTERS.items()}, **MD_FILTERS}
 HTML = {**FILTERS, **HTML_FILTERS}
 
 
@@ -73,7 +80,7 @@ def render_report(view: RunView, fmt: str = "md", templates_dir: Path | None = N
     if fmt not in FORMATS:
         raise UsageError(f"unknown report format {fmt!r} (choose from {', '.join(FORMATS)})")
     return render(FORMATS[fmt][0], {"run": view}, templates_dir, html=fmt == "html",
-                  filters=HTML if fmt == "html" else MD)
+                  filters=HTML if fmt == "html" else MD, finalize=None if fmt == "html" else md_finalize)
 
 
 def write_report(run_dir: Path, out_dir: Path | None = None, *, fmt: str = "md", templates_dir: Path | None = None,

@@ -16,6 +16,14 @@ nowhere else decides how:
 
 The Jinja filters of the report templates (``text``, ``text_cell``, ``block``) are these
 functions; :data:`MD_FILTERS` and :data:`HTML_FILTERS` register them.
+
+Markdown has no autoescaping of its own, and a filter that a template (or a user's copy of
+one) forgets is markup in a pull request. So the Markdown renderers escape by default:
+:func:`md_finalize` is Jinja's ``finalize``, applied to every ``{{ ... }}``. Text these
+functions (or the number filters) produced is :class:`MdSafe` and printed as it is; numbers
+are printed as they are; any other text is printed as it is only when it is one line of
+letters, digits and a few punctuation marks that no Markdown link, image, HTML, autolink,
+mention or issue reference is made of, and otherwise as a code span (:func:`md_inline`).
 """
 
 from __future__ import annotations
@@ -45,6 +53,29 @@ def plain(value: Any, limit: int = BLOCK_LIMIT, *, lines: bool = True) -> str:
     return text
 
 
+class MdSafe(str):
+    """Markdown this package wrote (a filter's output): :func:`md_finalize` prints it as it is."""
+
+
+# One line of words and figures ("1.184x", "2026-12-01T12:00:00+00:00", "tests/problems/x.py"): nothing
+# Markdown or HTML reads. ``_`` only inside a word (``_a_`` is emphasis); "www." and "://" are autolinks.
+# Brackets, parentheses, quotes, ``!`` and ``?`` are text unless a bracket closes into a link: ``](``, ``][``
+# (references) or ``]:`` (a definition); ``#`` (issue links), ``@`` (mentions), ``&`` (entities), ``<``, ``*``,
+# ``~``, ``\`` and backticks are never.
+_INERT = re.compile(r"[A-Za-z0-9 .,:;%=+/()\[\]'\"!?-]*(?:[A-Za-z0-9]_+[A-Za-z0-9][A-Za-z0-9 .,:;%=+/()\[\]'\"!?-]*)*")
+_AUTOLINK = re.compile(r"(?i)www\.|://|\]\s*[(\[:]")
+
+
+def md_finalize(value: Any) -> Any:
+    """Every ``{{ ... }}`` of a Markdown template: see the module's docstring."""
+    if isinstance(value, MdSafe) or value is None or isinstance(value, (bool, int, float)):
+        return value
+    text = str(value)
+    if len(text) <= 1000 and _INERT.fullmatch(text) and not _AUTOLINK.search(text):
+        return text
+    return md_inline(text)
+
+
 def _ticks(text: str, least: int) -> str:
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     return "`" * max(least, longest + 1)
@@ -58,19 +89,19 @@ def md_inline(value: Any, limit: int = INLINE_LIMIT) -> str:
     ticks = _ticks(text, 1)
     # One space inside each end: stripped by the renderer, and a backtick at either end
     # of the text can no longer join the fence.
-    return f"{ticks} {text} {ticks}"
+    return MdSafe(f"{ticks} {text} {ticks}")
 
 
 def md_cell(value: Any, limit: int = INLINE_LIMIT) -> str:
     """:func:`md_inline` for a table cell: ``|`` escaped (GitHub unescapes it inside code spans too)."""
-    return md_inline(value, limit).replace("|", "\\|")
+    return MdSafe(md_inline(value, limit).replace("|", "\\|"))
 
 
 def md_block(value: Any, limit: int = BLOCK_LIMIT, info: str = "") -> str:
     """A fenced code block holding ``value`` (no trailing newline)."""
     text = plain(value, limit).rstrip()
     fence = _ticks(text, 3)
-    return f"{fence}{info}\n{text}\n{fence}"
+    return MdSafe(f"{fence}{info}\n{text}\n{fence}")
 
 
 def html_inline(value: Any, limit: int = INLINE_LIMIT) -> str:

@@ -41,7 +41,7 @@ from .manifest import (
     VERSION_FILE_RE, CompileChoice, Evidence, Manifest, ModelBaseline, ModelRecord, OriginalName, Provenance, Retirement,
     VersionRecord, environment_key, sha256_text,
 )
-from .recipe import Recipe
+from .recipe import Recipe, check_recipe
 
 __all__ = [
     "MANIFEST", "MANIFEST_SCHEMA_VERSION", "MODEL_RECORD", "ORIGINAL", "AcceptOutcome", "ActiveVersion", "CompileChoice",
@@ -142,12 +142,14 @@ class KernelStore:
             manifest = self._read_manifest(model, kernel)
             if manifest is None:
                 return None
-            for record in manifest.versions:
-                self._read_version(folder, record, active=record.version == manifest.active)
+            sources = {record.version: self._read_version(folder, record, active=record.version == manifest.active)[1]
+                       for record in manifest.versions}
             originals = {manifest.original} | {v.original for v in manifest.versions if v.original}
             for name in sorted(originals):
                 if not (folder / name).is_file():
                     raise StoreError(f"{folder / name}: original file recorded in {folder / MANIFEST} is missing")
+            for record in manifest.versions:  # a recipe refresh would replay must be the one that made the file
+                check_recipe(folder, manifest, record, sources[record.version])
             known = {MANIFEST, *originals, *(v.file for v in manifest.versions)}
             stray = sorted(p.name for p in folder.iterdir() if p.name not in known)
             if stray:  # nothing reads them, but nobody verified them either: a committed store says what it holds

@@ -24,6 +24,8 @@ MANIFEST = "manifest.json"
 #    manifest why its kernel went back to the compiler's (``retired``). Nothing is inferred:
 #    a schema 2 manifest reads as it is (no recipes; refresh derives one from the files).
 # Manifests of schema 1 are still read: see Manifest._from_schema_1.
+# Within schema 3 (2026-12-04), an ``inductor`` recipe also records ``base_source`` (optional: older
+# recipes read without it, and are not replayed: store/recipe.py binding_error).
 MANIFEST_SCHEMA_VERSION = 3
 ORIGINAL = "original.py"
 MODEL_RECORD = "model.json"
@@ -102,7 +104,8 @@ class VersionRecord(Record):
     # manifests written before these were recorded).
     fingerprint: str | None = None
     original: OriginalName | None = None
-    # How it was made, replayable on a new compiler kernel (store/recipe.py); None before schema 3.
+    # How it was made, replayable on a new compiler kernel (store/recipe.py); None before schema 3. Trusted
+    # only while bound to this version's bytes (``recipe.binding_error``: the store's check, refresh).
     recipe: Recipe | None = None
 
     @field_validator("file")

@@ -14,8 +14,13 @@ A version is one of:
 
 The recipe is *derived* from the bytes, never taken on trust: :func:`derive_recipe`
 keeps a structured recipe only when replaying it on the compiler kernel gives exactly
-the stored bytes, and records a diff otherwise. Importing this module imports neither
-torch nor triton (the store reads it).
+the stored bytes, and records a diff otherwise. A manifest is data from a repository or
+an artifact, so a recipe read back is trusted only while it is *bound* to its version:
+:func:`binding_error` replays it on the compiler kernel recorded for that version (its
+original file; for ``inductor``, the other compile's kernel recorded in the recipe) and
+demands exactly the version's bytes. ``kernelopt refresh`` replays only bound recipes
+(:func:`replay_bound`) and the store's check (the gate) fails a folder holding an
+unbound one. Importing this module imports neither torch nor triton (the store reads it).
 """
 
 from __future__ import annotations
@@ -46,6 +51,10 @@ class InductorRecipe(Record):
     variant: str
     mode: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+    # The other compile's kernel (candidate format) the version was made from: what the recipe's
+    # rewrites and launch are replayed on to check the binding. None before 2026-12-04: such a
+    # recipe cannot be bound, and refresh does not replay it.
+    base_source: str | None = None
 
 
 class Recipe(Record):
@@ -127,7 +136,7 @@ def derive_recipe(original: str, source: str, *, fingerprint: str | None = None,
             if variant is not None:
                 known = VARIANTS.get(variant)
                 inductor = InductorRecipe(variant=variant, mode=known.mode if known else None,
-                                          options=dict(known.patches) if known else {})
+                                          options=dict(known.patches) if known else {}, base_source=base)
             kind: RecipeKind = ("inductor" if inductor else "rewrite" if chain else
                                 "launch" if point != compiler_point else "compiler")
             return Recipe(kind=kind, launch=point, compiler_launch=compiler_point, inductor=inductor,
@@ -216,6 +225,8 @@ class Replay:
 
     source: str | None
     how: str
+    # The recipe was not bound to the version it was recorded for (:func:`replay_bound`): not replayed.
+    refused: bool = False
 
 
 def replay(recipe: Recipe, original: str, info: KernelInfo,
@@ -272,3 +283,117 @@ def replay(recipe: Recipe, original: str, info: KernelInfo,
     if text == original and recipe.kind != "compiler":
         return Replay(None, f"nothing of the recipe changes the new compiler kernel ({', '.join(steps)})")
     return Replay(text, ", ".join(steps) or "the compiler's kernel")
+
+
+def binding_error(recipe: Recipe, original: str, source: str) -> str | None:
+    """Why ``recipe`` is not bound to ``source`` (a version's bytes): replaying it on ``original``
+    (the compiler kernel recorded for that version, candidate format) does not give exactly
+    ``source``; None when it does.
+
+    Every field :func:`replay` reads is checked: the edit's diff, the rules and their order, the
+    launch values. An ``inductor`` recipe is replayed on its recorded ``base_source`` (the other
+    compile's kernel cannot be compiled again under the old compiler); its variant name only
+    chooses which of the new compiler's own kernels a refresh starts from. The module docstring, which
+    no replay carries over, is not compared. Text only, no compile.
+    """
+    from ..agents.launch_space import read_point, with_point
+
+    if recipe.kind == "edit":
+        if recipe.rewrites or recipe.inductor is not None:
+            return "an edit recipe with rewrites or an Inductor compile (an edit replays its diff only)"
+        skip = recipe.diff_skips_docstring
+        code = split_docstring(original)[1] if skip else original
+        want = split_docstring(source)[1] if skip else source
+        patched, why = apply_patch(code, recipe.diff or "")
+        if patched is None:
+            return f"its diff does not apply to the recorded compiler kernel ({why})"
+        if patched != want:
+            return (f"its diff applied to the recorded compiler kernel gives other code than the version "
+                    f"({_first_difference(patched, want)})")
+        return None
+    if recipe.diff is not None:
+        return f"a {recipe.kind} recipe that carries a diff"
+    if recipe.inductor is not None:
+        if recipe.kind != "inductor":
+            return f"a {recipe.kind} recipe that names an Inductor compile"
+        if recipe.inductor.base_source is None:
+            return (f"it names Inductor's {recipe.inductor.variant} compile but records no kernel of it to replay on "
+                    f"(recorded before recipes were bound)")
+        text = recipe.inductor.base_source
+    elif recipe.kind == "inductor":
+        return "an inductor recipe that names no Inductor compile"
+    else:
+        text = original
+    rules = _rewrites()
+    for step in recipe.rewrites:
+        if step.rule not in rules:
+            return f"rewrite {step.rule!r} is not a rule of the search backend"
+        if step.params:
+            return f"rewrite {step.rule} with parameters {sorted(step.params)} (the rules take none)"
+        changed = rules[step.rule](text)
+        if changed == text:
+            return f"rewrite {step.rule} changes nothing where the recipe applies it"
+        text = changed
+    if recipe.rewrites and recipe.kind not in ("rewrite", "inductor"):
+        return f"a {recipe.kind} recipe with rewrites"
+    now = read_point(text)
+    missing = sorted(set(recipe.launch) - set(now))
+    if missing:
+        return f"launch parameter(s) {', '.join(missing)} that the recorded compiler kernel does not have"
+    text = with_point(text, dict(now, **recipe.launch))
+    # The module docstring is left out, as in an edit's diff: a replay never carries it (the new compiler
+    # kernel's heads the result), and the dump's wording may differ between the original and the version.
+    got, want = split_docstring(text)[1], split_docstring(source)[1]
+    if got != want:
+        return (f"replayed on the recorded compiler kernel it gives other code than the version "
+                f"({_first_difference(got, want)})")
+    return None
+
+
+def _first_difference(got: str, want: str) -> str:
+    """Where two texts first differ, in a few words (line numbers only: both texts are the caller's)."""
+    a, b = got.splitlines(), want.splitlines()
+    for number, (x, y) in enumerate(zip(a, b), 1):
+        if x != y:
+            return f"first at line {number}"
+    return f"{len(a)} line(s) against {len(b)}" if len(a) != len(b) else "line ends differ"
+
+
+def replay_bound(recipe: Recipe, made: tuple[str, str], original: str, info: KernelInfo,
+                 alternative: Callable[[str], str | None] | None = None) -> Replay:
+    """:func:`replay`, only for a recipe bound to the version it was recorded for.
+
+    ``made``: (the compiler kernel recorded for that version, the version's bytes as the store
+    checked them against their sha256). An unbound recipe replays nothing: ``Replay.refused`` says why.
+    """
+    why = binding_error(recipe, *made)
+    if why is not None:
+        return Replay(None, why, refused=True)
+    return replay(recipe, original, info, alternative)
+
+
+def check_recipe(folder: Any, manifest: Any, record: Any, source: str) -> None:
+    """Raise StoreError naming the files when ``record`` (a VersionRecord of ``manifest`` in ``folder``)
+    carries a recipe that is not bound to ``source``, its bytes; versions without a recipe pass."""
+    from ..errors import StoreError
+
+    if record.recipe is None:
+        return
+    name = record.original or manifest.original
+    try:
+        original = (folder / name).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StoreError(f"{folder / name}: cannot read the compiler kernel v{record.version}'s recipe is "
+                         f"checked against ({exc})") from None
+    why = binding_error(record.recipe, original, source)
+    if why is not None:
+        raise StoreError(unbound_message(folder / "manifest.json", manifest.model, manifest.kernel, record.version,
+                                         folder / record.file, why))
+
+
+def unbound_message(manifest_path: Any, model: str, kernel: str, version: int, file: Any, why: str) -> str:
+    """The one line for a recipe that is not bound to its version, with the ways out."""
+    return (f"{manifest_path}: the recipe recorded for v{version} of {model}/{kernel} does not reproduce {file}: "
+            f"{why}; the recipe is not trusted and nothing is replayed from it (delete that version's \"recipe\" "
+            f"so that `kernelopt refresh` derives one from the files, or re-tune the kernel: `kernelopt tune`, "
+            f"or port it by hand and `kernelopt accept` it)")
