@@ -217,15 +217,26 @@ def _wide_rows_launch(n: int, multiprocessors: int) -> tuple[int, int]:
 
 
 def launch_wide_rows(x: Any, kind: str, eps: float = 0.0, *, chunk: int | None = None, num_warps: int | None = None,
-                     programs: int | None = None) -> Any:
+                     programs: int | None = None, one_kernel: bool | None = None, spin: int | None = None) -> Any:
     """Softmax, log-softmax, L1 or L2 normalisation (``rewrite_kernels.ROW_KINDS``; the norms divide
     by max(norm, eps)) of each row along ``x``'s last axis, each row read once by programs that share
     it; a new contiguous tensor.
 
     ``programs``: how many programs walk the rows (a multiple of the chunks per row; default one per
-    chunk of every row). Triton's interpreter, and rows in more chunks than the GPU has
-    multiprocessors, get the two-launch form (``wide_rows``' PHASE 1, 2: the row read twice).
+    chunk of every row). ``one_kernel`` (default: on a GPU whose multiprocessors outnumber a row's
+    chunks): the one-kernel form, which waits for a row's other programs at most ``spin`` polls
+    (default ``WIDE_ROW_SPIN``) before computing the row's statistics itself; otherwise the
+    two-launch form (``wide_rows``' PHASE 1, 2: the row read twice).
     """
+    return _wide_rows_run(x, kind, eps, chunk=chunk, num_warps=num_warps, programs=programs,
+                          one_kernel=one_kernel, spin=spin)[0]
+
+
+def _wide_rows_run(x: Any, kind: str, eps: float = 0.0, *, chunk: int | None = None, num_warps: int | None = None,
+                   programs: int | None = None, one_kernel: bool | None = None,
+                   spin: int | None = None) -> tuple[Any, Any]:
+    """``launch_wide_rows``, and the one-kernel form's counters (None for two launches): int32
+    [rows + 1], each row's programs, then how many programs stopped waiting and read the whole row."""
     import torch
     import triton
 
@@ -234,10 +245,11 @@ def launch_wide_rows(x: Any, kind: str, eps: float = 0.0, *, chunk: int | None =
     x = x.contiguous()
     y = torch.empty_like(x)
     if x.numel() == 0:
-        return y
+        return y, None
     n = x.shape[-1]
     rows = x.numel() // n
-    chunk0, warps0 = _wide_rows_launch(n, _multiprocessors(x.device) or 1 << 20)
+    multiprocessors = _multiprocessors(x.device)
+    chunk0, warps0 = _wide_rows_launch(n, multiprocessors or 1 << 20)
     chunk = chunk or chunk0
     k = triton.cdiv(n, chunk)
     programs = programs or rows * k
@@ -246,15 +258,19 @@ def launch_wide_rows(x: Any, kind: str, eps: float = 0.0, *, chunk: int | None =
     m = torch.empty(rows * k, device=x.device, dtype=torch.float32)
     s = torch.empty_like(m)
     flags = dict(KIND=rewrite_kernels.ROW_KINDS.index(kind), CHUNK=chunk, KP=triton.next_power_of_2(k),
-                 num_warps=num_warps or warps0)
-    # The one-kernel form needs a row's programs all running at once: at most one a multiprocessor.
-    if os.environ.get("TRITON_INTERPRET") == "1" or k > (_multiprocessors(x.device) or k):
+                 SPIN=WIDE_ROW_SPIN if spin is None else spin, num_warps=num_warps or warps0)
+    if one_kernel is None:
+        # Speed, not safety (no program waits without bound): a row in more chunks than the GPU has
+        # multiprocessors would leave most of its programs reading the whole row. The interpreter
+        # runs programs one after another: all but a row's last would.
+        one_kernel = os.environ.get("TRITON_INTERPRET") != "1" and k <= (multiprocessors or k)
+    if not one_kernel:
         for phase in (1, 2):
             rewrite_kernels.wide_rows[(programs,)](x, y, m, s, m, rows, n, k, float(eps), PHASE=phase, **flags)
-        return y
-    count = torch.zeros(rows, device=x.device, dtype=torch.int32)
+        return y, None
+    count = torch.zeros(rows + 1, device=x.device, dtype=torch.int32)  # zeroed per launch: nothing carries over
     rewrite_kernels.wide_rows[(programs,)](x, y, m, s, count, rows, n, k, float(eps), PHASE=0, **flags)
-    return y
+    return y, count
 
 
 _GROUP_NORM_ARGS = ("input", "num_groups", "weight", "bias", "eps")
@@ -375,6 +391,11 @@ def _row_reference(x: Any, kind: str, eps: float = 0.0) -> Any:
 # Rows at least this wide go to the wide-row kernel; narrower ones Inductor holds on chip or
 # re-reads from L2 (see ``_wide_rows_launch``).
 WIDE_ROW_BYTES = 128 * 1024
+# How many times a wide-row program polls for its row's other programs before it reads the whole
+# row itself (``rewrite_kernels.wide_rows``): in a normal run the last of a row's programs starts
+# within about one program's time (tens of microseconds, one poll being an L2 atomic of about a
+# microsecond or less); a row whose programs cannot all run at once costs about this many polls.
+WIDE_ROW_SPIN = 1024
 
 
 def _arg(node: Any, index: int, name: str, default: Any = None) -> Any:

@@ -181,44 +181,83 @@ def _chunk_statistic(x, mask, KIND: tl.constexpr):
 
 
 @triton.jit
-def _apply_row_statistic(v, m_own, m_ptr, s_ptr, K, eps, KIND: tl.constexpr, KP: tl.constexpr):
-    """Combine the row's K chunk statistics (read through L2: other programs wrote them) and apply
-    them to this chunk's ``v`` (``_chunk_statistic``; its max ``m_own``): softmax, log-softmax,
-    x / max(sum|x|, eps) or x / max(sqrt(sum x^2), eps) (a NaN norm stays NaN)."""
+def _published_statistics(m_ptr, s_ptr, K, KP: tl.constexpr):
+    """The K chunk statistics of a row as its programs published them (read through L2: other
+    programs wrote them); padded to KP with (-inf, 0)."""
     ks = tl.arange(0, KP)
     live = ks < K
-    s = tl.load(s_ptr + ks, mask=live, other=0, cache_modifier=".cg")
+    m_all = tl.load(m_ptr + ks, mask=live, other=float("-inf"), cache_modifier=".cg")
+    s_all = tl.load(s_ptr + ks, mask=live, other=0, cache_modifier=".cg")
+    return m_all, s_all
+
+
+@triton.jit
+def _own_statistics(x_ptr, base, N, K, KIND: tl.constexpr, CHUNK: tl.constexpr, KP: tl.constexpr):
+    """The K chunk statistics of the row at ``base``, computed by this program from the whole row:
+    each chunk as its own program computes it (same lanes, same ``_chunk_statistic``), so the
+    values are those the row's programs publish; padded to KP with (-inf, 0)."""
+    ks = tl.arange(0, KP)
+    m_all = tl.full([KP], float("-inf"), tl.float32)
+    s_all = tl.zeros([KP], tl.float32)
+    for c in range(0, K):
+        idx = c * CHUNK + tl.arange(0, CHUNK)
+        mask = idx < N
+        x = tl.load(x_ptr + base + idx, mask=mask, other=0).to(tl.float32)
+        m, s, _ = _chunk_statistic(x, mask, KIND)
+        m_all = tl.where(ks == c, m, m_all)
+        s_all = tl.where(ks == c, s, s_all)
+    return m_all, s_all
+
+
+@triton.jit
+def _apply_row_statistic(v, m_own, m_all, s_all, K, eps, KIND: tl.constexpr, KP: tl.constexpr):
+    """Combine the row's chunk statistics (``m_all``, ``s_all``: padded with (-inf, 0)) and apply
+    them to this chunk's ``v`` (``_chunk_statistic``; its max ``m_own``): softmax, log-softmax,
+    x / max(sum|x|, eps) or x / max(sqrt(sum x^2), eps) (a NaN norm stays NaN)."""
     if KIND <= 1:
-        m = tl.load(m_ptr + ks, mask=live, other=float("-inf"), cache_modifier=".cg")
-        row_max = tl.max(m, 0)
+        row_max = tl.max(m_all, 0)
         shift = tl.where(row_max == float("-inf"), 0, row_max)
-        total = tl.sum(tl.where(live, s * tl.exp(m - shift), 0), 0)
+        total = tl.sum(tl.where(tl.arange(0, KP) < K, s_all * tl.exp(m_all - shift), 0), 0)
         if KIND == 0:  # exp(x - row max) / total = exp(x - m_own) * exp(m_own - row max) / total
             y = v * (tl.exp(m_own - row_max) / total)
         else:
             y = v - row_max - tl.log(total)
     else:
-        norm = tl.sum(s, 0) if KIND == 2 else tl.sqrt(tl.sum(s, 0))
+        norm = tl.sum(s_all, 0) if KIND == 2 else tl.sqrt(tl.sum(s_all, 0))
         y = v / tl.where(norm < eps, eps, norm)
     return y
 
 
 @triton.jit
 def wide_rows(x_ptr, y_ptr, m_ptr, s_ptr, count_ptr, ROWS, N, K, eps, KIND: tl.constexpr, PHASE: tl.constexpr,
-              CHUNK: tl.constexpr, KP: tl.constexpr):
+              CHUNK: tl.constexpr, KP: tl.constexpr, SPIN: tl.constexpr):
     """x, y: contiguous [ROWS, N]; each row is split into K chunks of CHUNK elements, chunk c of
     a row handled by the programs with id % K == c, which walk rows pid // K, + programs / K, ...
 
     PHASE 0 (one kernel, the GPU): a program reads its chunk once and keeps it in registers,
     publishes the chunk's statistic (``_chunk_statistic``, m_ptr/s_ptr [ROWS, K]), counts itself
-    in at count_ptr[row] (zeroed), waits until the row's K chunks are in, combines them and writes
-    its chunk of output: the row is read once however wide, where a two-pass kernel reads it twice,
-    the second time from DRAM once the rows in flight outgrow L2. The K programs of a row have
-    consecutive ids and wait only on each other, so the GPU, which starts programs in id order,
-    always has them all running (K is at most the multiprocessor count).
+    in at count_ptr[row] (count_ptr: ROWS + 1 zeros), polls that count at most SPIN times for the
+    row's K chunks, combines them and writes its chunk of output: the row is read once however
+    wide, where a two-pass kernel reads it twice, the second time from DRAM once the rows in
+    flight outgrow L2.
 
-    PHASE 1 then PHASE 2 (two launches, for Triton's interpreter, which runs programs one after
-    another): the statistics, then the output from them, reading x again.
+    No program waits without bound. CUDA promises neither that a grid's programs run at once
+    nor in which order they start: another stream's kernels, MPS or green contexts can hold
+    the multiprocessors that the row's other programs need, and those can then start only once
+    a waiting program ends. So a program whose row is still short after SPIN polls stops
+    waiting and computes the row's statistics itself from the whole row (``_own_statistics``:
+    the values the others publish, by the same code; the row read K times over by that program,
+    slower, never blocked) and counts itself at count_ptr[ROWS] (the fallbacks, for tests and
+    benchmarks). It had already published its own chunk and counted itself in, so the programs
+    still waiting on the row see it arrive; the counts are zeroed by each launch.
+    (Triton's cooperative launch, ``launch_cooperative_grid``, would refuse a grid that cannot
+    all run at once rather than deadlock, but needs a persistent grid of at most that many
+    programs, which was slower than a program per chunk on the H200; and it is unavailable in
+    the interpreter.)
+
+    PHASE 1 then PHASE 2 (two launches, for rows in more chunks than the GPU runs at once): the
+    statistics, then the output from them, reading x again. Triton's interpreter runs programs one
+    after another: PHASE 0 runs there too, every program of a row but its last falling back.
     """
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
@@ -235,14 +274,26 @@ def wide_rows(x_ptr, y_ptr, m_ptr, s_ptr, count_ptr, ROWS, N, K, eps, KIND: tl.c
             tl.store(m_ptr + row * K + chunk, m)
             tl.store(s_ptr + row * K + chunk, s)
         if PHASE == 0:
-            tl.atomic_xchg(m_ptr + row * K + chunk, m, sem="relaxed")
-            tl.atomic_xchg(s_ptr + row * K + chunk, s, sem="relaxed")
+            # As 32-bit integers: the same exchange on the GPU, and one Triton 3.7's interpreter has.
+            words = tl.pointer_type(tl.int32)
+            tl.atomic_xchg((m_ptr + row * K + chunk).to(words), m.to(tl.int32, bitcast=True), sem="relaxed")
+            tl.atomic_xchg((s_ptr + row * K + chunk).to(words), s.to(tl.int32, bitcast=True), sem="relaxed")
             tl.debug_barrier()
             tl.atomic_add(count_ptr + row, 1, sem="release")
             arrived = tl.atomic_add(count_ptr + row, 0, sem="acquire")
-            while arrived < K:
+            polls = 0
+            while (arrived < K) & (polls < SPIN):
                 arrived = tl.atomic_add(count_ptr + row, 0, sem="acquire")
+                polls += 1
             tl.debug_barrier()
-        if PHASE != 1:
-            y = _apply_row_statistic(v, m, m_ptr + row * K, s_ptr + row * K, K, eps, KIND, KP)
+            if arrived < K:
+                tl.atomic_add(count_ptr + ROWS, 1, sem="relaxed")
+                m_all, s_all = _own_statistics(x_ptr, base, N, K, KIND, CHUNK, KP)
+            else:
+                m_all, s_all = _published_statistics(m_ptr + row * K, s_ptr + row * K, K, KP)
+            y = _apply_row_statistic(v, m, m_all, s_all, K, eps, KIND, KP)
+            tl.store(y_ptr + base + idx, y.to(y_ptr.dtype.element_ty), mask=mask)
+        if PHASE == 2:
+            m_all, s_all = _published_statistics(m_ptr + row * K, s_ptr + row * K, K, KP)
+            y = _apply_row_statistic(v, m, m_all, s_all, K, eps, KIND, KP)
             tl.store(y_ptr + base + idx, y.to(y_ptr.dtype.element_ty), mask=mask)
