@@ -392,9 +392,9 @@ def _row_reference(x: Any, kind: str, eps: float = 0.0) -> Any:
 # re-reads from L2 (see ``_wide_rows_launch``).
 WIDE_ROW_BYTES = 128 * 1024
 # How many times a wide-row program polls for its row's other programs before it reads the whole
-# row itself (``rewrite_kernels.wide_rows``): in a normal run the last of a row's programs starts
-# within about one program's time (tens of microseconds, one poll being an L2 atomic of about a
-# microsecond or less); a row whose programs cannot all run at once costs about this many polls.
+# row itself (``rewrite_kernels.wide_rows``; shared among a launch's give-ups): in a normal run the
+# last of a row's programs starts within about one program's time (tens of microseconds; a poll is
+# an L2 round trip, under a microsecond), far inside the bound.
 WIDE_ROW_SPIN = 1024
 
 

@@ -241,19 +241,18 @@ def wide_rows(x_ptr, y_ptr, m_ptr, s_ptr, count_ptr, ROWS, N, K, eps, KIND: tl.c
     wide, where a two-pass kernel reads it twice, the second time from DRAM once the rows in
     flight outgrow L2.
 
-    No program waits without bound. CUDA promises neither that a grid's programs run at once
-    nor in which order they start: another stream's kernels, MPS or green contexts can hold
-    the multiprocessors that the row's other programs need, and those can then start only once
-    a waiting program ends. So a program whose row is still short after SPIN polls stops
-    waiting and computes the row's statistics itself from the whole row (``_own_statistics``:
-    the values the others publish, by the same code; the row read K times over by that program,
-    slower, never blocked) and counts itself at count_ptr[ROWS] (the fallbacks, for tests and
-    benchmarks). It had already published its own chunk and counted itself in, so the programs
-    still waiting on the row see it arrive; the counts are zeroed by each launch.
-    (Triton's cooperative launch, ``launch_cooperative_grid``, would refuse a grid that cannot
-    all run at once rather than deadlock, but needs a persistent grid of at most that many
-    programs, which was slower than a program per chunk on the H200; and it is unavailable in
-    the interpreter.)
+    No program waits without bound. CUDA promises neither that a grid's programs run at once nor
+    in which order they start: another stream's kernels, MPS or green contexts can hold the
+    multiprocessors that a row's other programs need, and those start only once a waiting program
+    ends. So a program whose row is still short after SPIN / (1 + give-ups so far) polls stops
+    waiting and computes the row's statistics from the whole row (``_own_statistics``: the values
+    the others publish, by the same code; slower, never blocked), and counts itself at
+    count_ptr[ROWS]. It had published its chunk and counted itself in first, so the row's other
+    programs see it arrive; the counters are zeroed by each launch, and nothing else is written.
+    (Not Triton's cooperative launch, ``launch_cooperative_grid=True``: it fails a grid that cannot
+    all run at once rather than deadlock, but takes a persistent grid of at most that many programs,
+    slower than a program per chunk on most shapes of the H200 sweep (``_wide_rows_launch``), and
+    the failed launch would still need this fallback; the interpreter ignores it.)
 
     PHASE 1 then PHASE 2 (two launches, for rows in more chunks than the GPU runs at once): the
     statistics, then the output from them, reading x again. Triton's interpreter runs programs one
@@ -281,8 +280,11 @@ def wide_rows(x_ptr, y_ptr, m_ptr, s_ptr, count_ptr, ROWS, N, K, eps, KIND: tl.c
             tl.debug_barrier()
             tl.atomic_add(count_ptr + row, 1, sem="release")
             arrived = tl.atomic_add(count_ptr + row, 0, sem="acquire")
+            # SPIN polls, shared among the launch's give-ups so far: where the GPU is held, the
+            # rows after the first few stop waiting at once, and cost a row read, not SPIN polls.
+            limit = SPIN // (1 + tl.load(count_ptr + ROWS, volatile=True))
             polls = 0
-            while (arrived < K) & (polls < SPIN):
+            while (arrived < K) & (polls < limit):
                 arrived = tl.atomic_add(count_ptr + row, 0, sem="acquire")
                 polls += 1
             tl.debug_barrier()
