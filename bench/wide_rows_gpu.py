@@ -1,7 +1,7 @@
 """The wide-row kernel (``graph_rewrites.launch_wide_rows``) against a copy and Inductor, per shape and configuration.
 
     cd bench && python wide_rows_gpu.py [--rounds 2] [--only softmax,...] [--json OUT.json]
-        [--quick] [--previous OLD_rewrite_kernels.py] [--held]
+        [--quick] [--shapes N] [--previous OLD_rewrite_kernels.py] [--held]
 
 Per shape: ``x.clone()`` (the bytes the operation must move: the copy limit, this run),
 the operation compiled by Inductor (default and max-autotune), and the kernel under
@@ -67,19 +67,20 @@ def previous_launch(path: str):
     return launch
 
 
-def held_seconds(fn, limit: float = 10.0) -> float | None:
-    """``fn``'s wall time while another stream holds the GPU (``gpu_held``), None past ``limit`` seconds."""
+def held_seconds(fn, limit: float = 10.0) -> tuple[float | None, object]:
+    """``fn``'s wall time while another stream holds the GPU (``gpu_held``), None past ``limit``
+    seconds; and what it returned."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from test_gpu import finished_within, gpu_held
+    from gpu_hold import finished_within, gpu_held
 
     fn()
     torch.cuda.synchronize()
-    with gpu_held(spare=2):
+    with gpu_held(free=2):
         start = time.perf_counter()
-        fn()
+        out = fn()
         done = finished_within(limit)
         took = time.perf_counter() - start
-    return took if done else None
+    return (took if done else None), out
 
 
 def main() -> int:
@@ -89,12 +90,14 @@ def main() -> int:
     parser.add_argument("--json")
     parser.add_argument("--sweep", action="store_true", help="every configuration on the first sweep's shapes")
     parser.add_argument("--quick", action="store_true", help="the copy and the default launch only")
+    parser.add_argument("--shapes", type=int, default=0, help="only the first N shapes (after --only)")
     parser.add_argument("--previous", help="an older rewrite_kernels.py, timed beside this one")
     parser.add_argument("--held", action="store_true", help="also each kernel while another stream holds the GPU")
     args = parser.parse_args()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     table = []
-    shapes = SWEEP if args.sweep else SHAPES
+    shapes = [s for s in (SWEEP if args.sweep else SHAPES) if not args.only or s[0] in args.only.split(",")]
+    shapes = shapes[:args.shapes or None]
     for kind, shape, dtype in shapes:
         if args.only and kind not in args.only.split(","):
             continue
@@ -132,14 +135,17 @@ def main() -> int:
         print(f"== {kind} {tuple(shape)} {dtype}: {len(variants)} variants", flush=True)
         errors, times = timed(variants, ref, scale, args.rounds)
         fallbacks = sum(int(_wide_rows_run(x, kind)[1][-1]) for _ in range(20))
-        print(f"  programs that read their row themselves in 20 default launches: {fallbacks} "
+        print(f"  programs that stopped waiting in 20 default launches: {fallbacks} "
               f"of {20 * rows * triton.cdiv(n, _wide_rows_launch(n, sms)[0])}", flush=True)
         if args.held:
-            for name in ("wide default", "previous default"):
-                if name in variants:
-                    took = held_seconds(variants[name])
-                    print(f"  {name} with the GPU held: " + ("did not finish within 10 s" if took is None
-                                                              else f"{took * 1e3:.1f} ms"), flush=True)
+            runs = {"wide default": lambda: _wide_rows_run(x, kind)}
+            if args.previous:
+                runs["previous default"] = variants["previous default"]
+            for name, run in runs.items():
+                took, out = held_seconds(run)
+                gave_up = f", {int(out[1][-1])} programs stopped waiting" if isinstance(out, tuple) else ""
+                print(f"  {name} with the GPU held: " + ("did not finish within 10 s" if took is None
+                                                          else f"{took * 1e3:.1f} ms") + gave_up, flush=True)
         copy = times["copy"]
         best_inductor = times.get("inductor max-autotune", copy)
         for name, t in sorted(times.items(), key=lambda kv: kv[1]):

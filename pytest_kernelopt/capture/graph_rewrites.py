@@ -224,9 +224,9 @@ def launch_wide_rows(x: Any, kind: str, eps: float = 0.0, *, chunk: int | None =
 
     ``programs``: how many programs walk the rows (a multiple of the chunks per row; default one per
     chunk of every row). ``one_kernel`` (default: on a GPU whose multiprocessors outnumber a row's
-    chunks): the one-kernel form, which waits for a row's other programs at most ``spin`` polls
-    (default ``WIDE_ROW_SPIN``) before computing the row's statistics itself; otherwise the
-    two-launch form (``wide_rows``' PHASE 1, 2: the row read twice).
+    chunks): the one-kernel form, in which a program waits for its row's other programs at most
+    ``spin`` polls (default ``WIDE_ROW_SPIN``), and a second launch writes the chunks of programs
+    that stopped waiting; otherwise the two-launch form (``wide_rows``' PHASE 1, 2: the row read twice).
     """
     return _wide_rows_run(x, kind, eps, chunk=chunk, num_warps=num_warps, programs=programs,
                           one_kernel=one_kernel, spin=spin)[0]
@@ -236,7 +236,8 @@ def _wide_rows_run(x: Any, kind: str, eps: float = 0.0, *, chunk: int | None = N
                    programs: int | None = None, one_kernel: bool | None = None,
                    spin: int | None = None) -> tuple[Any, Any]:
     """``launch_wide_rows``, and the one-kernel form's counters (None for two launches): int32
-    [rows + 1], each row's programs, then how many programs stopped waiting and read the whole row."""
+    [rows + 1], each row's programs (plus ``rewrite_kernels.GAVE_UP`` for each that stopped waiting),
+    then how many programs stopped waiting (their chunks written by ``wide_rows_retry``)."""
     import torch
     import triton
 
@@ -261,16 +262,23 @@ def _wide_rows_run(x: Any, kind: str, eps: float = 0.0, *, chunk: int | None = N
                  SPIN=WIDE_ROW_SPIN if spin is None else spin, num_warps=num_warps or warps0)
     if one_kernel is None:
         # Speed, not safety (no program waits without bound): a row in more chunks than the GPU has
-        # multiprocessors would leave most of its programs reading the whole row. The interpreter
-        # runs programs one after another: all but a row's last would.
+        # multiprocessors would leave most of its programs to the retry. The interpreter runs
+        # programs one after another: all but a row's last would.
         one_kernel = os.environ.get("TRITON_INTERPRET") != "1" and k <= (multiprocessors or k)
-    if not one_kernel:
+    if not one_kernel or k >= rewrite_kernels.GAVE_UP:
         for phase in (1, 2):
             rewrite_kernels.wide_rows[(programs,)](x, y, m, s, m, rows, n, k, float(eps), PHASE=phase, **flags)
         return y, None
     count = torch.zeros(rows + 1, device=x.device, dtype=torch.int32)  # zeroed per launch: nothing carries over
     rewrite_kernels.wide_rows[(programs,)](x, y, m, s, count, rows, n, k, float(eps), PHASE=0, **flags)
+    del flags["SPIN"]
+    rewrite_kernels.wide_rows_retry[(triton.cdiv(rows, _RETRY_ROWS),)](x, y, m, s, count, rows, n, k, float(eps),
+                                                                       BLOCK_ROWS=_RETRY_ROWS, **flags)
     return y, count
+
+
+# Rows whose counters one ``wide_rows_retry`` program reads (one vector load where none gave up).
+_RETRY_ROWS = 1024
 
 
 _GROUP_NORM_ARGS = ("input", "num_groups", "weight", "bias", "eps")
@@ -391,8 +399,8 @@ def _row_reference(x: Any, kind: str, eps: float = 0.0) -> Any:
 # Rows at least this wide go to the wide-row kernel; narrower ones Inductor holds on chip or
 # re-reads from L2 (see ``_wide_rows_launch``).
 WIDE_ROW_BYTES = 128 * 1024
-# How many times a wide-row program polls for its row's other programs before it reads the whole
-# row itself (``rewrite_kernels.wide_rows``; shared among a launch's give-ups): in a normal run the
+# How many times a wide-row program polls for its row's other programs before it stops waiting
+# (``rewrite_kernels.wide_rows``; shared among a launch's give-ups): in a normal run the
 # last of a row's programs starts within about one program's time (tens of microseconds; a poll is
 # an L2 round trip, under a microsecond), far inside the bound.
 WIDE_ROW_SPIN = 1024

@@ -192,24 +192,6 @@ def _published_statistics(m_ptr, s_ptr, K, KP: tl.constexpr):
 
 
 @triton.jit
-def _own_statistics(x_ptr, base, N, K, KIND: tl.constexpr, CHUNK: tl.constexpr, KP: tl.constexpr):
-    """The K chunk statistics of the row at ``base``, computed by this program from the whole row:
-    each chunk as its own program computes it (same lanes, same ``_chunk_statistic``), so the
-    values are those the row's programs publish; padded to KP with (-inf, 0)."""
-    ks = tl.arange(0, KP)
-    m_all = tl.full([KP], float("-inf"), tl.float32)
-    s_all = tl.zeros([KP], tl.float32)
-    for c in range(0, K):
-        idx = c * CHUNK + tl.arange(0, CHUNK)
-        mask = idx < N
-        x = tl.load(x_ptr + base + idx, mask=mask, other=0).to(tl.float32)
-        m, s, _ = _chunk_statistic(x, mask, KIND)
-        m_all = tl.where(ks == c, m, m_all)
-        s_all = tl.where(ks == c, s, s_all)
-    return m_all, s_all
-
-
-@triton.jit
 def _apply_row_statistic(v, m_own, m_all, s_all, K, eps, KIND: tl.constexpr, KP: tl.constexpr):
     """Combine the row's chunk statistics (``m_all``, ``s_all``: padded with (-inf, 0)) and apply
     them to this chunk's ``v`` (``_chunk_statistic``; its max ``m_own``): softmax, log-softmax,
@@ -228,6 +210,12 @@ def _apply_row_statistic(v, m_own, m_all, s_all, K, eps, KIND: tl.constexpr, KP:
     return y
 
 
+# What a wide-row program that stopped waiting adds to its row's counter (``wide_rows``): above any
+# count of the row's programs (the launcher keeps a row under this many chunks).
+GAVE_UP = 1 << 20
+_GAVE_UP = tl.constexpr(GAVE_UP)
+
+
 @triton.jit
 def wide_rows(x_ptr, y_ptr, m_ptr, s_ptr, count_ptr, ROWS, N, K, eps, KIND: tl.constexpr, PHASE: tl.constexpr,
               CHUNK: tl.constexpr, KP: tl.constexpr, SPIN: tl.constexpr):
@@ -236,27 +224,28 @@ def wide_rows(x_ptr, y_ptr, m_ptr, s_ptr, count_ptr, ROWS, N, K, eps, KIND: tl.c
 
     PHASE 0 (one kernel, the GPU): a program reads its chunk once and keeps it in registers,
     publishes the chunk's statistic (``_chunk_statistic``, m_ptr/s_ptr [ROWS, K]), counts itself
-    in at count_ptr[row] (count_ptr: ROWS + 1 zeros), polls that count at most SPIN times for the
-    row's K chunks, combines them and writes its chunk of output: the row is read once however
-    wide, where a two-pass kernel reads it twice, the second time from DRAM once the rows in
-    flight outgrow L2.
+    in at count_ptr[row] (count_ptr: ROWS + 1 zeros), polls that count for the row's K chunks,
+    combines them and writes its chunk of output: the row is read once however wide, where a
+    two-pass kernel reads it twice, the second time from DRAM once the rows in flight outgrow L2.
+    ``wide_rows_retry`` follows it.
 
     No program waits without bound. CUDA promises neither that a grid's programs run at once nor
     in which order they start: another stream's kernels, MPS or green contexts can hold the
     multiprocessors that a row's other programs need, and those start only once a waiting program
-    ends. So a program whose row is still short after SPIN / (1 + give-ups so far) polls stops
-    waiting and computes the row's statistics from the whole row (``_own_statistics``: the values
-    the others publish, by the same code; slower, never blocked), and counts itself at
-    count_ptr[ROWS]. It had published its chunk and counted itself in first, so the row's other
-    programs see it arrive; the counters are zeroed by each launch, and nothing else is written.
+    ends. So a program polls at most SPIN / (1 + the launch's give-ups so far) times (where the GPU
+    is held, the rows after the first few stop waiting at once); if its row is still short, it
+    leaves its chunk's output unwritten, adds GAVE_UP to the row's counter and 1 to count_ptr[ROWS]
+    (the give-ups), and goes on. It had published its chunk and counted itself in first, so the
+    row's other programs see it arrive; once the kernel ends every statistic is published, and
+    ``wide_rows_retry`` writes the rows marked GAVE_UP from them: the same values, by the same code.
     (Not Triton's cooperative launch, ``launch_cooperative_grid=True``: it fails a grid that cannot
     all run at once rather than deadlock, but takes a persistent grid of at most that many programs,
     slower than a program per chunk on most shapes of the H200 sweep (``_wide_rows_launch``), and
-    the failed launch would still need this fallback; the interpreter ignores it.)
+    would still need a fallback where it fails.)
 
     PHASE 1 then PHASE 2 (two launches, for rows in more chunks than the GPU runs at once): the
     statistics, then the output from them, reading x again. Triton's interpreter runs programs one
-    after another: PHASE 0 runs there too, every program of a row but its last falling back.
+    after another: PHASE 0 runs there too, every program of a row but its last giving up.
     """
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
@@ -268,6 +257,8 @@ def wide_rows(x_ptr, y_ptr, m_ptr, s_ptr, count_ptr, ROWS, N, K, eps, KIND: tl.c
         row = first + i * step
         base = row.to(tl.int64) * N
         x = tl.load(x_ptr + base + idx, mask=mask, other=0).to(tl.float32)
+        if PHASE == 0:  # the launch's give-ups so far, read while the chunk loads: off the critical path
+            gave_up = tl.load(count_ptr + ROWS, volatile=True)
         m, s, v = _chunk_statistic(x, mask, KIND)  # PHASE 2: as PHASE 1 stored them
         if PHASE == 1:
             tl.store(m_ptr + row * K + chunk, m)
@@ -279,23 +270,44 @@ def wide_rows(x_ptr, y_ptr, m_ptr, s_ptr, count_ptr, ROWS, N, K, eps, KIND: tl.c
             tl.atomic_xchg((s_ptr + row * K + chunk).to(words), s.to(tl.int32, bitcast=True), sem="relaxed")
             tl.debug_barrier()
             tl.atomic_add(count_ptr + row, 1, sem="release")
-            arrived = tl.atomic_add(count_ptr + row, 0, sem="acquire")
-            # SPIN polls, shared among the launch's give-ups so far: where the GPU is held, the
-            # rows after the first few stop waiting at once, and cost a row read, not SPIN polls.
-            limit = SPIN // (1 + tl.load(count_ptr + ROWS, volatile=True))
+            arrived = tl.atomic_add(count_ptr + row, 0, sem="acquire") % _GAVE_UP
+            limit = SPIN // (1 + gave_up)
             polls = 0
             while (arrived < K) & (polls < limit):
-                arrived = tl.atomic_add(count_ptr + row, 0, sem="acquire")
+                arrived = tl.atomic_add(count_ptr + row, 0, sem="acquire") % _GAVE_UP
                 polls += 1
             tl.debug_barrier()
             if arrived < K:
+                tl.atomic_add(count_ptr + row, _GAVE_UP, sem="relaxed")
                 tl.atomic_add(count_ptr + ROWS, 1, sem="relaxed")
-                m_all, s_all = _own_statistics(x_ptr, base, N, K, KIND, CHUNK, KP)
             else:
                 m_all, s_all = _published_statistics(m_ptr + row * K, s_ptr + row * K, K, KP)
-            y = _apply_row_statistic(v, m, m_all, s_all, K, eps, KIND, KP)
-            tl.store(y_ptr + base + idx, y.to(y_ptr.dtype.element_ty), mask=mask)
+                y = _apply_row_statistic(v, m, m_all, s_all, K, eps, KIND, KP)
+                tl.store(y_ptr + base + idx, y.to(y_ptr.dtype.element_ty), mask=mask)
         if PHASE == 2:
             m_all, s_all = _published_statistics(m_ptr + row * K, s_ptr + row * K, K, KP)
             y = _apply_row_statistic(v, m, m_all, s_all, K, eps, KIND, KP)
             tl.store(y_ptr + base + idx, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def wide_rows_retry(x_ptr, y_ptr, m_ptr, s_ptr, count_ptr, ROWS, N, K, eps, KIND: tl.constexpr,
+                    CHUNK: tl.constexpr, KP: tl.constexpr, BLOCK_ROWS: tl.constexpr):
+    """After ``wide_rows``' PHASE 0, on the same stream: program p reads the counters of rows
+    p * BLOCK_ROWS, ... and writes every chunk of each row marked GAVE_UP (a program of it stopped
+    waiting) from the published statistics, as PHASE 2 does; where no program gave up (the usual
+    case), one load a program."""
+    first = tl.program_id(0) * BLOCK_ROWS
+    rows = first + tl.arange(0, BLOCK_ROWS)
+    if tl.max(tl.load(count_ptr + rows, mask=rows < ROWS, other=0), 0) >= _GAVE_UP:
+        for row in range(first, tl.minimum(first + BLOCK_ROWS, ROWS)):
+            if tl.load(count_ptr + row) >= _GAVE_UP:
+                base = tl.cast(row, tl.int64) * N  # the loop variable: a Python int in the interpreter
+                m_all, s_all = _published_statistics(m_ptr + row * K, s_ptr + row * K, K, KP)
+                for chunk in range(0, K):
+                    idx = chunk * CHUNK + tl.arange(0, CHUNK)
+                    mask = idx < N
+                    x = tl.load(x_ptr + base + idx, mask=mask, other=0).to(tl.float32)
+                    m, s, v = _chunk_statistic(x, mask, KIND)
+                    y = _apply_row_statistic(v, m, m_all, s_all, K, eps, KIND, KP)
+                    tl.store(y_ptr + base + idx, y.to(y_ptr.dtype.element_ty), mask=mask)
