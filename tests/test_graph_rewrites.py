@@ -283,7 +283,8 @@ def _assert_rows_match(y: torch.Tensor, x: torch.Tensor, kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ["softmax", "log_softmax", "l1_normalize", "l2_normalize"])
-@pytest.mark.parametrize("spin, programs", [(0, None), (1, 10)])  # (1, 10): two programs a chunk, each walking rows
+# (1, 10): two programs a chunk, each walking rows; 20: past the 16 polls after which the bound is shared.
+@pytest.mark.parametrize("spin, programs", [(0, None), (1, 10), (20, None)])
 def test_the_wide_row_kernel_that_stops_waiting_leaves_its_chunk_to_the_retry(interpreter, kind, spin, programs):
     """The one-kernel form, in which a program polls for its row's other programs at most ``spin``
     times: the interpreter runs programs one after another, so every program of a row but its last

@@ -265,7 +265,7 @@ def _wide_rows_run(x: Any, kind: str, eps: float = 0.0, *, chunk: int | None = N
         # multiprocessors would leave most of its programs to the retry. The interpreter runs
         # programs one after another: all but a row's last would.
         one_kernel = os.environ.get("TRITON_INTERPRET") != "1" and k <= (multiprocessors or k)
-    if not one_kernel or k >= rewrite_kernels.GAVE_UP:
+    if not one_kernel or k * rewrite_kernels.GAVE_UP >= 2**31:  # a row's give-ups must fit its int32 counter
         for phase in (1, 2):
             rewrite_kernels.wide_rows[(programs,)](x, y, m, s, m, rows, n, k, float(eps), PHASE=phase, **flags)
         return y, None
