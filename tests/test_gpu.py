@@ -168,11 +168,11 @@ def test_the_wide_row_rewrite_matches_float64_at_gpu_sizes(kind: str, shape: tup
 @pytest.mark.parametrize("kind, spin", [("softmax", None), ("l2_normalize", None), ("log_softmax", 0)])
 def test_the_wide_row_kernel_finishes_while_another_stream_holds_the_gpu(kind: str, spin) -> None:
     """Another stream's kernel holds all but 2 multiprocessors, room for at most 4 of the wide-row
-    kernel's programs (2 a multiprocessor, by registers), fewer than a row's 8: its programs cannot all run at once, and those running must stop
-    waiting for the others (the kernel before the bound waited for the other kernel's end: here,
-    the watchdog's). It finishes in time, the chunks of programs that gave up written by the retry,
-    and matches float64; ``spin=0`` forces that fallback wherever a row's programs are not all in at
-    the first poll, the GPU not held."""
+    kernel's programs (2 a multiprocessor, by registers), fewer than a row's 8: a row's programs
+    cannot all run at once, and those running must stop waiting for the others (the kernel before
+    the bound waited for the other kernel's end: here, the watchdog's). It finishes in time, the
+    chunks of programs that gave up written by the retry, and matches float64; ``spin=0`` forces
+    that fallback wherever a row's programs are not all in at the first poll, the GPU not held."""
     import torch
     from gpu_hold import finished_within, gpu_held
 
