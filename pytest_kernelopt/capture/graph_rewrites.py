@@ -199,7 +199,7 @@ def group_norm() -> Any:
 
 def _wide_rows_launch(n: int, multiprocessors: int) -> tuple[int, int]:
     """(CHUNK, num_warps) for rows of ``n`` elements: each program holds CHUNK of a row, 64 a thread,
-    in at most ``multiprocessors`` programs a row (the kernel's condition for them all to run at once).
+    in at most ``multiprocessors`` programs a row (so that, on a GPU not shared, they can all run at once).
 
     H200, triton 3.6, 2026-12-03 (``bench/wide_rows_gpu.py --sweep``, 40 configurations on 8 shapes):
     8192 elements in 4 warps, one program per chunk of every row, was the fastest or within 10% of
