@@ -1,6 +1,7 @@
 """The wide-row kernel (``graph_rewrites.launch_wide_rows``) against a copy and Inductor, per shape and configuration.
 
     cd bench && python wide_rows_gpu.py [--rounds 2] [--only softmax,...] [--json OUT.json]
+        [--quick] [--shapes N] [--previous OLD_rewrite_kernels.py] [--held]
 
 Per shape: ``x.clone()`` (the bytes the operation must move: the copy limit, this run),
 the operation compiled by Inductor (default and max-autotune), and the kernel under
@@ -13,12 +14,17 @@ float64 relative to its largest magnitude. Chooses ``_wide_rows_launch``'s defau
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import sys
+import time
+from pathlib import Path
 
 import torch
 import triton
 
-from pytest_kernelopt.capture.graph_rewrites import launch_wide_rows
+from pytest_kernelopt.capture import rewrite_kernels
+from pytest_kernelopt.capture.graph_rewrites import _multiprocessors, _wide_rows_launch, _wide_rows_run, launch_wide_rows
 from rewrites_gpu import timed
 
 OPS = {
@@ -38,16 +44,60 @@ SHAPES = SWEEP[:4] + [("softmax", (65536, 32768), torch.float32), ("l2_normalize
 CONFIGS = [(4096, 4), (8192, 4), (8192, 8), (16384, 8)]
 
 
+def previous_launch(path: str):
+    """A launcher of ``path``'s ``wide_rows`` (a ``rewrite_kernels.py`` from before the spin bound:
+    no SPIN) in its one-kernel form at the default launch."""
+    spec = importlib.util.spec_from_file_location("previous_rewrite_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def launch(x, kind):
+        n = x.shape[-1]
+        rows = x.numel() // n
+        chunk, warps = _wide_rows_launch(n, _multiprocessors(x.device))
+        k = triton.cdiv(n, chunk)
+        y = torch.empty_like(x)
+        m = torch.empty(rows * k, device=x.device, dtype=torch.float32)
+        s = torch.empty_like(m)
+        count = torch.zeros(rows, device=x.device, dtype=torch.int32)
+        module.wide_rows[(rows * k,)](x, y, m, s, count, rows, n, k, 0.0, KIND=rewrite_kernels.ROW_KINDS.index(kind),
+                                      PHASE=0, CHUNK=chunk, KP=triton.next_power_of_2(k), num_warps=warps)
+        return y
+
+    return launch
+
+
+def held_seconds(fn, limit: float = 10.0) -> tuple[float | None, object]:
+    """``fn``'s wall time while another stream holds the GPU (``gpu_held``), None past ``limit``
+    seconds; and what it returned."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from gpu_hold import finished_within, gpu_held
+
+    fn()
+    torch.cuda.synchronize()
+    with gpu_held(free=2):
+        start = time.perf_counter()
+        out = fn()
+        done = finished_within(limit)
+        took = time.perf_counter() - start
+    return (took if done else None), out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--only", default="")
     parser.add_argument("--json")
     parser.add_argument("--sweep", action="store_true", help="every configuration on the first sweep's shapes")
+    parser.add_argument("--quick", action="store_true", help="the copy and the default launch only")
+    parser.add_argument("--shapes", type=int, default=0, help="only the first N shapes (after --only)")
+    parser.add_argument("--previous", help="an older rewrite_kernels.py, timed beside this one")
+    parser.add_argument("--held", action="store_true", help="also each kernel while another stream holds the GPU")
     args = parser.parse_args()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     table = []
-    shapes = SWEEP if args.sweep else SHAPES
+    shapes = [s for s in (SWEEP if args.sweep else SHAPES) if not args.only or s[0] in args.only.split(",")]
+    shapes = shapes[:args.shapes or None]
     for kind, shape, dtype in shapes:
         if args.only and kind not in args.only.split(","):
             continue
@@ -59,11 +109,15 @@ def main() -> int:
         scale = ref.abs().max().item()
         variants = {"copy": lambda: x.clone()}
         for label, mode in (("inductor default", None), ("inductor max-autotune", "max-autotune-no-cudagraphs")):
-            compiled = torch.compile(fn, mode=mode)
-            variants[label] = (lambda f: lambda: f(x))(compiled)
+            if not args.quick:
+                compiled = torch.compile(fn, mode=mode)
+                variants[label] = (lambda f: lambda: f(x))(compiled)
         n, rows = shape[-1], x.numel() // shape[-1]
         variants["wide default"] = lambda: launch_wide_rows(x, kind)
-        for chunk in (2048, 4096, 8192, 16384):
+        if args.previous:
+            previous = previous_launch(args.previous)
+            variants["previous default"] = lambda: previous(x, kind)
+        for chunk in (2048, 4096, 8192, 16384) if not args.quick else ():
             k = triton.cdiv(n, chunk)
             if k > sms:
                 continue
@@ -80,8 +134,20 @@ def main() -> int:
                                 chunk, warps, programs)
         print(f"== {kind} {tuple(shape)} {dtype}: {len(variants)} variants", flush=True)
         errors, times = timed(variants, ref, scale, args.rounds)
+        fallbacks = sum(int(_wide_rows_run(x, kind)[1][-1]) for _ in range(20))
+        print(f"  programs that stopped waiting in 20 default launches: {fallbacks} "
+              f"of {20 * rows * triton.cdiv(n, _wide_rows_launch(n, sms)[0])}", flush=True)
+        if args.held:
+            runs = {"wide default": lambda: _wide_rows_run(x, kind)}
+            if args.previous:
+                runs["previous default"] = variants["previous default"]
+            for name, run in runs.items():
+                took, out = held_seconds(run)
+                gave_up = f", {int(out[1][-1])} programs stopped waiting" if isinstance(out, tuple) else ""
+                print(f"  {name} with the GPU held: " + ("did not finish within 10 s" if took is None
+                                                          else f"{took * 1e3:.1f} ms") + gave_up, flush=True)
         copy = times["copy"]
-        best_inductor = times["inductor max-autotune"]
+        best_inductor = times.get("inductor max-autotune", copy)
         for name, t in sorted(times.items(), key=lambda kv: kv[1]):
             row = dict(kind=kind, shape=list(shape), dtype=str(dtype), variant=name, us=t, of_copy=copy / t,
                        vs_max_autotune=best_inductor / t, error=errors.get(name))
@@ -100,9 +166,15 @@ def main() -> int:
         wide = [r for r in rows if r["variant"].startswith("wide")]
         if wide:
             best = min(wide, key=lambda r: r["us"])
-            ind = next(r for r in rows if r["variant"] == "inductor max-autotune")
-            print(f"{kind:13s} {str(tuple(shape)):18s} {str(dtype)[6:]:9s} max-autotune {ind['of_copy']:.3f} of copy; "
-                  f"best {best['variant']} {best['of_copy']:.3f} of copy, {best['vs_max_autotune']:.3f}x")
+            ind = next((r for r in rows if r["variant"] == "inductor max-autotune"), None)
+            if ind:
+                print(f"{kind:13s} {str(tuple(shape)):18s} {str(dtype)[6:]:9s} max-autotune {ind['of_copy']:.3f} of copy; "
+                      f"best {best['variant']} {best['of_copy']:.3f} of copy, {best['vs_max_autotune']:.3f}x")
+            prev = next((r for r in rows if r["variant"] == "previous default"), None)
+            if prev:
+                new = next(r for r in rows if r["variant"] == "wide default")
+                print(f"{kind:13s} {str(tuple(shape)):18s} {str(dtype)[6:]:9s} previous {prev['us']:.1f} us, "
+                      f"now {new['us']:.1f} us: {prev['us'] / new['us']:.3f}x")
     return 0
 
 

@@ -163,3 +163,39 @@ def test_the_wide_row_rewrite_matches_float64_at_gpu_sizes(kind: str, shape: tup
             allowed = 2 * (eager - ref)[finite].abs().max() + torch.finfo(x.dtype).eps * ref[finite].abs()
             excess = ((out - ref)[finite].abs() - allowed).max().item()
             assert excess <= 0, (rows, excess)
+
+
+@pytest.mark.parametrize("kind, spin", [("softmax", None), ("l2_normalize", None), ("log_softmax", 0)])
+def test_the_wide_row_kernel_finishes_while_another_stream_holds_the_gpu(kind: str, spin) -> None:
+    """Another stream's kernel holds all but 2 multiprocessors, room for at most 4 of the wide-row
+    kernel's programs (2 a multiprocessor, by registers), fewer than a row's 8: a row's programs
+    cannot all run at once, and those running must stop waiting for the others (the kernel before
+    the bound waited for the other kernel's end: here, the watchdog's). It finishes in time, the
+    chunks of programs that gave up written by the retry, and matches float64; ``spin=0`` forces
+    that fallback wherever a row's programs are not all in at the first poll, the GPU not held."""
+    import torch
+    from gpu_hold import finished_within, gpu_held
+
+    from pytest_kernelopt.capture.graph_rewrites import _row_reference, _wide_rows_run
+    from pytest_kernelopt.capture.rewrite_kernels import GAVE_UP
+
+    torch.manual_seed(0)
+    x = torch.randn(64, 65536, device="cuda") * 3
+    _wide_rows_run(x, kind, spin=spin)  # compiled before the GPU is held
+    torch.cuda.synchronize()
+    if spin is None:
+        with gpu_held(free=2):
+            y, count = _wide_rows_run(x, kind)
+            in_time = finished_within(20)
+    else:
+        y, count = _wide_rows_run(x, kind, spin=spin)
+        in_time = finished_within(20)
+    assert in_time, "the wide-row kernel did not finish within 20 s"
+    assert count is not None and count[:-1].remainder(GAVE_UP).eq(8).all()
+    # Held: a row's first programs to run cannot see it complete, so at least one a row gave up.
+    assert count[-1].item() >= (x.shape[0] if spin is None else 1), count[-1].item()
+    assert count[:-1].div(GAVE_UP, rounding_mode="floor").sum().item() == count[-1].item()
+    ref, eager = _row_reference(x.double(), kind), _row_reference(x, kind).double()
+    allowed = 2 * (eager - ref).abs().amax(-1, keepdim=True) + torch.finfo(x.dtype).eps * ref.abs()
+    excess = ((y.double() - ref).abs() - allowed).max().item()
+    assert excess <= 0, excess

@@ -252,22 +252,59 @@ def test_the_group_norm_rewrite_folds_the_activation_that_follows(interpreter, m
 def test_the_wide_row_kernel_matches_float64(interpreter, kind, shape, chunk, dtype):
     """Each row split into chunks whose statistics are combined: within twice eager's error of float64;
     a row of -inf (softmax) or zeros (norms) gives NaN where eager does, a row half -inf keeps its -inf."""
-    from pytest_kernelopt.capture.graph_rewrites import _row_reference, launch_wide_rows
+    from pytest_kernelopt.capture.graph_rewrites import launch_wide_rows
 
+    x = _wide_rows_input(shape, kind, dtype)
+    _assert_rows_match(launch_wide_rows(x, kind, chunk=chunk, num_warps=1), x, kind)
+
+
+def _wide_rows_input(shape: tuple, kind: str, dtype: torch.dtype) -> torch.Tensor:
+    """Rows of 3 * randn, the first all -inf (softmax) or zeros (norms), the second half so."""
     torch.manual_seed(0)
     x = (torch.randn(shape) * 3).to(dtype)
     x[0] = float("-inf") if "softmax" in kind else 0
     x[1, ..., : shape[-1] // 2] = float("-inf") if "softmax" in kind else 0
-    y = launch_wide_rows(x, kind, chunk=chunk, num_warps=1)
+    return x
+
+
+def _assert_rows_match(y: torch.Tensor, x: torch.Tensor, kind: str) -> None:
+    """``y`` against float64 element by element: eager's worst error twice, plus one rounding step of
+    the output's dtype (the kernel's float32 value and eager's may round to neighbouring values);
+    NaN where eager gives NaN (the first row), infinities equal."""
+    from pytest_kernelopt.capture.graph_rewrites import _row_reference
+
     ref, eager = _row_reference(x.double(), kind), _row_reference(x, kind).double()
-    assert y.dtype == dtype and y.shape == x.shape
+    assert y.dtype == x.dtype and y.shape == x.shape
     assert torch.equal(y.isnan(), eager.isnan()) and y[0].isnan().all()
     finite = ref.isfinite()
     assert torch.equal(y.double()[~finite & ~ref.isnan()], ref[~finite & ~ref.isnan()])
-    # Element by element: eager's worst error twice, plus one rounding step of the output's dtype
-    # (the kernel's float32 value and eager's may round to neighbouring values).
-    allowed = 2 * (eager - ref)[finite].abs().max() + torch.finfo(dtype).eps * ref[finite].abs()
+    allowed = 2 * (eager - ref)[finite].abs().max() + torch.finfo(x.dtype).eps * ref[finite].abs()
     assert ((y.double() - ref)[finite].abs() <= allowed).all()
+
+
+@pytest.mark.parametrize("kind", ["softmax", "log_softmax", "l1_normalize", "l2_normalize"])
+# (1, 10): two programs a chunk, each walking rows; 20: past the 16 polls after which the bound is shared.
+@pytest.mark.parametrize("spin, programs", [(0, None), (1, 10), (20, None)])
+def test_the_wide_row_kernel_that_stops_waiting_leaves_its_chunk_to_the_retry(interpreter, kind, spin, programs):
+    """The one-kernel form, in which a program polls for its row's other programs at most ``spin``
+    times: the interpreter runs programs one after another, so every program of a row but its last
+    stops waiting (the kernel before the bound spun here forever) and ``wide_rows_retry`` writes
+    their chunks. The same values as the two-launch form, bit for bit, within the float64 bound; the
+    counters show each give-up, and a second launch starts from zeroed counters."""
+    from pytest_kernelopt.capture.graph_rewrites import _wide_rows_run
+    from pytest_kernelopt.capture.rewrite_kernels import GAVE_UP
+
+    shape, chunk, k = (5, 300), 64, 5
+    x = _wide_rows_input(shape, kind, torch.float32)
+    two, none = _wide_rows_run(x, kind, chunk=chunk, num_warps=1, one_kernel=False)
+    assert none is None
+    for _ in range(2):
+        y, count = _wide_rows_run(x, kind, chunk=chunk, num_warps=1, programs=programs, one_kernel=True, spin=spin)
+        assert (count[:-1] % GAVE_UP).tolist() == [k] * shape[0]  # every program counted in once
+        assert (count[:-1] // GAVE_UP).tolist() == [k - 1] * shape[0]  # all but each row's last gave up
+        assert count[-1].item() == (k - 1) * shape[0]
+        torch.testing.assert_close(y, two, rtol=0, atol=0, equal_nan=True)  # bit for bit
+        _assert_rows_match(y, x, kind)
 
 
 F = torch.nn.functional

@@ -199,7 +199,7 @@ def group_norm() -> Any:
 
 def _wide_rows_launch(n: int, multiprocessors: int) -> tuple[int, int]:
     """(CHUNK, num_warps) for rows of ``n`` elements: each program holds CHUNK of a row, 64 a thread,
-    in at most ``multiprocessors`` programs a row (the kernel's condition for them all to run at once).
+    in at most ``multiprocessors`` programs a row (so that, on a GPU not shared, they can all run at once).
 
     H200, triton 3.6, 2026-12-03 (``bench/wide_rows_gpu.py --sweep``, 40 configurations on 8 shapes):
     8192 elements in 4 warps, one program per chunk of every row, was the fastest or within 10% of
@@ -217,15 +217,27 @@ def _wide_rows_launch(n: int, multiprocessors: int) -> tuple[int, int]:
 
 
 def launch_wide_rows(x: Any, kind: str, eps: float = 0.0, *, chunk: int | None = None, num_warps: int | None = None,
-                     programs: int | None = None) -> Any:
+                     programs: int | None = None, one_kernel: bool | None = None, spin: int | None = None) -> Any:
     """Softmax, log-softmax, L1 or L2 normalisation (``rewrite_kernels.ROW_KINDS``; the norms divide
     by max(norm, eps)) of each row along ``x``'s last axis, each row read once by programs that share
     it; a new contiguous tensor.
 
     ``programs``: how many programs walk the rows (a multiple of the chunks per row; default one per
-    chunk of every row). Triton's interpreter, and rows in more chunks than the GPU has
-    multiprocessors, get the two-launch form (``wide_rows``' PHASE 1, 2: the row read twice).
+    chunk of every row). ``one_kernel`` (default: on a GPU whose multiprocessors outnumber a row's
+    chunks): the one-kernel form, in which a program waits for its row's other programs at most
+    ``spin`` polls (default ``WIDE_ROW_SPIN``), and a second launch writes the chunks of programs
+    that stopped waiting; otherwise the two-launch form (``wide_rows``' PHASE 1, 2: the row read twice).
     """
+    return _wide_rows_run(x, kind, eps, chunk=chunk, num_warps=num_warps, programs=programs,
+                          one_kernel=one_kernel, spin=spin)[0]
+
+
+def _wide_rows_run(x: Any, kind: str, eps: float = 0.0, *, chunk: int | None = None, num_warps: int | None = None,
+                   programs: int | None = None, one_kernel: bool | None = None,
+                   spin: int | None = None) -> tuple[Any, Any]:
+    """``launch_wide_rows``, and the one-kernel form's counters (None for two launches): int32
+    [rows + 1], each row's programs (plus ``rewrite_kernels.GAVE_UP`` for each that stopped waiting),
+    then how many programs stopped waiting (their chunks written by ``wide_rows_retry``)."""
     import torch
     import triton
 
@@ -234,10 +246,11 @@ def launch_wide_rows(x: Any, kind: str, eps: float = 0.0, *, chunk: int | None =
     x = x.contiguous()
     y = torch.empty_like(x)
     if x.numel() == 0:
-        return y
+        return y, None
     n = x.shape[-1]
     rows = x.numel() // n
-    chunk0, warps0 = _wide_rows_launch(n, _multiprocessors(x.device) or 1 << 20)
+    multiprocessors = _multiprocessors(x.device)
+    chunk0, warps0 = _wide_rows_launch(n, multiprocessors or 1 << 20)
     chunk = chunk or chunk0
     k = triton.cdiv(n, chunk)
     programs = programs or rows * k
@@ -246,15 +259,26 @@ def launch_wide_rows(x: Any, kind: str, eps: float = 0.0, *, chunk: int | None =
     m = torch.empty(rows * k, device=x.device, dtype=torch.float32)
     s = torch.empty_like(m)
     flags = dict(KIND=rewrite_kernels.ROW_KINDS.index(kind), CHUNK=chunk, KP=triton.next_power_of_2(k),
-                 num_warps=num_warps or warps0)
-    # The one-kernel form needs a row's programs all running at once: at most one a multiprocessor.
-    if os.environ.get("TRITON_INTERPRET") == "1" or k > (_multiprocessors(x.device) or k):
+                 SPIN=WIDE_ROW_SPIN if spin is None else spin, num_warps=num_warps or warps0)
+    if one_kernel is None:
+        # Speed, not safety (no program waits without bound): a row in more chunks than the GPU has
+        # multiprocessors would leave most of its programs to the retry. The interpreter runs
+        # programs one after another: all but a row's last would.
+        one_kernel = os.environ.get("TRITON_INTERPRET") != "1" and k <= (multiprocessors or k)
+    if not one_kernel or k * rewrite_kernels.GAVE_UP >= 2**31:  # a row's give-ups must fit its int32 counter
         for phase in (1, 2):
             rewrite_kernels.wide_rows[(programs,)](x, y, m, s, m, rows, n, k, float(eps), PHASE=phase, **flags)
-        return y
-    count = torch.zeros(rows, device=x.device, dtype=torch.int32)
+        return y, None
+    count = torch.zeros(rows + 1, device=x.device, dtype=torch.int32)  # zeroed per launch: nothing carries over
     rewrite_kernels.wide_rows[(programs,)](x, y, m, s, count, rows, n, k, float(eps), PHASE=0, **flags)
-    return y
+    del flags["SPIN"]
+    rewrite_kernels.wide_rows_retry[(triton.cdiv(rows, _RETRY_ROWS),)](x, y, m, s, count, rows, n, k, float(eps),
+                                                                       BLOCK_ROWS=_RETRY_ROWS, **flags)
+    return y, count
+
+
+# Rows whose counters one ``wide_rows_retry`` program reads (one vector load where none gave up).
+_RETRY_ROWS = 1024
 
 
 _GROUP_NORM_ARGS = ("input", "num_groups", "weight", "bias", "eps")
@@ -375,6 +399,11 @@ def _row_reference(x: Any, kind: str, eps: float = 0.0) -> Any:
 # Rows at least this wide go to the wide-row kernel; narrower ones Inductor holds on chip or
 # re-reads from L2 (see ``_wide_rows_launch``).
 WIDE_ROW_BYTES = 128 * 1024
+# How many times a wide-row program polls for its row's other programs before it stops waiting
+# (``rewrite_kernels.wide_rows``; shared among a launch's give-ups): in a normal run the
+# last of a row's programs starts within about one program's time (tens of microseconds; a poll is
+# an L2 round trip, under a microsecond), far inside the bound.
+WIDE_ROW_SPIN = 1024
 
 
 def _arg(node: Any, index: int, name: str, default: Any = None) -> Any:

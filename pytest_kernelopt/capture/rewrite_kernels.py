@@ -181,44 +181,74 @@ def _chunk_statistic(x, mask, KIND: tl.constexpr):
 
 
 @triton.jit
-def _apply_row_statistic(v, m_own, m_ptr, s_ptr, K, eps, KIND: tl.constexpr, KP: tl.constexpr):
-    """Combine the row's K chunk statistics (read through L2: other programs wrote them) and apply
-    them to this chunk's ``v`` (``_chunk_statistic``; its max ``m_own``): softmax, log-softmax,
-    x / max(sum|x|, eps) or x / max(sqrt(sum x^2), eps) (a NaN norm stays NaN)."""
+def _published_statistics(m_ptr, s_ptr, K, KP: tl.constexpr):
+    """The K chunk statistics of a row as its programs published them (read through L2: other
+    programs wrote them); padded to KP with (-inf, 0)."""
     ks = tl.arange(0, KP)
     live = ks < K
-    s = tl.load(s_ptr + ks, mask=live, other=0, cache_modifier=".cg")
+    m_all = tl.load(m_ptr + ks, mask=live, other=float("-inf"), cache_modifier=".cg")
+    s_all = tl.load(s_ptr + ks, mask=live, other=0, cache_modifier=".cg")
+    return m_all, s_all
+
+
+@triton.jit
+def _apply_row_statistic(v, m_own, m_all, s_all, K, eps, KIND: tl.constexpr, KP: tl.constexpr):
+    """Combine the row's chunk statistics (``m_all``, ``s_all``: padded with (-inf, 0)) and apply
+    them to this chunk's ``v`` (``_chunk_statistic``; its max ``m_own``): softmax, log-softmax,
+    x / max(sum|x|, eps) or x / max(sqrt(sum x^2), eps) (a NaN norm stays NaN)."""
     if KIND <= 1:
-        m = tl.load(m_ptr + ks, mask=live, other=float("-inf"), cache_modifier=".cg")
-        row_max = tl.max(m, 0)
+        row_max = tl.max(m_all, 0)
         shift = tl.where(row_max == float("-inf"), 0, row_max)
-        total = tl.sum(tl.where(live, s * tl.exp(m - shift), 0), 0)
+        total = tl.sum(tl.where(tl.arange(0, KP) < K, s_all * tl.exp(m_all - shift), 0), 0)
         if KIND == 0:  # exp(x - row max) / total = exp(x - m_own) * exp(m_own - row max) / total
             y = v * (tl.exp(m_own - row_max) / total)
         else:
             y = v - row_max - tl.log(total)
     else:
-        norm = tl.sum(s, 0) if KIND == 2 else tl.sqrt(tl.sum(s, 0))
+        norm = tl.sum(s_all, 0) if KIND == 2 else tl.sqrt(tl.sum(s_all, 0))
         y = v / tl.where(norm < eps, eps, norm)
     return y
 
 
+# What a wide-row program that stopped waiting adds to its row's counter (``wide_rows``): above any
+# count of the row's programs (the launcher keeps a row under this many chunks).
+GAVE_UP = 1 << 20
+_GAVE_UP = tl.constexpr(GAVE_UP)
+# After this many polls a waiting program reads the launch's give-ups, and shares SPIN among them.
+_SHARE_AFTER = tl.constexpr(16)
+
+
 @triton.jit
 def wide_rows(x_ptr, y_ptr, m_ptr, s_ptr, count_ptr, ROWS, N, K, eps, KIND: tl.constexpr, PHASE: tl.constexpr,
-              CHUNK: tl.constexpr, KP: tl.constexpr):
+              CHUNK: tl.constexpr, KP: tl.constexpr, SPIN: tl.constexpr):
     """x, y: contiguous [ROWS, N]; each row is split into K chunks of CHUNK elements, chunk c of
     a row handled by the programs with id % K == c, which walk rows pid // K, + programs / K, ...
 
     PHASE 0 (one kernel, the GPU): a program reads its chunk once and keeps it in registers,
     publishes the chunk's statistic (``_chunk_statistic``, m_ptr/s_ptr [ROWS, K]), counts itself
-    in at count_ptr[row] (zeroed), waits until the row's K chunks are in, combines them and writes
-    its chunk of output: the row is read once however wide, where a two-pass kernel reads it twice,
-    the second time from DRAM once the rows in flight outgrow L2. The K programs of a row have
-    consecutive ids and wait only on each other, so the GPU, which starts programs in id order,
-    always has them all running (K is at most the multiprocessor count).
+    in at count_ptr[row] (count_ptr: ROWS + 1 zeros), polls that count for the row's K chunks,
+    combines them and writes its chunk of output: the row is read once however wide, where a
+    two-pass kernel reads it twice, the second time from DRAM once the rows in flight outgrow L2.
+    ``wide_rows_retry`` follows it.
 
-    PHASE 1 then PHASE 2 (two launches, for Triton's interpreter, which runs programs one after
-    another): the statistics, then the output from them, reading x again.
+    No program waits without bound. CUDA promises neither that a grid's programs run at once nor
+    in which order they start: another stream's kernels, MPS or green contexts can hold the
+    multiprocessors that a row's other programs need, and those start only once a waiting program
+    ends. So a program polls at most SPIN times, and past 16 polls at most SPIN / (1 + the launch's
+    give-ups so far) (where the GPU is held, the rows after the first few wait 16 polls, not SPIN);
+    if its row is still short, it
+    leaves its chunk's output unwritten, adds GAVE_UP to the row's counter and 1 to count_ptr[ROWS]
+    (the give-ups), and goes on. It had published its chunk and counted itself in first, so the
+    row's other programs see it arrive; once the kernel ends every statistic is published, and
+    ``wide_rows_retry`` writes the rows marked GAVE_UP from them: the same values, by the same code.
+    (Not Triton's cooperative launch, ``launch_cooperative_grid=True``: it fails a grid that cannot
+    all run at once rather than deadlock, but takes a persistent grid of at most that many programs,
+    slower than a program per chunk on most shapes of the H200 sweep (``_wide_rows_launch``), and
+    would still need a fallback where it fails.)
+
+    PHASE 1 then PHASE 2 (two launches, for rows in more chunks than the GPU runs at once): the
+    statistics, then the output from them, reading x again. Triton's interpreter runs programs one
+    after another: PHASE 0 runs there too, every program of a row but its last giving up.
     """
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
@@ -235,14 +265,55 @@ def wide_rows(x_ptr, y_ptr, m_ptr, s_ptr, count_ptr, ROWS, N, K, eps, KIND: tl.c
             tl.store(m_ptr + row * K + chunk, m)
             tl.store(s_ptr + row * K + chunk, s)
         if PHASE == 0:
-            tl.atomic_xchg(m_ptr + row * K + chunk, m, sem="relaxed")
-            tl.atomic_xchg(s_ptr + row * K + chunk, s, sem="relaxed")
+            # As 32-bit integers: the same exchange on the GPU, and one Triton 3.7's interpreter has.
+            words = tl.pointer_type(tl.int32)
+            tl.atomic_xchg((m_ptr + row * K + chunk).to(words), m.to(tl.int32, bitcast=True), sem="relaxed")
+            tl.atomic_xchg((s_ptr + row * K + chunk).to(words), s.to(tl.int32, bitcast=True), sem="relaxed")
             tl.debug_barrier()
             tl.atomic_add(count_ptr + row, 1, sem="release")
-            arrived = tl.atomic_add(count_ptr + row, 0, sem="acquire")
-            while arrived < K:
-                arrived = tl.atomic_add(count_ptr + row, 0, sem="acquire")
+            arrived = tl.atomic_add(count_ptr + row, 0, sem="acquire") % _GAVE_UP
+            limit = tl.full([], SPIN, tl.int32)
+            polls = 0
+            while (arrived < K) & (polls < limit):
+                arrived = tl.atomic_add(count_ptr + row, 0, sem="acquire") % _GAVE_UP
+                polls += 1
+                # Read while waiting anyway, off the critical path: the same load on every program's
+                # path (in a version that also read whole rows in the kernel) measured 0.73-0.81x of
+                # the unbounded kernel on the H200, about one L2 round trip more a program.
+                if polls == _SHARE_AFTER:
+                    limit = SPIN // (1 + tl.load(count_ptr + ROWS, volatile=True))
             tl.debug_barrier()
-        if PHASE != 1:
-            y = _apply_row_statistic(v, m, m_ptr + row * K, s_ptr + row * K, K, eps, KIND, KP)
+            if arrived < K:
+                tl.atomic_add(count_ptr + row, _GAVE_UP, sem="relaxed")
+                tl.atomic_add(count_ptr + ROWS, 1, sem="relaxed")
+            else:
+                m_all, s_all = _published_statistics(m_ptr + row * K, s_ptr + row * K, K, KP)
+                y = _apply_row_statistic(v, m, m_all, s_all, K, eps, KIND, KP)
+                tl.store(y_ptr + base + idx, y.to(y_ptr.dtype.element_ty), mask=mask)
+        if PHASE == 2:
+            m_all, s_all = _published_statistics(m_ptr + row * K, s_ptr + row * K, K, KP)
+            y = _apply_row_statistic(v, m, m_all, s_all, K, eps, KIND, KP)
             tl.store(y_ptr + base + idx, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def wide_rows_retry(x_ptr, y_ptr, m_ptr, s_ptr, count_ptr, ROWS, N, K, eps, KIND: tl.constexpr,
+                    CHUNK: tl.constexpr, KP: tl.constexpr, BLOCK_ROWS: tl.constexpr):
+    """After ``wide_rows``' PHASE 0, on the same stream: program p reads the counters of rows
+    p * BLOCK_ROWS, ... and writes every chunk of each row marked GAVE_UP (a program of it stopped
+    waiting) from the published statistics, as PHASE 2 does; where no program gave up (the usual
+    case), one load a program."""
+    first = tl.program_id(0) * BLOCK_ROWS
+    rows = first + tl.arange(0, BLOCK_ROWS)
+    if tl.max(tl.load(count_ptr + rows, mask=rows < ROWS, other=0), 0) >= _GAVE_UP:
+        for row in range(first, tl.minimum(first + BLOCK_ROWS, ROWS)):
+            if tl.load(count_ptr + row) >= _GAVE_UP:
+                base = tl.cast(row, tl.int64) * N  # the loop variable: a Python int in the interpreter
+                m_all, s_all = _published_statistics(m_ptr + row * K, s_ptr + row * K, K, KP)
+                for chunk in range(0, K):
+                    idx = chunk * CHUNK + tl.arange(0, CHUNK)
+                    mask = idx < N
+                    x = tl.load(x_ptr + base + idx, mask=mask, other=0).to(tl.float32)
+                    m, s, v = _chunk_statistic(x, mask, KIND)
+                    y = _apply_row_statistic(v, m, m_all, s_all, K, eps, KIND, KP)
+                    tl.store(y_ptr + base + idx, y.to(y_ptr.dtype.element_ty), mask=mask)
