@@ -124,3 +124,47 @@ def test_a_rewrite_wrong_only_on_structured_inputs_is_rejected_and_not_stored(so
                      r"compile is finite|positions differ from the default compile)", trial.reason), trial.reason
     assert not outcome.stored and outcome.chosen is None and store.compile_variant("softmax_rows") is None
     assert not (tmp_path / "attack" / "kernels" / "softmax_rows" / "model.json").exists()
+
+
+def _baking(model):
+    """A pre-grad pass that replaces the model's ``weight`` parameter by a constant of its values now."""
+    import torch
+
+    def bake(graph) -> None:
+        for node in list(graph.nodes):
+            if node.op == "placeholder" and node.name.endswith("_weight_"):
+                with graph.inserting_after(node):
+                    const = graph.call_function(torch.tensor, (model.weight.detach().tolist(),),
+                                                {"dtype": model.weight.dtype})
+                node.replace_all_uses_with(const)
+
+    return bake
+
+
+@pytest.mark.slow
+def test_a_setting_that_bakes_the_weights_in_is_rejected_on_a_draw_with_other_weights(interpreter, monkeypatch):
+    """Weights are varied on half the draws, for both compiles and the reference: an honest setting still
+    passes (both compiles read the live parameters), one that folded the session's weights into its
+    graph does not; the weights are put back bit for bit either way."""
+    from pytest_kernelopt.capture import variants
+    from pytest_kernelopt.verify import compile_check, tensors
+    from pytest_kernelopt.verify.pipeline import open_problem
+    from pytest_kernelopt.verify.prepared import StageFailure, weight_sums
+    from pytest_kernelopt.verify.protocol import OpenRequest
+
+    prepared, _ = open_problem(OpenRequest(problem=str(RMS), device=interpreter, seeds=[5]))
+    rows = compile_check.compile_stage(prepared, LOOPED, error_factor=4.0, reduced_precision=False)
+    assert sorted(d.split(" ")[0] for d in rows.draws) == sorted(tensors.STRESS_VARIANTS), rows.describe()
+    assert sum("weights varied (seed" in d for d in rows.draws) == len(tensors.STRESS_VARIANTS) // 2
+    assert weight_sums(prepared.compiled.model) == prepared.weights
+
+    monkeypatch.setitem(variants.VARIANTS, "test-baked-weights", variants.CompileVariant(
+        "test-baked-weights", None, {"pre_grad_custom_pass": _baking(prepared.compiled.model), "fx_graph_cache": False}))
+    kinds = tensors.STRESS_VARIANTS
+    monkeypatch.setattr(tensors, "STRESS_VARIANTS", ())  # the seeded runs alone: the session's weights, exact
+    assert compile_check.compile_stage(prepared, "test-baked-weights", 4.0, False).worst <= 1.0
+    monkeypatch.setattr(tensors, "STRESS_VARIANTS", kinds)
+    with pytest.raises(StageFailure, match=r"draw '\w+' \(input seed \d+, transform seed \d+, weights varied "
+                                           r"\(seed \d+\)\), output 0 against the float64 reference: \d+ of"):
+        compile_check.compile_stage(prepared, "test-baked-weights", 4.0, False)
+    assert weight_sums(prepared.compiled.model) == prepared.weights

@@ -181,7 +181,8 @@ def _draws(prepared: Prepared, variant: str, default: Any, chosen: Any, rule: Nu
 
     entropy = prepared.entropy
     order = entropy.shuffled(list(tensors.STRESS_VARIANTS))  # read now: the kinds listed when the check runs
-    varied = set(order[entropy.below(2)::2])  # weights varied on every other draw, which ones drawn
+    # Weights varied on every other draw (one at least), which ones drawn.
+    varied = set(order[entropy.below(min(2, len(order))):][::2]) if order else set()
     model = prepared.compiled.model
     for kind in order:
         seed, transform, weight_seed = entropy.input_seed(), entropy.seed(), entropy.seed()
