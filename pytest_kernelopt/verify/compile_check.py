@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 from typing import Any, Iterator
 
 from ..records import SeedErrors, Timing
@@ -205,6 +206,13 @@ def _draws(prepared: Prepared, variant: str, default: Any, chosen: Any, rule: Nu
             if floating and not any(_any_finite(b) for b in floating):
                 rows.skipped.append(f"{label}: the default compile returns no finite number")
                 continue
+            again = functools.partial(_drawn, prepared, seed, kind, transform)  # the same inputs, drawn anew
+            # The reference first (it takes the inputs' place), then the setting on the inputs drawn anew:
+            # one draw's inputs and one float64 copy at a time, as when the session opened.
+            refs = _reference(prepared, inputs, again, len(base), rows)
+            references = [_draw_reference(b, r) for b, r in zip(base, refs)]
+            del inputs, refs, base, floating
+            inputs = again()
             try:
                 with torch.no_grad():
                     outs = [t.clone() for t in flatten(chosen(*inputs))]
@@ -213,15 +221,14 @@ def _draws(prepared: Prepared, variant: str, default: Any, chosen: Any, rule: Nu
             except Exception as exc:
                 raise StageFailure(f"{where}: the model compiled as {variant!r} raised, the default compile did not: "
                                    f"{type(exc).__name__}: {_short(exc)}") from exc
-            if len(outs) != len(base):
-                raise StageFailure(f"{where}: the model compiled as {variant!r} returned {len(outs)} tensors "
-                                   f"instead of {len(base)}")
-            refs = _reference(prepared, inputs, lambda: _drawn(prepared, seed, kind, transform), len(base), rows)
             del inputs
+        if len(outs) != len(references):
+            raise StageFailure(f"{where}: the model compiled as {variant!r} returned {len(outs)} tensors "
+                               f"instead of {len(references)}")
         row = SeedErrors(seed=seed, candidate_vs_fp64=0.0, baseline_vs_fp64=0.0, scale=0.0, model_ratio=0.0)
-        for k, (c, b, ref) in enumerate(zip(outs, base, refs)):
-            _judge(c, _draw_reference(b, ref), rule, f"{where}, output {k}", row, rows)
-        del outs, base, refs
+        for k, (c, r) in enumerate(zip(outs, references)):
+            _judge(c, r, rule, f"{where}, output {k}", row, rows)
+        del outs, references
         rows.draws.append(label)
 
 
