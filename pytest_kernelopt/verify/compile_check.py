@@ -41,7 +41,7 @@ from typing import Any, Iterator
 
 from ..records import SeedErrors, Timing
 from . import tensors
-from .model import OutputReference, _float64_outputs, _output_reference, flatten, judge_output, rebase
+from .model import OutputReference, _float64_outputs, _output_reference, _scale, flatten, judge_output, rebase
 from .numerics import NumericsRule
 from .prepared import Prepared, StageFailure
 
@@ -103,12 +103,13 @@ class CompileRows(list):
     draws: list[str]  # draws judged, "kind (input seed S[, weights varied])"
     skipped: list[str]  # "kind (why)": the default compile raised on it, or gave no finite output
     reference_note: str | None  # why the draws' reference is the fp32 eager model (None: float64)
+    weights_note: str | None  # why no draw varied the weights (None: some did)
     worst: float  # the worst element's error as a fraction of its allowance, seeds and draws
 
     def __init__(self, rows: Any = ()) -> None:
         super().__init__(rows)
         self.draws, self.skipped = [], []
-        self.reference_note = None
+        self.reference_note = self.weights_note = None
         self.worst = 0.0
 
     def describe(self) -> str:
@@ -120,6 +121,8 @@ class CompileRows(list):
             text += f"; skipped: {'; '.join(self.skipped)}"
         text += (f"; the draws judged against the fp32 eager model ({self.reference_note})" if self.reference_note
                  else "; each against float64")
+        if self.weights_note:
+            text += f"; {self.weights_note}"
         return text
 
 
@@ -185,6 +188,8 @@ def _draws(prepared: Prepared, variant: str, default: Any, chosen: Any, rule: Nu
     # Weights varied on every other draw (one at least), which ones drawn.
     varied = set(order[entropy.below(min(2, len(order))):][::2]) if order else set()
     model = prepared.compiled.model
+    if order and not _parameters(model):
+        rows.weights_note = "weights not varied: the model has no floating-point parameter"
     for kind in order:
         seed, transform, weight_seed = entropy.input_seed(), entropy.seed(), entropy.seed()
         inputs = _drawn(prepared, seed, kind, transform)
@@ -311,23 +316,23 @@ def _varied_weights(model: Any, seed: int, vary: bool) -> Iterator[str]:
     frozen into the graph), so both, and the float64 copy made inside the block, see the same."""
     import torch
 
-    params = [p for p in model.parameters() if p.dtype.is_floating_point] if vary else []
+    params = _parameters(model) if vary else []
     if not params:
-        yield ", weights varied: the model has no floating-point parameter" if vary else ""
+        yield ""
         return
     before = [tensors.checksum(p) for p in params]
-    table: dict[Any, Any] = {}  # the factors, on each parameter's device
+    # A parameter within a factor 4 of its dtype's largest value gets signs only (x 4 would overflow):
+    # decided on the values as they were, so that undoing it takes the same factors.
+    signs_only = [bool(_scale(p.detach()) * 4.0 > torch.finfo(p.dtype).max) for p in params]
 
     def apply(inverse: bool) -> None:
         with torch.no_grad():
             for k, p in enumerate(params):
-                device = p.device
-                if device not in table:
-                    table[device] = torch.tensor(_FACTORS, device=device)
-                gen = torch.Generator(device=device).manual_seed(seed + k)
+                factors = torch.tensor(_FACTORS[:2] if signs_only[k] else _FACTORS, device=p.device)
+                gen = torch.Generator(device=p.device).manual_seed(seed + k)
                 for piece in tensors.views(p.data):
-                    factor = table[device][torch.randint(0, len(_FACTORS), piece.shape, generator=gen,
-                                                         device=device)].to(piece.dtype)
+                    pick = torch.randint(0, len(factors), piece.shape, generator=gen, device=p.device)
+                    factor = factors[pick].to(piece.dtype)
                     piece.div_(factor) if inverse else piece.mul_(factor)
 
     apply(False)
@@ -337,6 +342,12 @@ def _varied_weights(model: Any, seed: int, vary: bool) -> Iterator[str]:
         apply(True)
         if [tensors.checksum(p) for p in params] != before:  # an overflow: the verifier's own failure
             raise RuntimeError("the model's weights were not restored exactly after a weight draw of the compile check")
+
+
+def _parameters(model: Any) -> list[Any]:
+    """The model's floating-point parameters (what a weight draw varies; buffers such as running
+    statistics are left as they are)."""
+    return [p for p in model.parameters() if p.dtype.is_floating_point]
 
 
 def _short(exc: BaseException) -> str:
