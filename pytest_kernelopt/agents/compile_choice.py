@@ -3,9 +3,10 @@
 Before any kernel is searched, the whole model is compiled under each of Inductor's
 settings in the catalogue (``capture/variants.py``'s ``MODEL_VARIANTS``: max-autotune with its
 Triton GEMM and convolution templates, and with 2-D tiling; ``--compile-variants`` names others) and each is
-verified like a kernel (``VerifySession.verify_compile``): every output element against
-float64 with the default compile's own error as the allowance, then timed against the
-default compile, paired, in one session. The fastest that the speed rule accepts (faster
+checked (``VerifySession.verify_compile``, ``verify/compile_check.py``): every output element, on the
+seeded inputs and on one input draw of every kind the kernel stage draws (weights varied on half of
+them), against float64 with the default compile's own error on the same inputs as the allowance,
+then timed against the default compile, paired, in one session. The fastest that the speed rule accepts (faster
 beyond noise, by at least the model-level gain) becomes ``model.json``'s ``compile``;
 when none is, a stored choice that no longer wins is removed; committed kernels keep the
 compile they were tuned on (:func:`choose`). The kernel search then runs

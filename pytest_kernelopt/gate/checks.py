@@ -193,8 +193,9 @@ class Checks:
         item.prop("status", "committed" if replacements or problem.variant is not None else "baseline")
 
     def _check_compile(self, item: ModelItem, problem: Problem) -> None:
-        """model.json's compile setting, verified like a kernel: the model compiled under it against float64
-        (the default compile's error allowed) and, on a GPU, not slower than the default compile."""
+        """model.json's compile setting (``verify/compile_check.py``): the model compiled under it against float64
+        on the seeds and every input draw (the default compile's error allowed) and, on a GPU, not slower than
+        the default compile."""
         variant = problem.variant
         assert variant is not None
         where = f"{self.store.model_dir(problem.id) / 'model.json'}: compile {variant!r}"

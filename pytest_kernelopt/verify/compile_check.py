@@ -1,10 +1,29 @@
 """The model compiled under other settings (``capture/variants.py``) against the default compile.
 
-A model's compile choice (``model.json``'s ``compile``) is verified like a kernel: the
-whole model compiled under the variant, every output element judged against the float64
-reference by the model stage's rule with the *default* compile's own error as the
-allowance (a variant may reorder a reduction as the compiler does, not be less exact),
-and timed against the default compile, paired and interleaved, in one run.
+A compile setting, graph rewrites included (``max-autotune-rewrites``), has no single
+kernel to compare launch by launch, so it is judged on the whole model's outputs, on the
+same inputs as a kernel:
+
+* **the seeded runs**: the session's seeds (``get_inputs()`` under each), every output
+  element against that seed's float64 reference (computed when the session opened);
+* **the input draws**: one per kind of :data:`.tensors.STRESS_VARIANTS` (whatever kinds
+  it lists when the check runs), in a drawn order, each on inputs drawn under a seed of
+  its own, fresh for this check, every floating-point input turned in place into that kind
+  by :func:`.tensors.stress`; on about half of them (drawn which) the model's
+  floating-point parameters are varied in place, for both compiles and the reference
+  alike (each element times +-1, +-2 or +-4, drawn; undone exactly afterwards). Each
+  draw's float64 reference is the eager model in float64 on those inputs and weights.
+
+Every output element is judged by the model stage's rule (:class:`.numerics.NumericsRule`,
+:func:`.model.judge_output`): its error against float64 may exceed the *default* compile's
+own error envelope on the same inputs by at most the error factor (a setting may reorder a
+reduction as the compiler does, not be less exact), NaN/Inf exactly where the default
+compile has them, integer outputs equal. A draw on which the default compile raises, or
+returns no finite floating-point element, is skipped and named; where the float64 reference
+is NaN/Inf and the default compile finite (nothing to judge against), the default compile's
+value stands in. If the float64 model cannot run (on the device, then on the CPU), the fp32
+eager model is the reference for the draws, and the detail says so. The setting is then
+timed against the default compile, paired and interleaved, in one run.
 
 The session holds one side already: opened under the defaults (``kernelopt tune``, which
 tries several variants in one session), the variant is compiled here; opened under the
@@ -15,11 +34,14 @@ its own so that Dynamo does not reuse the session's graphs.
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from typing import Any
+import functools
+from typing import Any, Iterator
 
 from ..records import SeedErrors, Timing
-from .model import flatten, judge_output, rebase
+from . import tensors
+from .model import OutputReference, _float64_outputs, _output_reference, _scale, flatten, judge_output, rebase
 from .numerics import NumericsRule
 from .prepared import Prepared, StageFailure
 
@@ -75,13 +97,43 @@ def _other(prepared: Prepared, variant: str | None) -> Any:
     return other
 
 
-def compile_stage(prepared: Prepared, variant: str, error_factor: float, reduced_precision: bool) -> list[SeedErrors]:
-    """Every seed's outputs of the variant's compile against float64, the default compile's error allowed."""
+class CompileRows(list):
+    """The compile check's rows (one :class:`SeedErrors` per seed), with what its input draws did."""
+
+    draws: list[str]  # draws judged, "kind (input seed S[, weights varied])"
+    skipped: list[str]  # "kind (why)": the default compile raised on it, or gave no finite output
+    reference_note: str | None  # why the draws' reference is the fp32 eager model (None: float64)
+    weights_note: str | None  # why no draw varied the weights (None: some did)
+    worst: float  # the worst element's error as a fraction of its allowance, seeds and draws
+
+    def __init__(self, rows: Any = ()) -> None:
+        super().__init__(rows)
+        self.draws, self.skipped = [], []
+        self.reference_note = self.weights_note = None
+        self.worst = 0.0
+
+    def describe(self) -> str:
+        """One phrase for the stage's detail: the draws judged and skipped, and their reference."""
+        text = f"{len(self.draws)} input draw(s)"
+        if self.draws:
+            text += f": {', '.join(self.draws)}"
+        if self.skipped:
+            text += f"; skipped: {'; '.join(self.skipped)}"
+        text += (f"; the draws judged against the fp32 eager model ({self.reference_note})" if self.reference_note
+                 else "; each against float64")
+        if self.weights_note:
+            text += f"; {self.weights_note}"
+        return text
+
+
+def compile_stage(prepared: Prepared, variant: str, error_factor: float, reduced_precision: bool) -> CompileRows:
+    """The variant's compile against float64 on every seed, then on every input draw; the default
+    compile's own error on the same inputs is the allowance (see the module's docstring)."""
     import torch
 
     default, chosen = _sides(prepared, variant)
     rule = NumericsRule(error_factor=error_factor, reduced_precision=reduced_precision)
-    rows = []
+    rows = CompileRows()
     for seed in prepared.seeds:
         inputs = prepared.inputs(seed)
         try:
@@ -92,7 +144,7 @@ def compile_stage(prepared: Prepared, variant: str, error_factor: float, reduced
             raise
         except Exception as exc:
             raise StageFailure(f"the model compiled as {variant!r} raised on seed {seed}: {type(exc).__name__}: "
-                               f"{str(exc).strip()[:200]}") from exc
+                               f"{_short(exc)}") from exc
         prepared.check_inputs(seed, inputs)
         del inputs
         refs = prepared.references[seed].outputs
@@ -103,20 +155,204 @@ def compile_stage(prepared: Prepared, variant: str, error_factor: float, reduced
         for k, (c, r) in enumerate(zip(outs, refs)):
             if base is not None:  # the session's references judge its own compile: take the default's error
                 r = rebase(copy.copy(r), base[k])
-            try:
-                j = judge_output(c, r, rule, f"seed {seed}, output {k}", baseline="the default compile")
-            except StageFailure as failure:
-                failure.errors = [row]
-                raise
-            if j is None:
-                continue
-            row.candidate_vs_fp64 = max(row.candidate_vs_fp64 or 0.0, j.max_abs)
-            row.baseline_vs_fp64 = max(row.baseline_vs_fp64 or 0.0, r.baseline_err)
-            row.scale = max(row.scale or 0.0, r.scale)
-            row.model_ratio = max(row.model_ratio or 0.0, j.worst_ratio)
+            _judge(c, r, rule, f"seed {seed}, output {k}", row, rows)
         del outs, base
         rows.append(row)
+    _draws(prepared, variant, default, chosen, rule, rows)
     return rows
+
+
+def _judge(c: Any, r: OutputReference, rule: NumericsRule, what: str, row: SeedErrors, rows: CompileRows) -> None:
+    """One output by the model stage's rule, the default compile's envelope the allowance; figures into ``row``."""
+    try:
+        j = judge_output(c, r, rule, what, baseline="the default compile")
+    except StageFailure as failure:
+        failure.errors = [row]
+        raise
+    if j is None:
+        return  # an integer output, equal to the default compile's
+    row.candidate_vs_fp64 = max(row.candidate_vs_fp64 or 0.0, j.max_abs)
+    row.baseline_vs_fp64 = max(row.baseline_vs_fp64 or 0.0, r.baseline_err)
+    row.scale = max(row.scale or 0.0, r.scale)
+    row.model_ratio = max(row.model_ratio or 0.0, j.worst_ratio)
+    rows.worst = max(rows.worst, j.worst_ratio)
+
+
+def _draws(prepared: Prepared, variant: str, default: Any, chosen: Any, rule: NumericsRule,
+           rows: CompileRows) -> None:
+    """Every kind of input draw, one run of each compile and one float64 reference each."""
+    import torch
+
+    entropy = prepared.entropy
+    order = entropy.shuffled(list(tensors.STRESS_VARIANTS))  # read now: the kinds listed when the check runs
+    # Weights varied on every other draw (one at least), which ones drawn.
+    varied = set(order[entropy.below(min(2, len(order))):][::2]) if order else set()
+    model = prepared.compiled.model
+    if order and not _parameters(model):
+        rows.weights_note = "weights not varied: the model has no floating-point parameter"
+    for kind in order:
+        seed, transform, weight_seed = entropy.input_seed(), entropy.seed(), entropy.seed()
+        inputs = _drawn(prepared, seed, kind, transform)
+        if inputs is None:
+            rows.skipped.append("every draw (no floating-point model input)")
+            return
+        with _varied_weights(model, weight_seed, kind in varied) as note:
+            label = f"{kind} (input seed {seed}{note})"
+            where = f"draw {kind!r} (input seed {seed}, transform seed {transform}{note})"
+            try:
+                with torch.no_grad():
+                    base = [t.clone() for t in flatten(default(*inputs))]
+            except torch.OutOfMemoryError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the model itself rejects these inputs
+                rows.skipped.append(f"{label}: the default compile raises on it ({type(exc).__name__})")
+                continue
+            floating = [b for b in base if b.dtype.is_floating_point]
+            if floating and not any(_any_finite(b) for b in floating):
+                rows.skipped.append(f"{label}: the default compile returns no finite number")
+                continue
+            again = functools.partial(_drawn, prepared, seed, kind, transform)  # the same inputs, drawn anew
+            # The reference first (it takes the inputs' place), then the setting on the inputs drawn anew:
+            # one draw's inputs and one float64 copy at a time, as when the session opened.
+            refs = _reference(prepared, inputs, again, len(base), rows)
+            references = [_draw_reference(b, r) for b, r in zip(base, refs)]
+            del inputs, refs, base, floating
+            inputs = again()
+            try:
+                with torch.no_grad():
+                    outs = [t.clone() for t in flatten(chosen(*inputs))]
+            except torch.OutOfMemoryError:
+                raise
+            except Exception as exc:
+                raise StageFailure(f"{where}: the model compiled as {variant!r} raised, the default compile did not: "
+                                   f"{type(exc).__name__}: {_short(exc)}") from exc
+            del inputs
+        if len(outs) != len(references):
+            raise StageFailure(f"{where}: the model compiled as {variant!r} returned {len(outs)} tensors "
+                               f"instead of {len(references)}")
+        row = SeedErrors(seed=seed, candidate_vs_fp64=0.0, baseline_vs_fp64=0.0, scale=0.0, model_ratio=0.0)
+        for k, (c, r) in enumerate(zip(outs, references)):
+            _judge(c, r, rule, f"{where}, output {k}", row, rows)
+        del outs, references
+        rows.draws.append(label)
+
+
+def _drawn(prepared: Prepared, seed: int, kind: str, transform: int) -> list[Any] | None:
+    """The inputs drawn under ``seed``, each floating-point tensor turned into ``kind`` (None: there is none)."""
+    import torch
+
+    inputs = prepared.inputs(seed)
+    tensors_in = [x for x in inputs if isinstance(x, torch.Tensor)]  # Python numbers pass as they are
+    if not any(x.dtype.is_floating_point for x in tensors_in):
+        return None
+    seen: set[tuple[int, Any]] = set()
+    for k, x in enumerate(tensors_in):
+        key = (x.data_ptr(), x.dtype)
+        if key not in seen:  # one tensor passed twice is transformed once
+            seen.add(key)
+            tensors.stress(x, kind, transform + k)
+    return inputs
+
+
+def _reference(prepared: Prepared, inputs: list[Any], again: Any, count: int, rows: CompileRows) -> list[Any]:
+    """The draw's reference outputs: the eager model in float64 (on the device, else the CPU), else in fp32.
+
+    ``inputs`` is emptied (the float64 copy takes its place); ``again()`` draws them anew where a
+    fallback needs them. Once float64 has failed, the later draws go straight to fp32 (said once).
+    """
+    import torch
+
+    model, device = prepared.compiled.model, prepared.device
+    if rows.reference_note is None:
+        try:
+            out = _float64_outputs(model, inputs, device)
+        except torch.OutOfMemoryError:
+            if device == "cuda":
+                torch.cuda.empty_cache()
+            try:  # not enough device memory: the same in float64 on the CPU, slower
+                out = _float64_outputs(model, again(), "cpu")
+            except Exception as exc:  # noqa: BLE001 - any failure falls back, and says so
+                rows.reference_note = f"float64 failed on the CPU too: {type(exc).__name__}: {_short(exc)}"
+                out = None
+        except Exception as exc:  # noqa: BLE001 - a model that has no float64 path
+            rows.reference_note = f"float64 reference failed: {type(exc).__name__}: {_short(exc)}"
+            out = None
+        if out is not None and len(out) != count:
+            rows.reference_note = f"the float64 model returned {len(out)} tensors, the compiled one {count}"
+            out = None
+        if out is not None:
+            return out
+    with torch.no_grad():
+        return [t.detach().clone() for t in flatten(model(*(inputs or again())))]
+
+
+def _draw_reference(base: Any, ref: Any) -> OutputReference:
+    """``base`` (the default compile's output) judged against ``ref``; where ``ref`` is NaN/Inf and ``base``
+    finite, ``base`` stands in (no finite value to judge against; the candidate is still held to its mask)."""
+    import torch
+
+    ref = ref.to(base.device)
+    if base.dtype.is_floating_point and tensors.any_nonfinite(ref):
+        ref = torch.where(torch.isfinite(ref) | ~torch.isfinite(base), ref, base.to(ref.dtype))
+    return _output_reference(base, ref)
+
+
+def _any_finite(t: Any) -> bool:
+    import torch
+
+    return any(bool(torch.isfinite(flat).any()) for (flat,) in tensors.chunks(t))
+
+
+# Factors a varied weight element is multiplied by: powers of two with either sign, so that
+# dividing by the same factor afterwards gives back the very bits (barring overflow, checked).
+_FACTORS = (1.0, -1.0, 2.0, -2.0, 4.0, -4.0)
+
+
+@contextlib.contextmanager
+def _varied_weights(model: Any, seed: int, vary: bool) -> Iterator[str]:
+    """While the block runs, every floating-point parameter of ``model`` times a factor per element
+    (:data:`_FACTORS`, drawn from ``seed``); put back bit for bit afterwards. Yields the phrase that
+    says so for the detail ("" when not varied). Both compiles read the module's parameters (not
+    frozen into the graph), so both, and the float64 copy made inside the block, see the same."""
+    import torch
+
+    params = _parameters(model) if vary else []
+    if not params:
+        yield ""
+        return
+    before = [tensors.checksum(p) for p in params]
+    # A parameter within a factor 4 of its dtype's largest value gets signs only (x 4 would overflow):
+    # decided on the values as they were, so that undoing it takes the same factors.
+    signs_only = [bool(_scale(p.detach()) * 4.0 > torch.finfo(p.dtype).max) for p in params]
+
+    def apply(inverse: bool) -> None:
+        with torch.no_grad():
+            for k, p in enumerate(params):
+                factors = torch.tensor(_FACTORS[:2] if signs_only[k] else _FACTORS, device=p.device)
+                gen = torch.Generator(device=p.device).manual_seed(seed + k)
+                for piece in tensors.views(p.data):
+                    pick = torch.randint(0, len(factors), piece.shape, generator=gen, device=p.device)
+                    factor = factors[pick].to(piece.dtype)
+                    piece.div_(factor) if inverse else piece.mul_(factor)
+
+    apply(False)
+    try:
+        yield f", weights varied (seed {seed})"
+    finally:
+        apply(True)
+        if [tensors.checksum(p) for p in params] != before:  # an overflow: the verifier's own failure
+            raise RuntimeError("the model's weights were not restored exactly after a weight draw of the compile check")
+
+
+def _parameters(model: Any) -> list[Any]:
+    """The model's floating-point parameters (what a weight draw varies; buffers such as running
+    statistics are left as they are)."""
+    return [p for p in model.parameters() if p.dtype.is_floating_point]
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else ""
 
 
 def compile_speed(prepared: Prepared, variant: str, model_seconds: float) -> Timing:

@@ -194,11 +194,11 @@ def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], N
             rows = compile_check.compile_stage(prepared, variant, request.error_factor,
                                                request.allow_reduced_precision)
             worst = max(rows, key=lambda r: r.candidate_vs_fp64 or 0.0)
-            ratio = max((r.model_ratio or 0.0) for r in rows)
-            return (f"{len(rows)} seed(s): the model compiled as {variant!r} has every output element within its "
-                    f"allowance against the reference, the default compile's own error (the worst at {ratio:.2g} "
-                    f"of its allowance; max abs error {worst.candidate_vs_fp64:.3g}, default compile "
-                    f"{worst.baseline_vs_fp64:.3g})"), {"errors": rows}
+            return ((f"{len(rows)} seed(s) and {rows.describe()}: the model compiled as {variant!r} has every "
+                     f"output element within its allowance against the reference, the default compile's own error "
+                     f"on the same inputs (the worst at {rows.worst:.2g} of its allowance; on the seeds max abs error "
+                     f"{worst.candidate_vs_fp64:.3g}, default compile {worst.baseline_vs_fp64:.3g})"),
+                    {"errors": list(rows)})
         if not stage("model", model) or prepared.device != "cuda" or not request.measure_speed:
             return
 
