@@ -67,11 +67,6 @@ class VerifySessions:
                 item.prop("open_seconds", round(time.monotonic() - started, 2))
         return session
 
-    @property
-    def open_problems(self) -> list[Path]:
-        """The problems whose sessions (and workers) are open now."""
-        return list(self._open)
-
     def item_done(self, problem: Problem) -> None:
         """An item of ``problem`` has run (whatever its outcome): after its last, its session is closed."""
         self._left[problem.path] -= 1

@@ -93,10 +93,10 @@ def compile_once(problem: Problem, device: str, store: Any) -> Problem:
 
 
 def release_memory(device: str) -> None:
-    """Give back what compiling and running a model left in this process: Dynamo's caches (they keep
-    the compiled graph, and through it the model), unreachable objects, and on a GPU the blocks
-    torch's caching allocator keeps reserved after the tensors died (other processes, such as the
-    verification workers, cannot use them otherwise)."""
+    """Give back what compiling and running a model left in this process: Dynamo's caches (the last
+    compile's graphs and guards), unreachable objects, and on a GPU the blocks torch's caching
+    allocator keeps reserved after the tensors died (other processes, such as the verification
+    workers, cannot use them otherwise)."""
     import gc
 
     import torch
