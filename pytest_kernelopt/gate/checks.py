@@ -17,7 +17,9 @@ Each item records its figures as properties (:meth:`GateItem.prop`) and fails wi
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from ..errors import KerneloptError
@@ -29,12 +31,26 @@ from .torch_warnings import internal_warnings_ignored
 
 
 class VerifySessions:
-    """One verification session per problem, shared by its items; the first item pays for opening it."""
+    """One verification session per problem, shared by its items; the first item pays for opening it.
+
+    A session's worker holds its problem's device memory (the compiled model, the float64
+    references, a base revision), which the next problem may need whole: the session is
+    closed as soon as its problem's last item has run, counted per problem when collection
+    ends (:meth:`expect`), so items of problems run interleaved (``-p`` plugins that reorder,
+    a ``conftest.py``) close each session after its own last item, not at the next problem.
+    An item that runs again after that (a rerun plugin) reopens it; :meth:`close` at the
+    end of the run stops whatever is still open.
+    """
 
     def __init__(self, device: str, options: Any):
         self.device = device
         self.options = options  # verify.VerifyOptions
         self._open: dict[Any, Any] = {}
+        self._left: Counter[Path] = Counter()  # per problem path: its items still to run
+
+    def expect(self, problems: Iterable[Problem]) -> None:
+        """The problems of the items that will run, one entry per item (after ``-k``, ``--lf``, deselection)."""
+        self._left = Counter(problem.path for problem in problems)
 
     def get(self, problem: Problem, item: Any) -> Any:
         from ..verify import VerifySession
@@ -51,10 +67,19 @@ class VerifySessions:
                 item.prop("open_seconds", round(time.monotonic() - started, 2))
         return session
 
-    def close(self) -> None:
-        for session in self._open.values():
-            session.close()
-        self._open.clear()
+    def item_done(self, problem: Problem) -> None:
+        """An item of ``problem`` has run (whatever its outcome): after its last, its session is closed."""
+        self._left[problem.path] -= 1
+        if self._left[problem.path] <= 0:
+            del self._left[problem.path]
+            self.close(problem.path)
+
+    def close(self, path: Path | None = None) -> None:
+        """Stop the session of the problem at ``path`` (None: every open session)."""
+        for key in [path] if path is not None else list(self._open):
+            session = self._open.pop(key, None)
+            if session is not None:
+                session.close()
 
 
 class Checks:
@@ -83,7 +108,7 @@ class Checks:
     def kernel(self, item: KernelItem) -> None:
         problem, kernel = item.problem, item.name
         self._start(problem, item)
-        info = problem.compiled.kernel(kernel).info
+        info = problem.info(kernel)
         item.prop("model", problem.id)
         try:
             # The whole folder (every version against its sha256, no file the manifest does not
@@ -132,7 +157,7 @@ class Checks:
                 continue
             if found is None:
                 continue
-            if found.manifest.fingerprint != problem.compiled.kernel(kernel).info.fingerprint:
+            if found.manifest.fingerprint != problem.info(kernel).fingerprint:
                 stale_kernels.append(kernel)
             else:
                 from ..verify import source_of

@@ -13,15 +13,21 @@ from .torch_warnings import internal_warnings_ignored
 
 @dataclass
 class Problem:
-    """One problem file, and (after :func:`compile_once`) its compiled model and Triton kernels."""
+    """One problem file, and (after :func:`compile_once`) its Triton kernels' records."""
 
     path: Path
     id: str  # the kernel store's model id: the file's stem (kernels/<id>/)
-    compiled: Any = None
+    # Each Triton kernel's record (name, fingerprint, arguments); the live compiled model is
+    # not kept: its worker compiles the problem again (see compile_once).
+    infos: dict[str, Any] = field(default_factory=dict)
     error: str | None = None  # why its items fail without being checked
     kernels: list[str] = field(default_factory=list)
     loaded: bool = False
     variant: str | None = None  # model.json's compile settings (capture/variants.py), None: the defaults
+
+    def info(self, kernel: str) -> Any:
+        """The record (``records.KernelInfo``) of the Triton kernel ``kernel``, as compiled at collection."""
+        return self.infos[kernel]
 
 
 def find_problems(globs: list[str] | None, settings: Any, rootpath: Path) -> dict[Path, Problem]:
@@ -59,7 +65,12 @@ def compile_once(problem: Problem, device: str, store: Any) -> Problem:
     """Compile the problem once, under ``model.json``'s compile settings, to know its kernels (each xdist
     worker does this); an error is kept, not raised. A ``model.json`` that gives no usable setting (broken,
     or a name this version does not know) fails the model item, naming it; the kernels are the default
-    compile's then."""
+    compile's then.
+
+    Only the kernels' records are kept: the compiled model, its weights and inputs and Inductor's
+    caches are released before the next problem compiles (:func:`release_memory`), so collecting
+    many full-size problems holds no device memory in this process while their workers verify.
+    """
     from ..capture import compile_problem
     from ..capture.problem import load_problem
 
@@ -71,8 +82,28 @@ def compile_once(problem: Problem, device: str, store: Any) -> Problem:
             problem.variant = None
         try:
             with internal_warnings_ignored():
-                problem.compiled = compile_problem(load_problem(problem.path), device, variant=problem.variant)
-            problem.kernels = list(problem.compiled.kernels)
+                compiled = compile_problem(load_problem(problem.path), device, variant=problem.variant)
+            problem.infos = {name: handle.info for name, handle in compiled.kernels.items()}
+            problem.kernels = list(problem.infos)
+            del compiled
         except KerneloptError as exc:
             problem.error = str(exc)
+        finally:
+            release_memory(device)
     return problem
+
+
+def release_memory(device: str) -> None:
+    """Give back what compiling and running a model left in this process: Dynamo's caches (the last
+    compile's graphs and guards), unreachable objects, and on a GPU the blocks torch's caching
+    allocator keeps reserved after the tensors died (other processes, such as the verification
+    workers, cannot use them otherwise)."""
+    import gc
+
+    import torch
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    gc.collect()
+    if device == "cuda" and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()

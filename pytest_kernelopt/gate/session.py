@@ -17,7 +17,7 @@ import pytest
 from ..errors import KerneloptError
 from .base import BaseRef
 from .checks import Checks, VerifySessions
-from .items import ProblemFile
+from .items import GateItem, ProblemFile
 from .options import read_options
 from .output import GateOutput
 from .problems import Problem, compile_once, find_problems
@@ -109,6 +109,19 @@ class GateSession:
     def load(self, problem: Problem) -> Problem:
         """Compile the problem once, to know its kernels (each xdist worker does this)."""
         return compile_once(problem, self.device, self._store())
+
+    # --- the items that will run, and each as it ends: one problem's memory at a time ----
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Count each problem's items that will run here, so that its session closes after the last."""
+        self.checks.sessions.expect(item.problem for item in session.items if isinstance(item, GateItem))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        """After a problem's last item (passed, failed or skipped), its verification worker is stopped,
+        which gives its device memory back before the next problem's worker opens."""
+        if isinstance(item, GateItem):
+            self.checks.sessions.item_done(item.problem)
 
     # --- after each item, and at the end (the controller under xdist) ------------------
 

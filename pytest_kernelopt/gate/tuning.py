@@ -66,7 +66,7 @@ class Tuning:
 
         try:
             stale = stale_kernels(self.store(), problem.id,
-                                  {n: problem.compiled.kernel(n).info.fingerprint for n in problem.kernels})
+                                  {n: problem.info(n).fingerprint for n in problem.kernels})
         except KerneloptError:
             return  # a broken store: the items fail naming the file
         if not stale:

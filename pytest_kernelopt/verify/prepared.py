@@ -29,19 +29,58 @@ class VerifierOutOfMemory(Exception):
 
 
 def out_of_memory(exc: BaseException, what: str) -> VerifierOutOfMemory:
-    import re
-
+    """torch's out-of-memory error in the verifier, in words: what this worker held, what the failed
+    allocation asked, what was free on the device then and of how much, what other processes held,
+    and the way out. Free memory and the total come from torch's message (the figures at the time of
+    the failure), else from the driver now."""
     import torch
 
-    held = torch.cuda.memory_allocated() if torch.cuda.is_available() else 0
-    asked = 0
-    m = re.search(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB)", str(exc))
-    if m:
-        asked = float(m.group(1)) * {"GiB": 1 << 30, "MiB": 1 << 20, "KiB": 1 << 10}[m.group(2)]
-    total = torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 0
+    text = str(exc)
+    asked = _size_in(text, r"Tried to allocate {size}") or 0.0
+    free = _size_in(text, r"of which {size} is free")
+    total = _size_in(text, r"total capacity of {size}")
+    this_process = _size_in(text, r"this process has {size} memory in use")  # CUDA's context included
+    held = _size_in(text, r"Of the allocated memory {size} is allocated by PyTorch")
+    reserved = 0.0
+    if torch.cuda.is_available():
+        held = held if held is not None else float(torch.cuda.memory_allocated())
+        reserved = float(torch.cuda.memory_reserved())
+        if free is None or total is None:
+            try:
+                now_free, now_total = torch.cuda.mem_get_info()
+            except RuntimeError:  # the driver would not say: the total is still known
+                now_free, now_total = None, torch.cuda.get_device_properties(0).total_memory
+            free = free if free is not None else now_free
+            total = total if total is not None else float(now_total)
+    held = held or 0.0
+    parts = [f"needed about {_gib(held + asked)} (this worker held {_gib(held)} and asked for {_gib(asked)} more)"]
+    if total:
+        parts.append(f"{_gib(free)} of the GPU's {_gib(total)} were free" if free is not None
+                     else f"the GPU has {_gib(total)}")
+        if free is not None:
+            others = total - free - (this_process if this_process is not None else reserved)
+            if others >= OTHERS_SHOWN:
+                parts.append(f"other processes held about {_gib(others)} of it")
     return VerifierOutOfMemory(
-        f"not enough GPU memory to verify at this size ({what}): needed about {(held + asked) / GIB:.1f} GiB "
-        f"of {total / GIB:.1f} GiB")
+        f"not enough GPU memory to verify at this size ({what}): {'; '.join(parts)}. Run the problem alone "
+        "(`pytest --kernelopt <problem file>`) on a GPU nothing else uses, use a GPU with more memory, or make "
+        "the problem's inputs smaller")
+
+
+OTHERS_SHOWN = GIB  # memory held outside the worker is named from this much (CUDA's own context: ~0.5 GiB)
+_UNITS = {"GiB": GIB, "MiB": float(1 << 20), "KiB": float(1 << 10), "bytes": 1.0}
+
+
+def _size_in(text: str, pattern: str) -> float | None:
+    """The size torch's message gives where ``pattern`` (with ``{size}`` for "1.50 GiB") matches, in bytes."""
+    import re
+
+    m = re.search(pattern.format(size=r"([\d.]+) (GiB|MiB|KiB|bytes)"), text)
+    return float(m.group(1)) * _UNITS[m.group(2)] if m else None
+
+
+def _gib(size: float | None) -> str:
+    return "?" if size is None else f"{size / GIB:.1f} GiB"
 
 
 @dataclass
