@@ -234,4 +234,7 @@ class Verdict(Record):
     # for a one-kernel check; never serialized (the verdict's JSON stays as documented)
     # and never read back from JSON.
     kernel_info: KernelInfo | None = Field(default=None, exclude=True, repr=False)
+    # The launches of the kernel the kernel stage compared the candidate at (capture.launch_signature of
+    # each distinct one); accept records them and production runs the version only at these.
+    launches: list[list[str]] | None = None
     verified_source: str | None = Field(default=None, exclude=True, repr=False)

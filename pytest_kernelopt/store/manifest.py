@@ -23,8 +23,14 @@ MANIFEST = "manifest.json"
 #    provenance whether it was refreshed (``refreshed_from``, compilers before/after), and the
 #    manifest why its kernel went back to the compiler's (``retired``). Nothing is inferred:
 #    a schema 2 manifest reads as it is (no recipes; refresh derives one from the files).
+# 4: fingerprints cover what the compiler kernel was compiled for (capture.compile_semantics: argument
+#    dtypes, constants, device), and each version's evidence the launches it was verified at
+#    (``launches``). A manifest of schema 1-3 is read, but its fingerprints are of the text alone: its
+#    kernels are stale until ``kernelopt refresh`` re-verifies them (FINGERPRINTS_COVER_SEMANTICS).
 # Manifests of schema 1 are still read: see Manifest._from_schema_1.
-MANIFEST_SCHEMA_VERSION = 3
+MANIFEST_SCHEMA_VERSION = 4
+# The first schema whose fingerprints include capture.compile_semantics.
+FINGERPRINTS_COVER_SEMANTICS = 4
 ORIGINAL = "original.py"
 MODEL_RECORD = "model.json"
 
@@ -70,6 +76,10 @@ class Evidence(Record):
     # (written outside ``accept_verdict``); the production loader does not run such a version.
     fingerprint: str | None = None
     sha256: str | None = None
+    # The launches the kernel stage verified the version at, each as capture.launch_signature writes it
+    # (per argument: "float16 (4, 16) (16, 1)", "int 64", "float"). Production runs the version only at
+    # these; None: not recorded (written before schema 4), and the gate asks for a re-verification.
+    launches: list[list[Annotated[str, Field(max_length=200)]]] | None = None
 
 
 class Provenance(Record):
@@ -131,6 +141,10 @@ class VersionRecord(Record):
         if verified.fingerprint != fingerprint:
             return (f"v{self.version} was verified against compiler kernel {verified.fingerprint}, not against "
                     f"{fingerprint}, which the compiler generates now")
+        if not verified.launches:
+            return (f"v{self.version}'s manifest entry records no launches it was verified at (shapes, strides, "
+                    f"dtypes; written before kernelopt recorded them); `kernelopt refresh` or `kernelopt accept` of "
+                    f"its file verifies it again and records them")
         return None
 
 
@@ -145,7 +159,7 @@ class Retirement(Record):
 
 
 class Manifest(Record):
-    readable_schema_versions: ClassVar[tuple[int, ...]] = (1, 2, MANIFEST_SCHEMA_VERSION)
+    readable_schema_versions: ClassVar[tuple[int, ...]] = (1, 2, 3, MANIFEST_SCHEMA_VERSION)
     schema_version: int = MANIFEST_SCHEMA_VERSION
     model: str
     kernel: str
@@ -193,6 +207,15 @@ class Manifest(Record):
             raise ValueError(f"active version {self.active} replaces compiler kernel {replaces}, but the manifest "
                              f"names {self.fingerprint}")
         return self
+
+    def old_fingerprints(self) -> str | None:
+        """Why this manifest's fingerprints cannot be compared with the compiler's now (None: they can):
+        written before fingerprints covered the signature, so an equal text of another dtype would match."""
+        if self.schema_version >= FINGERPRINTS_COVER_SEMANTICS:
+            return None
+        return (f"its manifest (schema {self.schema_version}) was written by an older kernelopt, whose fingerprints "
+                f"did not cover the kernel's argument dtypes, constants and device; run `kernelopt refresh` to "
+                f"verify it again against the compiler kernel generated now")
 
     def version(self, number: int) -> VersionRecord:
         for v in self.versions:

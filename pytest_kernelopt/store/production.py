@@ -210,7 +210,7 @@ class KerneloptBackend:
 
     def _lookup(self, module: ModuleType, attr: str, function: str, graph: int) -> ProductionKernel:
         from ..candidate import CandidateKernel, load_candidate_source
-        from ..capture import fingerprint, read_kernel_source
+        from ..capture import kernel_fingerprint, read_kernel_source, signature_key
         from ..verify.limits import size_problem
         from ..verify.static import check_candidate
 
@@ -230,21 +230,29 @@ class KerneloptBackend:
                 "manifest.json").is_file() else "nothing committed"
             return record  # committed versions, none active
         try:
-            record.fingerprint = fingerprint(read_kernel_source(compiler_kernel, module, attr), function)
+            record.fingerprint = kernel_fingerprint(compiler_kernel, read_kernel_source(compiler_kernel, module, attr),
+                                                    function)
         except Exception as exc:  # our reading of Inductor's output failed: never the model's problem
             return self._fallback(record, active.path,
                                   f"cannot read the compiler's kernel ({type(exc).__name__}: {exc})")
         record.version, record.file = active.record.version, active.path
+        older = active.manifest.old_fingerprints()
+        if older is not None:  # its fingerprint would not tell a float16 compile from a bfloat16 one
+            return self._fallback(record, active.path, f"stale: {older}")
         if active.manifest.fingerprint != record.fingerprint:
             return self._fallback(record, active.path, (
                 f"stale: it replaces compiler kernel {active.manifest.fingerprint}, but the compiler now generates "
-                f"{record.fingerprint} (another input shape, torch version or model change)"))
+                f"{record.fingerprint} (another input shape, dtype, device, torch version or model change)"))
         # The manifest must record a passing verification of these bytes against this very
         # compiler kernel: a fingerprint edited by hand (or a version written outside accept)
         # would otherwise run code no cascade ever checked at this shape.
         unverified = active.record.unverified_reason(record.fingerprint)
         if unverified is not None:
             return self._fallback(record, active.path, f"not verified: {unverified}")
+        try:  # the launches it was verified at; a manifest is data, so an entry we would not write is refused
+            verified = frozenset(signature_key(s) for s in active.record.evidence.launches or ())
+        except ValueError as exc:
+            return self._fallback(record, active.path, f"not verified: v{active.record.version}'s launches: {exc}")
         too_big = size_problem(active.source, str(active.path))  # the static check's cost grows with the size
         if too_big:
             return self._fallback(record, active.path, too_big)
@@ -256,10 +264,18 @@ class KerneloptBackend:
             replacement = CandidateKernel(loaded, label=str(active.path))
         except Exception as exc:
             return self._fallback(record, active.path, f"does not load: {exc}")
-        setattr(module, attr, replacement)
+        setattr(module, attr, VerifiedLaunches(replacement, compiler_kernel, verified,
+                                               lambda key, args: self._unverified_launch(record, args)))
         record.runs = "committed"
         log.info("kernelopt: %s: running %s (v%d)", where, active.path, active.record.version)
         return record
+
+    def _unverified_launch(self, record: ProductionKernel, args: tuple[Any, ...]) -> None:
+        from ..capture import launch_signature
+
+        self._warn(f"kernelopt: {self.model}/{record.name}: v{record.version} ({record.file}) was not verified at "
+                   f"this launch ({', '.join(launch_signature(args))}); the compiler's kernel runs at it",
+                   record.file)
 
     def _fallback(self, record: ProductionKernel, path: Path | None, cause: str) -> ProductionKernel:
         record.runs, record.reason, record.why = "compiler", cause, _short_why(cause)
@@ -273,6 +289,41 @@ class KerneloptBackend:
             self._warned.add(message)
             # Located at the file in question: the caller's frame is deep inside Dynamo.
             warnings.warn_explicit(message, KerneloptWarning, str(where or self.kernels_dir), 0)
+
+
+class VerifiedLaunches:
+    """A committed version in place of a compiler kernel, run only at the launches it was verified at.
+
+    ``verified``: :func:`~pytest_kernelopt.capture.signature_key` of each launch recorded in its evidence.
+    At any other launch (another batch of a dynamic-shape kernel, other strides) the compiler's kernel
+    runs and ``unverified(key, args)`` is called the first time that launch is seen. The check is one
+    tuple built and looked up per launch (about 3 us for four arguments on the 2-core CPU machine).
+    """
+
+    # Unverified launches said once each, up to this many (a dynamic batch size could make one per call).
+    SAID = 64
+
+    def __init__(self, committed: Any, compiler: Any, verified: frozenset[Any], unverified: Any):
+        from ..capture import launch_key
+
+        self.committed, self.compiler, self.verified, self.unverified = committed, compiler, verified, unverified
+        self._key = launch_key
+        self.unverified_seen: set[Any] = set()
+        self.runs = {"committed": 0, "compiler": 0}  # launches of each, for tests and debugging
+
+    def run(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
+        key = self._key(args)
+        if key in self.verified:
+            self.runs["committed"] += 1
+            return self.committed.run(*args, stream=stream, **kwargs)
+        if key not in self.unverified_seen and len(self.unverified_seen) < self.SAID:
+            self.unverified_seen.add(key)
+            self.unverified(key, args)
+        self.runs["compiler"] += 1
+        return self.compiler.run(*args, stream=stream, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"VerifiedLaunches({self.committed!r}, {len(self.verified)} verified launch(es))"
 
 
 def _short_why(cause: str) -> str:

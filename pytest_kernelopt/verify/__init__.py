@@ -399,6 +399,7 @@ class VerifySession:
     def _merge(verdict: Verdict, done: StageDone) -> None:
         if done.result.name == "kernel":
             verdict.errors = list(done.errors)
+            verdict.launches = done.launches
         elif done.errors:
             kernel_rows = {r.seed: r for r in verdict.errors}
             merged = []

@@ -226,7 +226,7 @@ def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], N
                                                  request.allow_reduced_precision)
                 return (f"{len(rows)} seed(s) and {rows.describe()}: every element of every written argument "
                         f"within its allowance against the compiler kernel (the worst at {rows.worst:.2g} of its "
-                        f"allowance; verify/numerics.py)"), {"errors": list(rows)}
+                        f"allowance; verify/numerics.py)"), {"errors": list(rows), "launches": rows.launches()}
             if not stage("kernel", kernel):
                 return
 

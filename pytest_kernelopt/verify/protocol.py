@@ -120,6 +120,8 @@ class StageDone(Message):
     kernel_timing: Timing | None = None
     base_timing: Timing | None = None
     peak_bytes: int | None = None
+    # Kernel stage: the distinct launches the candidate was compared at (capture.launch_signature).
+    launches: list[list[str]] | None = None
 
 
 class CheckDone(Message):
