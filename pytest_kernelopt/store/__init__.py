@@ -318,13 +318,12 @@ class KernelStore:
         on their entry (one that lacked it, a manifest written before fingerprints covered the signature,
         or a compiler kernel that changed only in what its text does not say, e.g. its dtypes). When the
         compiler kernel changed, the entry now replaces the new one and is the active version; its file
-        is not written again."""
+        is not written again, and keeps its ``original``."""
         changed = manifest.fingerprint != fingerprint or manifest.old_fingerprints() is not None
         try:
-            original = (self._original_for(folder, manifest, fingerprint, original_source, created)
-                        if changed or existing.fingerprint != fingerprint else existing.original)
-            existing = existing.model_copy(update={"evidence": evidence, "fingerprint": fingerprint,
-                                                   "original": original})
+            # The entry keeps its own original (what its recipe was derived from); the manifest names the new one.
+            original = self._original_for(folder, manifest, fingerprint, original_source, created) if changed else None
+            existing = existing.model_copy(update={"evidence": evidence, "fingerprint": fingerprint})
             versions = [existing if v.version == existing.version else v for v in manifest.versions]
             update: dict[str, object] = {"versions": versions, "schema_version": MANIFEST_SCHEMA_VERSION}
             if changed:

@@ -41,8 +41,8 @@ from typing import Any, Literal
 
 from ..errors import UsageError
 
-__all__ = ["BACKEND_NAME", "KerneloptBackend", "KerneloptWarning", "ProductionKernel", "ProductionStatus", "backend",
-           "compile", "kernelopt_backend", "status"]
+__all__ = ["BACKEND_NAME", "KerneloptBackend", "KerneloptWarning", "ProductionKernel", "ProductionStatus",
+           "VerifiedLaunches", "backend", "compile", "kernelopt_backend", "status"]
 
 BACKEND_NAME = "kernelopt"
 # Keys of torch.compile(..., backend="kernelopt", options={...}) read by the backend;
