@@ -591,3 +591,50 @@ def test_a_version_runs_only_at_the_launches_the_verifier_checked(interpreter, t
     with torch.no_grad():
         assert torch.allclose(out4, model(x4), atol=1e-5)
         assert torch.allclose(out8, model(x8), atol=1e-5) and torch.equal(again, out8)  # every row written
+
+
+@pytest.mark.slow
+def test_a_compile_setting_applies_only_to_the_graph_inputs_it_was_verified_at(interpreter, tmp_path):
+    """Issue 40 class 7 in production: the compile check records each graph's inputs, tune stores them in model.json,
+    and production compiles a graph under the setting only at those; at another shape the defaults compile it,
+    said once. A model.json that records none applies nowhere."""
+    import torch
+
+    import pytest_kernelopt
+    from pytest_kernelopt.agents.compile_choice import CompileOutcome, record
+    from pytest_kernelopt.capture import launch_signature
+    from pytest_kernelopt.store import KernelStore
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession
+
+    softmax, looped = TESTS / "problems" / "softmax_rows.py", "looped-reductions"  # triton_red_ instead of _per_
+    with VerifySession(softmax, interpreter, VerifyOptions(seeds=1)) as session:
+        verdict = session.verify_compile(looped)
+    assert verdict.status == "correct", verdict.reason
+    problem, model = fresh(softmax)
+    (x,) = problem.make_inputs(0, "cpu")
+    assert verdict.launches == [launch_signature([x])]  # the graph's inputs: the model has no weights
+    store = KernelStore(tmp_path / "kernels")
+    record(store, "softmax_rows", CompileOutcome(chosen=looped), verdict)
+    assert store.model_record("softmax_rows").compile.graphs == verdict.launches
+
+    backend = pytest_kernelopt.backend("softmax_rows", tmp_path / "kernels", quiet=True)
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    out, found, messages = wrapper_globals(compiled, x)
+    assert messages == [] and [n.startswith("triton_red_") for n in found] == [True]
+    other = torch.randn(x.shape[0] + 3, x.shape[1])
+    out, found, messages = wrapper_globals(compiled, other)
+    assert [n.startswith("triton_per_") for n in found] == [True]  # the default compile
+    assert len(messages) == 1 and "compile 'looped-reductions' was not verified at this graph's inputs" in \
+        messages[0] and launch_signature([other])[0] in messages[0], messages
+    with torch.no_grad():
+        assert torch.allclose(out, model(other), atol=1e-5)
+    _, _, messages = wrapper_globals(compiled, torch.randn(x.shape[0] + 5, x.shape[1]))
+    assert len(messages) == 1  # another unverified shape: said for it too (its inputs differ)
+
+    data = json.loads((tmp_path / "kernels" / "softmax_rows" / "model.json").read_text())
+    data["compile"]["graphs"] = None  # a model.json written before graphs were recorded
+    (tmp_path / "kernels" / "softmax_rows" / "model.json").write_text(json.dumps(data))
+    problem, model = fresh(softmax)
+    out, found, messages = wrapper_globals(pytest_kernelopt.compile(model, tmp_path / "kernels", quiet=True), x)
+    assert [n.startswith("triton_per_") for n in found] == [True]
+    assert len(messages) == 1 and "records no graph inputs it was verified at" in messages[0], messages

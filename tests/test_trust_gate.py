@@ -195,7 +195,7 @@ UNVERIFIED = {
     "no_record": ({}, None, ["not verified", "records no verification"]),
     "retargeted": ("verified", _retarget, ["not verified", f"verified against compiler kernel {'f' * 16}"]),
     "other_bytes": ("verified", _other_bytes, ["not verified", "evidence is of other bytes"]),
-    "schema_1_unrecorded": ("verified", _schema_1_without_fingerprints, ["not verified", "records no verification"]),
+    "schema_1_unrecorded": ("verified", _schema_1_without_fingerprints, ["stale", "schema 1", "`kernelopt refresh`"]),
 }
 
 
@@ -240,9 +240,10 @@ def test_a_schema_1_manifest_reads_its_versions_fingerprint_as_the_verification(
               "evidence": {"status": "correct", "speed_measured": False}, "provenance": {}, "fingerprint": "f1"}
     old = Manifest.model_validate({"schema_version": 1, "model": "m", "kernel": "k", "fingerprint": "f1",
                                    "active": 1, "versions": [record]})
-    assert old.version(1).unverified_reason("f1") is None
+    assert "no launches it was verified at" in old.version(1).unverified_reason("f1")  # schema 4 records them
     assert "not against f2" in old.version(1).unverified_reason("f2")
-    assert Manifest(model="m", kernel="k", fingerprint="f1").schema_version == MANIFEST_SCHEMA_VERSION == 3
+    assert old.old_fingerprints() is not None  # and its fingerprints are of the text alone: stale
+    assert Manifest(model="m", kernel="k", fingerprint="f1").schema_version == MANIFEST_SCHEMA_VERSION == 4
     # Schema 2 takes no such inference: its evidence says what was verified, or nothing was.
     new = Manifest.model_validate({"schema_version": 2, "model": "m", "kernel": "k", "fingerprint": "f1",
                                    "active": 1, "versions": [record]})

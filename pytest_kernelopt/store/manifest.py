@@ -249,6 +249,10 @@ class CompileChoice(Record):
     # compile's own error as the allowance (the model stage's rule).
     worst_ratio: float | None = None
     seeds: list[int] = Field(default_factory=list)
+    # The inputs of each graph the verifier compiled under it (capture.launch_signature of what Dynamo passed
+    # the backend: weights and inputs, shapes, strides, dtypes). Production compiles a graph under the
+    # setting only when its inputs are one of these; None: not recorded (before 2026-12-04), used nowhere.
+    graphs: list[list[Annotated[str, Field(max_length=200)]]] | None = None
 
 
 class ModelRecord(Record):

@@ -125,7 +125,7 @@ class KerneloptBackend:
 
         patches = _inductor_patches(mode or self.mode, {**self.options, **(options or {})})
         # model.json's compile settings first (its kernels are that compile's); the caller's on top.
-        with compiling(self._variant()) as chosen, _record_wrapper_modules() as loaded:
+        with compiling(self._variant(example_inputs)) as chosen, _record_wrapper_modules() as loaded:
             compiled = compile_fx(gm, example_inputs, config_patches={**chosen, **patches} or None)
         # Wrapper modules define ``call``; kernel modules do not (as in capture).
         graphs = [m for m in loaded if callable(getattr(m, "call", None)) and getattr(m, "__file__", None)]
@@ -194,13 +194,34 @@ class KerneloptBackend:
                     None, f"kernelopt failed to check it ({type(exc).__name__}: {exc})")
             self.kernels.append(record)
 
-    def _variant(self) -> str | None:
-        """``model.json``'s compile settings; one that cannot be used is warned about and the defaults compile."""
+    def _variant(self, example_inputs: Any) -> str | None:
+        """``model.json``'s compile settings for a graph with these inputs: only where they were verified (the
+        inputs of a graph the verifier compiled under them); elsewhere, or for a setting that cannot be used,
+        the defaults compile, said once."""
+        from ..capture import launch_key, launch_signature, signature_key
+
         try:
-            return self.store.compile_variant(self.model)
+            variant = self.store.compile_variant(self.model)
+            graphs = self.store.model_record(self.model).compile.graphs if variant is not None else None  # type: ignore[union-attr]
+            verified = None if graphs is None else frozenset(signature_key(g) for g in graphs)
         except Exception as exc:  # noqa: BLE001 - an unknown name or a broken model.json: the defaults, said once
             self._warn(f"kernelopt: model {self.model}: {exc}; Inductor's default settings are used")
             return None
+        if variant is None:
+            return None
+        where = f"kernelopt: model {self.model}: {self.store.model_dir(self.model) / 'model.json'}: compile {variant!r}"
+        if verified is None:
+            self._warn(f"{where} records no graph inputs it was verified at (written before kernelopt recorded "
+                       f"them; `kernelopt tune` verifies it again and records them); Inductor's default settings "
+                       f"are used")
+            return None
+        if launch_key(example_inputs) not in verified:
+            shown = launch_signature(example_inputs)
+            text = ", ".join(shown[:8]) + (f", ... ({len(shown)} inputs)" if len(shown) > 8 else "")
+            self._warn(f"{where} was not verified at this graph's inputs ({text}); Inductor's default settings "
+                       f"compile this graph")
+            return None
+        return variant
 
     def _committed(self) -> bool:
         try:

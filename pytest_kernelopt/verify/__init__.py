@@ -399,7 +399,6 @@ class VerifySession:
     def _merge(verdict: Verdict, done: StageDone) -> None:
         if done.result.name == "kernel":
             verdict.errors = list(done.errors)
-            verdict.launches = done.launches
         elif done.errors:
             kernel_rows = {r.seed: r for r in verdict.errors}
             merged = []
@@ -410,7 +409,7 @@ class VerifySession:
                                                   "kernel_ratio": k.kernel_ratio})
                 merged.append(row)
             verdict.errors = merged
-        for key in ("model_timing", "kernel_timing", "base_timing"):
+        for key in ("model_timing", "kernel_timing", "base_timing", "launches"):
             value = getattr(done, key)
             if value is not None:
                 setattr(verdict, key, value)

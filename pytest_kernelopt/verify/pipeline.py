@@ -198,7 +198,8 @@ def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], N
             return (f"{len(rows)} seed(s): the model compiled as {variant!r} has every output element within its "
                     f"allowance against the reference, the default compile's own error (the worst at {ratio:.2g} "
                     f"of its allowance; max abs error {worst.candidate_vs_fp64:.3g}, default compile "
-                    f"{worst.baseline_vs_fp64:.3g})"), {"errors": rows}
+                    f"{worst.baseline_vs_fp64:.3g})"), {"errors": rows,
+                                                         "launches": compile_check.verified_graphs(prepared, variant)}
         if not stage("model", model) or prepared.device != "cuda" or not request.measure_speed:
             return
 
