@@ -141,7 +141,8 @@ class Checks:
                 continue
             if found is None:
                 continue
-            if found.manifest.fingerprint != problem.compiled.kernel(kernel).info.fingerprint:
+            if (found.manifest.fingerprint != problem.compiled.kernel(kernel).info.fingerprint
+                    or found.manifest.old_fingerprints() is not None):
                 stale_kernels.append(kernel)
             else:
                 from ..verify import source_of

@@ -79,7 +79,7 @@ class Evidence(Record):
     # The launches the kernel stage verified the version at, each as capture.launch_signature writes it
     # (per argument: "float16 (4, 16) (16, 1)", "int 64", "float"). Production runs the version only at
     # these; None: not recorded (written before schema 4), and the gate asks for a re-verification.
-    launches: list[list[Annotated[str, Field(max_length=200)]]] | None = None
+    launches: list[list[Annotated[str, Field(max_length=1000)]]] | None = None
 
 
 class Provenance(Record):
@@ -252,7 +252,7 @@ class CompileChoice(Record):
     # The inputs of each graph the verifier compiled under it (capture.launch_signature of what Dynamo passed
     # the backend: weights and inputs, shapes, strides, dtypes). Production compiles a graph under the
     # setting only when its inputs are one of these; None: not recorded (before 2026-12-04), used nowhere.
-    graphs: list[list[Annotated[str, Field(max_length=200)]]] | None = None
+    graphs: list[list[Annotated[str, Field(max_length=1000)]]] | None = None
 
 
 class ModelRecord(Record):

@@ -8,6 +8,11 @@ generated now (the same rule as the gate) and the manifest records a passing
 verification of the version's bytes against that same compiler kernel (what
 ``accept`` writes from the verdict): it replaces the kernel global of the
 graph's wrapper module, as :mod:`pytest_kernelopt.capture.swap` does in the verifier.
+The fingerprint covers what the kernel was compiled for (argument dtypes, constants, device:
+``capture.kernel_fingerprint``), and the version runs only at the launches its evidence records
+(:class:`VerifiedLaunches`: the shapes, strides and dtypes the kernel stage checked it at); at any
+other launch the compiler's kernel runs, said once. ``model.json``'s compile setting likewise
+applies only to graphs whose inputs it was verified at.
 
 Nothing is verified, timed or tuned here: that is the gate's job, done before the
 files were committed. What is checked at load is cheap and local: the sha256
@@ -82,7 +87,8 @@ class KerneloptBackend:
     ``torch.compile(model, backend=KerneloptBackend("softmax_rows"), mode=..., options=...)``:
     ``mode`` and ``options`` are Inductor's (torch passes them to the backend).
     The compile settings recorded in the model's ``model.json`` (``compile``: a name from
-    ``capture/variants.py``, chosen by ``kernelopt tune``) apply first, under ``mode`` and ``options``.
+    ``capture/variants.py``, chosen by ``kernelopt tune``) apply first, under ``mode`` and ``options``,
+    to the graphs whose inputs they were verified at.
     ``kernels`` lists every Triton kernel compiled so far and what runs for it;
     ``startup_seconds`` is the time spent beyond Inductor's compile (fingerprints,
     reading and hashing files, the static check, loading). Each compiled graph prints one
