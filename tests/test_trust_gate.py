@@ -133,6 +133,41 @@ def test_the_opt_out_skips_them_with_a_note_and_strict_overrides_the_setting(sta
         strict.assert_outcomes(failed=2)
 
 
+@pytest.mark.slow
+def test_an_old_store_is_stale_naming_refresh_and_one_without_launches_needs_re_verification(
+        compiled_models: Any, pytester: pytest.Pytester) -> None:
+    """A manifest of schema 3 (fingerprints of the text alone) is stale, whatever its fingerprint says; a
+    schema 4 entry without the launches it was verified at is reported as needing re-verification (production
+    runs it nowhere), not passed."""
+    from pytest_kernelopt.candidate import render_dump
+    from pytest_kernelopt.store import Evidence, KernelStore, Provenance, sha256_text
+
+    (pytester.path / "problems").mkdir()
+    shutil.copy(ELEMENTWISE, pytester.path / "problems")
+    (pytester.path / "pyproject.toml").write_text(PYPROJECT)
+    (name, handle), = compiled_models.get(ELEMENTWISE).kernels.items()
+    dump = render_dump(handle.info, "elementwise_chain")
+    KernelStore(pytester.path / "kernels").add_version(
+        model="elementwise_chain", kernel=name, fingerprint=handle.info.fingerprint, args=handle.info.args,
+        original_source=dump, source=dump, provenance=Provenance(), environment=None,
+        evidence=Evidence(status="correct", speed_measured=False, fingerprint=handle.info.fingerprint,
+                          sha256=sha256_text(dump)))
+    manifest = pytester.path / "kernels" / "elementwise_chain" / name / "manifest.json"
+    data = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**data, "schema_version": 3}))
+    result = _gate(pytester, "-k", name)
+    assert result.ret == 1
+    result.assert_outcomes(failed=1, deselected=1)
+    out = result.stdout.str()
+    assert "(schema 3) was written by an older kernelopt" in out and "`kernelopt refresh`" in out
+
+    manifest.write_text(json.dumps(data))  # schema 4, but no launches recorded
+    result = _gate(pytester, "-k", name, "--kernelopt-allow-stale")
+    assert result.ret == 0
+    result.assert_outcomes(skipped=1, deselected=1)
+    assert "needs re-verification" in result.stdout.str() and "records no launches" in result.stdout.str()
+
+
 def test_strict_and_allow_stale_together_are_a_usage_error(pytester: pytest.Pytester) -> None:
     (pytester.path / "problems").mkdir()
     shutil.copy(ELEMENTWISE, pytester.path / "problems")

@@ -208,7 +208,8 @@ class KerneloptBackend:
 
         try:
             variant = self.store.compile_variant(self.model)
-            graphs = self.store.model_record(self.model).compile.graphs if variant is not None else None  # type: ignore[union-attr]
+            choice = self.store.model_record(self.model).compile if variant is not None else None
+            graphs = choice.graphs if choice is not None else None
             verified = None if graphs is None else frozenset(signature_key(g) for g in graphs)
         except Exception as exc:  # noqa: BLE001 - an unknown name or a broken model.json: the defaults, said once
             self._warn(f"kernelopt: model {self.model}: {exc}; Inductor's default settings are used")
