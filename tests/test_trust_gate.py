@@ -133,25 +133,36 @@ def test_the_opt_out_skips_them_with_a_note_and_strict_overrides_the_setting(sta
         strict.assert_outcomes(failed=2)
 
 
-@pytest.mark.slow
-def test_an_old_store_is_stale_naming_refresh_and_one_without_launches_needs_re_verification(
-        compiled_models: Any, pytester: pytest.Pytester) -> None:
-    """A manifest of schema 3 (fingerprints of the text alone) is stale, whatever its fingerprint says; a
-    schema 4 entry without the launches it was verified at is reported as needing re-verification (production
-    runs it nowhere), not passed."""
+@pytest.fixture(scope="module")
+def unlaunched_repo(tmp_path_factory: pytest.TempPathFactory, compiled_models: Any) -> Path:
+    """problems/elementwise_chain.py with its kernel committed at its own fingerprint, a passing verification
+    recorded, but no launches (built outside the pytester test: its module snapshot would drop Inductor's)."""
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.store import Evidence, KernelStore, Provenance, sha256_text
 
-    (pytester.path / "problems").mkdir()
-    shutil.copy(ELEMENTWISE, pytester.path / "problems")
-    (pytester.path / "pyproject.toml").write_text(PYPROJECT)
+    repo = tmp_path_factory.mktemp("unlaunched")
+    (repo / "problems").mkdir()
+    shutil.copy(ELEMENTWISE, repo / "problems")
+    (repo / "pyproject.toml").write_text(PYPROJECT)
     (name, handle), = compiled_models.get(ELEMENTWISE).kernels.items()
     dump = render_dump(handle.info, "elementwise_chain")
-    KernelStore(pytester.path / "kernels").add_version(
+    KernelStore(repo / "kernels").add_version(
         model="elementwise_chain", kernel=name, fingerprint=handle.info.fingerprint, args=handle.info.args,
         original_source=dump, source=dump, provenance=Provenance(), environment=None,
         evidence=Evidence(status="correct", speed_measured=False, fingerprint=handle.info.fingerprint,
                           sha256=sha256_text(dump)))
+    (repo / "kernel_name").write_text(name)
+    return repo
+
+
+@pytest.mark.slow
+def test_an_old_store_is_stale_naming_refresh_and_one_without_launches_needs_re_verification(
+        unlaunched_repo: Path, pytester: pytest.Pytester) -> None:
+    """A manifest of schema 3 (fingerprints of the text alone) is stale, whatever its fingerprint says; a
+    schema 4 entry without the launches it was verified at is reported as needing re-verification (production
+    runs it nowhere), not passed."""
+    shutil.copytree(unlaunched_repo, pytester.path, dirs_exist_ok=True)
+    name = (pytester.path / "kernel_name").read_text()
     manifest = pytester.path / "kernels" / "elementwise_chain" / name / "manifest.json"
     data = json.loads(manifest.read_text())
     manifest.write_text(json.dumps({**data, "schema_version": 3}))
