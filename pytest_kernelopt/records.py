@@ -240,4 +240,8 @@ class Verdict(Record):
     # for a one-kernel check; never serialized (the verdict's JSON stays as documented)
     # and never read back from JSON.
     kernel_info: KernelInfo | None = Field(default=None, exclude=True, repr=False)
+    # What was verified at (capture.launch_signature of each distinct one): the launches of the kernel the
+    # kernel stage compared the candidate at, or for a compile check the inputs of each graph compiled under
+    # the setting. accept and tune record them; production runs the version or setting only at these.
+    launches: list[list[str]] | None = None
     verified_source: str | None = Field(default=None, exclude=True, repr=False)

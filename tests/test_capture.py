@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelopt.capture import find_kernel_def, fingerprint, pointer_uses, written_args
+from pytest_kernelopt.capture import find_kernel_def, fingerprint, kernel_fingerprint, pointer_uses, written_args
 from pytest_kernelopt.errors import CaptureError
 
 PROBLEMS = Path(__file__).parent / "problems"
@@ -58,7 +58,8 @@ def test_kernel_records(path, compiled_models):
         info = handle.info
         params = [a.arg for a in find_kernel_def(info.source, info.function).args.args]
         assert re.fullmatch(r"[0-9a-f]{16}", info.fingerprint), name
-        assert info.fingerprint == fingerprint(info.source, info.function), name
+        assert info.fingerprint == kernel_fingerprint(handle.original, info.source, info.function), name
+        assert info.fingerprint != fingerprint(info.source, info.function), name  # the text alone is not all
         assert [a.name for a in info.args] == params[: len(info.args)], name
         assert all(p in info.launch.kwargs for p in params[len(info.args):]), name  # the rest are constexprs
         assert info.written_args, f"{name} writes nothing"
@@ -137,6 +138,73 @@ def test_fingerprint_ignores_name_comments_and_formatting(path, compiled_models,
         assert fingerprint(renamed(source, function, "my_kernel"), "my_kernel") == original, name
         assert fingerprint(reformatted(source, function), function) == original, name
         assert fingerprint(wrong_candidate(source), function) != original, name
+
+
+HALF = """import torch
+
+DTYPE = torch.{dtype}
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.softmax(x * 2.0, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(4, 16).to(DTYPE)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def half_problem(folder: Path, dtype: str) -> Path:
+    """The same model at ``dtype``, as a problem file named ``half`` (one model id for both)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "half.py"
+    path.write_text(HALF.format(dtype=dtype))
+    return path
+
+
+@pytest.mark.slow
+def test_the_fingerprint_tells_float16_from_bfloat16_where_the_text_does_not(interpreter, tmp_path):
+    """Inductor writes one text for both half dtypes (torch 2.13): only the signature differs, and the fingerprint
+    covers it, so a version verified on one compile is stale on the other."""
+    from pytest_kernelopt.capture import compile_problem, compile_semantics
+    from pytest_kernelopt.capture.problem import load_problem
+
+    kernels = {}
+    for dtype in ("float16", "bfloat16"):
+        compiled = compile_problem(load_problem(half_problem(tmp_path / dtype, dtype)), "cpu")
+        (handle,) = compiled.kernels.values()
+        kernels[dtype] = handle
+    f16, bf16 = kernels["float16"], kernels["bfloat16"]
+    assert f16.info.name == bf16.info.name
+    assert fingerprint(f16.info.source, f16.info.function) == fingerprint(bf16.info.source, bf16.info.function)
+    assert f16.info.fingerprint != bf16.info.fingerprint
+    signatures = [dict(compile_semantics(h.original)["signature"]) for h in (f16, bf16)]
+    assert {v for v in signatures[0].values() if v.startswith("*")} == {"*fp16"}
+    assert {v for v in signatures[1].values() if v.startswith("*")} == {"*bf16"}
+
+
+def test_launch_signatures_read_back_as_production_compares_them(interpreter):
+    import torch
+
+    from pytest_kernelopt.capture import launch_key, launch_signature, signature_key
+
+    args = [torch.zeros(4, 16, dtype=torch.float16), torch.zeros(16, 4).t(), torch.zeros(()), torch.zeros(3),
+            64, 2.5, True, None]
+    text = launch_signature(args)
+    assert text == ["float16 (4, 16) (16, 1)", "float32 (4, 16) (1, 4)", "float32 () ()", "float32 (3,) (1,)",
+                    "int 64", "float", "bool", "none"]
+    assert signature_key(text) == launch_key(args) and hash(signature_key(text)) == hash(launch_key(args))
+    for other in ([args[0].to(torch.bfloat16), *args[1:]], [torch.zeros(8, 16, dtype=torch.float16), *args[1:]],
+                  [*args[:4], 65, *args[5:]], [args[0], args[1].contiguous(), *args[2:]]):
+        assert launch_key(other) != signature_key(text)
+    for bad in ("float16 (4, 16)", "__class__ (1,) (1,)", "int 1e9", "int", "tensor"):
+        with pytest.raises(ValueError):
+            signature_key([bad])
 
 
 def test_fingerprint_ignores_decorators():

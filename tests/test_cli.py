@@ -303,7 +303,7 @@ def test_accept_of_bytes_already_stored_answers_without_verifying(kernelopt, tmp
     store.add_version(model="elementwise_chain", kernel="k", fingerprint=fingerprint, args=[],
                       original_source="# original\n", source=source, provenance=Provenance(), environment=None,
                       evidence=Evidence(status="correct", speed_measured=False, fingerprint=fingerprint,
-                                        sha256=sha256_text(source)))
+                                        sha256=sha256_text(source), launches=[["int 1"]]))
     candidate = tmp_path / "again.py"
     candidate.write_text(source)
     result = kernelopt("accept", PROBLEMS / "elementwise_chain.py", "--kernel", "k", "--candidate", candidate,

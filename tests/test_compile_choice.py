@@ -22,14 +22,16 @@ SOFTMAX = TESTS / "problems" / "softmax_rows.py"
 LOOPED = "looped-reductions"
 
 
-def _choice(variant: str) -> dict:
-    return {"variant": variant, "measured": datetime(2026, 12, 2, tzinfo=timezone.utc).isoformat(), "seeds": [1]}
+def _choice(variant: str, graphs: list[list[str]] | None = None) -> dict:
+    return {"variant": variant, "measured": datetime(2026, 12, 2, tzinfo=timezone.utc).isoformat(), "seeds": [1],
+            "graphs": graphs}
 
 
-def _write_choice(kernels: Path, model: str, variant: str) -> None:
+def _write_choice(kernels: Path, model: str, variant: str, graphs: list[list[str]] | None = None) -> None:
     folder = kernels / model
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "model.json").write_text(json.dumps({"schema_version": 1, "model": model, "compile": _choice(variant)}))
+    (folder / "model.json").write_text(json.dumps({"schema_version": 1, "model": model,
+                                                   "compile": _choice(variant, graphs)}))
 
 
 # --- the catalogue and the store --------------------------------------------------------
@@ -228,10 +230,12 @@ def test_production_compiles_with_model_json_s_settings_and_warns_on_an_unknown_
     import pytest_kernelopt
     from test_production import fresh, wrapper_globals
 
+    from pytest_kernelopt.capture import launch_signature
+
     kernels = tmp_path / "kernels"
-    _write_choice(kernels, "softmax_rows", LOOPED)
     problem, model = fresh(SOFTMAX)
     inputs = problem.make_inputs(0, "cpu")
+    _write_choice(kernels, "softmax_rows", LOOPED, [launch_signature(inputs)])  # verified at these (no weights)
     out, found, _ = wrapper_globals(pytest_kernelopt.compile(model, kernels, quiet=True), *inputs)
     assert [n.startswith("triton_red_") for n in found] == [True]
     with torch.no_grad():

@@ -39,6 +39,7 @@ ROWS = {
 def template(tmp_path_factory: pytest.TempPathFactory, compiled_models: Any) -> dict[str, Any]:
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.store import Evidence, KernelStore, Provenance
+    from test_production import verified_at
 
     repo = tmp_path_factory.mktemp("scale")
     (repo / "problems").mkdir()
@@ -52,7 +53,8 @@ def template(tmp_path_factory: pytest.TempPathFactory, compiled_models: Any) -> 
         dump = render_dump(handle.info, model)
         fingerprint = "0" * 16 if model == "sum_reduce" else handle.info.fingerprint
         store.add_version(model=model, kernel=name, fingerprint=fingerprint, args=handle.info.args,
-                          original_source=dump, source=dump, evidence=Evidence(status="correct", speed_measured=False),
+                          original_source=dump, source=dump,
+                          evidence=Evidence(status="correct", speed_measured=False, launches=[verified_at(handle.info)]),
                           provenance=Provenance(proposed_by="test"), environment=None)
     (repo / "kernels" / "rms_norm" / kernels["rms_norm"] / "manifest.json").write_text("{ not json")
     assert [shard_of(m, 2) for m in PROBLEMS] == [2, 1, 2] and [shard_of(m, 3) for m in PROBLEMS] == [1, 2, 2]

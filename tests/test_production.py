@@ -53,8 +53,10 @@ def commit(kernels: Path, model: str, info: Any, source: str) -> Path:
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.store import Evidence, KernelStore, Provenance, sha256_text
 
-    # The record accept writes from a passing verdict: production runs nothing without one.
-    evidence = Evidence(status="correct", speed_measured=False, fingerprint=info.fingerprint, sha256=sha256_text(source))
+    # The record accept writes from a passing verdict: production runs nothing without one, and only at
+    # the launches it records (here the one capture saw, as the kernel stage would have verified it).
+    evidence = Evidence(status="correct", speed_measured=False, fingerprint=info.fingerprint, sha256=sha256_text(source),
+                        launches=[verified_at(info)])
     outcome = KernelStore(kernels).add_version(
         model=model, kernel=info.name, fingerprint=info.fingerprint, args=info.args,
         original_source=render_dump(info, model), source=source,
@@ -62,6 +64,12 @@ def commit(kernels: Path, model: str, info: Any, source: str) -> Path:
     )
     assert outcome.stored and outcome.record is not None
     return kernels / model / info.name / outcome.record.file
+
+
+def verified_at(info: Any) -> list[str]:
+    """The launch capture recorded for ``info``, as capture.launch_signature writes it."""
+    return [f"{a.dtype} {tuple(a.shape)} {tuple(a.stride)}" if a.kind == "tensor" else
+            f"int {a.value}" if a.kind == "int" else a.kind for a in info.args]
 
 
 def same_numbers(info: Any, model: str) -> str:
@@ -140,6 +148,7 @@ def gate_output(compiled_models: Any, path: Path, files: dict[str, Path]) -> Any
 def test_compile_runs_every_committed_version_bit_for_bit_as_the_gate(path, compiled_models, tmp_path, capfd):
     import pytest_kernelopt
     from pytest_kernelopt.candidate import CandidateKernel
+    from pytest_kernelopt.store.production import VerifiedLaunches
 
     captured = compiled_models.get(path)
     files = {name: commit(tmp_path / "kernels", path.stem, h.info, same_numbers(h.info, path.stem))
@@ -152,7 +161,8 @@ def test_compile_runs_every_committed_version_bit_for_bit_as_the_gate(path, comp
     assert messages == []
     assert set(kernels) == set(files)  # no repeated names here
     for name, obj in kernels.items():
-        assert isinstance(obj, CandidateKernel) and obj.label == str(files[name]), name
+        assert isinstance(obj, VerifiedLaunches) and isinstance(obj.committed, CandidateKernel), name
+        assert obj.committed.label == str(files[name]), name
     import torch
 
     assert torch.equal(out, gate_output(compiled_models, path, files))
@@ -468,3 +478,182 @@ def test_status_answers_for_the_registered_backend_form(tmp_path):
     assert production._BY_OPTIONS[id(options)][1] is production._backend_of_options(options)
     with pytest.raises(UsageError, match='torch.compile\\(..., backend="kernelopt"\\)'):
         pytest_kernelopt.status(torch.compile(torch.nn.Linear(4, 4)))
+
+
+# --- verified where it runs: the compile and the launches a version was verified at ----------------------
+
+HALF = '''"""One softmax at a half dtype: Inductor writes the same kernel text for float16 and bfloat16."""
+import torch
+
+DTYPE = torch.{dtype}
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.softmax(x * 2.0, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(4, 16).to(DTYPE)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+DYNAMIC = '''"""A pointwise model whose batch dimension is dynamic: Inductor passes the size to its kernel."""
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.sin(x) * 2.0 + 1.0
+
+
+def get_inputs():
+    x = torch.randn(4, 64)
+    torch._dynamo.mark_dynamic(x, 0)
+    return [x]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.slow
+def test_a_version_verified_on_float16_does_not_run_on_the_bfloat16_compile(interpreter, tmp_path):
+    """Issue 40 class 5: the two compiles' kernels have one text; the version (marked: it adds 1.0, so its run
+    shows) runs on the float16 compile it was stored for, and on the bfloat16 one the compiler's kernel runs."""
+    import torch
+
+    import pytest_kernelopt
+    from pytest_kernelopt.capture import compile_problem
+    from pytest_kernelopt.capture.problem import load_problem
+
+    problems = {}
+    for dtype in ("float16", "bfloat16"):
+        (tmp_path / dtype).mkdir()
+        (tmp_path / dtype / "half.py").write_text(HALF.format(dtype=dtype))
+        problems[dtype] = load_problem(tmp_path / dtype / "half.py")
+    captured = compile_problem(problems["float16"], "cpu")
+    (name, handle), = captured.kernels.items()
+    file = commit(tmp_path / "kernels", "half", handle.info, marked(handle.info, "half"))
+
+    outs = {}
+    for dtype, problem in problems.items():
+        model = problem.build_model("cpu")
+        compiled = pytest_kernelopt.compile(model, tmp_path / "kernels", model_id="half", quiet=True)
+        (x,) = problem.make_inputs(0, "cpu")
+        outs[dtype], messages = run(compiled, x)
+        with torch.no_grad():
+            expected = model(x)
+        status = pytest_kernelopt.status(compiled)
+        if dtype == "float16":  # the control: the version runs where it was verified, and shows it
+            assert messages == [] and [k.runs for k in status.kernels] == ["committed"]
+            assert torch.allclose(outs[dtype].float(), expected.float() + 1.0, atol=1e-2)
+        else:
+            assert [(k.runs, k.why) for k in status.kernels] == [("compiler", "stale")]
+            assert len(messages) == 1 and name in messages[0] and str(file) in messages[0], messages
+            assert "dtype" in messages[0]
+            assert torch.isfinite(outs[dtype]).all()
+            assert torch.allclose(outs[dtype].float(), expected.float(), atol=2e-2)  # not the marked version's
+
+
+@pytest.mark.slow
+def test_a_version_runs_only_at_the_launches_the_verifier_checked(interpreter, tmp_path):
+    """Issue 40 class 2 in production: a dynamic-shape kernel's version that launches one program (right for the
+    verified batch of 4 only) passes the cascade there, and accept records that launch. Production runs it at
+    batch 4; at batch 8 (same kernel, same fingerprint) the compiler's kernel runs, said once, and every row is
+    written."""
+    import torch
+
+    import pytest_kernelopt
+    from pytest_kernelopt.candidate import render_dump
+    from pytest_kernelopt.capture.problem import load_problem
+    from pytest_kernelopt.store import KernelStore, accept_verdict
+    from pytest_kernelopt.store.production import VerifiedLaunches
+    from pytest_kernelopt.verify import VerifySession, source_of
+    from pytest_kernelopt.verify.options import VerifyOptions
+
+    path = tmp_path / "dyn_rows.py"
+    path.write_text(DYNAMIC)
+    with VerifySession(path, interpreter, VerifyOptions(seeds=1, timeout=300)) as session:
+        (name,) = session.kernels
+        info = session.kernel_info(name)
+        grid = "grid = (triton.cdiv(xnumel, XBLOCK), 1, 1)"
+        assert grid in render_dump(info, "dyn_rows") and info.launch.kwargs == {"XBLOCK": 256}
+        source = render_dump(info, "dyn_rows").replace(grid, "grid = (1, 1, 1)")  # 256 elements: batch 4 only
+        verdict = session.verify(name, source_of(source, "one_program.py"))
+    assert verdict.status == "correct", verdict.reason
+    assert verdict.launches == [["float32 (4, 64) (64, 1)", "float32 (4, 64) (64, 1)", "int 256"]]
+    store = KernelStore(tmp_path / "kernels")
+    outcome = accept_verdict(store, "dyn_rows", name, source, verdict)
+    assert outcome.stored and outcome.record is not None and outcome.record.evidence.launches == verdict.launches
+
+    problem = load_problem(path)
+    model = problem.build_model("cpu")
+    compiled = pytest_kernelopt.compile(model, tmp_path / "kernels", quiet=True)
+    (x4,) = problem.make_inputs(0, "cpu")
+    out4, kernels, messages = wrapper_globals(compiled, x4)
+    assert messages == [] and [k.runs for k in pytest_kernelopt.status(compiled).kernels] == ["committed"]
+    (guard,) = kernels.values()
+    assert isinstance(guard, VerifiedLaunches) and guard.runs == {"committed": 1, "compiler": 0}
+    x8 = torch.randn(8, 64)
+    torch._dynamo.mark_dynamic(x8, 0)
+    out8, messages = run(compiled, x8)
+    assert len(messages) == 1, messages
+    assert f"dyn_rows/{name}" in messages[0] and "float32 (8, 64) (64, 1), float32 (8, 64) (64, 1), int 512" in \
+        messages[0] and "compiler's kernel runs" in messages[0]
+    again, messages = run(compiled, x8)
+    assert messages == [] and guard.runs == {"committed": 1, "compiler": 2}  # said once; no recompile
+    with torch.no_grad():
+        assert torch.allclose(out4, model(x4), atol=1e-5)
+        assert torch.allclose(out8, model(x8), atol=1e-5) and torch.equal(again, out8)  # every row written
+
+
+@pytest.mark.slow
+def test_a_compile_setting_applies_only_to_the_graph_inputs_it_was_verified_at(interpreter, tmp_path):
+    """Issue 40 class 7 in production: the compile check records each graph's inputs, tune stores them in model.json,
+    and production compiles a graph under the setting only at those; at another shape the defaults compile it,
+    said once. A model.json that records none applies nowhere."""
+    import torch
+
+    import pytest_kernelopt
+    from pytest_kernelopt.agents.compile_choice import CompileOutcome, record
+    from pytest_kernelopt.capture import launch_signature
+    from pytest_kernelopt.store import KernelStore
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession
+
+    softmax, looped = TESTS / "problems" / "softmax_rows.py", "looped-reductions"  # triton_red_ instead of _per_
+    with VerifySession(softmax, interpreter, VerifyOptions(seeds=1)) as session:
+        verdict = session.verify_compile(looped)
+    assert verdict.status == "correct", verdict.reason
+    problem, model = fresh(softmax)
+    (x,) = problem.make_inputs(0, "cpu")
+    assert verdict.launches == [launch_signature([x])]  # the graph's inputs: the model has no weights
+    store = KernelStore(tmp_path / "kernels")
+    record(store, "softmax_rows", CompileOutcome(chosen=looped), verdict)
+    assert store.model_record("softmax_rows").compile.graphs == verdict.launches
+
+    backend = pytest_kernelopt.backend("softmax_rows", tmp_path / "kernels", quiet=True)
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    out, found, messages = wrapper_globals(compiled, x)
+    assert messages == [] and [n.startswith("triton_red_") for n in found] == [True]
+    other = torch.randn(x.shape[0] + 3, x.shape[1])
+    out, found, messages = wrapper_globals(compiled, other)
+    assert [n.startswith("triton_per_") for n in found] == [True]  # the default compile
+    assert len(messages) == 1 and "compile 'looped-reductions' was not verified at this graph's inputs" in \
+        messages[0] and launch_signature([other])[0] in messages[0], messages
+    with torch.no_grad():
+        assert torch.allclose(out, model(other), atol=1e-5)
+    _, _, messages = wrapper_globals(compiled, torch.randn(x.shape[0] + 5, x.shape[1]))
+    assert len(messages) == 1  # another unverified shape: said for it too (its inputs differ)
+
+    data = json.loads((tmp_path / "kernels" / "softmax_rows" / "model.json").read_text())
+    data["compile"]["graphs"] = None  # a model.json written before graphs were recorded
+    (tmp_path / "kernels" / "softmax_rows" / "model.json").write_text(json.dumps(data))
+    problem, model = fresh(softmax)
+    out, found, messages = wrapper_globals(pytest_kernelopt.compile(model, tmp_path / "kernels", quiet=True), x)
+    assert [n.startswith("triton_per_") for n in found] == [True]
+    assert len(messages) == 1 and "records no graph inputs it was verified at" in messages[0], messages

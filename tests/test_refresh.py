@@ -114,7 +114,7 @@ def _manifest(refreshed: dict[str, Any], name: str) -> Any:
 
 def test_accept_records_how_each_version_was_made(refreshed: dict[str, Any]) -> None:
     recipes = {name: m["versions"][0]["recipe"] for name, m in refreshed["manifests"].items()}
-    assert all(m["schema_version"] == 3 for m in refreshed["manifests"].values())
+    assert all(m["schema_version"] == 4 for m in refreshed["manifests"].values())
     assert recipes["launch"]["kind"] == "launch"
     assert recipes["launch"]["launch"] == {"XBLOCK": 2, "num_warps": 1, "num_stages": 1}
     assert recipes["launch"]["compiler_launch"] == {"XBLOCK": 1, "num_warps": 2, "num_stages": 1}
@@ -192,7 +192,7 @@ def test_a_manifest_without_recipes_is_refreshed_from_a_derived_recipe(refreshed
     k = _only(refreshed, "legacy")
     assert (k.status, k.recipe_derived, k.new_version) == ("refreshed", True, 2), k.reason
     assert "XBLOCK=4" in k.recipe
-    assert _manifest(refreshed, "legacy").schema_version == 3
+    assert _manifest(refreshed, "legacy").schema_version == 4
 
 
 def test_an_edit_that_no_longer_applies_is_reported_and_the_kernel_retired(refreshed: dict[str, Any]) -> None:

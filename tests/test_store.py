@@ -526,3 +526,82 @@ def test_accepting_bytes_of_a_hand_edited_version_is_an_error_not_already_stored
     (tmp_path / "m" / "k" / "v1.py").write_text("# edited\n")
     with pytest.raises(StoreError, match="v1.py: contents differ from the sha256 recorded"):
         _add_outcome(tmp_path, "a")
+
+
+# --- 9. what a version was verified at: fingerprints of schema 4, launches ---------------------------
+
+LAUNCH = ["float16 (4, 16) (16, 1)", "float16 (4, 16) (16, 1)", "int 64"]
+
+
+def _verified(fingerprint: str, source: str, launches: list[list[str]] | None = None) -> Evidence:
+    return Evidence(status="correct", speed_measured=False, fingerprint=fingerprint,
+                    sha256=hashlib.sha256(source.encode()).hexdigest(),
+                    launches=[LAUNCH] if launches is None else launches)
+
+
+def test_accept_records_the_launches_the_kernel_stage_verified(tmp_path: Path) -> None:
+    verdict = _verdict()
+    verdict.launches = [LAUNCH]
+    outcome = accept_verdict(KernelStore(tmp_path), "m", KERNEL, CANDIDATE, verdict)
+    assert outcome.record is not None and outcome.record.evidence.launches == [LAUNCH]
+    assert outcome.record.unverified_reason(FP_A) is None
+    manifest = KernelStore(tmp_path).manifest("m", KERNEL)
+    assert manifest is not None and manifest.schema_version == 4 and manifest.old_fingerprints() is None
+    # Without them (a verdict of the model stage only, a hand-written entry) production would run it nowhere.
+    verdict = _verdict(source="# another\n")
+    outcome = accept_verdict(KernelStore(tmp_path), "m", KERNEL, "# another\n", verdict)
+    assert outcome.record is not None
+    assert "no launches it was verified at" in (outcome.record.unverified_reason(FP_A) or "")
+
+
+def test_a_manifest_of_schema_3_is_stale_until_verified_again(tmp_path: Path) -> None:
+    """Its fingerprint hashed the text alone (float16 and bfloat16 alike): never compared, and said so
+    with the way out; re-verifying the same bytes against the compiler kernel now records the new
+    fingerprint and launches on the same entry, without a new file."""
+    folder = tmp_path / "m" / "k"
+    source = "# tuned at float16\n"
+    KernelStore(tmp_path).add_version(model="m", kernel="k", fingerprint=FP_A, args=ARGS, original_source="# A\n",
+                                      source=source, evidence=_verified(FP_A, source), provenance=Provenance(),
+                                      environment=None)
+    data = json.loads((folder / "manifest.json").read_text())
+    data["schema_version"] = 3
+    for v in data["versions"]:
+        del v["evidence"]["launches"]
+    (folder / "manifest.json").write_text(json.dumps(data))
+    active = KernelStore(tmp_path).active_file("m", "k")
+    assert active is not None
+    why = active.manifest.old_fingerprints()
+    assert why is not None and "`kernelopt refresh`" in why and "dtypes" in why
+    assert "no launches" in (active.record.unverified_reason(FP_A) or "")
+    assert KernelStore(tmp_path).already_stored("m", "k", source) is None  # accept verifies it again
+
+    again = KernelStore(tmp_path).add_version(model="m", kernel="k", fingerprint=FP_B, args=ARGS,
+                                              original_source="# B\n", source=source,
+                                              evidence=_verified(FP_B, source), provenance=Provenance(),
+                                              environment=None)
+    assert (again.stored, again.active) == (False, True) and "now recorded" in again.message
+    manifest = KernelStore(tmp_path).manifest("m", "k")
+    assert manifest is not None
+    assert (manifest.schema_version, manifest.fingerprint, manifest.active) == (4, FP_B, 1)
+    assert manifest.old_fingerprints() is None and manifest.version(1).unverified_reason(FP_B) is None
+    assert _files(folder) == sorted(["manifest.json", "original.py", f"original-{FP_B}.py", "v1.py"])
+    assert KernelStore(tmp_path).check("m", "k") is not None
+
+
+def test_same_bytes_verified_against_another_compile_are_recorded_against_it(tmp_path: Path) -> None:
+    """The bfloat16 compile's kernel has the float16 one's text: a version verified on both is active for the
+    compile it was verified on last, never by the other's record."""
+    source = "# same text both ways\n"
+    store = KernelStore(tmp_path)
+    store.add_version(model="m", kernel="k", fingerprint=FP_A, args=ARGS, original_source="# A\n", source=source,
+                      evidence=_verified(FP_A, source), provenance=Provenance(), environment=None)
+    store.add_version(model="m", kernel="k", fingerprint=FP_A, args=ARGS, original_source="# A\n",
+                      source="# v2\n", evidence=_verified(FP_A, "# v2\n"), provenance=Provenance(), environment=None)
+    bf16 = [["bfloat16 (4, 16) (16, 1)", "bfloat16 (4, 16) (16, 1)", "int 64"]]
+    outcome = store.add_version(model="m", kernel="k", fingerprint=FP_B, args=ARGS, original_source="# B\n",
+                                source=source, evidence=_verified(FP_B, source, bf16), provenance=Provenance(),
+                                environment=None)
+    assert (outcome.stored, outcome.active) == (False, True)
+    manifest = store.manifest("m", "k")
+    assert manifest is not None and (manifest.fingerprint, manifest.active) == (FP_B, 1)
+    assert manifest.version(1).evidence.launches == bf16 and manifest.version(1).unverified_reason(FP_A) is not None

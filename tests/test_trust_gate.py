@@ -133,6 +133,52 @@ def test_the_opt_out_skips_them_with_a_note_and_strict_overrides_the_setting(sta
         strict.assert_outcomes(failed=2)
 
 
+@pytest.fixture(scope="module")
+def unlaunched_repo(tmp_path_factory: pytest.TempPathFactory, compiled_models: Any) -> Path:
+    """problems/elementwise_chain.py with its kernel committed at its own fingerprint, a passing verification
+    recorded, but no launches (built outside the pytester test: its module snapshot would drop Inductor's)."""
+    from pytest_kernelopt.candidate import render_dump
+    from pytest_kernelopt.store import Evidence, KernelStore, Provenance, sha256_text
+
+    repo = tmp_path_factory.mktemp("unlaunched")
+    (repo / "problems").mkdir()
+    shutil.copy(ELEMENTWISE, repo / "problems")
+    (repo / "pyproject.toml").write_text(PYPROJECT)
+    (name, handle), = compiled_models.get(ELEMENTWISE).kernels.items()
+    dump = render_dump(handle.info, "elementwise_chain")
+    KernelStore(repo / "kernels").add_version(
+        model="elementwise_chain", kernel=name, fingerprint=handle.info.fingerprint, args=handle.info.args,
+        original_source=dump, source=dump, provenance=Provenance(), environment=None,
+        evidence=Evidence(status="correct", speed_measured=False, fingerprint=handle.info.fingerprint,
+                          sha256=sha256_text(dump)))
+    (repo / "kernel_name").write_text(name)
+    return repo
+
+
+@pytest.mark.slow
+def test_an_old_store_is_stale_naming_refresh_and_one_without_launches_needs_re_verification(
+        unlaunched_repo: Path, pytester: pytest.Pytester) -> None:
+    """A manifest of schema 3 (fingerprints of the text alone) is stale, whatever its fingerprint says; a
+    schema 4 entry without the launches it was verified at is reported as needing re-verification (production
+    runs it nowhere), not passed."""
+    shutil.copytree(unlaunched_repo, pytester.path, dirs_exist_ok=True)
+    name = (pytester.path / "kernel_name").read_text()
+    manifest = pytester.path / "kernels" / "elementwise_chain" / name / "manifest.json"
+    data = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**data, "schema_version": 3}))
+    result = _gate(pytester, "-k", name)
+    assert result.ret == 1
+    result.assert_outcomes(failed=1, deselected=1)
+    out = result.stdout.str()
+    assert "(schema 3) was written by an older kernelopt" in out and "`kernelopt refresh`" in out
+
+    manifest.write_text(json.dumps(data))  # schema 4, but no launches recorded
+    result = _gate(pytester, "-k", name, "--kernelopt-allow-stale")
+    assert result.ret == 0
+    result.assert_outcomes(skipped=1, deselected=1)
+    assert "needs re-verification" in result.stdout.str() and "records no launches" in result.stdout.str()
+
+
 def test_strict_and_allow_stale_together_are_a_usage_error(pytester: pytest.Pytester) -> None:
     (pytester.path / "problems").mkdir()
     shutil.copy(ELEMENTWISE, pytester.path / "problems")
@@ -195,7 +241,7 @@ UNVERIFIED = {
     "no_record": ({}, None, ["not verified", "records no verification"]),
     "retargeted": ("verified", _retarget, ["not verified", f"verified against compiler kernel {'f' * 16}"]),
     "other_bytes": ("verified", _other_bytes, ["not verified", "evidence is of other bytes"]),
-    "schema_1_unrecorded": ("verified", _schema_1_without_fingerprints, ["not verified", "records no verification"]),
+    "schema_1_unrecorded": ("verified", _schema_1_without_fingerprints, ["stale", "schema 1", "`kernelopt refresh`"]),
 }
 
 
@@ -240,9 +286,10 @@ def test_a_schema_1_manifest_reads_its_versions_fingerprint_as_the_verification(
               "evidence": {"status": "correct", "speed_measured": False}, "provenance": {}, "fingerprint": "f1"}
     old = Manifest.model_validate({"schema_version": 1, "model": "m", "kernel": "k", "fingerprint": "f1",
                                    "active": 1, "versions": [record]})
-    assert old.version(1).unverified_reason("f1") is None
+    assert "no launches it was verified at" in old.version(1).unverified_reason("f1")  # schema 4 records them
     assert "not against f2" in old.version(1).unverified_reason("f2")
-    assert Manifest(model="m", kernel="k", fingerprint="f1").schema_version == MANIFEST_SCHEMA_VERSION == 3
+    assert old.old_fingerprints() is not None  # and its fingerprints are of the text alone: stale
+    assert Manifest(model="m", kernel="k", fingerprint="f1").schema_version == MANIFEST_SCHEMA_VERSION == 4
     # Schema 2 takes no such inference: its evidence says what was verified, or nothing was.
     new = Manifest.model_validate({"schema_version": 2, "model": "m", "kernel": "k", "fingerprint": "f1",
                                    "active": 1, "versions": [record]})

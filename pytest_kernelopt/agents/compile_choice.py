@@ -135,5 +135,5 @@ def record(store: Any, model: str, outcome: CompileOutcome, verdict: Verdict | N
     worst = max((e.model_ratio or 0.0 for e in verdict.errors), default=None)
     store.save_compile(model, CompileChoice(
         variant=outcome.chosen, measured=datetime.now(timezone.utc), environment=verdict.environment,
-        timing=verdict.model_timing, worst_ratio=worst, seeds=list(verdict.seeds)))
+        timing=verdict.model_timing, worst_ratio=worst, seeds=list(verdict.seeds), graphs=verdict.launches))
     outcome.stored = True

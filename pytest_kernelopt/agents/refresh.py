@@ -100,7 +100,8 @@ def stale_kernels(store: Any, model: str, fingerprints: dict[str, str]) -> list[
     out = []
     for name in store.kernel_names(model):
         manifest = store.manifest(model, name)
-        if manifest is not None and manifest.active is not None and fingerprints.get(name) != manifest.fingerprint:
+        if manifest is not None and manifest.active is not None and (
+                fingerprints.get(name) != manifest.fingerprint or manifest.old_fingerprints() is not None):
             out.append(name)
     return out
 

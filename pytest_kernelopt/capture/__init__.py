@@ -22,6 +22,7 @@ import ast
 import copy
 import contextlib
 import hashlib
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -102,18 +103,59 @@ def find_kernel_def(source: str, name: str | None = None) -> ast.FunctionDef:
     return found
 
 
-def fingerprint(source: str, name: str | None = None) -> str:
-    """Hash of the kernel's normalized source: stable across runs and processes.
+def fingerprint(source: str, name: str | None = None, semantics: dict[str, Any] | None = None) -> str:
+    """Hash of the kernel's normalized source and of what it was compiled for: stable across runs and processes.
 
     Decorators (they carry file paths and backend hashes), comments, formatting and
-    the function's own name do not enter it.
+    the function's own name do not enter it. ``semantics`` (:func:`compile_semantics`
+    of the compiler's kernel) does: Inductor writes the same text for a float16 and a
+    bfloat16 kernel (torch 2.13), and only its signature tells them apart. A compiler
+    kernel's fingerprint is :func:`kernel_fingerprint`, which always passes it.
     """
     node = find_kernel_def(source, name)
     clone = ast.FunctionDef(
         name="kernel", args=node.args, body=node.body, decorator_list=[], returns=None, type_comment=None, type_params=[]
     )
     normalized = ast.unparse(ast.fix_missing_locations(clone))
+    if semantics is not None:
+        normalized += "\n# compiled for " + json.dumps(semantics, sort_keys=True, default=repr)
     return hashlib.sha256(normalized.encode()).hexdigest()[:16]
+
+
+# Inductor's launch metadata that selects among grids of the same ``grid_type`` (torch 2.13 GridExpr subclasses).
+_GRID_META = ("grid_type", "fixed_grid", "precomputed_grids", "combo_grid_meta")
+
+
+def compile_semantics(autotuner: Any) -> dict[str, Any]:
+    """What a compiler kernel's text does not say but its meaning depends on (``CachingAutotuner``, torch 2.11-2.13).
+
+    * ``signature``: every argument's Triton type in order (``*fp16`` vs ``*bf16``, ``i32`` vs ``i64``);
+    * ``constants``: values Inductor fixed at compile time (``triton_meta['constants']``);
+    * ``device``: the device type (``cuda``, ``hip``, ``xpu``, ``cpu`` in interpreter mode);
+    * ``numerics``: the compile options that change results (``enable_fp_fusion``, ``disable_ftz``);
+    * ``grid``: how Inductor launches it (``grid_type`` and the metadata those grids read).
+
+    Left out, on purpose: the GPU model and compute capability (a store verified on one H200 runs on
+    another; the environment records which), divisibility hints (promises about alignment that only
+    let the compiler pick faster code), names, file paths and hashes of the backend.
+    """
+    triton_meta = getattr(autotuner, "triton_meta", None) or {}
+    inductor_meta = getattr(autotuner, "inductor_meta", None) or {}
+    device = triton_meta.get("device")
+    device_type = triton_meta.get("device_type") or getattr(device, "type", None)
+    return {
+        "signature": [[str(k), str(v)] for k, v in (triton_meta.get("signature") or {}).items()],
+        "constants": {str(k): repr(v) for k, v in (triton_meta.get("constants") or {}).items()},
+        "device": None if device_type is None else str(device_type),
+        "numerics": {k: bool(triton_meta.get(k)) for k in ("enable_fp_fusion", "disable_ftz")},
+        "grid": {k: repr(inductor_meta[k]) for k in _GRID_META if inductor_meta.get(k) is not None},
+    }
+
+
+def kernel_fingerprint(autotuner: Any, source: str, function: str) -> str:
+    """The fingerprint of a compiler kernel: its text and its :func:`compile_semantics`. Capture and the
+    production loader both compute it here, so a version runs only on the compile it was verified on."""
+    return fingerprint(source, function, compile_semantics(autotuner))
 
 
 def _pointer_operand(call: ast.Call) -> ast.AST | None:
@@ -332,6 +374,68 @@ def describe_value(name: str, value: Any, written: bool) -> ArgInfo:
     return ArgInfo(name=name, kind="other")
 
 
+# --- launch signatures -----------------------------------------------------------------
+# What a stored version was verified at, launch by launch, and what production compares
+# before it runs one: per argument, a tensor's dtype, shape and stride; an integer's value
+# (Inductor passes sizes as integers: a dynamic-shape kernel's ``xnumel``, ``ks0``); anything
+# else its type. Recorded as text in the manifest, compared as tuples in production.
+
+_TENSOR_TEXT = re.compile(r"(\w+) \(((?:-?\d+, )*-?\d*,?)\) \(((?:-?\d+, )*-?\d*,?)\)")
+
+
+def _arg_text(value: Any) -> str:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).removeprefix('torch.')} {tuple(value.shape)} {tuple(value.stride())}"
+    if isinstance(value, bool):
+        return "bool"
+    if type(value) is int:  # exactly: launch_key reads other ints (enums, numpy) as "other"
+        return f"int {value}"
+    if isinstance(value, float):
+        return "float"
+    if value is None:
+        return "none"
+    return f"other {type(value).__name__}"
+
+
+def launch_signature(args: Any) -> list[str]:
+    """One launch's arguments as the store records them: ``["float16 (4, 16) (16, 1)", "int 64", "float"]``."""
+    return [_arg_text(a) for a in args]
+
+
+def launch_key(args: Any) -> tuple[Any, ...]:
+    """One launch's arguments as production compares them (equal to :func:`signature_key` of its signature)."""
+    from torch import Tensor
+
+    return tuple((a.shape, a.stride(), a.dtype) if isinstance(a, Tensor)
+                 else ("int", a) if type(a) is int else _arg_text(a) for a in args)
+
+
+def signature_key(signature: list[str]) -> tuple[Any, ...]:
+    """:func:`launch_key` of the launch whose :func:`launch_signature` is ``signature``; ValueError when one
+    of its entries is not one that function writes (a manifest is data from a repository)."""
+    import torch
+
+    key: list[Any] = []
+    for text in signature:
+        tensor = _TENSOR_TEXT.fullmatch(text)
+        if tensor:
+            dtype = getattr(torch, tensor.group(1), None)
+            if not isinstance(dtype, torch.dtype):
+                raise ValueError(f"unknown dtype in launch signature entry {text!r}")
+            shape, stride = (tuple(int(n) for n in g.replace(",", " ").split()) for g in tensor.group(2, 3))
+            key.append((torch.Size(shape), stride, dtype))
+        elif re.fullmatch(r"int -?\d{1,30}", text):
+            key.append(("int", int(text[4:])))
+        elif text in ("bool", "float", "none") or re.fullmatch(r"other \w{1,100}", text):
+            key.append(text)
+        else:
+            raise ValueError(f"launch signature entry {text!r} is not a tensor's 'dtype (shape) (stride)', "
+                             f"'int <value>', 'float', 'bool' or 'none'")
+    return tuple(key)
+
+
 # --- compiling -------------------------------------------------------------------------
 
 @contextlib.contextmanager
@@ -507,8 +611,8 @@ def compile_problem(
                     info.min = info.max = None
                 args.append(info)
             info = KernelInfo(
-                name=name, function=kernel_name, graph=index, fingerprint=fingerprint(kernel_source, kernel_name), args=args,
-                launch=cfg, source=kernel_source,
+                name=name, function=kernel_name, graph=index, args=args, launch=cfg, source=kernel_source,
+                fingerprint=kernel_fingerprint(autotuner, kernel_source, kernel_name),
             )
             kernels[name] = KernelHandle(info=info, module=module, attr=attr, original=autotuner)
     return CompiledModel(

@@ -123,6 +123,10 @@ class Checks:
             return
         manifest, path = found.manifest, found.path
         item.prop("version", manifest.active)
+        older = manifest.old_fingerprints()
+        if older is not None:
+            item.prop("status", "stale")
+            stale(f"stale: {path}: {older}", self.strict)
         if manifest.fingerprint != info.fingerprint:
             item.prop("status", "stale")
             stale(f"stale: {path} replaces compiler kernel {manifest.fingerprint}, but the compiler now "
@@ -137,6 +141,11 @@ class Checks:
         if verdict.status == "rejected":
             item.prop("status", "rejected")
             raise GateFailure(f"{path}: rejected at {verdict.reason}{reproduce(verdict)}")
+        if not found.record.evidence.launches:  # production runs it at no launch: it needs re-verification
+            item.prop("status", "unverified")
+            stale(f"needs re-verification: {path}: its manifest entry records no launches it was verified at, so "
+                  f"production does not run it; `kernelopt accept {path}` verifies it again and records them",
+                  self.strict)
         timing = verdict.model_timing
         if self.policy.slower(timing):
             item.prop("status", "slower")
@@ -157,7 +166,8 @@ class Checks:
                 continue
             if found is None:
                 continue
-            if found.manifest.fingerprint != problem.info(kernel).fingerprint:
+            if (found.manifest.fingerprint != problem.info(kernel).fingerprint
+                    or found.manifest.old_fingerprints() is not None):
                 stale_kernels.append(kernel)
             else:
                 from ..verify import source_of

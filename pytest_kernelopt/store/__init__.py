@@ -272,17 +272,11 @@ class KernelStore:
                 if existing.sha256 == digest:
                     self._read_version(folder, existing, active=False)  # still those bytes, or a StoreError
                     active = existing.version == manifest.active
-                    if (evidence.fingerprint == fingerprint == existing.fingerprint and evidence.sha256 == digest
-                            and existing.unverified_reason(fingerprint) is not None):
-                        # Accepted again, verified now: record the verification its entry lacked
-                        # (a manifest of schema 1 without one), so that production runs it.
-                        existing = existing.model_copy(update={"evidence": evidence})
-                        versions = [existing if v.version == existing.version else v for v in manifest.versions]
-                        atomic_write(folder / MANIFEST, dump_json(manifest.model_copy(
-                            update={"versions": versions, "schema_version": MANIFEST_SCHEMA_VERSION})))
-                        return AcceptOutcome(record=existing, stored=False, active=active, message=(
-                            f"already stored as v{existing.version} ({'active' if active else 'not active'}) in "
-                            f"{folder / existing.file}; its verification against {fingerprint} is now recorded"))
+                    current = manifest.old_fingerprints() is None and existing.fingerprint == fingerprint
+                    if (evidence.fingerprint == fingerprint and evidence.sha256 == digest
+                            and (not current or existing.unverified_reason(fingerprint) is not None)):
+                        return self._reverified(folder, manifest, existing, fingerprint, args, original_source,
+                                                evidence, environment, created)
                     return AcceptOutcome(
                         record=existing, stored=False, active=active,
                         message=f"already stored as v{existing.version} ({'active' if active else 'not active'}) "
@@ -318,6 +312,36 @@ class KernelStore:
                 raise
         return AcceptOutcome(record=record, stored=True, active=True,
                              message=f"stored as {path} (v{number}, active)")
+
+    def _reverified(self, folder: Path, manifest: Manifest, existing: VersionRecord, fingerprint: str,
+                    args: list[ArgInfo], original_source: str, evidence: Evidence, environment: Environment | None,
+                    created: list[Path]) -> AcceptOutcome:
+        """Bytes already stored, verified now against compiler kernel ``fingerprint``: record that verification
+        on their entry (one that lacked it, a manifest written before fingerprints covered the signature,
+        or a compiler kernel that changed only in what its text does not say, e.g. its dtypes). When the
+        compiler kernel changed, the entry now replaces the new one and is the active version; its file
+        is not written again, and keeps its ``original``."""
+        changed = manifest.fingerprint != fingerprint or manifest.old_fingerprints() is not None
+        try:
+            # The entry keeps its own original (what its recipe was derived from); the manifest names the new one.
+            original = self._original_for(folder, manifest, fingerprint, original_source, created) if changed else None
+            existing = existing.model_copy(update={"evidence": evidence, "fingerprint": fingerprint})
+            versions = [existing if v.version == existing.version else v for v in manifest.versions]
+            update: dict[str, object] = {"versions": versions, "schema_version": MANIFEST_SCHEMA_VERSION}
+            if changed:
+                update.update(fingerprint=fingerprint, original=original, args=args, active=existing.version,
+                              retired=None, environment=environment)
+            updated = manifest.model_copy(update=update)
+            atomic_write(folder / MANIFEST, dump_json(Manifest.model_validate(updated.model_dump())))
+        except BaseException:
+            for leftover in reversed(created):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+            raise
+        active = updated.active == existing.version
+        return AcceptOutcome(record=existing, stored=False, active=active, message=(
+            f"already stored as v{existing.version} ({'active' if active else 'not active'}) in "
+            f"{folder / existing.file}; its verification against {fingerprint} is now recorded"))
 
     def _original_for(self, folder: Path, manifest: Manifest, fingerprint: str, source: str,
                       created: list[Path]) -> str:
@@ -440,6 +464,7 @@ def accept_verdict(store: KernelStore, model: str, kernel: str, source: str, ver
         model_timing=verdict.model_timing, kernel_timing=verdict.kernel_timing, errors=verdict.errors,
         seeds=verdict.seeds, environment=verdict.environment, combined_timing=combined_timing,
         combined_with=combined_with or [], fingerprint=info.fingerprint, sha256=sha256_text(source),
+        launches=verdict.launches,
     )
     original = render_dump(info, model)
     if recipe is None:

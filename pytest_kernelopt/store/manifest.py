@@ -23,10 +23,16 @@ MANIFEST = "manifest.json"
 #    provenance whether it was refreshed (``refreshed_from``, compilers before/after), and the
 #    manifest why its kernel went back to the compiler's (``retired``). Nothing is inferred:
 #    a schema 2 manifest reads as it is (no recipes; refresh derives one from the files).
+# 4: fingerprints cover what the compiler kernel was compiled for (capture.compile_semantics: argument
+#    dtypes, constants, device), and each version's evidence the launches it was verified at
+#    (``launches``). A manifest of schema 1-3 is read, but its fingerprints are of the text alone: its
+#    kernels are stale until ``kernelopt refresh`` re-verifies them (FINGERPRINTS_COVER_SEMANTICS).
 # Manifests of schema 1 are still read: see Manifest._from_schema_1.
-# Within schema 3 (2026-12-04), an ``inductor`` recipe also records ``base_source`` (optional: older
-# recipes read without it, and are not replayed: store/recipe.py binding_error).
-MANIFEST_SCHEMA_VERSION = 3
+# An ``inductor`` recipe may also record ``base_source`` (2026-12-04; optional: older recipes
+# read without it, and are not replayed: store/recipe.py binding_error).
+MANIFEST_SCHEMA_VERSION = 4
+# The first schema whose fingerprints include capture.compile_semantics.
+FINGERPRINTS_COVER_SEMANTICS = 4
 ORIGINAL = "original.py"
 MODEL_RECORD = "model.json"
 
@@ -72,6 +78,10 @@ class Evidence(Record):
     # (written outside ``accept_verdict``); the production loader does not run such a version.
     fingerprint: str | None = None
     sha256: str | None = None
+    # The launches the kernel stage verified the version at, each as capture.launch_signature writes it
+    # (per argument: "float16 (4, 16) (16, 1)", "int 64", "float"). Production runs the version only at
+    # these; None: not recorded (written before schema 4), and the gate asks for a re-verification.
+    launches: list[list[Annotated[str, Field(max_length=1000)]]] | None = None
 
 
 class Provenance(Record):
@@ -134,6 +144,10 @@ class VersionRecord(Record):
         if verified.fingerprint != fingerprint:
             return (f"v{self.version} was verified against compiler kernel {verified.fingerprint}, not against "
                     f"{fingerprint}, which the compiler generates now")
+        if not verified.launches:
+            return (f"v{self.version}'s manifest entry records no launches it was verified at (shapes, strides, "
+                    f"dtypes; written before kernelopt recorded them); `kernelopt refresh` or `kernelopt accept` of "
+                    f"its file verifies it again and records them")
         return None
 
 
@@ -148,7 +162,7 @@ class Retirement(Record):
 
 
 class Manifest(Record):
-    readable_schema_versions: ClassVar[tuple[int, ...]] = (1, 2, MANIFEST_SCHEMA_VERSION)
+    readable_schema_versions: ClassVar[tuple[int, ...]] = (1, 2, 3, MANIFEST_SCHEMA_VERSION)
     schema_version: int = MANIFEST_SCHEMA_VERSION
     model: str
     kernel: str
@@ -197,6 +211,15 @@ class Manifest(Record):
                              f"names {self.fingerprint}")
         return self
 
+    def old_fingerprints(self) -> str | None:
+        """Why this manifest's fingerprints cannot be compared with the compiler's now (None: they can):
+        written before fingerprints covered the signature, so an equal text of another dtype would match."""
+        if self.schema_version >= FINGERPRINTS_COVER_SEMANTICS:
+            return None
+        return (f"its manifest (schema {self.schema_version}) was written by an older kernelopt, whose fingerprints "
+                f"did not cover the kernel's argument dtypes, constants and device; run `kernelopt refresh` to "
+                f"verify it again against the compiler kernel generated now")
+
     def version(self, number: int) -> VersionRecord:
         for v in self.versions:
             if v.version == number:
@@ -229,6 +252,10 @@ class CompileChoice(Record):
     # compile's own error as the allowance (the model stage's rule).
     worst_ratio: float | None = None
     seeds: list[int] = Field(default_factory=list)
+    # The inputs of each graph the verifier compiled under it (capture.launch_signature of what Dynamo passed
+    # the backend: weights and inputs, shapes, strides, dtypes). Production compiles a graph under the
+    # setting only when its inputs are one of these; None: not recorded (before 2026-12-04), used nowhere.
+    graphs: list[list[Annotated[str, Field(max_length=1000)]]] | None = None
 
 
 class ModelRecord(Record):

@@ -8,6 +8,11 @@ generated now (the same rule as the gate) and the manifest records a passing
 verification of the version's bytes against that same compiler kernel (what
 ``accept`` writes from the verdict): it replaces the kernel global of the
 graph's wrapper module, as :mod:`pytest_kernelopt.capture.swap` does in the verifier.
+The fingerprint covers what the kernel was compiled for (argument dtypes, constants, device:
+``capture.kernel_fingerprint``), and the version runs only at the launches its evidence records
+(:class:`VerifiedLaunches`: the shapes, strides and dtypes the kernel stage checked it at); at any
+other launch the compiler's kernel runs, said once. ``model.json``'s compile setting likewise
+applies only to graphs whose inputs it was verified at.
 
 Nothing is verified, timed or tuned here: that is the gate's job, done before the
 files were committed. What is checked at load is cheap and local: the sha256
@@ -41,8 +46,8 @@ from typing import Any, Literal
 
 from ..errors import UsageError
 
-__all__ = ["BACKEND_NAME", "KerneloptBackend", "KerneloptWarning", "ProductionKernel", "ProductionStatus", "backend",
-           "compile", "kernelopt_backend", "status"]
+__all__ = ["BACKEND_NAME", "KerneloptBackend", "KerneloptWarning", "ProductionKernel", "ProductionStatus",
+           "VerifiedLaunches", "backend", "compile", "kernelopt_backend", "status"]
 
 BACKEND_NAME = "kernelopt"
 # Keys of torch.compile(..., backend="kernelopt", options={...}) read by the backend;
@@ -82,7 +87,8 @@ class KerneloptBackend:
     ``torch.compile(model, backend=KerneloptBackend("softmax_rows"), mode=..., options=...)``:
     ``mode`` and ``options`` are Inductor's (torch passes them to the backend).
     The compile settings recorded in the model's ``model.json`` (``compile``: a name from
-    ``capture/variants.py``, chosen by ``kernelopt tune``) apply first, under ``mode`` and ``options``.
+    ``capture/variants.py``, chosen by ``kernelopt tune``) apply first, under ``mode`` and ``options``,
+    to the graphs whose inputs they were verified at.
     ``kernels`` lists every Triton kernel compiled so far and what runs for it;
     ``startup_seconds`` is the time spent beyond Inductor's compile (fingerprints,
     reading and hashing files, the static check, loading). Each compiled graph prints one
@@ -125,7 +131,7 @@ class KerneloptBackend:
 
         patches = _inductor_patches(mode or self.mode, {**self.options, **(options or {})})
         # model.json's compile settings first (its kernels are that compile's); the caller's on top.
-        with compiling(self._variant()) as chosen, _record_wrapper_modules() as loaded:
+        with compiling(self._variant(example_inputs)) as chosen, _record_wrapper_modules() as loaded:
             compiled = compile_fx(gm, example_inputs, config_patches={**chosen, **patches} or None)
         # Wrapper modules define ``call``; kernel modules do not (as in capture).
         graphs = [m for m in loaded if callable(getattr(m, "call", None)) and getattr(m, "__file__", None)]
@@ -194,13 +200,35 @@ class KerneloptBackend:
                     None, f"kernelopt failed to check it ({type(exc).__name__}: {exc})")
             self.kernels.append(record)
 
-    def _variant(self) -> str | None:
-        """``model.json``'s compile settings; one that cannot be used is warned about and the defaults compile."""
+    def _variant(self, example_inputs: Any) -> str | None:
+        """``model.json``'s compile settings for a graph with these inputs: only where they were verified (the
+        inputs of a graph the verifier compiled under them); elsewhere, or for a setting that cannot be used,
+        the defaults compile, said once."""
+        from ..capture import launch_key, launch_signature, signature_key
+
         try:
-            return self.store.compile_variant(self.model)
+            variant = self.store.compile_variant(self.model)
+            choice = self.store.model_record(self.model).compile if variant is not None else None
+            graphs = choice.graphs if choice is not None else None
+            verified = None if graphs is None else frozenset(signature_key(g) for g in graphs)
         except Exception as exc:  # noqa: BLE001 - an unknown name or a broken model.json: the defaults, said once
             self._warn(f"kernelopt: model {self.model}: {exc}; Inductor's default settings are used")
             return None
+        if variant is None:
+            return None
+        where = f"kernelopt: model {self.model}: {self.store.model_dir(self.model) / 'model.json'}: compile {variant!r}"
+        if verified is None:
+            self._warn(f"{where} records no graph inputs it was verified at (written before kernelopt recorded "
+                       f"them; `kernelopt tune` verifies it again and records them); Inductor's default settings "
+                       f"are used")
+            return None
+        if launch_key(example_inputs) not in verified:
+            shown = launch_signature(example_inputs)
+            text = ", ".join(shown[:8]) + (f", ... ({len(shown)} inputs)" if len(shown) > 8 else "")
+            self._warn(f"{where} was not verified at this graph's inputs ({text}); Inductor's default settings "
+                       f"compile this graph")
+            return None
+        return variant
 
     def _committed(self) -> bool:
         try:
@@ -210,7 +238,7 @@ class KerneloptBackend:
 
     def _lookup(self, module: ModuleType, attr: str, function: str, graph: int) -> ProductionKernel:
         from ..candidate import CandidateKernel, load_candidate_source
-        from ..capture import fingerprint, read_kernel_source
+        from ..capture import kernel_fingerprint, read_kernel_source, signature_key
         from ..verify.limits import size_problem
         from ..verify.static import check_candidate
 
@@ -230,22 +258,30 @@ class KerneloptBackend:
                 "manifest.json").is_file() else "nothing committed"
             return record  # committed versions, none active
         try:
-            record.fingerprint = fingerprint(read_kernel_source(compiler_kernel, module, attr), function)
+            record.fingerprint = kernel_fingerprint(compiler_kernel, read_kernel_source(compiler_kernel, module, attr),
+                                                    function)
         except Exception as exc:  # our reading of Inductor's output failed: never the model's problem
             return self._fallback(record, active.path,
                                   f"cannot read the compiler's kernel ({type(exc).__name__}: {exc})")
         record.version, record.file = active.record.version, active.path
+        older = active.manifest.old_fingerprints()
+        if older is not None:  # its fingerprint would not tell a float16 compile from a bfloat16 one
+            return self._fallback(record, active.path, f"stale: {older}")
         if active.manifest.fingerprint != record.fingerprint:
             return self._fallback(record, active.path, (
                 f"stale: it replaces compiler kernel {active.manifest.fingerprint}, but the compiler now generates "
-                f"{record.fingerprint} (another input shape, torch version or model change); `kernelopt refresh` "
-                "carries it over to the new kernel"))
+                f"{record.fingerprint} (another input shape, dtype, device, torch version or model change); "
+                "`kernelopt refresh` carries it over to the new kernel"))
         # The manifest must record a passing verification of these bytes against this very
         # compiler kernel: a fingerprint edited by hand (or a version written outside accept)
         # would otherwise run code no cascade ever checked at this shape.
         unverified = active.record.unverified_reason(record.fingerprint)
         if unverified is not None:
             return self._fallback(record, active.path, f"not verified: {unverified}")
+        try:  # the launches it was verified at; a manifest is data, so an entry we would not write is refused
+            verified = frozenset(signature_key(s) for s in active.record.evidence.launches or ())
+        except ValueError as exc:
+            return self._fallback(record, active.path, f"not verified: v{active.record.version}'s launches: {exc}")
         too_big = size_problem(active.source, str(active.path))  # the static check's cost grows with the size
         if too_big:
             return self._fallback(record, active.path, too_big)
@@ -257,10 +293,18 @@ class KerneloptBackend:
             replacement = CandidateKernel(loaded, label=str(active.path))
         except Exception as exc:
             return self._fallback(record, active.path, f"does not load: {exc}")
-        setattr(module, attr, replacement)
+        setattr(module, attr, VerifiedLaunches(replacement, compiler_kernel, verified,
+                                               lambda key, args: self._unverified_launch(record, args)))
         record.runs = "committed"
         log.info("kernelopt: %s: running %s (v%d)", where, active.path, active.record.version)
         return record
+
+    def _unverified_launch(self, record: ProductionKernel, args: tuple[Any, ...]) -> None:
+        from ..capture import launch_signature
+
+        self._warn(f"kernelopt: {self.model}/{record.name}: v{record.version} ({record.file}) was not verified at "
+                   f"this launch ({', '.join(launch_signature(args))}); the compiler's kernel runs at it",
+                   record.file)
 
     def _fallback(self, record: ProductionKernel, path: Path | None, cause: str) -> ProductionKernel:
         record.runs, record.reason, record.why = "compiler", cause, _short_why(cause)
@@ -274,6 +318,41 @@ class KerneloptBackend:
             self._warned.add(message)
             # Located at the file in question: the caller's frame is deep inside Dynamo.
             warnings.warn_explicit(message, KerneloptWarning, str(where or self.kernels_dir), 0)
+
+
+class VerifiedLaunches:
+    """A committed version in place of a compiler kernel, run only at the launches it was verified at.
+
+    ``verified``: :func:`~pytest_kernelopt.capture.signature_key` of each launch recorded in its evidence.
+    At any other launch (another batch of a dynamic-shape kernel, other strides) the compiler's kernel
+    runs and ``unverified(key, args)`` is called the first time that launch is seen. The check is one
+    tuple built and looked up per launch (about 3 us for four arguments on the 2-core CPU machine).
+    """
+
+    # Unverified launches said once each, up to this many (a dynamic batch size could make one per call).
+    SAID = 64
+
+    def __init__(self, committed: Any, compiler: Any, verified: frozenset[Any], unverified: Any):
+        from ..capture import launch_key
+
+        self.committed, self.compiler, self.verified, self.unverified = committed, compiler, verified, unverified
+        self._key = launch_key
+        self.unverified_seen: set[Any] = set()
+        self.runs = {"committed": 0, "compiler": 0}  # launches of each, for tests and debugging
+
+    def run(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
+        key = self._key(args)
+        if key in self.verified:
+            self.runs["committed"] += 1
+            return self.committed.run(*args, stream=stream, **kwargs)
+        if key not in self.unverified_seen and len(self.unverified_seen) < self.SAID:
+            self.unverified_seen.add(key)
+            self.unverified(key, args)
+        self.runs["compiler"] += 1
+        return self.compiler.run(*args, stream=stream, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"VerifiedLaunches({self.committed!r}, {len(self.verified)} verified launch(es))"
 
 
 def _short_why(cause: str) -> str:

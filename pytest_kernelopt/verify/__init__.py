@@ -409,7 +409,7 @@ class VerifySession:
                                                   "kernel_ratio": k.kernel_ratio})
                 merged.append(row)
             verdict.errors = merged
-        for key in ("model_timing", "kernel_timing", "base_timing"):
+        for key in ("model_timing", "kernel_timing", "base_timing", "launches"):
             value = getattr(done, key)
             if value is not None:
                 setattr(verdict, key, value)

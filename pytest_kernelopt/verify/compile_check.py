@@ -70,6 +70,7 @@ def _other(prepared: Prepared, variant: str | None) -> Any:
     import torch
     from torch._inductor.compile_fx import compile_fx
 
+    from ..capture import launch_signature
     from ..capture.graph_rewrites import rewrites_done
     from ..capture.variants import VARIANTS, compiling
 
@@ -78,7 +79,10 @@ def _other(prepared: Prepared, variant: str | None) -> Any:
     if prepared.device == "cuda":
         torch.cuda.empty_cache()
 
+    graphs: set[tuple[str, ...]] = set()  # each graph's inputs as compiled: where production applies the setting
+
     def backend(gm: Any, example_inputs: Any) -> Any:
+        graphs.add(tuple(launch_signature(example_inputs)))
         with compiling(variant) as patches:
             return compile_fx(gm, example_inputs, config_patches=patches or None)
 
@@ -88,6 +92,8 @@ def _other(prepared: Prepared, variant: str | None) -> Any:
         with torch.no_grad():
             return compiled(*inputs)
 
+    other.graphs = graphs  # type: ignore[attr-defined]
+
     before = rewrites_done()
     other(*prepared.inputs(prepared.seeds[0]))  # compiled now, not inside a timed run
     if variant is not None and VARIANTS[variant].rewrites and rewrites_done() == before:
@@ -95,6 +101,14 @@ def _other(prepared: Prepared, variant: str | None) -> Any:
                            f"(it compiles as without them)")
     prepared.others[variant] = other
     return other
+
+
+def verified_graphs(prepared: Prepared, variant: str) -> list[list[str]] | None:
+    """The inputs of each graph of ``variant``'s compile that :func:`compile_stage` checked (capture.launch_signature
+    of what Dynamo passed the backend); None when the session itself compiles under it (not recorded)."""
+    other = prepared.others.get(variant) if prepared.variant is None else None
+    graphs = getattr(other, "graphs", None)
+    return None if graphs is None else [list(g) for g in sorted(graphs)]
 
 
 class CompileRows(list):

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..capture import launch_signature
 from ..records import SeedErrors
 from .guards import CANARIES, Bands, GuardedKernel
 from .numerics import Judgement, NumericsFailure, NumericsRule, Tolerance, judge
@@ -113,6 +114,7 @@ class _Checker:
         self.where, self.rule, self.device, self.entropy = where, rule, device, entropy
         self.passes, self.draw = passes, draw
         self.launches = self.compared = 0
+        self.verified: set[tuple[str, ...]] = set()  # the launches compared, as capture.launch_signature writes them
         self.failure: StageFailure | None = None
         self.worst = Judgement()
         self.bands = Bands([self._name(i) for i in range(len(infos))], device, entropy)
@@ -182,6 +184,7 @@ class _Checker:
                         raise StageFailure(breach)
                     self._compare(ran_on, results, written, read_only, before, fill)
                     self.compared += 1
+                    self.verified.add(tuple(launch_signature(args)))
         except StageFailure as failure:
             self.failure = failure
         # Leave the compiler's results in place for the rest of the model.
@@ -223,10 +226,16 @@ class KernelRows(list):
         super().__init__(rows)
         self.stress, self.skipped, self.guards = [], [], []
         self.worst = 0.0
+        self.verified: set[tuple[str, ...]] = set()
 
     def saw(self, checker: _Checker) -> None:
         self.guards += [note for note in checker.bands.notes if note not in self.guards]
         self.worst = max(self.worst, checker.worst.worst_ratio)
+        self.verified |= checker.verified
+
+    def launches(self) -> list[list[str]]:
+        """The distinct launches the candidate was compared at, sorted: what production may run it at."""
+        return [list(s) for s in sorted(self.verified)]
 
     def describe(self) -> str:
         """One phrase for the stage's detail: the draws that ran, what the guard bands covered."""

@@ -198,7 +198,7 @@ def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], N
                      f"output element within its allowance against the reference, the default compile's own error "
                      f"on the same inputs (the worst at {rows.worst:.2g} of its allowance; on the seeds max abs error "
                      f"{worst.candidate_vs_fp64:.3g}, default compile {worst.baseline_vs_fp64:.3g})"),
-                    {"errors": list(rows)})
+                    {"errors": list(rows), "launches": compile_check.verified_graphs(prepared, variant)})
         if not stage("model", model) or prepared.device != "cuda" or not request.measure_speed:
             return
 
@@ -226,7 +226,7 @@ def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], N
                                                  request.allow_reduced_precision)
                 return (f"{len(rows)} seed(s) and {rows.describe()}: every element of every written argument "
                         f"within its allowance against the compiler kernel (the worst at {rows.worst:.2g} of its "
-                        f"allowance; verify/numerics.py)"), {"errors": list(rows)}
+                        f"allowance; verify/numerics.py)"), {"errors": list(rows), "launches": rows.launches()}
             if not stage("kernel", kernel):
                 return
 

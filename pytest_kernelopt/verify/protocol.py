@@ -120,6 +120,9 @@ class StageDone(Message):
     kernel_timing: Timing | None = None
     base_timing: Timing | None = None
     peak_bytes: int | None = None
+    # Kernel stage: the distinct launches the candidate was compared at; a compile check's model stage: the
+    # inputs of each graph compiled under the setting (capture.launch_signature).
+    launches: list[list[str]] | None = None
 
 
 class CheckDone(Message):
