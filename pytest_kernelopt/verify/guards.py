@@ -229,6 +229,9 @@ def _fill(buffer: Any, pattern: str, seed: int) -> None:
 
 
 CANARIES = ("nan", "random")
+# Not a canary: a run on the model's own argument tensors, as production runs the candidate
+# (no copies, no padding, the allocator's memory around and under the pointers).
+UNGUARDED = "unguarded"
 
 
 class Bands:
@@ -279,12 +282,16 @@ class Bands:
 
 
 class GuardedKernel:
-    """The candidate wherever it runs unchecked against the compiler's kernel: on guarded copies.
+    """The candidate wherever it runs unchecked against the compiler's kernel: on guarded copies,
+    or, for a drawn share of launches (``unguarded``), on the model's own tensors.
 
     Used for the kernel stage's unchecked runs and for every launch of the model stage
     (unchecked and checked runs), so what lies around a candidate's pointers, and what
     its written-only outputs hold before it runs (NaN or random values, drawn per launch,
-    as in the kernel stage's checked passes), look the same in every stage. What it wrote
+    as in the kernel stage's checked passes), look the same in every stage. An unguarded
+    launch is production's: the candidate gets the arguments the compiled model passed,
+    nothing is copied or pre-filled, and only writes into read-only arguments are checked
+    (against a snapshot). What it wrote
     is copied back into the real arguments (the model goes on with it). An argument the
     compiler's kernel only reads must be bitwise unchanged afterwards (the copy compared
     with the original; unguarded ones against a snapshot). The first breach is kept in
@@ -292,13 +299,23 @@ class GuardedKernel:
     is caught where it happens, before it can corrupt the worker's memory.
     """
 
-    def __init__(self, candidate: Any, infos: list[Any], where: str, device: str, entropy: Any = None):
+    def __init__(self, candidate: Any, infos: list[Any], where: str, device: str, entropy: Any = None,
+                 unguarded: float = 0.0):
         self.candidate, self.where, self.device = candidate, where, device
         self.written = {i for i, a in enumerate(infos) if a.written}
         self.read = {i for i, a in enumerate(infos) if a.read}
         self.names = [a.name for a in infos]
         self.bands = Bands(self.names, device, entropy)
         self.failure: str | None = None
+        # The share of launches (each drawn) run on the model's own tensors, exactly as
+        # production runs the candidate: 1.0 for a run that must judge production's behaviour.
+        self.share = unguarded
+        self.launches = self.unguarded = 0
+
+    def _unguarded(self) -> bool:
+        if self.share >= 1.0:
+            return True
+        return self.share > 0.0 and self.bands.entropy.below(1 << 20) < self.share * (1 << 20)
 
     def run(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
         import torch
@@ -308,7 +325,12 @@ class GuardedKernel:
         tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         written = [i for i in tensors if i in self.written]
         read_only = [i for i in tensors if i not in self.written]
-        ran_on, guards = self.bands.wrap(args, tensors, written)
+        self.launches += 1
+        if self._unguarded():  # as production: no copies, outputs as the model allocated them
+            ran_on, guards = list(args), []
+            self.unguarded += 1
+        else:
+            ran_on, guards = self.bands.wrap(args, tensors, written)
         before = {i: snapshot(args[i]) for i in read_only if ran_on[i] is args[i]}
         for i in written:
             if i not in self.read and ran_on[i] is not args[i]:  # a copy: its contents are the candidate's to write

@@ -9,6 +9,7 @@ few hundred MiB whatever the size.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import random
 from typing import Any, Iterator
@@ -202,16 +203,33 @@ class Entropy:
 
 # Input draws of the kernel stage, beside the model's own (``get_inputs``) draws: each is a
 # fresh draw of the inputs under an unpredictable seed, its floating-point tensors then
-# turned, in place, into one of these. What each does is in ``stress``.
-STRESS_VARIANTS = ("tiny", "mid", "huge", "mixed", "signed", "special")
+# turned, in place, into one of these. The first six vary magnitudes and special values;
+# the rest give the inputs structure that independent continuous draws never have
+# (a large mean against the spread, exact ties, subnormals, the dtype's limits, order).
+# What each does is in ``stress`` and, in words, :func:`stress_text`.
+STRESS_VARIANTS = ("tiny", "mid", "huge", "mixed", "signed", "special",
+                   "offset", "constant", "ties", "repeated", "subnormal", "subnormal_mixed",
+                   "near_max", "near_tiny", "sorted", "reversed", "zeros")
 STRESS_TEXT = {
-    "tiny": "scaled by 10^-k, k drawn in [1, K]",
+    "tiny": "scaled by 10^-k, k drawn in [1, {k}]",
     "mid": "|x| drawn log-uniformly in [10, 1000] per element, signs kept",
-    "huge": "scaled by 10^k, k drawn in [1, K]",
-    "mixed": "each element scaled by 10^e, e drawn in [-K, K] per element, an eighth of them zero",
+    "huge": "scaled by 10^k, k drawn in [1, {k}]",
+    "mixed": "each element scaled by 10^e, e drawn in [-{k}, {k}] per element, an eighth of them zero",
     "signed": "made one-signed (|x| or -|x|, drawn)",
     "special": "NaN, +Inf and -Inf at random places (about one element in 4096, four in a small tensor, "
                "one of each at least)",
+    "offset": "shifted by c = +-10^d times their mean magnitude, sign and d in [1, {offset}] drawn (a large mean "
+              "against the spread)",
+    "constant": "made constant along the last dimension (each row one value)",
+    "ties": "small integers, |x| <= m with m drawn in [1, 4] (many exact ties)",
+    "repeated": "2 to 4 distinct values, drawn (repeated values)",
+    "subnormal": "subnormal (|x| log-uniform in [{subnormal}, {tiny}), signs kept)",
+    "subnormal_mixed": "half of them (drawn per element) subnormal, the rest as drawn",
+    "near_max": "near the dtype's largest value (|x| in [max/10, max] = [{max10}, {max}], signs kept)",
+    "near_tiny": "near the dtype's smallest normal (|x| in [{tiny}, {tiny10}], signs kept)",
+    "sorted": "sorted ascending along the last dimension",
+    "reversed": "sorted descending along the last dimension",
+    "zeros": "zeros (+0 or -0 per element, drawn)",
 }
 STRESS_ZERO_FRACTION = 0.125
 SPECIAL_FRACTION = 1.0 / 4096
@@ -231,25 +249,58 @@ def decades(dtype: Any) -> float:
     return max(1.0, min(8.0, 0.5 * math.log10(info.max), -0.5 * math.log10(info.tiny)))
 
 
+def offset_decades(dtype: Any) -> float:
+    """How far (decades) the ``offset`` draw may shift values against their magnitude: as far as
+    the dtype keeps about 1.5 digits of the spread (5.4 for float32, 1.5 for float16, 1 for bfloat16)."""
+    import math
+
+    import torch
+
+    return max(1.0, min(decades(dtype), -math.log10(torch.finfo(dtype).eps) - 1.5))
+
+
+def stress_text(variant: str, dtype: Any) -> str:
+    """What ``variant`` does to an input of ``dtype``, in words with its numbers."""
+    import torch
+
+    info = torch.finfo(dtype)
+    return STRESS_TEXT[variant].format(k=f"{decades(dtype):.3g}", offset=f"{offset_decades(dtype):.3g}",
+                                       subnormal=f"{info.tiny * info.eps:.3g}", tiny=f"{info.tiny:.3g}",
+                                       tiny10=f"{10 * info.tiny:.3g}", max=f"{info.max:.3g}",
+                                       max10=f"{info.max / 10:.3g}")
+
+
 def stress(t: Any, variant: str, seed: int) -> None:
     """Turn a drawn floating-point input into a draw of ``variant`` (:data:`STRESS_VARIANTS`), in place.
 
-    Every choice (exponents, signs, positions) comes from ``seed``. Integer and bool
-    tensors (indices, masks) are left as drawn. No copy of ``t`` is made: the ops are
-    in place, random numbers drawn per piece of at most ``CHUNK`` elements, on its device.
+    Every choice (exponents, signs, positions, offsets) comes from ``seed``. Integer and
+    bool tensors (indices, labels, masks: a tiny range would change what they mean) are
+    left as drawn. No copy of ``t`` is made: the ops are in place, random numbers drawn per
+    piece of at most ``CHUNK`` elements, on its device; a sort holds one block of rows.
+    Magnitudes are computed in float64 and rounded once to the dtype, so every floating
+    dtype (float16 and bfloat16 included) gets its own subnormals and limits.
     """
     import torch
 
     if variant not in STRESS_TEXT:
         raise ValueError(f"unknown stress variant {variant!r}")
-    if not t.dtype.is_floating_point:
+    if not t.dtype.is_floating_point or t.numel() == 0:
         return
     k_max = decades(t.dtype)
+    info = torch.finfo(t.dtype)
     scalar = random.Random(seed)
     gen = torch.Generator(device=t.device).manual_seed(seed)
 
     def rand(piece: Any) -> Any:
         return torch.rand(piece.shape, generator=gen, device=t.device)
+
+    def magnitudes(piece: Any, low: float, high: float) -> Any:
+        """|x| log-uniform in [low, high] per element, in float64 (rounded by the caller's copy)."""
+        u = rand(piece).double()
+        return torch.pow(10.0, u * (math.log10(high) - math.log10(low))) * low
+
+    def signed(piece: Any, magnitude: Any) -> Any:
+        return torch.where(piece < 0, -magnitude, magnitude)
 
     with torch.no_grad():
         if variant in ("tiny", "huge"):
@@ -259,8 +310,26 @@ def stress(t: Any, variant: str, seed: int) -> None:
             t.abs_()
             if scalar.random() < 0.5:
                 t.neg_()
+        elif variant == "offset":
+            first = next(iter(views(t)))
+            scale = float(first.abs().double().mean())
+            scale = scale if math.isfinite(scale) and scale > 0 else 1.0
+            shift = scalar.choice((-1.0, 1.0)) * 10.0 ** scalar.uniform(1.0, offset_decades(t.dtype)) * scale
+            t.add_(min(shift, info.max / 4) if shift > 0 else max(shift, -info.max / 4))
+        elif variant == "constant":
+            if t.dim() == 0:
+                return
+            rest = t[..., 1:]
+            rest.copy_(t[..., :1].expand_as(rest))  # the first element of each row; no temporary
+        elif variant in ("sorted", "reversed"):
+            _sort_rows(t, descending=variant == "reversed")
+        elif variant == "zeros":
+            t.zero_()
+            for piece in views(t):
+                piece.masked_fill_(rand(piece) < 0.5, -0.0)
         else:
             fraction = min(0.125, max(SPECIAL_FRACTION, 4.0 / max(1, t.numel())))
+            ties, table = scalar.randint(1, 4), [scalar.gauss(0.0, 1.0) for _ in range(scalar.randint(2, 4))]
             for piece in views(t):
                 if variant == "mid":
                     magnitude = torch.pow(10.0, 1.0 + 2.0 * rand(piece))
@@ -268,6 +337,23 @@ def stress(t: Any, variant: str, seed: int) -> None:
                 elif variant == "mixed":
                     piece.mul_(torch.pow(10.0, (2.0 * rand(piece) - 1.0) * k_max))
                     piece.masked_fill_(rand(piece) < STRESS_ZERO_FRACTION, 0.0)
+                elif variant == "ties":
+                    piece.copy_(torch.floor(rand(piece) * (2 * ties + 1)) - ties)
+                elif variant == "repeated":
+                    index = torch.floor(rand(piece) * len(table)).long().clamp_(max=len(table) - 1)
+                    piece.copy_(torch.tensor(table, dtype=torch.float64, device=t.device)[index])
+                elif variant in ("subnormal", "subnormal_mixed"):
+                    # [smallest subnormal, smallest normal): tiny * eps is the smallest subnormal of IEEE formats.
+                    low, high = info.tiny * info.eps, info.tiny * (1.0 - info.eps)
+                    small = signed(piece, magnitudes(piece, low, high).clamp_(low, high)).to(t.dtype)
+                    if variant == "subnormal":
+                        piece.copy_(small)
+                    else:
+                        piece.copy_(torch.where(rand(piece) < 0.5, small, piece))
+                elif variant == "near_max":
+                    piece.copy_(signed(piece, magnitudes(piece, info.max / 10.0, info.max).clamp_(max=info.max)))
+                elif variant == "near_tiny":
+                    piece.copy_(signed(piece, magnitudes(piece, info.tiny, 10.0 * info.tiny).clamp_(min=info.tiny)))
                 else:  # special
                     hit = rand(piece) < fraction
                     kind = torch.floor(rand(piece) * 3.0)
@@ -276,6 +362,42 @@ def stress(t: Any, variant: str, seed: int) -> None:
             if variant == "special" and t.is_contiguous():  # one of each at least, wherever they fall
                 for value in (float("nan"), float("inf"), float("-inf")):
                     t.view(-1)[scalar.randrange(t.numel())] = value
+
+
+def _sort_rows(t: Any, descending: bool) -> None:
+    """Sort ``t`` along its last dimension in place, a block of rows at a time.
+
+    A row longer than ``CHUNK`` is not sorted (that would hold a copy of it) but filled
+    with the standard normal quantiles in order, piece by piece: sorted all the same.
+    """
+    import torch
+
+    if t.dim() == 0:
+        return
+    if t.dim() == 1:
+        t = t.unsqueeze(0)
+    length = t.shape[-1]
+    if t.dim() > 2:
+        try:
+            t = t.view(-1, length)
+        except RuntimeError:  # a layout that cannot be viewed as rows: one leading index at a time
+            for sub in t:
+                _sort_rows(sub, descending)
+            return
+    if length > CHUNK:
+        for row in t:
+            done = 0
+            for piece in views(row):
+                n = piece.numel()
+                j = torch.arange(done, done + n, dtype=torch.float64, device=t.device)
+                q = torch.erfinv((2.0 * (j + 0.5) / length - 1.0).clamp_(-1 + 1e-12, 1 - 1e-12)) * math.sqrt(2.0)
+                piece.copy_(-q if descending else q)
+                done += n
+        return
+    block = max(1, CHUNK // max(1, length))
+    for start in range(0, t.shape[0], block):
+        rows = t[start:start + block]
+        rows.copy_(torch.sort(rows, dim=-1, descending=descending).values)
 
 
 def poison(t: Any) -> None:
