@@ -218,8 +218,8 @@ STRESS_TEXT = {
     "signed": "made one-signed (|x| or -|x|, drawn)",
     "special": "NaN, +Inf and -Inf at random places (about one element in 4096, four in a small tensor, "
                "one of each at least)",
-    "offset": "shifted by c = +-10^d times their mean magnitude, sign and d in [1, {offset}] drawn (a large mean "
-              "against the spread)",
+    "offset": "each row (along the last dimension) shifted by c = +-10^d times the mean magnitude, sign and d in "
+              "[1, {offset}] drawn per row (a large mean against the spread)",
     "constant": "made constant along the last dimension (each row one value)",
     "ties": "small integers, |x| <= m with m drawn in [1, 4] (many exact ties)",
     "repeated": "2 to 4 distinct values, drawn (repeated values)",
@@ -311,11 +311,7 @@ def stress(t: Any, variant: str, seed: int) -> None:
             if scalar.random() < 0.5:
                 t.neg_()
         elif variant == "offset":
-            first = next(iter(views(t)))
-            scale = float(first.abs().double().mean())
-            scale = scale if math.isfinite(scale) and scale > 0 else 1.0
-            shift = scalar.choice((-1.0, 1.0)) * 10.0 ** scalar.uniform(1.0, offset_decades(t.dtype)) * scale
-            t.add_(min(shift, info.max / 4) if shift > 0 else max(shift, -info.max / 4))
+            _offset_rows(t, scalar.getrandbits(62), offset_decades(t.dtype))
         elif variant == "constant":
             if t.dim() == 0:
                 return
@@ -362,6 +358,41 @@ def stress(t: Any, variant: str, seed: int) -> None:
             if variant == "special" and t.is_contiguous():  # one of each at least, wherever they fall
                 for value in (float("nan"), float("inf"), float("-inf")):
                     t.view(-1)[scalar.randrange(t.numel())] = value
+
+
+def _offset_rows(t: Any, seed: int, top: float) -> None:
+    """Add c = +-10^d x (mean |x|) to each row along the last dimension, sign and d in [1, top] drawn per row.
+
+    Contiguous tensors are walked in flat pieces, each row's draw a hash of its index, so a
+    row split between two pieces gets one offset; other layouts get one offset in all.
+    """
+    import torch
+
+    first = next(iter(views(t)))
+    scale = float(first.abs().double().mean())
+    scale = scale if math.isfinite(scale) and scale > 0 else 1.0
+    length = max(1, t.shape[-1]) if t.dim() else 1
+    limit = torch.finfo(t.dtype).max / 4
+    done = 0
+    for piece in views(t):
+        if t.is_contiguous():
+            rows = torch.arange(done, done + piece.numel(), device=t.device).view(piece.shape) // length
+        else:
+            rows = torch.zeros(piece.shape, dtype=torch.int64, device=t.device)
+        u, sign = _hash_uniform(rows, seed), _hash_uniform(rows, seed + 1) < 0.5
+        shift = torch.pow(10.0, 1.0 + u * (top - 1.0)) * scale
+        piece.add_(torch.where(sign, -shift, shift).clamp_(-limit, limit))
+        done += piece.numel()
+
+
+def _hash_uniform(index: Any, seed: int) -> Any:
+    """A uniform number in [0, 1) per element of an int64 tensor, a fixed function of (index, seed)
+    (splitmix64's finaliser; int64 products wrap, shifts are masked to be logical)."""
+    z = index * -7046029254386353131 + seed  # 0x9E3779B97F4A7C15 as a signed int64
+    z = (z ^ ((z >> 30) & ((1 << 34) - 1))) * -4658895280553007687  # 0xBF58476D1CE4E5B9
+    z = (z ^ ((z >> 27) & ((1 << 37) - 1))) * -7723592293110705685  # 0x94D049BB133111EB
+    z = z ^ ((z >> 31) & ((1 << 33) - 1))
+    return ((z >> 11) & ((1 << 53) - 1)).double() / float(1 << 53)
 
 
 def _sort_rows(t: Any, descending: bool) -> None:
