@@ -2,8 +2,8 @@
 
 A kernel's pointers reach any memory of the process (on a GPU, any device memory of
 the context), so a store one element past an output lands in allocator slack or in a
-neighbouring tensor and no comparison of the arguments themselves shows it. Wherever
-it runs (kernel and model stage) the candidate therefore runs on copies of its tensor arguments, each
+neighbouring tensor and no comparison of the arguments themselves shows it. In most
+of its runs (kernel and model stage) the candidate therefore runs on copies of its tensor arguments, each
 placed inside a larger buffer whose padding on both sides (and any gap inside a
 strided layout) holds a canary:
 
@@ -17,8 +17,11 @@ strided layout) holds a canary:
 
 The kind is drawn per launch (:meth:`Bands.canary`), in every stage: the kernel stage's
 checked passes (one of each kind per seed, in a drawn order) and unchecked runs, and
-every launch of the model stage (:class:`GuardedKernel`). A candidate that looks at the
-word before its pointer sees a canary wherever it runs, of a kind it cannot predict.
+launches of the model stage (:class:`GuardedKernel`). The rest of its runs are
+:data:`UNGUARDED`: on the model's own tensors, as in production (one pass per launch of
+each kernel-stage seed, a drawn share of the draws and of the model stage's launches, one
+model-stage seed wholly), so a candidate that looks at the word before its pointer to
+tell the two apart is judged on what it does in production either way.
 
 After the run every byte outside the argument's elements must be as it was; the stage
 fails with "wrote N element(s) outside <arg>". The padding on each side is at least

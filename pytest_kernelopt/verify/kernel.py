@@ -19,14 +19,16 @@ argument tensors (no copies of inputs, so this works when an argument is 8 GiB):
   exactly): writing into an input is a failure;
 * the compiler's results are left in place, so the rest of the model runs on them.
 
-The candidate itself runs on copies of its tensor arguments inside **guard bands**
-(:mod:`.guards`) whose canary kind (NaN with a random payload, or random numbers) is
-drawn per launch; each seed runs one pass of each kind, in a drawn order, so a read
-of the padding reaches an output in one pass at least. A store past the end of an
-output fails the stage. The unchecked runs before each seed's checked one, and the
-model stage, run the candidate on guarded copies too (:class:`.guards.GuardedKernel`),
-with written-only outputs pre-filled the same two ways: the memory around and under
-a candidate's pointers looks alike in every run.
+Each launch of each seed gets three checked passes, in a drawn order: two on copies of
+the tensor arguments inside **guard bands** (:mod:`.guards`), one per canary kind (NaN
+with a random payload, or random numbers), so a read of the padding reaches an output
+in one pass at least and a store past the end of an output fails the stage; and one
+**on the model's own tensors**, exactly as production calls the candidate (no copies,
+no padding: the allocator's memory around its pointers), so a kernel that tells guard
+bands apart (by what lies in front of its pointer, or its address) is judged on what
+production would run. The unchecked runs before each seed's checked one run the
+candidate on guarded copies too (:class:`.guards.GuardedKernel`), with written-only
+outputs pre-filled the same two ways.
 
 Before each seed's checked run the model runs 1-3 times (drawn) with the candidate
 swapped in and nothing checked, so a candidate that counts its calls cannot know
@@ -34,14 +36,17 @@ which ones are checked (:meth:`Prepared.extra_runs`).
 
 **Inputs.** The seeded runs use the session's seeds (drawn from the OS when the session
 opens unless ``--seed`` was given; the model stage needs float64 references for them,
-computed then). After them, **input draws** run through the same checker (one pass,
-outputs pre-filled either way, drawn): for each of :data:`.tensors.STRESS_VARIANTS`, the
+computed then). After them, **input draws** run through the same checker (one pass, outputs pre-filled
+either way, drawn; one to half of the draws, drawn, on the model's own tensors, the others
+on guarded copies): for each of :data:`.tensors.STRESS_VARIANTS`, the
 inputs are drawn afresh under a seed drawn for this check (this stage compares with the
 compiler's kernel at each launch and needs no reference computed in advance, so every
 check sees new numbers) and every floating-point model input is turned in place into
 that draw: tiny, mid-range (|x| in [10, 1000]), huge, per-element mixes of magnitudes
-over 16 decades (float32) with exact zeros, one-signed, and NaN/+-Inf at random places.
-Integer inputs stay as drawn. The compiler's kernel sets the standard: where its output
+over 16 decades (float32) with exact zeros, one-signed, NaN/+-Inf at random places; rows
+offset far from zero against their spread, constant rows, small integers (exact ties), a
+few repeated values, subnormals (alone and mixed with normals), values near the dtype's
+largest and smallest normal, rows sorted either way, and zeros. Integer inputs stay as drawn. The compiler's kernel sets the standard: where its output
 is NaN/Inf the candidate's must be the same; where finite, within the rule above. A
 draw on which the model raises without the candidate, or does not launch the kernel,
 or where the compiler's kernel writes no finite number at all, is skipped and the
