@@ -50,6 +50,7 @@ def get_init_inputs():
 AFFINE = ("affine_tanh", "One pointwise kernel: tanh of the input scaled by 1/sqrt(2), plus a quarter of it.",
           "torch.tanh(x * 0.7071067811865476) + 0.25 * x", "8, 32")
 VARIANCE = ("row_variance", "The variance of each row: one reduction kernel.", "torch.var(x, dim=-1, unbiased=False)", "4, 32")
+LOG = ("log_abs", "The logarithm of each element's magnitude: one pointwise kernel.", "torch.log(torch.abs(x))", "8, 32")
 ARGMAX = ("row_argmax", "The index of each row's largest element: one reduction kernel.", "torch.argmax(x, dim=-1)", "4, 32")
 
 
@@ -62,7 +63,7 @@ def _edit(dump: str, expression: str, before: str = "") -> str:
     indent = store[: len(store) - len(store.lstrip())]
     value = re.search(r"tl\.store\([^,]+, (tmp\d+)", store).group(1)
     loaded = re.search(r"(tmp\d+) = tl\.load\(in_ptr0", dump).group(1)
-    new = [indent + line.strip() for line in before.splitlines() if line.strip()]
+    new = [indent + line.strip().format(x=loaded) for line in before.splitlines() if line.strip()]
     new.append(f"{indent}{value} = {expression.format(v=value, x=loaded)}")
     lines[at:at] = new
     return "\n".join(lines) + "\n"
@@ -237,14 +238,19 @@ def test_an_argmax_breaking_ties_the_other_way_is_rejected(opened):
 
 
 @pytest.mark.slow
-def test_a_kernel_flushing_subnormal_inputs_to_zero_is_rejected(opened):
-    affine = opened(AFFINE)
-    # Inductor's kernel keeps subnormals in interpreter mode (numpy) as on the GPU (no flush to zero).
-    edited = _edit(affine.dump, "tl.where(tl.abs({x}) < 1.1754943508222875e-38, 0.0, {v})")
-    verdict = affine.verify(edited, "ftz.py")
+def test_a_log_that_takes_subnormals_for_the_smallest_normal_is_rejected(opened):
+    log = opened(LOG)
+    # What a bit-trick log (exponent field times ln 2) does: every subnormal input gives log(smallest normal),
+    # up to 16 off. Inductor's kernel keeps subnormals in interpreter mode (numpy), as on the GPU. (A kernel
+    # that flushes subnormal *outputs* to zero stays within the rule's absolute floor, the smallest normal.)
+    edited = _edit(log.dump, "tl.where((tl.abs({x}) < 1.1754943508222875e-38) & ({x} != 0.0), -87.33654475055311, {v})")
+    verdict = log.verify(edited, "bit_trick_log.py")
     assert verdict.status == "rejected", verdict.reason
-    assert verdict.reason.startswith("kernel: draw 'subnormal' (input seed "), verdict.reason
-    assert "subnormal (|x| log-uniform in [1.4e-45, 1.18e-38)" in verdict.reason
+    assert re.match(r"kernel: draw '(subnormal|subnormal_mixed)' \(input seed \d+, floating-point inputs ",
+                    verdict.reason), verdict.reason
+    assert "outside the allowance" in verdict.reason
+    honest = log.verify(log.dump, "dump.py")
+    assert honest.status == "correct", honest.reason
 
 
 def test_structured_draws_work_in_place_for_every_floating_dtype(interpreter):

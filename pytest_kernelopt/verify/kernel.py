@@ -143,16 +143,15 @@ class _Checker:
 
         Seeds: poisoned and random outputs on guarded copies, one canary kind each, and one
         pass on the model's own tensors with a drawn fill; passes with one fill run together
-        (the compiler's kernel then runs once per fill), which fill first and the order
-        within drawn. So every launch of every seed has an unguarded pass, at a place the
-        candidate cannot predict.
+        (the compiler's kernel then runs once per fill), poisoned first (an unwritten element
+        shows as NaN first), the order within drawn. So every launch of every seed has an
+        unguarded pass, at a place the candidate cannot predict.
         """
         fills = ("poison", "random")
         if self.passes == 1:
             return [(fills[self.entropy.below(2)], self.mode or CANARIES[self.entropy.below(len(CANARIES))])]
         passes = [*zip(fills, self.entropy.shuffled(list(CANARIES))), (fills[self.entropy.below(2)], UNGUARDED)]
-        first = fills[self.entropy.below(2)]
-        return sorted(self.entropy.shuffled(passes), key=lambda p: p[0] != first)  # stable: shuffled within
+        return sorted(self.entropy.shuffled(passes), key=lambda p: p[0] != "poison")  # stable: shuffled within
 
     def run(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
         import torch
