@@ -49,7 +49,8 @@ def get_init_inputs():
 '''
 AFFINE = ("affine_tanh", "One pointwise kernel: tanh of the input scaled by 1/sqrt(2), plus a quarter of it.",
           "torch.tanh(x * 0.7071067811865476) + 0.25 * x", "8, 32")
-VARIANCE = ("row_variance", "The variance of each row: one reduction kernel.", "torch.var(x, dim=-1, unbiased=False)", "4, 32")
+VARIANCE = ("row_variance", "The variance of each row: one reduction kernel.", "torch.var(x, dim=-1, unbiased=False)",
+            "16, 32")
 LOG = ("log_abs", "The logarithm of each element's magnitude: one pointwise kernel.", "torch.log(torch.abs(x))", "8, 32")
 ARGMAX = ("row_argmax", "The index of each row's largest element: one reduction kernel.", "torch.argmax(x, dim=-1)", "4, 32")
 
@@ -211,7 +212,7 @@ def test_detecting_guard_bands_buys_nothing_in_the_kernel_and_model_stages(chain
 @pytest.mark.slow
 def test_a_one_pass_variance_is_rejected_on_rows_offset_against_their_spread(opened):
     var = opened(VARIANCE)
-    # E[x^2] - E[x]^2 in float32: exact enough on randn rows, 0.2 off on 1000 + randn.
+    # E[x^2] - E[x]^2 in float32: exact enough on randn rows, 0.2 off on 1000 + randn, 2e-3 on 80 + randn.
     mean = "(tl.sum(tl.where(xmask, {x}, 0.0), 1)[:, None] / 32.0)"
     edited = _edit(var.dump, f"tl.sum(tl.where(xmask, {{x}} * {{x}}, 0.0), 1)[:, None] / 32.0 - {mean} * {mean}")
     verdict = var.verify(edited, "one_pass.py")
@@ -256,7 +257,7 @@ def test_a_log_that_takes_subnormals_for_the_smallest_normal_is_rejected(opened)
 def test_structured_draws_work_in_place_for_every_floating_dtype(interpreter):
     import torch
 
-    from pytest_kernelopt.verify.tensors import STRESS_VARIANTS, stress
+    from pytest_kernelopt.verify.tensors import STRESS_VARIANTS, near_max, stress
 
     for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
         info = torch.finfo(dtype)
@@ -273,11 +274,15 @@ def test_structured_draws_work_in_place_for_every_floating_dtype(interpreter):
                 share = float(((ax > 0) & (ax < info.tiny)).double().mean())
                 assert 0.3 < share < 0.7, (dtype, share)
             elif variant == "near_max":
-                assert bool(((ax >= info.max / 10.5) & (ax <= info.max)).all()), dtype
+                top = near_max(x)  # float16: its max; else what keeps a sum of all 1024 elements finite
+                assert top == (info.max if dtype == torch.float16 else torch.finfo(torch.float64 if dtype == torch.float64
+                                                                                   else torch.float32).max / 1024)
+                assert bool(((ax >= top / 10.5) & (ax <= top)).all()), dtype
             elif variant == "near_tiny":
                 assert bool(((ax >= info.tiny) & (ax <= 10.5 * info.tiny)).all()), dtype
             elif variant == "constant":
-                assert bool((x == x[:, :1]).all())
+                constant = (x == x[:, :1]).all(-1)
+                assert bool(constant[0]) and 3 <= int(constant.sum()) <= 13, constant  # about half the rows
             elif variant in ("sorted", "reversed"):
                 step = x[:, 1:].double() - x[:, :-1].double()
                 assert bool((step >= 0).all() if variant == "sorted" else (step <= 0).all()), dtype
@@ -306,11 +311,11 @@ def test_the_offset_draw_puts_a_one_pass_variance_far_out(interpreter):
 
     from pytest_kernelopt.verify.tensors import stress
 
-    x = torch.randn(64, 256)
+    x = torch.randn(256, 256)
     stress(x, "offset", 5)
     two_pass = x.double().var(-1, unbiased=False)
     one_pass = (x * x).mean(-1) - x.mean(-1) ** 2  # float32
     worst = float(((one_pass.double() - two_pass).abs() / two_pass).max())
-    assert worst > 0.1, worst
+    assert worst > 5e-4, worst  # 5x float32's kernel rtol (1e-4)
     decades = (x.double().mean(-1).abs() / x.double().std(-1)).log10()
-    assert float(decades.min()) < 2.5 and float(decades.max()) > 4  # small and large offsets in one draw
+    assert float(decades.min()) < 1.1 and float(decades.max()) > 1.7  # small and large offsets in one draw
