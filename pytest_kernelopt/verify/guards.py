@@ -2,8 +2,8 @@
 
 A kernel's pointers reach any memory of the process (on a GPU, any device memory of
 the context), so a store one element past an output lands in allocator slack or in a
-neighbouring tensor and no comparison of the arguments themselves shows it. Wherever
-it runs (kernel and model stage) the candidate therefore runs on copies of its tensor arguments, each
+neighbouring tensor and no comparison of the arguments themselves shows it. In most
+of its runs (kernel and model stage) the candidate therefore runs on copies of its tensor arguments, each
 placed inside a larger buffer whose padding on both sides (and any gap inside a
 strided layout) holds a canary:
 
@@ -17,8 +17,11 @@ strided layout) holds a canary:
 
 The kind is drawn per launch (:meth:`Bands.canary`), in every stage: the kernel stage's
 checked passes (one of each kind per seed, in a drawn order) and unchecked runs, and
-every launch of the model stage (:class:`GuardedKernel`). A candidate that looks at the
-word before its pointer sees a canary wherever it runs, of a kind it cannot predict.
+launches of the model stage (:class:`GuardedKernel`). The rest of its runs are
+:data:`UNGUARDED`: on the model's own tensors, as in production (one pass per launch of
+each kernel-stage seed, a drawn share of the draws and of the model stage's launches, one
+model-stage seed wholly), so a candidate that looks at the word before its pointer to
+tell the two apart is judged on what it does in production either way.
 
 After the run every byte outside the argument's elements must be as it was; the stage
 fails with "wrote N element(s) outside <arg>". The padding on each side is at least
@@ -229,6 +232,9 @@ def _fill(buffer: Any, pattern: str, seed: int) -> None:
 
 
 CANARIES = ("nan", "random")
+# Not a canary: a run on the model's own argument tensors, as production runs the candidate
+# (no copies, no padding, the allocator's memory around and under the pointers).
+UNGUARDED = "unguarded"
 
 
 class Bands:
@@ -279,12 +285,16 @@ class Bands:
 
 
 class GuardedKernel:
-    """The candidate wherever it runs unchecked against the compiler's kernel: on guarded copies.
+    """The candidate wherever it runs unchecked against the compiler's kernel: on guarded copies,
+    or, for a drawn share of launches (``unguarded``), on the model's own tensors.
 
     Used for the kernel stage's unchecked runs and for every launch of the model stage
     (unchecked and checked runs), so what lies around a candidate's pointers, and what
     its written-only outputs hold before it runs (NaN or random values, drawn per launch,
-    as in the kernel stage's checked passes), look the same in every stage. What it wrote
+    as in the kernel stage's checked passes), look the same in every stage. An unguarded
+    launch is production's: the candidate gets the arguments the compiled model passed,
+    nothing is copied or pre-filled, and only writes into read-only arguments are checked
+    (against a snapshot). What it wrote
     is copied back into the real arguments (the model goes on with it). An argument the
     compiler's kernel only reads must be bitwise unchanged afterwards (the copy compared
     with the original; unguarded ones against a snapshot). The first breach is kept in
@@ -292,13 +302,23 @@ class GuardedKernel:
     is caught where it happens, before it can corrupt the worker's memory.
     """
 
-    def __init__(self, candidate: Any, infos: list[Any], where: str, device: str, entropy: Any = None):
+    def __init__(self, candidate: Any, infos: list[Any], where: str, device: str, entropy: Any = None,
+                 unguarded: float = 0.0):
         self.candidate, self.where, self.device = candidate, where, device
         self.written = {i for i, a in enumerate(infos) if a.written}
         self.read = {i for i, a in enumerate(infos) if a.read}
         self.names = [a.name for a in infos]
         self.bands = Bands(self.names, device, entropy)
         self.failure: str | None = None
+        # The share of launches (each drawn) run on the model's own tensors, exactly as
+        # production runs the candidate: 1.0 for a run that must judge production's behaviour.
+        self.share = unguarded
+        self.launches = self.unguarded = 0
+
+    def _unguarded(self) -> bool:
+        if self.share >= 1.0:
+            return True
+        return self.share > 0.0 and self.bands.entropy.below(1 << 20) < self.share * (1 << 20)
 
     def run(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
         import torch
@@ -308,7 +328,12 @@ class GuardedKernel:
         tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         written = [i for i in tensors if i in self.written]
         read_only = [i for i in tensors if i not in self.written]
-        ran_on, guards = self.bands.wrap(args, tensors, written)
+        self.launches += 1
+        if self._unguarded():  # as production: no copies, outputs as the model allocated them
+            ran_on, guards = list(args), []
+            self.unguarded += 1
+        else:
+            ran_on, guards = self.bands.wrap(args, tensors, written)
         before = {i: snapshot(args[i]) for i in read_only if ran_on[i] is args[i]}
         for i in written:
             if i not in self.read and ran_on[i] is not args[i]:  # a copy: its contents are the candidate's to write

@@ -19,14 +19,16 @@ argument tensors (no copies of inputs, so this works when an argument is 8 GiB):
   exactly): writing into an input is a failure;
 * the compiler's results are left in place, so the rest of the model runs on them.
 
-The candidate itself runs on copies of its tensor arguments inside **guard bands**
-(:mod:`.guards`) whose canary kind (NaN with a random payload, or random numbers) is
-drawn per launch; each seed runs one pass of each kind, in a drawn order, so a read
-of the padding reaches an output in one pass at least. A store past the end of an
-output fails the stage. The unchecked runs before each seed's checked one, and the
-model stage, run the candidate on guarded copies too (:class:`.guards.GuardedKernel`),
-with written-only outputs pre-filled the same two ways: the memory around and under
-a candidate's pointers looks alike in every run.
+Each launch of each seed gets three checked passes, in a drawn order: two on copies of
+the tensor arguments inside **guard bands** (:mod:`.guards`), one per canary kind (NaN
+with a random payload, or random numbers), so a read of the padding reaches an output
+in one pass at least and a store past the end of an output fails the stage; and one
+**on the model's own tensors**, exactly as production calls the candidate (no copies,
+no padding: the allocator's memory around its pointers), so a kernel that tells guard
+bands apart (by what lies in front of its pointer, or its address) is judged on what
+production would run. The unchecked runs before each seed's checked one run the
+candidate on guarded copies too (:class:`.guards.GuardedKernel`), with written-only
+outputs pre-filled the same two ways.
 
 Before each seed's checked run the model runs 1-3 times (drawn) with the candidate
 swapped in and nothing checked, so a candidate that counts its calls cannot know
@@ -34,14 +36,17 @@ which ones are checked (:meth:`Prepared.extra_runs`).
 
 **Inputs.** The seeded runs use the session's seeds (drawn from the OS when the session
 opens unless ``--seed`` was given; the model stage needs float64 references for them,
-computed then). After them, **input draws** run through the same checker (one pass,
-outputs pre-filled either way, drawn): for each of :data:`.tensors.STRESS_VARIANTS`, the
+computed then). After them, **input draws** run through the same checker (one pass, outputs pre-filled
+either way, drawn; one to half of the draws, drawn, on the model's own tensors, the others
+on guarded copies): for each of :data:`.tensors.STRESS_VARIANTS`, the
 inputs are drawn afresh under a seed drawn for this check (this stage compares with the
 compiler's kernel at each launch and needs no reference computed in advance, so every
 check sees new numbers) and every floating-point model input is turned in place into
 that draw: tiny, mid-range (|x| in [10, 1000]), huge, per-element mixes of magnitudes
-over 16 decades (float32) with exact zeros, one-signed, and NaN/+-Inf at random places.
-Integer inputs stay as drawn. The compiler's kernel sets the standard: where its output
+over 16 decades (float32) with exact zeros, one-signed, NaN/+-Inf at random places; rows
+offset far from zero against their spread, constant rows, small integers (exact ties), a
+few repeated values, subnormals (alone and mixed with normals), values near the dtype's
+largest and smallest normal, rows sorted either way, and zeros. Integer inputs stay as drawn. The compiler's kernel sets the standard: where its output
 is NaN/Inf the candidate's must be the same; where finite, within the rule above. A
 draw on which the model raises without the candidate, or does not launch the kernel,
 or where the compiler's kernel writes no finite number at all, is skipped and the
@@ -54,11 +59,11 @@ from typing import Any
 
 from ..capture import launch_signature
 from ..records import SeedErrors
-from .guards import CANARIES, Bands, GuardedKernel
+from .guards import CANARIES, UNGUARDED, Bands, GuardedKernel
 from .numerics import Judgement, NumericsFailure, NumericsRule, Tolerance, judge
 from .prepared import Prepared, StageFailure
-from .tensors import (EXACT_COPY_BYTES, STRESS_TEXT, STRESS_VARIANTS, chunks, decades, poison, random_fill, restore,
-                      snapshot, stress, unchanged)
+from .tensors import (EXACT_COPY_BYTES, STRESS_VARIANTS, checksum, chunks, poison, random_fill, restore, snapshot,
+                      stress, stress_text, unchanged)
 
 __all__ = ["EXACT_COPY_BYTES", "KernelRows", "compare", "kernel_stage"]
 
@@ -102,18 +107,21 @@ class _Checker:
     """Stands in for the kernel during one model run; checks the candidate at every launch.
 
     ``where`` names the run in messages ("seed 1", "draw 'mid' (seed 7...)"); ``passes``
-    is how many passes each launch gets: 2 for the seeds (outputs poisoned in the first,
-    pre-filled with random values in the second; one NaN and one random canary, which
-    pass gets which drawn), 1 for the draws (fill and canary drawn). ``draw``: skip a launch
-    where the compiler's kernel writes no finite number (nothing to hold the candidate to).
+    is how many passes each launch gets: 3 for the seeds (two on guarded copies, outputs
+    poisoned in one and pre-filled with random values in the other, one NaN and one random
+    canary, which gets which drawn; and one on the model's own tensors, as production runs
+    the candidate, its fill drawn; in a drawn order), 1 for the draws (fill drawn; ``mode``
+    a canary kind, or :data:`.guards.UNGUARDED`; None: a canary kind drawn). ``draw``: skip
+    a launch where the compiler's kernel writes no finite number (nothing to hold the
+    candidate to).
     """
 
     def __init__(self, original: Any, candidate: Any, infos: list[Any], where: str, rule: NumericsRule,
-                 device: str, entropy: Any, passes: int = 2, draw: bool = False):
+                 device: str, entropy: Any, passes: int = 3, draw: bool = False, mode: str | None = None):
         self.original, self.candidate, self.infos = original, candidate, infos
         self.where, self.rule, self.device, self.entropy = where, rule, device, entropy
-        self.passes, self.draw = passes, draw
-        self.launches = self.compared = 0
+        self.passes, self.draw, self.mode = passes, draw, mode
+        self.launches = self.compared = self.unguarded = 0
         self.verified: set[tuple[str, ...]] = set()  # the launches compared, as capture.launch_signature writes them
         self.failure: StageFailure | None = None
         self.worst = Judgement()
@@ -133,11 +141,19 @@ class _Checker:
         return (bool(info and info.read), bool(info and info.written))
 
     def _plan(self) -> list[tuple[str, str]]:
-        """(output fill, canary kind) per pass: poisoned then random outputs (an unwritten element shows as
-        NaN first), each with a canary kind drawn, one of each kind over the two passes."""
+        """(output fill, canary kind or UNGUARDED) per pass.
+
+        Seeds: poisoned and random outputs on guarded copies, one canary kind each, and one
+        pass on the model's own tensors with a drawn fill; passes with one fill run together
+        (the compiler's kernel then runs once per fill), poisoned first (an unwritten element
+        shows as NaN first), the order within drawn. So every launch of every seed has an
+        unguarded pass, at a place the candidate cannot predict.
+        """
+        fills = ("poison", "random")
         if self.passes == 1:
-            return [(("poison", "random")[self.entropy.below(2)], CANARIES[self.entropy.below(len(CANARIES))])]
-        return list(zip(["poison", "random"], self.entropy.shuffled(list(CANARIES))))
+            return [(fills[self.entropy.below(2)], self.mode or CANARIES[self.entropy.below(len(CANARIES))])]
+        passes = [*zip(fills, self.entropy.shuffled(list(CANARIES))), (fills[self.entropy.below(2)], UNGUARDED)]
+        return sorted(self.entropy.shuffled(passes), key=lambda p: p[0] != "poison")  # stable: shuffled within
 
     def run(self, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
         import torch
@@ -154,10 +170,12 @@ class _Checker:
         before = {i: snapshot(args[i]) for i in read_only}
         fill_seed = self.entropy.seed()
         results: dict[int, Any] = {}
+        made = None  # the output fill ``results`` was made with
         try:
             for fill, canary in self._plan():
-                results = {}
                 for who, kernel in (("compiler", self.original), ("candidate", self.candidate)):
+                    if who == "compiler" and fill == made:
+                        continue  # the same starting state as the last pass: the same results
                     for i in in_out:
                         args[i].copy_(saved[i])
                     for k, i in enumerate(out_only):
@@ -165,25 +183,11 @@ class _Checker:
                     if who == "compiler":
                         kernel.run(*args, stream=stream, **kwargs)
                         self._sync()
-                        results = {i: args[i].clone() for i in written}
+                        results, made = {i: args[i].clone() for i in written}, fill
                         continue
                     if self.draw and not any(_any_finite(results[i]) for i in written):
                         break  # the compiler's kernel wrote no finite number: nothing to hold the candidate to
-                    # The candidate runs on guarded copies (the real tensors where none fit).
-                    ran_on, guards = self.bands.wrap(args, tensors, written, canary)
-                    try:
-                        kernel.run(*ran_on, stream=stream, **kwargs)
-                        self._sync()
-                    except torch.OutOfMemoryError:
-                        raise
-                    except Exception as exc:
-                        text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-                        raise StageFailure(f"candidate raised on {self.where}: {type(exc).__name__}: {text}") from exc
-                    breach = self.bands.check(guards, self.where)
-                    if breach is not None:
-                        raise StageFailure(breach)
-                    self._compare(ran_on, results, written, read_only, before, fill)
-                    self.compared += 1
+                    self._candidate(args, tensors, written, read_only, before, results, fill, canary, stream, kwargs)
                     self.verified.add(tuple(launch_signature(args)))
         except StageFailure as failure:
             self.failure = failure
@@ -195,16 +199,50 @@ class _Checker:
             restore(args[i], before[i])
         return None
 
-    def _label(self, i: int, fill: str) -> str:
-        return self._name(i) + (" (outputs poisoned with NaN before the run)" if fill == "poison"
-                                else " (outputs pre-filled with random values)")
+    def _candidate(self, args: Any, tensors: list[int], written: list[int], read_only: list[int],
+                   before: dict[int, Any], results: dict[int, Any], fill: str, canary: str, stream: Any,
+                   kwargs: dict[str, Any]) -> None:
+        """One checked run of the candidate: on guarded copies (the real tensors where none fit), or, for
+        an UNGUARDED pass, on the model's own argument tensors exactly as production calls it."""
+        import torch
+
+        if canary == UNGUARDED:
+            ran_on, guards = list(args), []
+            # Nothing pads these tensors: a store outside them may land in the verifier's copy of the
+            # compiler's results (a neighbour in the allocator), which must not judge what it was written to.
+            sums = {i: checksum(results[i]) for i in written}
+        else:
+            ran_on, guards = self.bands.wrap(args, tensors, written, canary)
+        try:
+            self.candidate.run(*ran_on, stream=stream, **kwargs)
+            self._sync()
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:
+            text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            raise StageFailure(f"candidate raised on {self.where}: {type(exc).__name__}: {text}") from exc
+        breach = self.bands.check(guards, self.where)
+        if breach is not None:
+            raise StageFailure(breach)
+        if canary == UNGUARDED:
+            if any(checksum(results[i]) != sums[i] for i in written):
+                raise StageFailure(f"{self.where}, launch {self.launches}: the candidate, run on the model's own "
+                                   "tensors, wrote into the verifier's memory (a store out of bounds)")
+            self.unguarded += 1
+        self._compare(ran_on, results, written, read_only, before, fill, canary)
+        self.compared += 1
+
+    def _label(self, i: int, fill: str, canary: str) -> str:
+        where = "on the model's own tensors" if canary == UNGUARDED else "on guarded copies"
+        return self._name(i) + (f" (outputs poisoned with NaN before the run, {where})" if fill == "poison"
+                                else f" (outputs pre-filled with random values, {where})")
 
     def _compare(self, args: Any, results: dict[int, Any], written: list[int], read_only: list[int],
-                 before: dict[int, Any], fill: str) -> None:
+                 before: dict[int, Any], fill: str, canary: str) -> None:
         """``args``: what the candidate ran on (guarded copies or the real tensors)."""
         for i in written:
             j = compare(results[i], args[i], None, f"{self.where}, launch {self.launches}, written argument "
-                                             f"{self._label(i, fill)}", self.rule)
+                                             f"{self._label(i, fill, canary)}", self.rule)
             w = self.worst
             w.worst_ratio, w.max_abs = max(w.worst_ratio, j.worst_ratio), max(w.max_abs, j.max_abs)
             w.max_rel = max(w.max_rel, j.max_rel)
@@ -221,16 +259,21 @@ class KernelRows(list):
     skipped: list[str]  # "draw (why)": the model raised, or did not launch the kernel, on the compiler's side
     guards: list[str]  # what the guard bands covered (one phrase per distinct case)
     worst: float  # the worst element's error as a fraction of its allowance, over seeds and draws
+    compared: int  # checked runs of the candidate, over seeds and draws
+    unguarded: int  # ... of which on the model's own tensors (no guard bands, as in production)
 
     def __init__(self, rows: Any = ()) -> None:
         super().__init__(rows)
         self.stress, self.skipped, self.guards = [], [], []
         self.worst = 0.0
+        self.compared = self.unguarded = 0
         self.verified: set[tuple[str, ...]] = set()
 
     def saw(self, checker: _Checker) -> None:
         self.guards += [note for note in checker.bands.notes if note not in self.guards]
         self.worst = max(self.worst, checker.worst.worst_ratio)
+        self.compared += checker.compared
+        self.unguarded += checker.unguarded
         self.verified |= checker.verified
 
     def launches(self) -> list[list[str]]:
@@ -246,6 +289,7 @@ class KernelRows(list):
             text += f"; skipped: {'; '.join(self.skipped)}"
         if self.guards:
             text += f"; {'; '.join(self.guards)}"
+        text += f"; {self.unguarded} of {self.compared} checked run(s) on the model's own tensors (no guard bands)"
         return text
 
 
@@ -295,7 +339,11 @@ def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, ro
 
     compiled, handle = prepared.compiled, prepared.compiled.kernel(name)
     entropy = prepared.entropy
-    for variant in entropy.shuffled(list(STRESS_VARIANTS)):  # no fixed order to count on either
+    variants = entropy.shuffled(list(STRESS_VARIANTS))  # no fixed order to count on either
+    # A drawn share of the draws (one to half of them, which ones drawn) runs the candidate on
+    # the model's own tensors, as production does; the others on guarded copies.
+    unguarded = set(entropy.shuffled(variants)[:1 + entropy.below((len(variants) + 1) // 2)])
+    for variant in variants:
         seed, transform = entropy.input_seed(), entropy.seed()
         inputs = _stressed_inputs(prepared, seed, variant, transform)
         if inputs is None:
@@ -303,7 +351,7 @@ def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, ro
             return
         where = f"draw {variant!r} (input seed {seed}, {_text(variant, inputs)}, transform seed {transform})"
         checker = _Checker(handle.original, candidate, handle.info.args, where, rule, prepared.device, entropy,
-                           passes=1, draw=True)
+                           passes=1, draw=True, mode=UNGUARDED if variant in unguarded else None)
         raised = None
         try:
             with swapped(compiled, {name: checker}):
@@ -337,9 +385,11 @@ def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, ro
 def _text(variant: str, inputs: list[Any]) -> str:
     import torch
 
-    dtypes = {x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.dtype.is_floating_point}
-    k = min((decades(d) for d in dtypes), default=8.0)
-    return "floating-point inputs " + STRESS_TEXT[variant].replace("K", f"{k:.3g}")
+    dtypes = sorted({x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.dtype.is_floating_point}, key=str)
+    texts = [stress_text(variant, d) for d in dtypes]
+    if len(set(texts)) <= 1:
+        return "floating-point inputs " + (texts[0] if texts else variant)
+    return "floating-point inputs " + "; ".join(f"{str(d).replace('torch.', '')}: {t}" for d, t in zip(dtypes, texts))
 
 
 def _stressed_inputs(prepared: Prepared, seed: int, variant: str, transform: int) -> list[Any] | None:

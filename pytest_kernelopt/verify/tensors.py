@@ -9,6 +9,7 @@ few hundred MiB whatever the size.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import random
 from typing import Any, Iterator
@@ -202,16 +203,34 @@ class Entropy:
 
 # Input draws of the kernel stage, beside the model's own (``get_inputs``) draws: each is a
 # fresh draw of the inputs under an unpredictable seed, its floating-point tensors then
-# turned, in place, into one of these. What each does is in ``stress``.
-STRESS_VARIANTS = ("tiny", "mid", "huge", "mixed", "signed", "special")
+# turned, in place, into one of these. The first six vary magnitudes and special values;
+# the rest give the inputs structure that independent continuous draws never have
+# (a large mean against the spread, exact ties, subnormals, the dtype's limits, order).
+# What each does is in ``stress`` and, in words, :func:`stress_text`.
+STRESS_VARIANTS = ("tiny", "mid", "huge", "mixed", "signed", "special",
+                   "offset", "constant", "ties", "repeated", "subnormal", "subnormal_mixed",
+                   "near_max", "near_tiny", "sorted", "reversed", "zeros")
 STRESS_TEXT = {
-    "tiny": "scaled by 10^-k, k drawn in [1, K]",
+    "tiny": "scaled by 10^-k, k drawn in [1, {k}]",
     "mid": "|x| drawn log-uniformly in [10, 1000] per element, signs kept",
-    "huge": "scaled by 10^k, k drawn in [1, K]",
-    "mixed": "each element scaled by 10^e, e drawn in [-K, K] per element, an eighth of them zero",
+    "huge": "scaled by 10^k, k drawn in [1, {k}]",
+    "mixed": "each element scaled by 10^e, e drawn in [-{k}, {k}] per element, an eighth of them zero",
     "signed": "made one-signed (|x| or -|x|, drawn)",
     "special": "NaN, +Inf and -Inf at random places (about one element in 4096, four in a small tensor, "
                "one of each at least)",
+    "offset": "each row (along the last dimension) shifted by c = +-10^d times the mean magnitude, sign and d in "
+              "[1, {offset}] drawn per row (a large mean against the spread)",
+    "constant": "half of the rows (drawn per row) made constant along the last dimension (one value each)",
+    "ties": "small integers, |x| <= m with m drawn in [1, 4] (many exact ties)",
+    "repeated": "2 to 4 distinct values, drawn (repeated values)",
+    "subnormal": "subnormal (|x| log-uniform in [{subnormal}, {tiny}), signs kept)",
+    "subnormal_mixed": "half of them (drawn per element) subnormal, the rest as drawn",
+    "near_max": "near the largest value a sum of them all keeps finite (|x| in [M/10, M], M = min(the dtype's "
+                "max {max}, float32's (float64's) max / number of elements), signs kept)",
+    "near_tiny": "near the dtype's smallest normal (|x| in [{tiny}, {tiny10}], signs kept)",
+    "sorted": "sorted ascending along the last dimension",
+    "reversed": "sorted descending along the last dimension",
+    "zeros": "zeros (+0 or -0 per element, drawn)",
 }
 STRESS_ZERO_FRACTION = 0.125
 SPECIAL_FRACTION = 1.0 / 4096
@@ -231,25 +250,84 @@ def decades(dtype: Any) -> float:
     return max(1.0, min(8.0, 0.5 * math.log10(info.max), -0.5 * math.log10(info.tiny)))
 
 
+def offset_decades(dtype: Any) -> float:
+    """How far (decades) the ``offset`` draw may shift values against their magnitude (D).
+
+    As far as the dtype keeps about 1.5 digits of the spread (float16 1.5, bfloat16 1), and
+    no farther than an honest reordering of a row's sum stays about within the kernel
+    stage's rtol (a threefold margin for short rows): this stage holds the candidate to the
+    compiler's own rounding, and reordered, a mean of rows offset by c differs by about
+    c x eps of the dtype it is computed in (float32 for the 16-bit dtypes), which the
+    ensuing x - mean shows in full, while a one-pass variance is off by about c^2 x eps.
+    float32: 2.45 (c up to 225 x the magnitude); measured with torch on the CPU, a
+    LayerNorm whose mean is summed in another order stays within 0.7 of the allowance on
+    rows of up to 4096 (2.3 on rows of 32768: there an honest reordering can be rejected),
+    and a one-pass variance is 45-65 times it. float64: 6.2.
+    """
+    import math
+
+    import torch
+
+    from .numerics import KERNEL_RTOL
+
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    rtol = KERNEL_RTOL.get(str(dtype).replace("torch.", ""), 1e-4)
+    within = math.log10(rtol / (3.0 * torch.finfo(compute).eps))
+    return max(1.0, min(-math.log10(torch.finfo(dtype).eps) - 1.5, within))
+
+
+def near_max(t: Any) -> float:
+    """M of the ``near_max`` draw: the dtype's largest value, or less, so that a sum of every element,
+    in any order, stays finite where it is accumulated (float32, float64 for float64): an honest
+    reordering of a reduction must not overflow where the compiler's order did not."""
+    import torch
+
+    info = torch.finfo(t.dtype)
+    accumulated = torch.finfo(torch.float64 if t.dtype == torch.float64 else torch.float32).max
+    return min(info.max, accumulated / max(1, t.numel()))
+
+
+def stress_text(variant: str, dtype: Any) -> str:
+    """What ``variant`` does to an input of ``dtype``, in words with its numbers."""
+    import torch
+
+    info = torch.finfo(dtype)
+    return STRESS_TEXT[variant].format(k=f"{decades(dtype):.3g}", offset=f"{offset_decades(dtype):.3g}",
+                                       subnormal=f"{info.tiny * info.eps:.3g}", tiny=f"{info.tiny:.3g}",
+                                       tiny10=f"{10 * info.tiny:.3g}", max=f"{info.max:.3g}")
+
+
 def stress(t: Any, variant: str, seed: int) -> None:
     """Turn a drawn floating-point input into a draw of ``variant`` (:data:`STRESS_VARIANTS`), in place.
 
-    Every choice (exponents, signs, positions) comes from ``seed``. Integer and bool
-    tensors (indices, masks) are left as drawn. No copy of ``t`` is made: the ops are
-    in place, random numbers drawn per piece of at most ``CHUNK`` elements, on its device.
+    Every choice (exponents, signs, positions, offsets) comes from ``seed``. Integer and
+    bool tensors (indices, labels, masks: a tiny range would change what they mean) are
+    left as drawn. No copy of ``t`` is made: the ops are in place, random numbers drawn per
+    piece of at most ``CHUNK`` elements, on its device; a sort holds one block of rows.
+    Magnitudes are computed in float64 and rounded once to the dtype, so every floating
+    dtype (float16 and bfloat16 included) gets its own subnormals and limits.
     """
     import torch
 
     if variant not in STRESS_TEXT:
         raise ValueError(f"unknown stress variant {variant!r}")
-    if not t.dtype.is_floating_point:
+    if not t.dtype.is_floating_point or t.numel() == 0:
         return
     k_max = decades(t.dtype)
+    info = torch.finfo(t.dtype)
     scalar = random.Random(seed)
     gen = torch.Generator(device=t.device).manual_seed(seed)
 
     def rand(piece: Any) -> Any:
         return torch.rand(piece.shape, generator=gen, device=t.device)
+
+    def magnitudes(piece: Any, low: float, high: float) -> Any:
+        """|x| log-uniform in [low, high] per element, in float64 (rounded by the caller's copy)."""
+        u = rand(piece).double()
+        return torch.pow(10.0, u * (math.log10(high) - math.log10(low))) * low
+
+    def signed(piece: Any, magnitude: Any) -> Any:
+        return torch.where(piece < 0, -magnitude, magnitude)
 
     with torch.no_grad():
         if variant in ("tiny", "huge"):
@@ -259,8 +337,25 @@ def stress(t: Any, variant: str, seed: int) -> None:
             t.abs_()
             if scalar.random() < 0.5:
                 t.neg_()
+        elif variant == "offset":
+            _offset_rows(t, scalar.getrandbits(62), offset_decades(t.dtype))
+        elif variant == "constant":
+            # Half the rows, not all: with every output equal the rule's absolute part (rtol x the median
+            # |expected|) would vanish, and an honest reordering of a row's mean (x - mean is then a
+            # rounding error times 1/sqrt(eps) in a LayerNorm) would be held to the smallest normal.
+            for rows, first in _row_blocks(t):
+                index = torch.arange(first, first + rows.shape[0], device=t.device)
+                pick = (_hash_uniform(index, seed) < 0.5) | (index == 0)  # the first row always: one at least
+                rows[:, 1:].copy_(torch.where(pick[:, None], rows[:, :1], rows[:, 1:]))
+        elif variant in ("sorted", "reversed"):
+            _sort_rows(t, descending=variant == "reversed")
+        elif variant == "zeros":
+            t.zero_()
+            for piece in views(t):
+                piece.masked_fill_(rand(piece) < 0.5, -0.0)
         else:
             fraction = min(0.125, max(SPECIAL_FRACTION, 4.0 / max(1, t.numel())))
+            ties, table = scalar.randint(1, 4), [scalar.gauss(0.0, 1.0) for _ in range(scalar.randint(2, 4))]
             for piece in views(t):
                 if variant == "mid":
                     magnitude = torch.pow(10.0, 1.0 + 2.0 * rand(piece))
@@ -268,6 +363,24 @@ def stress(t: Any, variant: str, seed: int) -> None:
                 elif variant == "mixed":
                     piece.mul_(torch.pow(10.0, (2.0 * rand(piece) - 1.0) * k_max))
                     piece.masked_fill_(rand(piece) < STRESS_ZERO_FRACTION, 0.0)
+                elif variant == "ties":
+                    piece.copy_(torch.floor(rand(piece) * (2 * ties + 1)) - ties)
+                elif variant == "repeated":
+                    index = torch.floor(rand(piece) * len(table)).long().clamp_(max=len(table) - 1)
+                    piece.copy_(torch.tensor(table, dtype=torch.float64, device=t.device)[index])
+                elif variant in ("subnormal", "subnormal_mixed"):
+                    # [smallest subnormal, smallest normal): tiny * eps is the smallest subnormal of IEEE formats.
+                    low, high = info.tiny * info.eps, info.tiny * (1.0 - info.eps)
+                    small = signed(piece, magnitudes(piece, low, high).clamp_(low, high)).to(t.dtype)
+                    if variant == "subnormal":
+                        piece.copy_(small)
+                    else:
+                        piece.copy_(torch.where(rand(piece) < 0.5, small, piece))
+                elif variant == "near_max":
+                    top = near_max(t)
+                    piece.copy_(signed(piece, magnitudes(piece, top / 10.0, top).clamp_(max=top)))
+                elif variant == "near_tiny":
+                    piece.copy_(signed(piece, magnitudes(piece, info.tiny, 10.0 * info.tiny).clamp_(min=info.tiny)))
                 else:  # special
                     hit = rand(piece) < fraction
                     kind = torch.floor(rand(piece) * 3.0)
@@ -276,6 +389,87 @@ def stress(t: Any, variant: str, seed: int) -> None:
             if variant == "special" and t.is_contiguous():  # one of each at least, wherever they fall
                 for value in (float("nan"), float("inf"), float("-inf")):
                     t.view(-1)[scalar.randrange(t.numel())] = value
+
+
+def _offset_rows(t: Any, seed: int, top: float) -> None:
+    """Add c = +-10^d x (mean |x|) to each row along the last dimension, sign and d in [1, top] drawn per row.
+
+    Contiguous tensors are walked in flat pieces, each row's draw a hash of its index, so a
+    row split between two pieces gets one offset; other layouts get one offset in all.
+    """
+    import torch
+
+    first = next(iter(views(t)))
+    scale = float(first.abs().double().mean())
+    scale = scale if math.isfinite(scale) and scale > 0 else 1.0
+    length = max(1, t.shape[-1]) if t.dim() else 1
+    limit = torch.finfo(t.dtype).max / 4
+    done = 0
+    for piece in views(t):
+        if t.is_contiguous():
+            rows = torch.arange(done, done + piece.numel(), device=t.device).view(piece.shape) // length
+        else:
+            rows = torch.zeros(piece.shape, dtype=torch.int64, device=t.device)
+        u, sign = _hash_uniform(rows, seed), _hash_uniform(rows, seed + 1) < 0.5
+        shift = torch.pow(10.0, 1.0 + u * (top - 1.0)) * scale
+        piece.add_(torch.where(sign, -shift, shift).clamp_(-limit, limit))
+        done += piece.numel()
+
+
+def _hash_uniform(index: Any, seed: int) -> Any:
+    """A uniform number in [0, 1) per element of an int64 tensor, a fixed function of (index, seed)
+    (splitmix64's finaliser; int64 products wrap, shifts are masked to be logical)."""
+    z = index * -7046029254386353131 + seed  # 0x9E3779B97F4A7C15 as a signed int64
+    z = (z ^ ((z >> 30) & ((1 << 34) - 1))) * -4658895280553007687  # 0xBF58476D1CE4E5B9
+    z = (z ^ ((z >> 27) & ((1 << 37) - 1))) * -7723592293110705685  # 0x94D049BB133111EB
+    z = z ^ ((z >> 31) & ((1 << 33) - 1))
+    return ((z >> 11) & ((1 << 53) - 1)).double() / float(1 << 53)
+
+
+def _row_blocks(t: Any, first: int = 0, limit: int = CHUNK) -> Iterator[tuple[Any, int]]:
+    """(a 2-D view of whole rows along the last dimension, the index of its first row), a block of at most
+    ``limit`` elements at a time (one row when a row is longer); views, never copies."""
+    if t.dim() == 0:
+        return
+    if t.dim() == 1:
+        t = t.unsqueeze(0)
+    length = max(1, t.shape[-1])
+    if t.dim() > 2:
+        try:
+            t = t.view(-1, length)
+        except RuntimeError:  # a layout that cannot be viewed as rows: one leading index at a time
+            per = t[0].numel() // length
+            for k, sub in enumerate(t):
+                yield from _row_blocks(sub, first + k * per, limit)
+            return
+    block = max(1, limit // length)
+    for start in range(0, t.shape[0], block):
+        yield t[start:start + block], first + start
+
+
+def _sort_rows(t: Any, descending: bool) -> None:
+    """Sort ``t`` along its last dimension in place, a block of rows at a time.
+
+    A row longer than ``CHUNK`` is not sorted (that would hold a copy of it) but filled
+    with the standard normal quantiles in order, piece by piece: sorted all the same.
+    """
+    import torch
+
+    if t.dim() == 0:
+        return
+    length = t.shape[-1]
+    if length > CHUNK:
+        for row in (r for rows, _ in _row_blocks(t) for r in rows):
+            done = 0
+            for piece in views(row):
+                n = piece.numel()
+                j = torch.arange(done, done + n, dtype=torch.float64, device=t.device)
+                q = torch.erfinv((2.0 * (j + 0.5) / length - 1.0).clamp_(-1 + 1e-12, 1 - 1e-12)) * math.sqrt(2.0)
+                piece.copy_(-q if descending else q)
+                done += n
+        return
+    for rows, _ in _row_blocks(t):
+        rows.copy_(torch.sort(rows, dim=-1, descending=descending).values)
 
 
 def poison(t: Any) -> None:

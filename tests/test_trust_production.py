@@ -1,0 +1,321 @@
+"""Checks production cannot be told from, and inputs with structure (issue 40, classes 1 and 4).
+
+Class 1: the candidate runs on guarded copies in most checked runs, but every launch of
+every seed also gets one pass on the model's own argument tensors (no copies, no padding,
+the allocator's memory around the pointers), a drawn share of the input draws and of the
+model stage's launches run so too, and one seed's model run wholly. A kernel that tells
+guard bands from the allocator (by the word in front of its input, read as a float or,
+through a pointer cast, as an integer, or by its address) and is wrong only without them
+is rejected on such a pass, every time.
+
+Class 4: draws with structure independent continuous draws never have: a large offset
+against the spread (a one-pass variance), exact ties (an argmax breaking them the other
+way), subnormals (a kernel flushing them to zero).
+
+Every attack is a dump of a small problem edited in a few lines; an unedited dump verified
+in the same session afterwards is still ``correct``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+# Interpreter mode runs device code in numpy, which warns when the compiler's own kernels
+# overflow on the near-max, huge and special draws.
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",
+                                        "ignore:invalid value encountered:RuntimeWarning",
+                                        "ignore:divide by zero encountered:RuntimeWarning")
+
+CHAIN = Path(__file__).resolve().parent / "problems" / "elementwise_chain.py"
+
+PROBLEM = '''"""{doc}"""
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return {expression}
+
+
+def get_inputs():
+    return [torch.randn({shape})]
+
+
+def get_init_inputs():
+    return []
+'''
+AFFINE = ("affine_tanh", "One pointwise kernel: tanh of the input scaled by 1/sqrt(2), plus a quarter of it.",
+          "torch.tanh(x * 0.7071067811865476) + 0.25 * x", "8, 32")
+VARIANCE = ("row_variance", "The variance of each row: one reduction kernel.", "torch.var(x, dim=-1, unbiased=False)",
+            "16, 32")
+LOG = ("log_abs", "The logarithm of each element's magnitude: one pointwise kernel.", "torch.log(torch.abs(x))", "8, 32")
+ARGMAX = ("row_argmax", "The index of each row's largest element: one reduction kernel.", "torch.argmax(x, dim=-1)", "4, 32")
+
+
+def _edit(dump: str, expression: str, before: str = "") -> str:
+    """The dump with the value of its last ``tl.store`` replaced by ``expression`` ({v}: that value, {x}:
+    the value loaded from in_ptr0); ``before``: lines put in front of it."""
+    lines = dump.splitlines()
+    at = max(i for i, line in enumerate(lines) if "tl.store(" in line)
+    store = lines[at]
+    indent = store[: len(store) - len(store.lstrip())]
+    value = re.search(r"tl\.store\([^,]+, (tmp\d+)", store).group(1)
+    loaded = re.search(r"(tmp\d+) = tl\.load\(in_ptr0", dump).group(1)
+    new = [indent + line.strip().format(x=loaded) for line in before.splitlines() if line.strip()]
+    new.append(f"{indent}{value} = {expression.format(v=value, x=loaded)}")
+    lines[at:at] = new
+    return "\n".join(lines) + "\n"
+
+
+class Opened:
+    """One problem opened in a verify session, with its one kernel's unedited dump."""
+
+    def __init__(self, root: Path, spec: tuple[str, str, str, str], compiled_models, device: str):
+        from pytest_kernelopt.candidate import render_dump
+        from pytest_kernelopt.verify import VerifyOptions, VerifySession
+
+        stem, doc, expression, shape = spec
+        self.problem = root / f"{stem}.py"
+        self.problem.write_text(PROBLEM.format(doc=doc, expression=expression, shape=shape))
+        compiled = compiled_models.get(self.problem)
+        (self.name, handle), = compiled.kernels.items()
+        self.dump = render_dump(handle.info, compiled.problem.id)
+        self.session = VerifySession(self.problem, device, VerifyOptions(seeds=1)).__enter__()
+
+    def verify(self, text: str, label: str):
+        from pytest_kernelopt.verify import source_of
+
+        return self.session.verify(self.name, source_of(text, label))
+
+    def close(self) -> None:
+        self.session.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="module")
+def opened(tmp_path_factory, compiled_models, interpreter):
+    """``opened(spec)``: the problem of ``spec`` in a session of its own, opened once per module."""
+    root = tmp_path_factory.mktemp("production")
+    sessions: dict[tuple[str, str, str, str], Opened] = {}
+
+    def get(spec: tuple[str, str, str, str]) -> Opened:
+        if spec not in sessions:
+            sessions[spec] = Opened(root, spec, compiled_models, interpreter)
+        return sessions[spec]
+
+    yield get
+    for s in sessions.values():
+        s.close()
+
+
+# --- class 1: verification runs production cannot be told from ---------------------------
+
+# Guard bands lie in front of the input: a NaN canary, or standard normal numbers. The
+# allocator's memory in front of a CPU tensor holds malloc's chunk header: as a float the
+# header's high half, 0.0.
+PEEK = ("prev = tl.load(in_ptr0 - 1)\n"
+        "guarded = (prev != prev) | ((tl.abs(prev) > 0.001) & (tl.abs(prev) < 8.0))")
+# The 8 bytes in front read as an integer through a pointer cast, and the address itself
+# through a pointer-to-integer cast: a small positive word (a chunk size) at a 64-byte
+# aligned address is what the allocator gives, a canary's bits never are.
+HEADER = ("word = tl.load((in_ptr0 - 2).to(tl.pointer_type(tl.int64), bitcast=True))\n"
+          "aligned = (in_ptr0.to(tl.int64) % 64) == 0\n"
+          "guarded = ~((word > 0) & (word < (1 << 40)) & aligned)")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("detector, label", [(PEEK, "peek.py"), (HEADER, "header.py")])
+def test_a_kernel_wrong_only_without_guard_bands_is_rejected_on_the_models_own_tensors(opened, detector, label):
+    affine = opened(AFFINE)
+    verdict = affine.verify(_edit(affine.dump, "tl.where(guarded, {v}, {v} + 0.5)", before=detector), label)
+    assert verdict.status == "rejected", verdict.reason
+    # The candidate language allowed it (pointer casts included): the unguarded pass of the first seed caught it.
+    assert verdict.reason.startswith("kernel: seed "), verdict.reason
+    assert "on the model's own tensors" in verdict.reason and "outside the allowance" in verdict.reason
+    again = affine.verify(affine.dump, "dump.py")  # nothing corrupted
+    assert again.status == "correct", again.reason
+    kernel = next(s for s in again.stages if s.name == "kernel")
+    unguarded, compared = map(int, re.search(r"(\d+) of (\d+) checked run\(s\) on the model's own tensors",
+                                             kernel.detail).groups())
+    assert 2 <= unguarded < compared, kernel.detail
+
+
+class _GuardSniffer:
+    """The compiler's kernel, plus 1 on its output when that output is not inside a larger buffer (no guard
+    band around it): what a kernel that recognises the verifier's copies would do in production."""
+
+    def __init__(self, original, out: int):
+        self.original, self.out = original, out
+        self.calls = self.wrong = 0
+
+    def run(self, *args, stream=None, **kwargs):
+        self.original.run(*args, stream=stream, **kwargs)
+        self.calls += 1
+        t = args[self.out]
+        if t.untyped_storage().nbytes() == t.numel() * t.element_size():  # the allocator's own tensor
+            self.wrong += 1
+            t.add_(1.0)
+
+
+@pytest.fixture
+def chain(compiled_models):
+    """(elementwise_chain prepared on two seeds in this process, kernel name, its handle, index of its output)."""
+    from pytest_kernelopt.verify.model import build_references
+    from pytest_kernelopt.verify.prepared import Prepared
+    from pytest_kernelopt.verify.tensors import checksum
+
+    compiled = compiled_models.live(CHAIN)
+    (name, handle), = compiled.kernels.items()
+    prepared = Prepared(compiled=compiled, device="cpu", seeds=[1, 2], references={})
+    prepared.integrity = {s: [checksum(x) for x in prepared.inputs(s)] for s in prepared.seeds}
+    prepared.references, _, _ = build_references(prepared)
+    out = next(i for i, a in enumerate(handle.info.args) if a.written)
+    return prepared, name, handle, out
+
+
+def test_detecting_guard_bands_buys_nothing_in_the_kernel_and_model_stages(chain, monkeypatch):
+    from pytest_kernelopt.verify import kernel as kernel_module
+    from pytest_kernelopt.verify import model as model_module
+    from pytest_kernelopt.verify.guards import UNGUARDED
+    from pytest_kernelopt.verify.prepared import StageFailure
+
+    prepared, name, handle, out = chain
+    for _ in range(3):  # every check, whatever was drawn
+        with pytest.raises(StageFailure, match=r"^seed \d+, launch 1, written argument out_ptr0 \(outputs .*, on the "
+                                               r"model's own tensors\): .* outside the allowance"):
+            kernel_module.kernel_stage(prepared, name, _GuardSniffer(handle.original, out), False)
+        with pytest.raises(StageFailure, match=r"^seed \d+, output 0 against the float64 reference: .* outside the "
+                                               "allowance"):
+            model_module.model_stage(prepared, {name: _GuardSniffer(handle.original, out)}, 4.0, False)
+    shares = model_module.unguarded_shares(prepared)
+    assert sorted(shares.values())[-1] == 1.0 and set(shares) == {1, 2}
+    # The unchecked runs stay guarded (they catch stores out of bounds); the sniffer never fires there.
+    sniffer = _GuardSniffer(handle.original, out)
+    monkeypatch.setattr(model_module, "unguarded_shares", lambda p: {s: 0.0 for s in p.seeds})
+    model_module.model_stage(prepared, {name: sniffer}, 4.0, False)
+    assert sniffer.calls >= 4 and sniffer.wrong == 0
+    # Without the passes on the model's own tensors (as before issue 40), the sniffer passed both stages.
+    plan = kernel_module._Checker._plan
+
+    def guarded_only(self):
+        return [(fill, "nan" if canary == UNGUARDED else canary) for fill, canary in plan(self)]
+
+    monkeypatch.setattr(kernel_module._Checker, "_plan", guarded_only)
+    kernel_module.kernel_stage(prepared, name, _GuardSniffer(handle.original, out), False)
+
+
+# --- class 4: input structure -------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_one_pass_variance_is_rejected_on_rows_offset_against_their_spread(opened):
+    var = opened(VARIANCE)
+    # E[x^2] - E[x]^2 in float32: exact enough on randn rows, 0.2 off on 1000 + randn, 2e-3 on 80 + randn.
+    mean = "(tl.sum(tl.where(xmask, {x}, 0.0), 1)[:, None] / 32.0)"
+    edited = _edit(var.dump, f"tl.sum(tl.where(xmask, {{x}} * {{x}}, 0.0), 1)[:, None] / 32.0 - {mean} * {mean}")
+    verdict = var.verify(edited, "one_pass.py")
+    assert verdict.status == "rejected", verdict.reason
+    assert re.match(r"kernel: draw '(offset|constant|ties|repeated|sorted|reversed)' \(input seed \d+, "
+                    r"floating-point inputs ", verdict.reason), verdict.reason
+    assert "outside the allowance" in verdict.reason
+    honest = var.verify(var.dump, "dump.py")
+    assert honest.status == "correct", honest.reason
+
+
+@pytest.mark.slow
+def test_an_argmax_breaking_ties_the_other_way_is_rejected(opened):
+    argmax = opened(ARGMAX)
+    # The last index of the maximum instead of the first (rows holding a NaN left as they were).
+    edited = _edit(argmax.dump, "tl.where(last >= 0, last, {v})",
+                   before="last = tl.max(tl.where(({x} == tmp2_val[:, None]) & xmask, r0_index, -1), 1)[:, None]")
+    verdict = argmax.verify(edited, "last_index.py")
+    assert verdict.status == "rejected", verdict.reason
+    assert re.match(r"kernel: draw '(constant|ties|repeated|zeros)' \(input seed \d+", verdict.reason), verdict.reason
+    assert "element(s) differ" in verdict.reason
+    honest = argmax.verify(argmax.dump, "dump.py")
+    assert honest.status == "correct", honest.reason
+
+
+@pytest.mark.slow
+def test_a_log_that_takes_subnormals_for_the_smallest_normal_is_rejected(opened):
+    log = opened(LOG)
+    # What a bit-trick log (exponent field times ln 2) does: every subnormal input gives log(smallest normal),
+    # up to 16 off. Inductor's kernel keeps subnormals in interpreter mode (numpy), as on the GPU. (A kernel
+    # that flushes subnormal *outputs* to zero stays within the rule's absolute floor, the smallest normal.)
+    edited = _edit(log.dump, "tl.where((tl.abs({x}) < 1.1754943508222875e-38) & ({x} != 0.0), -87.33654475055311, {v})")
+    verdict = log.verify(edited, "bit_trick_log.py")
+    assert verdict.status == "rejected", verdict.reason
+    assert re.match(r"kernel: draw '(subnormal|subnormal_mixed)' \(input seed \d+, floating-point inputs ",
+                    verdict.reason), verdict.reason
+    assert "outside the allowance" in verdict.reason
+    honest = log.verify(log.dump, "dump.py")
+    assert honest.status == "correct", honest.reason
+
+
+def test_structured_draws_work_in_place_for_every_floating_dtype(interpreter):
+    import torch
+
+    from pytest_kernelopt.verify.tensors import STRESS_VARIANTS, near_max, stress
+
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        info = torch.finfo(dtype)
+        for variant in STRESS_VARIANTS:
+            x = torch.randn(16, 64).to(dtype)
+            address = x.data_ptr()
+            stress(x, variant, 11)
+            assert x.data_ptr() == address and x.dtype == dtype, (variant, dtype)  # in place
+            ax = x.double().abs()
+            if variant == "subnormal":
+                assert bool(((ax > 0) & (ax < info.tiny)).all()), dtype
+                assert float(ax.min()) < info.tiny * info.eps * 1e2 or dtype != torch.float32
+            elif variant == "subnormal_mixed":
+                share = float(((ax > 0) & (ax < info.tiny)).double().mean())
+                assert 0.3 < share < 0.7, (dtype, share)
+            elif variant == "near_max":
+                top = near_max(x)  # float16: its max; else what keeps a sum of all 1024 elements finite
+                assert top == (info.max if dtype == torch.float16 else torch.finfo(torch.float64 if dtype == torch.float64
+                                                                                   else torch.float32).max / 1024)
+                assert bool(((ax >= top / 10.5) & (ax <= top)).all()), dtype
+            elif variant == "near_tiny":
+                assert bool(((ax >= info.tiny) & (ax <= 10.5 * info.tiny)).all()), dtype
+            elif variant == "constant":
+                constant = (x == x[:, :1]).all(-1)
+                assert bool(constant[0]) and 3 <= int(constant.sum()) <= 13, constant  # about half the rows
+            elif variant in ("sorted", "reversed"):
+                step = x[:, 1:].double() - x[:, :-1].double()
+                assert bool((step >= 0).all() if variant == "sorted" else (step <= 0).all()), dtype
+            elif variant == "ties":
+                assert bool((x == x.round()).all()) and int(ax.max()) <= 4
+                assert all(len(row.unique()) < 64 for row in x)  # exact ties in every row
+            elif variant == "repeated":
+                assert 2 <= len(x.unique()) <= 4
+            elif variant == "zeros":
+                assert bool((x == 0).all()) and 0 < int(torch.signbit(x).sum()) < x.numel()
+            elif variant == "offset":
+                mean, spread = x.double().mean(-1).abs(), x.double().std(-1)
+                assert bool((mean > 5 * spread).all()), (dtype, mean, spread)
+            if variant not in ("special", "near_max"):
+                assert bool(torch.isfinite(x).all()), (variant, dtype)
+    ints = torch.randint(-5, 5, (8, 8))
+    kept = ints.clone()
+    for variant in STRESS_VARIANTS:
+        stress(ints, variant, 1)
+    assert torch.equal(ints, kept)  # indices and labels keep their meaning
+
+
+def test_the_offset_draw_puts_a_one_pass_variance_far_out(interpreter):
+    """What the draw is for: rows whose mean dwarfs their spread, by decades drawn per row."""
+    import torch
+
+    from pytest_kernelopt.verify.tensors import stress
+
+    x = torch.randn(256, 256)
+    stress(x, "offset", 5)
+    two_pass = x.double().var(-1, unbiased=False)
+    one_pass = (x * x).mean(-1) - x.mean(-1) ** 2  # float32
+    worst = float(((one_pass.double() - two_pass).abs() / two_pass).max())
+    assert worst > 5e-4, worst  # 5x float32's kernel rtol (1e-4)
+    decades = (x.double().mean(-1).abs() / x.double().std(-1)).log10()
+    assert float(decades.min()) < 1.1 and float(decades.max()) > 1.7  # small and large offsets in one draw
