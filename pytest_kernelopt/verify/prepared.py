@@ -87,7 +87,9 @@ class Prepared:
         model = getattr(self.compiled, "model", None)
         if model is not None and self._originals is None:
             # On the host, taken before any candidate runs: the device holds one set of weights.
-            self._originals = [t.detach().to("cpu", copy=True) for t in _weights(model)]
+            # Pinned on a GPU, so that putting them back is a fast copy (a few per check).
+            pin = self.device == "cuda"
+            self._originals = [_host_copy(t, pin) for t in _weights(model)]
 
     def begin_check(self, root: int) -> None:
         """Every random choice of the check about to run derives from ``root`` (fresh from the parent)."""
@@ -200,6 +202,14 @@ def _no_grad() -> Any:
     import torch
 
     return torch.no_grad()
+
+
+def _host_copy(t: Any, pin: bool) -> Any:
+    host = t.detach().to("cpu", copy=True)
+    try:
+        return host.pin_memory() if pin else host
+    except RuntimeError:  # pinned memory refused (limits): pageable works, only slower
+        return host
 
 
 def _weights(model: Any) -> list[Any]:
