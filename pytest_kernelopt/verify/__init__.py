@@ -148,7 +148,7 @@ class VerifySession:
             self.restarts += 1
             self._draw_seeds()  # new seeds, references computed for them: nothing of the last worker's replays
         self.progress(f"opening {self.problem.name}: starting the worker, compiling, preparing "
-                      f"{self.options.seeds} seed(s)")
+                      f"{len(self.seeds)} seed(s)")
         try:
             return self._open_worker()
         except VerifierError as exc:
