@@ -279,3 +279,30 @@ def test_the_gate_hint_reproduces_with_kernelopt_verify():
     hint = reproduce(SimpleNamespace(seed=42, pinned_seed=7, check_seed=9))
     assert "kernelopt verify --seed 42" in hint and "--seed 7" in hint and "check seed 9" in hint
     assert reproduce(SimpleNamespace(seed=None)) == ""
+
+
+def test_each_seed_has_its_weights_and_a_write_before_a_switch_is_caught(compiled_models, interpreter):
+    import torch
+
+    from pytest_kernelopt.verify.prepared import Prepared, weight_sums
+
+    compiled = compiled_models.get(ROOT / "tests" / "problems" / "linear_gelu.py")
+    prepared = Prepared(compiled=compiled, device=interpreter, seeds=[11, 22], references={})
+    own = [p.detach().clone() for p in compiled.model.parameters()]
+    prepared.inputs(11)
+    prepared.weights = weight_sums(compiled.model)
+    try:
+        prepared.inputs(22)
+        second = [p.detach().clone() for p in compiled.model.parameters()]
+        assert all(not torch.equal(a, b) for a, b in zip(own, second))  # the bias too
+        prepared.inputs(11)
+        assert all(torch.equal(a, b) for a, b in zip(own, compiled.model.parameters()))
+        assert not prepared.restore_weights_if_changed()
+        with torch.no_grad():
+            compiled.model.proj.bias[0] += 1.0  # as a candidate's stray store would
+        prepared.inputs(22)  # the switch puts every weight back: the write must not vanish with it
+        assert prepared.restore_weights_if_changed()
+        assert all(torch.equal(a, b) for a, b in zip(second, compiled.model.parameters()))
+        assert not prepared.restore_weights_if_changed()
+    finally:
+        prepared.inputs(11)  # the shared compiled model keeps its own weights
