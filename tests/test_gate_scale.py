@@ -152,7 +152,7 @@ def test_json_and_two_workers_match_the_serial_run(repo: Path, pytester: pytest.
     spread.assert_outcomes(passed=3, failed=2, skipped=1)
     spread.stdout.fnmatch_lines(["kernelopt: 2 xdist workers, --dist loadfile (a problem's items stay on one "
                                  "worker), no GPU pinning on the CPU"])
-    assert _table(spread) == _table(serial)
+    _check_rows(_table(spread), PROBLEMS)  # the error column is of other fresh seeds: alike, not equal
     parallel = json.loads((repo / "n2.json").read_text())
     assert _verdicts(parallel) == _verdicts(result)
     # The pinned seed only adds to seeds drawn afresh for each run: the errors are alike, not equal.

@@ -154,7 +154,7 @@ class GateSession:
 
     def write_summary(self, terminalreporter: Any) -> None:
         """The summary's table, then what tune, refresh and publishing did."""
-        lines = self.output.terminal_lines(self._mine()) + self.seed_lines()
+        lines = self.seed_lines() + self.output.terminal_lines(self._mine())
         if (shard := self.options.shard) is not None and not self._mine():
             # pytest's own last line says "no tests ran": say what that means here.
             lines.append(f"kernelopt: shard {shard} holds none of the {len(self.problems)} problem(s) (each goes to "
