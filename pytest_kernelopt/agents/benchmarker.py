@@ -92,7 +92,8 @@ class Benchmarker:
         failed = next((s for s in verdict.stages if s.passed is False), None)
         attempt = Attempt(kernel=state.info.name, origin=proposal.origin, rationale=proposal.rationale, sha256=r.sha256,
                           status=verdict.status, stage=failed.name if failed and verdict.status == "rejected" else None,
-                          reason=verdict.reason_for_agents(), model_timing=verdict.model_timing, kernel_timing=verdict.kernel_timing,
+                          reason=verdict.reason_for_agents(), model_timing=verdict.model_timing,
+                          kernel_timing=verdict.kernel_timing,
                           seconds=round(seconds, 2), file=file,
                           errors=[e for e in verdict.errors if e.candidate_vs_fp64 is not None])
         state.attempts.append(attempt)
@@ -141,6 +142,7 @@ class Benchmarker:
 
         with self.full_length():
             verdict = self.session.verify_model({k: source_of(s, f"{k} ({label})") for k, s in sources.items()})
-        ev("benchmarker", "model", label=label, kernels=sorted(sources), status=verdict.status, reason=verdict.reason_for_agents(),
+        ev("benchmarker", "model", label=label, kernels=sorted(sources), status=verdict.status,
+           reason=verdict.reason_for_agents(),
            timing=verdict.model_timing.model_dump() if verdict.model_timing else None)
         return verdict
