@@ -360,7 +360,8 @@ def cmd_verify_or_accept(args: argparse.Namespace) -> int:
     settings = _settings(args)
     device = _device(args, settings)
     try:
-        options = VerifyOptions(seeds=args.seeds, seed=args.seed, timeout=args.timeout,
+        # verify reproduces a --seed exactly; accept stores a kernel, so its --seed only adds seeds.
+        options = VerifyOptions(seeds=args.seeds, seed=args.seed, timeout=args.timeout, exact=args.command == "verify",
                                 allow_reduced_precision=args.allow_reduced_precision)
     except ValidationError as exc:
         raise UsageError(f"bad option: {exc.errors()[0]['msg']}") from exc

@@ -134,6 +134,39 @@ def load_json(cls: type[R], path: Path) -> R:
 
 # --- cascade ---------------------------------------------------------------------------
 
+# A number that names a draw: "seed 123", "input seed 123", "transform seed 9", "seeds: 1, 2".
+_SEED_NUMBER = re.compile(r"\b((?:input|transform|check|weight|pinned)?\s?seeds?)(\s*[:=(]?\s*)(\d+)", re.IGNORECASE)
+_SEED_LIST = re.compile(r"\b(seeds?\s*[:=]?\s*\[)([\d,\s]*)(\])", re.IGNORECASE)
+HIDDEN = "<hidden>"
+
+
+def redact_seeds(text: str | None, seeds: list[int] | tuple[int, ...] = (), hidden: tuple[int, ...] = ()) -> str | None:
+    """``text`` with every number that identifies a draw replaced, for whoever writes candidates.
+
+    A session seed (``seeds``) becomes its position ("seed #2"), so a reason still says which of
+    the session's inputs failed; any other number after a seed word (a draw's input or transform
+    seed) becomes "<hidden>", and so does any number of ``seeds`` or ``hidden`` (of five digits or more)
+    wherever it appears.
+    Seeds are fresh per session and per check, so a disclosed one predicts nothing; this keeps
+    them from agents anyway (humans read them in the verdict file, and ``--seed`` reproduces).
+    """
+    if not text:
+        return text
+    order = {s: k for k, s in enumerate(seeds, 1)}
+
+    def one(m: re.Match[str]) -> str:
+        value = int(m.group(3))
+        shown = f"#{order[value]}" if value in order and m.group(2).strip() in ("", ":", "=") else HIDDEN
+        return f"{m.group(1)}{m.group(2)}{shown}"
+
+    text = _SEED_LIST.sub(lambda m: f"{m.group(1)}{HIDDEN}{m.group(3)}", text)
+    text = _SEED_NUMBER.sub(one, text)
+    # Free-standing: only numbers long enough not to be an index or a count as well.
+    known = sorted({str(n) for n in (*seeds, *hidden) if n is not None and n >= 10_000}, key=len, reverse=True)
+    if known:
+        text = re.sub(r"(?<!\d)(?:" + "|".join(known) + r")(?!\d)", HIDDEN, text)
+    return text
+
 StageName = Literal["static", "kernel", "model", "speed"]
 STAGES: tuple[StageName, ...] = ("static", "kernel", "model", "speed")
 
@@ -214,9 +247,15 @@ class Verdict(Record):
     reason: str | None = None
     stages: list[StageResult] = Field(default_factory=list)
     seeds: list[int] = Field(default_factory=list)
-    # The root the seeds (and every fill, mask and draw of the check) derive from:
-    # ``--seed`` with this number reproduces the verification. None in older verdicts.
+    # The root the session's fresh seeds derive from: ``kernelopt verify --seed`` with this
+    # number reproduces their inputs and weights. None in older verdicts.
     seed: int | None = None
+    # A seed a human pinned (the gate's --kernelopt-seed, accept/tune --seed): its seeds come
+    # first in ``seeds``, added to the fresh ones. None: nothing pinned.
+    pinned_seed: int | None = None
+    # The root of this check's own draws (fills, canaries, paddings, run counts, the fresh and
+    # stress draws), from the OS per check: ``VerifyOptions(check_seed=...)`` replays them.
+    check_seed: int | None = None
     errors: list[SeedErrors] = Field(default_factory=list)
     model_timing: Timing | None = None
     kernel_timing: Timing | None = None
@@ -245,3 +284,12 @@ class Verdict(Record):
     # the setting. accept and tune record them; production runs the version or setting only at these.
     launches: list[list[str]] | None = None
     verified_source: str | None = Field(default=None, exclude=True, repr=False)
+
+    def reason_for_agents(self) -> str | None:
+        """The reason as agents may read it: no seed, no number that identifies a draw (:func:`redact_seeds`).
+
+        Every path from a verdict to whoever writes candidates (a tuning agent's prompt, the run
+        record and trace it could read) takes this; the verdict file keeps the seeds for humans.
+        """
+        hidden = tuple(n for n in (self.seed, self.pinned_seed, self.check_seed) if n is not None)
+        return redact_seeds(self.reason, self.seeds, hidden)

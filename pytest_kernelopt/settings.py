@@ -86,14 +86,17 @@ class Settings(BaseModel):
                                   json_schema_extra=_on(pytest="--kernelopt-max-regression", metavar="FRACTION"))
     seeds: int = Field(3, ge=1, le=1000, description="input seeds for the kernel and model stages",
                        json_schema_extra=_on(cli="--seeds", pytest="--kernelopt-seeds", metavar="N"))
-    # The root every random choice of a session derives from (input seeds, fills, zero masks,
-    # canaries, the draws of each check): None draws one from the OS per session, so no
-    # candidate can predict its inputs; a number reproduces a run.
+    # A seed a human gives (VerifyOptions.session_seeds): `kernelopt verify` reproduces a run
+    # from it; everywhere else (the gate, accept, tune, refresh: what stores a kernel or passes a
+    # gate) its seeds are only added to seeds drawn from the OS, so a pinned seed (addopts, a
+    # pull request's pyproject) cannot narrow what is checked. Every check's own draws are fresh.
     seed: int | None = Field(None, ge=0, lt=1 << 63,
-                             description="reproduce a run: derive every session's input seeds, fills and draws from S",
+                             description="add the input seeds derived from S to the fresh ones (kernelopt verify: "
+                                         "reproduce a run from S exactly)",
                              json_schema_extra=_on(cli="--seed", pytest="--kernelopt-seed", metavar="S",
-                                                   default_help="default: drawn from the OS per session; verdicts and "
-                                                                "rejections name the seed they ran with"))
+                                                   default_help="default: none; seeds and every check's draws come "
+                                                                "from the OS; verdict files name the seeds they ran "
+                                                                "with"))
     # Seconds one candidate's checks may take in the worker (kernel, model, speed). The gate's
     # default is longer: on a cold cache its first check of a problem also compiles the model.
     timeout: Seconds = Field(300.0, description="seconds one candidate's checks may take in the isolated worker",

@@ -270,3 +270,26 @@ def test_node_id_with_base_ref(repo: Path, pytester: pytest.Pytester, monkeypatc
     assert re.search(r"problems/renamed_chain\.py\s+0\s+0\s+1\s+0\s+compiler baseline\s+new at HEAD: nothing to "
                      r"compare", renamed.stdout.str()), renamed.stdout.str()
     assert list(temp.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_seed_pinned_in_addopts_only_adds_fresh_seeds(repo: Path, pytester: pytest.Pytester) -> None:
+    """A pull request that pins --kernelopt-seed in addopts still gets seeds and draws from the OS."""
+    import hashlib
+
+    folder = _kernel_dir(repo)
+    version = folder / "v1.py"
+    edited = re.sub(r"(tl\.store\([^\n]*?,\s*)(tmp\d+)(\s*,)", r"\1\2 * 1.001\3", version.read_text(), count=1)
+    version.write_text(edited)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["versions"][0]["sha256"] = hashlib.sha256(edited.encode()).hexdigest()
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    (repo / "pyproject.toml").write_text(PYPROJECT + '\n[tool.pytest.ini_options]\naddopts = "--kernelopt-seed 7"\n')
+    result = _gate(pytester)
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    assert "kernelopt: pinned seed 7 (--kernelopt-seed, from the command line or addopts): its 2 seed(s) were " \
+           "checked in addition to 2 drawn from the OS" in out, out
+    roots = {int(r) for r in re.findall(r"reproduce with `kernelopt verify --seed (\d+)`; of the pinned ones: "
+                                        r"--seed 7;", out)}
+    assert roots and 7 not in roots, out  # the fresh seeds' root, drawn from the OS; the pinned one beside it

@@ -192,7 +192,7 @@ def chain(compiled_models):
 
 
 def test_kernel_stage_calls_the_candidate_an_unpredictable_number_of_times(chain, monkeypatch):
-    from pytest_kernelopt.verify.kernel import kernel_stage
+    from pytest_kernelopt.verify.kernel import FRESH, kernel_stage
     from pytest_kernelopt.verify.prepared import StageFailure
     from pytest_kernelopt.verify.tensors import STRESS_VARIANTS
 
@@ -215,8 +215,9 @@ def test_kernel_stage_calls_the_candidate_an_unpredictable_number_of_times(chain
     # Nothing corrupted: the compiler's kernel, as a candidate, still matches; every stress variant ran.
     rows = kernel_stage(prepared, name, handle.original, False)
     assert rows[0].kernel_max_abs == 0.0
-    assert sorted(d.split(" ")[0] for d in rows.stress) == sorted(STRESS_VARIANTS) and rows.skipped == []
-    assert rows.describe().startswith(f"{len(STRESS_VARIANTS)} input draw(s): ")
+    draws = [FRESH, *STRESS_VARIANTS]  # the plain draw under a fresh seed, and every stress draw
+    assert sorted(d.split(" ")[0] for d in rows.stress) == sorted(draws) and rows.skipped == []
+    assert rows.describe().startswith(f"{len(draws)} input draw(s): ")
 
 
 def test_model_stage_checks_a_run_the_candidate_cannot_count_on(chain, monkeypatch):

@@ -92,11 +92,12 @@ class Benchmarker:
         failed = next((s for s in verdict.stages if s.passed is False), None)
         attempt = Attempt(kernel=state.info.name, origin=proposal.origin, rationale=proposal.rationale, sha256=r.sha256,
                           status=verdict.status, stage=failed.name if failed and verdict.status == "rejected" else None,
-                          reason=verdict.reason, model_timing=verdict.model_timing, kernel_timing=verdict.kernel_timing,
+                          reason=verdict.reason_for_agents(), model_timing=verdict.model_timing,
+                          kernel_timing=verdict.kernel_timing,
                           seconds=round(seconds, 2), file=file,
                           errors=[e for e in verdict.errors if e.candidate_vs_fp64 is not None])
         state.attempts.append(attempt)
-        ev("benchmarker", "verdict", origin=proposal.origin, status=verdict.status, reason=verdict.reason,
+        ev("benchmarker", "verdict", origin=proposal.origin, status=verdict.status, reason=verdict.reason_for_agents(),
            speedup=verdict.model_timing.speedup if verdict.model_timing else None,
            kernel_speedup=verdict.kernel_timing.speedup if verdict.kernel_timing else None, file=file,
            seconds=round(seconds, 2), stages={st.name: round(st.seconds, 2) for st in verdict.stages})
@@ -130,7 +131,7 @@ class Benchmarker:
                 verdict = self.session.verify(state.info.name, source_of(state.sources[sha], label))
         finally:
             state.spent += time.monotonic() - t0
-        ev("benchmarker", "confirm", origin=label, status=verdict.status, reason=verdict.reason,
+        ev("benchmarker", "confirm", origin=label, status=verdict.status, reason=verdict.reason_for_agents(),
            speedup=verdict.model_timing.speedup if verdict.model_timing else None,
            ci=[verdict.model_timing.ci_low, verdict.model_timing.ci_high] if verdict.model_timing else None)
         return verdict
@@ -141,6 +142,7 @@ class Benchmarker:
 
         with self.full_length():
             verdict = self.session.verify_model({k: source_of(s, f"{k} ({label})") for k, s in sources.items()})
-        ev("benchmarker", "model", label=label, kernels=sorted(sources), status=verdict.status, reason=verdict.reason,
+        ev("benchmarker", "model", label=label, kernels=sorted(sources), status=verdict.status,
+           reason=verdict.reason_for_agents(),
            timing=verdict.model_timing.model_dump() if verdict.model_timing else None)
         return verdict

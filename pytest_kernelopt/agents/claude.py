@@ -461,7 +461,9 @@ class ClaudeCoder:
 
 
 def _attempt_view(n: int, attempt: Attempt) -> dict[str, Any]:
-    reason = (attempt.reason or "").strip()
+    from ..records import redact_seeds
+
+    reason = (redact_seeds(attempt.reason) or "").strip()  # an Attempt is redacted already; the prompt makes sure
     if len(reason) > MAX_REASON_CHARS:
         reason = reason[: MAX_REASON_CHARS - 3] + "..."
     speedup = ""

@@ -50,7 +50,8 @@ class CompileOutcome(Record):
 
 def _trial(variant: str, verdict: Verdict, seconds: float) -> CompileTrial:
     t = verdict.model_timing
-    return CompileTrial(variant=variant, status=verdict.status, reason=verdict.reason, seconds=round(seconds, 2),
+    return CompileTrial(variant=variant, status=verdict.status, reason=verdict.reason_for_agents(),
+                        seconds=round(seconds, 2),
                         speedup=t.speedup if t else None, ci_low=t.ci_low if t else None,
                         ci_high=t.ci_high if t else None)
 

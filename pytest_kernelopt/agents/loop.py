@@ -48,7 +48,8 @@ class TuneOptions:
     min_share: float = MIN_SHARE  # settings.default("min_share"), the Planner's
     kernels: list[str] | None = None  # only these kernels (names)
     seeds: int = settings.default("seeds")
-    seed: int | None = settings.default("seed")  # --seed: every session's draws come from it (None: the OS's)
+    # --seed: its seeds are added to fresh ones in every session (tune stores kernels: never exact replay).
+    seed: int | None = settings.default("seed")
     timeout: float = settings.default("timeout")  # one candidate's checks
     ncu: bool = True
     # Exploration times each candidate briefly (seconds of paired timing, model and kernel);

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..records import Environment, KernelInfo, Record, SeedErrors, Timing
+from ..records import Environment, KernelInfo, Record, SeedErrors, Timing, redact_seeds
 from .compile_choice import CompileOutcome
 
 RUN_SCHEMA_VERSION = 1
@@ -85,8 +85,21 @@ class Attempt(Record):
     seconds: float = 0.0
     file: str | None = None  # relative to the run directory
     # Per seed, the model stage's errors against float64 (candidate and compiled baseline);
-    # empty when the cascade stopped before the model stage.
+    # empty when the cascade stopped before the model stage. ``seed`` is the seed's position
+    # (1, 2, ...), never the seed: attempts are what agents read.
     errors: list[SeedErrors] = Field(default_factory=list)
+
+    # Agents read attempts (the Coder's prompt, the run record): no seed reaches them, whoever
+    # built the attempt (Verdict.reason_for_agents names the session's seeds by position).
+    @field_validator("reason")
+    @classmethod
+    def _no_seeds(cls, text: str | None) -> str | None:
+        return redact_seeds(text)
+
+    @field_validator("errors")
+    @classmethod
+    def _seed_positions(cls, rows: list[SeedErrors]) -> list[SeedErrors]:
+        return [r.model_copy(update={"seed": k}) for k, r in enumerate(rows, 1)]
 
 
 class CoderContext(BaseModel):
@@ -114,6 +127,8 @@ class CoderContext(BaseModel):
 class KernelOutcome(Record):
     """Per kernel of a tuning run: what was tried and what came of it."""
 
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)  # ``message`` grows: redacted each time
+
     kernel: str
     fingerprint: str
     profile: KernelProfile | None = None
@@ -137,6 +152,11 @@ class KernelOutcome(Record):
     history: list[Attempt] = Field(default_factory=list)
     message: str = ""
     gpu_seconds: float = 0.0
+
+    @field_validator("message")
+    @classmethod
+    def _no_seeds(cls, text: str) -> str:
+        return redact_seeds(text) or ""
 
 
 class ProblemOutcome(Record):
@@ -187,3 +207,19 @@ class TraceEvent(BaseModel):
     model: str | None = None
     kernel: str | None = None
     data: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("data")
+    @classmethod
+    def _no_seeds(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """The trace lies in the run directory beside the candidates: verdict reasons in it carry no seed."""
+        return _redacted(data)
+
+
+def _redacted(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact_seeds(value)
+    if isinstance(value, dict):
+        return {k: _redacted(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redacted(v) for v in value]
+    return value

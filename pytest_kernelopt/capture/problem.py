@@ -1,7 +1,9 @@
 """KernelBench-format problem files: ``class Model``, ``get_inputs()``, ``get_init_inputs()``.
 
-A problem's id is its file's stem. Weights come from a fixed seed, drawn on the CPU
-and then moved (the same weights on every device). Inputs come from a seed of the
+A problem's id is its file's stem. The problem's own weights are what ``Model(*get_init_inputs())``
+builds under a fixed seed, on the CPU, then moved (the same weights on every device; trained
+weights a problem loads are its own too). The verifier varies them as production does:
+:func:`perturb_weights` turns them, in place, into another set drawn from a seed. Inputs come from a seed of the
 caller's choosing and are drawn on the device the model runs on (``get_inputs()``
 runs under ``torch.device(device)``): drawing 2^31 numbers on the CPU took longer
 than verifying a candidate, and full-size inputs never pass through host memory.
@@ -21,7 +23,12 @@ from typing import Any
 
 from ..errors import ProblemError
 
-WEIGHT_SEED = 0
+WEIGHT_SEED = 0  # torch's seed while the problem's own weights are built
+# Perturbed weights (:func:`perturb_weights`): parameters get additive noise of this many times
+# their RMS; buffers are scaled element by element by 2**u, u uniform in [-BUFFER_OCTAVES/2, +BUFFER_OCTAVES/2].
+PARAMETER_NOISE = 0.25
+BUFFER_OCTAVES = 1.0
+_PIECE = 1 << 24  # elements drawn at a time: no full-size temporary beside an 8 GiB weight
 
 
 def _where(exc: BaseException, path: Path) -> str:
@@ -113,3 +120,60 @@ def load_problem(path: str | Path) -> Problem:
     if not isinstance(module.Model, type):
         raise ProblemError(path, "`Model` must be a class")
     return Problem(path=path, module=module)
+
+
+def perturb_weights(model: Any, seed: int) -> None:
+    """Turn the model's weights, in place on their device, into another set drawn from ``seed``.
+
+    Parameters (floating point): additive normal noise of :data:`PARAMETER_NOISE` times the
+    tensor's RMS, or, for an all-zero one (a bias or a LayerNorm shift as initialised), the
+    mean RMS of the model's other parameters; so constant ones (LayerNorm's ones and zeros)
+    vary too. Buffers (floating point): each element scaled by a positive factor, so signs,
+    zeros, infinities and NaNs keep their places (a running variance stays positive, a mask
+    of zeros and -inf stays one). Integer and bool tensors are left alone. The same seed
+    gives the same weights on the same kind of device.
+    """
+    import hashlib
+
+    import torch
+
+    root = int.from_bytes(hashlib.sha256(f"kernelopt-weights:{seed}".encode()).digest()[:8], "little") >> 1
+    params = [p for p in model.parameters() if p.dtype.is_floating_point]
+    rms = [_rms(p) for p in params]
+    nonzero = [r for r in rms if r > 0]
+    floor = sum(nonzero) / len(nonzero) if nonzero else 1.0
+    with torch.no_grad():
+        for k, (p, r) in enumerate(zip(params, rms)):
+            gen = torch.Generator(device=p.device).manual_seed(root + k)
+            scale = PARAMETER_NOISE * (r if r > 0 else floor)
+            for piece in _pieces(p):
+                piece.add_(torch.randn(piece.shape, generator=gen, device=p.device, dtype=torch.float32)
+                           .mul_(scale).to(piece.dtype))
+        for k, b in enumerate(model.buffers()):
+            if not b.dtype.is_floating_point:
+                continue
+            gen = torch.Generator(device=b.device).manual_seed(root + len(params) + k)
+            for piece in _pieces(b):
+                u = torch.rand(piece.shape, generator=gen, device=b.device, dtype=torch.float32) - 0.5
+                piece.mul_(torch.exp2(u * BUFFER_OCTAVES).to(piece.dtype))
+
+
+def _pieces(t: Any) -> list[Any]:
+    """Views of ``t`` (in-place operations on them change ``t``) of at most _PIECE elements."""
+    if not t.is_contiguous() or t.numel() <= _PIECE:
+        return [t]
+    flat = t.view(-1)
+    return [flat[i:i + _PIECE] for i in range(0, flat.numel(), _PIECE)]
+
+
+def _rms(t: Any) -> float:
+    """Root mean square of the finite elements of ``t``, accumulated in float64 piece by piece."""
+    import torch
+
+    total, count = 0.0, 0
+    for piece in _pieces(t.detach()):
+        x = piece.double()
+        finite = torch.isfinite(x)
+        total += float(torch.where(finite, x * x, 0.0).sum())
+        count += int(finite.sum())
+    return (total / count) ** 0.5 if count else 0.0

@@ -12,9 +12,22 @@ class GateFailure(Exception):
 
 
 def reproduce(verdict: Any) -> str:
-    """How to run a rejection again with the same inputs (the seeds are the OS's otherwise)."""
+    """How a human runs a rejection again with the same inputs.
+
+    The gate's own ``--kernelopt-seed`` only adds seeds (it never replays a run), so the hint
+    names ``kernelopt verify --seed``, which reproduces exactly: the fresh seeds from the
+    verdict's root, the pinned ones from the pinned seed. Every number here was drawn for this
+    run alone; the next run draws new ones.
+    """
     seed = getattr(verdict, "seed", None)
-    return "" if seed is None else f" (inputs from seed {seed}: reproduce with --kernelopt-seed {seed})"
+    if seed is None:
+        return ""
+    pinned = getattr(verdict, "pinned_seed", None)
+    text = f" (inputs of the fresh seeds: reproduce with `kernelopt verify --seed {seed}`"
+    if pinned is not None:
+        text += f"; of the pinned ones: --seed {pinned}"
+    check = getattr(verdict, "check_seed", None)
+    return text + (f"; this check's own draws came from check seed {check})" if check is not None else ")")
 
 
 # Said wherever a committed kernel is stale: the command that carries it over to the compiler's new kernel.

@@ -147,8 +147,17 @@ class GateSession:
         self.output.write_files(device=self.device, problems=self._mine(),
                                 run_problems=[p.id for p in self.problems.values()], base=self.base)
 
+    def seed_lines(self) -> list[str]:
+        """What a pinned seed did: it added seeds, it replaced none (VerifyOptions.session_seeds)."""
+        verify = self.options.verify
+        if verify.seed is None:
+            return []
+        return [f"kernelopt: pinned seed {verify.seed} (--kernelopt-seed, from the command line or addopts): its "
+                f"{verify.seeds} seed(s) were checked in addition to {verify.seeds} drawn from the OS for each "
+                f"session; every check's own draws were fresh"]
+
     def header_lines(self) -> list[str]:
-        lines = self.workers.header()
+        lines = self.workers.header() + self.seed_lines()
         if (shard := self.options.shard) is not None:
             mine = sorted(self._mine())
             lines.append(f"kernelopt: shard {shard}: {len(mine)} of {len(self.problems)} problems "
@@ -158,7 +167,7 @@ class GateSession:
 
     def write_summary(self, terminalreporter: Any) -> None:
         """The summary's table, then what tune, refresh and publishing did."""
-        lines = self.output.terminal_lines(self._mine())
+        lines = self.seed_lines() + self.output.terminal_lines(self._mine())
         if (shard := self.options.shard) is not None and not self._mine():
             # pytest's own last line says "no tests ran": say what that means here.
             lines.append(f"kernelopt: shard {shard} holds none of the {len(self.problems)} problem(s) (each goes to "

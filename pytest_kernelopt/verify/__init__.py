@@ -112,10 +112,15 @@ class VerifySession:
         self._checker: Any = None  # stage 1's next process, started ahead (see _static)
         self._used: Any = None     # the one that served the last check, closed later
         self.restarts = 0
-        # Drawn once per session (from the OS unless options.seed is given); a restarted
-        # worker prepares the same seeds. Every other random choice derives from them.
-        self.seed = self.options.session_seed()
-        self.seeds = self.options.seed_list_for(self.seed)
+        self.checks = 0  # checks sent to a worker so far (an exact reproduction derives each one's draws from it)
+        self._draw_seeds()
+
+    def _draw_seeds(self) -> None:
+        """The seeds a worker prepares: drawn from the OS for each worker, so a restarted one never
+        replays what an earlier one checked (unless a human asked for reproduction: ``options``)."""
+        self.session_seeds = self.options.session_seeds()
+        self.seed = self.session_seeds.root
+        self.seeds = list(self.session_seeds.seeds)
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -141,8 +146,9 @@ class VerifySession:
         if self._worker is not None:
             self._worker.close()
             self.restarts += 1
+            self._draw_seeds()  # new seeds, references computed for them: nothing of the last worker's replays
         self.progress(f"opening {self.problem.name}: starting the worker, compiling, preparing "
-                      f"{self.options.seeds} seed(s)")
+                      f"{len(self.seeds)} seed(s)")
         try:
             return self._open_worker()
         except VerifierError as exc:
@@ -273,7 +279,8 @@ class VerifySession:
             candidate=only.label if only else (f"the model compiled as {compile_variant}" if compile_variant
                                                else "committed kernels"),
             candidate_sha256=only.sha256 if only else "",
-            status="rejected", seed=self.seed, seeds=self.seeds, environment=opened.environment,
+            status="rejected", seed=self.seed, seeds=self.seeds, pinned_seed=self.session_seeds.pinned,
+            check_seed=self.options.check_entropy(self.session_seeds, self.checks), environment=opened.environment,
             reference=opened.reference, reference_note=opened.reference_note,
             eager_peak_gib=_gib(opened.eager_peak_bytes), peak_gib=_gib(opened.peak_bytes),
             isolation=self._worker.isolation,
@@ -299,8 +306,9 @@ class VerifySession:
             kernel=kernel, replacements=sources, allow_reduced_precision=self.options.allow_reduced_precision,
             error_factor=self.options.error_factor, measure_speed=self.options.measure_speed,
             model_seconds=self.options.model_seconds, kernel_seconds=self.options.kernel_seconds,
-            base_problem=base_problem, compile_variant=compile_variant,
+            base_problem=base_problem, compile_variant=compile_variant, entropy=verdict.check_seed,
         )
+        self.checks += 1
         limit = self.options.timeout
         deadline = time.monotonic() + limit
         current, stage_t0 = "kernel" if kernel else "model", time.monotonic()

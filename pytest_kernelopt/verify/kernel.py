@@ -65,7 +65,12 @@ from .prepared import Prepared, StageFailure
 from .tensors import (EXACT_COPY_BYTES, STRESS_VARIANTS, checksum, chunks, poison, random_fill, restore, snapshot,
                       stress, stress_text, unchanged)
 
-__all__ = ["EXACT_COPY_BYTES", "KernelRows", "compare", "kernel_stage"]
+__all__ = ["EXACT_COPY_BYTES", "FRESH", "KernelRows", "compare", "kernel_stage"]
+
+# A plain draw beside the stress draws: get_inputs() under a seed drawn for this check, with
+# weights perturbed from it (Prepared.inputs), unstressed. A kernel that recognises the
+# session's inputs (or weights) gains nothing: this draw is new to every check.
+FRESH = "fresh"
 
 
 def compare(expected: Any, actual: Any, rtol: float | None, what: str, rule: NumericsRule | None = None) -> Judgement:
@@ -339,7 +344,7 @@ def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, ro
 
     compiled, handle = prepared.compiled, prepared.compiled.kernel(name)
     entropy = prepared.entropy
-    variants = entropy.shuffled(list(STRESS_VARIANTS))  # no fixed order to count on either
+    variants = entropy.shuffled([FRESH, *STRESS_VARIANTS])  # no fixed order to count on either
     # A drawn share of the draws (one to half of them, which ones drawn) runs the candidate on
     # the model's own tensors, as production does; the others on guarded copies.
     unguarded = set(entropy.shuffled(variants)[:1 + entropy.below((len(variants) + 1) // 2)])
@@ -347,8 +352,9 @@ def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, ro
         seed, transform = entropy.input_seed(), entropy.seed()
         inputs = _stressed_inputs(prepared, seed, variant, transform)
         if inputs is None:
-            rows.skipped.append("every draw (no floating-point model input)")
-            return
+            if "every stress draw (no floating-point model input)" not in rows.skipped:
+                rows.skipped.append("every stress draw (no floating-point model input)")
+            continue
         where = f"draw {variant!r} (input seed {seed}, {_text(variant, inputs)}, transform seed {transform})"
         checker = _Checker(handle.original, candidate, handle.info.args, where, rule, prepared.device, entropy,
                            passes=1, draw=True, mode=UNGUARDED if variant in unguarded else None)
@@ -385,6 +391,8 @@ def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, ro
 def _text(variant: str, inputs: list[Any]) -> str:
     import torch
 
+    if variant == FRESH:
+        return "inputs as get_inputs() draws them, weights drawn for this draw"
     dtypes = sorted({x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.dtype.is_floating_point}, key=str)
     texts = [stress_text(variant, d) for d in dtypes]
     if len(set(texts)) <= 1:
@@ -397,6 +405,8 @@ def _stressed_inputs(prepared: Prepared, seed: int, variant: str, transform: int
     import torch
 
     inputs = prepared.inputs(seed)
+    if variant == FRESH:
+        return inputs
     tensors = [x for x in inputs if isinstance(x, torch.Tensor)]  # Python numbers pass as they are
     if not any(x.dtype.is_floating_point for x in tensors):
         return None

@@ -30,8 +30,10 @@ float64, or not enough memory even on the CPU), the fp32 eager model is the judg
 and every verdict says so (``reference: "eager"`` and ``reference_note``).
 
 The reference and the baseline are computed when the session opens, before any
-candidate runs, from the session's seeds (drawn from the OS unless ``--seed``): a
-candidate cannot corrupt what it is judged against. During the stage each seed's
+candidate runs, from the session's seeds (drawn from the OS for each worker), each seed
+with its own weights (:meth:`.prepared.Prepared.inputs`: the problem's own for the first,
+perturbed from the seed for the others; the float64 copy is made of the model as it then
+is): a candidate cannot corrupt what it is judged against, nor fit one set of weights. During the stage each seed's
 checked run follows 1-3 unchecked ones (drawn), so a candidate that counts its calls
 cannot know which run is checked; in every run, every launch of a candidate is on
 guarded copies, as in the kernel stage (:class:`.guards.GuardedKernel`: canary kind,

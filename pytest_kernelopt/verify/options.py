@@ -8,11 +8,12 @@ against the recorded speedup" all come from it.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import secrets
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .. import settings
 from ..records import Timing
@@ -88,6 +89,17 @@ class SpeedPolicy(BaseModel):
                         f"recorded")
 
 
+class SessionSeeds(BaseModel):
+    """The input seeds of one session (or one restarted worker) and where they come from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    root: int  # the fresh seeds derive from it (``kernelopt verify --seed ROOT`` reproduces them)
+    seeds: list[int]  # the pinned seed's first, when one was given
+    pinned: int | None = None  # a seed given (the gate's --kernelopt-seed, accept/tune --seed): its seeds were added
+    exact: bool = False  # every seed, and every check's draws, derive from ``root`` (reproduction)
+
+
 class VerifyOptions(BaseModel):
     """How a candidate is verified. Every default of the cascade lives here."""
 
@@ -95,8 +107,12 @@ class VerifyOptions(BaseModel):
 
     # Shared with the command line and the gate: defaults, bounds and help in :mod:`..settings`.
     seeds: int = settings.field("seeds")
-    # The root of a session (:meth:`session_seed`); verdicts record the root they used.
+    # A seed given by a human (``--seed``): see :meth:`session_seeds` for what it does.
     seed: int | None = settings.field("seed")
+    # ``seed`` reproduces exactly (``kernelopt verify``); otherwise it only adds its seeds to fresh ones.
+    exact: bool = False
+    # Replays one check's own draws (a verdict's ``check_seed``); programmatic only, never a setting.
+    check_seed: int | None = Field(None, ge=0, lt=1 << 63)
     # Seconds one candidate's checks may take in the worker (kernel, model, speed).
     timeout: float = settings.field("timeout")
     # Seconds opening a session may take: starting the worker, compiling the problem,
@@ -117,24 +133,34 @@ class VerifyOptions(BaseModel):
             raise ValueError("must be a positive number of seconds")
         return value
 
-    def session_seed(self) -> int:
-        """The root of one session: ``seed`` when given, else 63 bits from the OS (``secrets``)."""
-        return self.seed if self.seed is not None else secrets.randbits(63)
+    def session_seeds(self) -> SessionSeeds:
+        """The seeds of one session (or of a restarted worker), drawn afresh on every call.
 
-    def seed_list_for(self, root: int) -> list[int]:
-        """The model's input seeds of a session with root ``root`` (31-bit numbers, distinct)."""
-        return seeds_from(root, self.seeds)
+        Without ``seed``: a root from the OS (``secrets``) and its ``seeds`` seeds. With it
+        and ``exact`` (``kernelopt verify --seed``): its seeds alone, the same every time. With
+        it and not ``exact`` (the gate, ``accept``, ``tune``, ``refresh``: whatever stores a
+        kernel or passes a gate): its seeds *and* as many from a fresh OS root, so a pinned
+        seed only adds to what is checked.
+        """
+        if self.seed is not None and self.exact:
+            return SessionSeeds(root=self.seed, seeds=seeds_from(self.seed, self.seeds), exact=True)
+        root = secrets.randbits(63)
+        fresh = seeds_from(root, self.seeds)
+        if self.seed is None:
+            return SessionSeeds(root=root, seeds=fresh)
+        pinned = seeds_from(self.seed, self.seeds)
+        return SessionSeeds(root=root, seeds=pinned + [s for s in fresh if s not in pinned], pinned=self.seed)
 
-    @property
-    def seed_list(self) -> list[int]:
-        """The input seeds of this options object: drawn once (or from ``seed``) and then kept."""
-        if self._seed_list is None:
-            self._root = self.session_seed()
-            self._seed_list = self.seed_list_for(self._root)
-        return self._seed_list
-
-    _seed_list: list[int] | None = PrivateAttr(default=None)
-    _root: int | None = PrivateAttr(default=None)
+    def check_entropy(self, session: SessionSeeds, index: int) -> int:
+        """The root of check number ``index`` of a session: every fill, canary, padding, run count and
+        draw of that check derives from it. From the OS per check, unless a human asked for
+        reproduction (``check_seed``, or ``seed`` with ``exact``: derived from it and ``index``)."""
+        if self.check_seed is not None:
+            return self.check_seed
+        if session.exact:
+            digest = hashlib.sha256(f"kernelopt-check:{session.root}:{index}".encode()).digest()
+            return int.from_bytes(digest[:8], "little") >> 1
+        return secrets.randbits(63)
 
     @property
     def rule(self) -> NumericsRule:

@@ -157,6 +157,7 @@ def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], N
     from ..capture.swap import CandidateKernel
 
     candidates: dict[str, Any] = {}
+    prepared.begin_check(request.entropy)  # fresh per check: nothing of an earlier check predicts this one
 
     def stage(name: str, fn: Callable[[], tuple[str, dict[str, Any]]]) -> bool:
         emit(StageStarted(stage=name))

@@ -108,15 +108,33 @@ class Prepared:
     # write anywhere its pointers reach, and must never reach the verdict that way.
     reference_sums: Any = None
     corrupted: bool = False  # the verifier's own memory changed: this worker must not judge again
-    # Every random choice of the checks (fills, canaries, draws, run counts): derived from
-    # the seeds, which come from the OS unless --seed gave them (see tensors.Entropy).
+    # Every random choice of the current check (fills, canaries, paddings, draws, run counts):
+    # replaced at the start of each check (:meth:`begin_check`) from a root the parent draws
+    # from the OS per check, so nothing of one check tells the next (see tensors.Entropy).
     entropy: Any = None
+    # Whose weights are in the model now: None, the problem's own (the first seed's); else the
+    # seed they were perturbed from (:meth:`use_weights`).
+    weight_seed: int | None = None
+    weights_written: bool = False  # a run changed the weights before they were switched
+    _originals: list[Any] | None = field(default=None, repr=False)  # host copies of the problem's own weights
 
     def __post_init__(self) -> None:
         if self.entropy is None:
             from .tensors import Entropy
 
-            self.entropy = Entropy.from_seeds(self.seeds)
+            self.entropy = Entropy.from_os()
+        model = getattr(self.compiled, "model", None)
+        if model is not None and self._originals is None:
+            # On the host, taken before any candidate runs: the device holds one set of weights.
+            # Pinned on a GPU, so that putting them back is a fast copy (a few per check).
+            pin = self.device == "cuda"
+            self._originals = [_host_copy(t, pin) for t in _weights(model)]
+
+    def begin_check(self, root: int) -> None:
+        """Every random choice of the check about to run derives from ``root`` (fresh from the parent)."""
+        from .tensors import Entropy
+
+        self.entropy = Entropy(root)
 
     def seal_references(self) -> None:
         self.reference_sums = _reference_sums(self.references)
@@ -128,7 +146,39 @@ class Prepared:
         return not self.corrupted
 
     def inputs(self, seed: int) -> list[Any]:
+        """The model's inputs drawn under ``seed``, with that seed's weights put in place."""
+        self.use_weights(seed)
         return self.compiled.problem.make_inputs(seed, self.device)
+
+    def use_weights(self, seed: int) -> None:
+        """Put ``seed``'s weights in the model: the problem's own for the session's first seed,
+        else the problem's own perturbed from ``seed`` (:func:`..capture.problem.perturb_weights`).
+
+        What production varies, the verifier varies: a kernel with a weight folded in as a
+        constant is exact on one set of weights only. The model's weights are switched in
+        place (no second copy on the device), from the host copy of the problem's own; a
+        run that wrote into them before the switch is remembered (:attr:`weights_written`).
+        """
+        wanted = None if seed == self.seeds[0] else seed
+        if wanted == self.weight_seed or self._originals is None:
+            return
+        model = self.compiled.model
+        if self.weights is not None and weight_sums(model) != self.weights:
+            self.weights_written = True
+        self._put_weights(wanted)
+
+    def _put_weights(self, seed: int | None) -> None:
+        from ..capture.problem import perturb_weights
+
+        model = self.compiled.model
+        with _no_grad():
+            for mine, original in zip(_weights(model), self._originals or []):
+                mine.copy_(original, non_blocking=False)
+            if seed is not None:
+                perturb_weights(model, seed)
+        self.weight_seed = seed
+        if self.weights is not None:
+            self.weights = weight_sums(model)
 
     def extra_run_count(self) -> int:
         """How many unchecked runs precede a checked one: 1 to MAX_EXTRA_RUNS, unpredictable."""
@@ -170,13 +220,19 @@ class Prepared:
                                "memory it may only read)")
 
     def restore_weights_if_changed(self) -> bool:
-        """Whether something wrote into the model's weights; if so, they are put back."""
-        if self.weights is None or weight_sums(self.compiled.model) == self.weights:
+        """Whether something wrote into the model's weights since they were put in place (for the
+        seed now in use, or one used earlier in the stage); if so, they are put back."""
+        if self.weights is None:
             return False
+        written, self.weights_written = self.weights_written, False
+        if not written and weight_sums(self.compiled.model) == self.weights:
+            return False
+        if self._originals is not None:
+            self._put_weights(self.weight_seed)
+            return True
         fresh = self.compiled.problem.build_model(self.device)
         with _no_grad():
-            for mine, theirs in zip([*self.compiled.model.parameters(), *self.compiled.model.buffers()],
-                                    [*fresh.parameters(), *fresh.buffers()]):
+            for mine, theirs in zip(_weights(self.compiled.model), _weights(fresh)):
                 mine.copy_(theirs)
         return True
 
@@ -187,10 +243,22 @@ def _no_grad() -> Any:
     return torch.no_grad()
 
 
+def _host_copy(t: Any, pin: bool) -> Any:
+    host = t.detach().to("cpu", copy=True)
+    try:
+        return host.pin_memory() if pin else host
+    except RuntimeError:  # pinned memory refused (limits): pageable works, only slower
+        return host
+
+
+def _weights(model: Any) -> list[Any]:
+    return [*model.parameters(), *model.buffers()]
+
+
 def weight_sums(model: Any) -> list[Any]:
     from .tensors import checksum
 
-    return [checksum(t) for t in [*model.parameters(), *model.buffers()]]
+    return [checksum(t) for t in _weights(model)]
 
 
 def _reference_sums(references: dict[int, Any]) -> list[Any]:

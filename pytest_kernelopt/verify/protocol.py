@@ -61,6 +61,9 @@ class CheckRequest(Message):
     # replacements): judged against float64 with the default compile's error as the allowance,
     # and timed default vs variant. The session was opened under the defaults or under it.
     compile_variant: str | None = None
+    # The root of this check's own random choices (fills, canaries, paddings, run counts, draws):
+    # from the OS per check unless a human asked for reproduction (VerifyOptions.check_entropy).
+    entropy: int = Field(0, ge=0, lt=1 << 63)
 
 
 class ProfileRequest(Message):
