@@ -319,3 +319,38 @@ def test_the_offset_draw_puts_a_one_pass_variance_far_out(interpreter):
     assert worst > 5e-4, worst  # 5x float32's kernel rtol (1e-4)
     decades = (x.double().mean(-1).abs() / x.double().std(-1)).log10()
     assert float(decades.min()) < 1.1 and float(decades.max()) > 1.7  # small and large offsets in one draw
+
+
+def test_the_offset_draw_scales_the_allowance_so_an_honest_reordering_passes_and_a_one_pass_variance_fails(
+        interpreter):
+    """Long rows (32768) offset by up to 10^D: a LayerNorm whose mean and variance are summed in another order
+    is within the allowance scaled by the draw's shift; a one-pass variance is far outside it. Unscaled, the
+    honest reordering was 2.3x its allowance at D = 2.45 (the verifier's failure, blamed on a candidate)."""
+    import torch
+
+    from pytest_kernelopt.verify.kernel import compare
+    from pytest_kernelopt.verify.numerics import NumericsRule
+    from pytest_kernelopt.verify.prepared import StageFailure
+    from pytest_kernelopt.verify.tensors import offset_decades, stress
+
+    torch.manual_seed(3)
+    x = torch.randn(8, 32768)
+    condition = stress(x, "offset", 17)
+    assert 10.0 ** (offset_decades(torch.float32) - 1) < condition <= 10.0 ** offset_decades(torch.float32) * 1.0001
+
+    def norm(mean, var):
+        return (x - mean[:, None]) * torch.rsqrt(var[:, None] + 1e-5)
+
+    mean = x.sum(-1) / x.shape[-1]  # the "compiler": one order
+    compiler = norm(mean, ((x - mean[:, None]) ** 2).sum(-1) / x.shape[-1])
+    blocks = x.view(8, 256, 128)  # another order: blocks of 128, then the block sums
+    other = blocks.sum(-1).sum(-1) / x.shape[-1]
+    honest = norm(other, ((blocks - other[:, None, None]) ** 2).sum(-1).sum(-1) / x.shape[-1])
+    one_pass = norm(mean, (x * x).mean(-1) - mean * mean)
+
+    rule = NumericsRule()
+    rtol = rule.kernel_rtol(torch.float32) * condition
+    judged = compare(compiler, honest, rtol, "honest", rule)
+    assert judged.worst_ratio < 0.5, judged.worst_ratio
+    with pytest.raises(StageFailure):
+        compare(compiler, one_pass, rtol, "one pass", rule)
