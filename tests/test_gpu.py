@@ -192,8 +192,11 @@ def test_the_wide_row_kernel_finishes_while_another_stream_holds_the_gpu(kind: s
         in_time = finished_within(20)
     assert in_time, "the wide-row kernel did not finish within 20 s"
     assert count is not None and count[:-1].remainder(GAVE_UP).eq(8).all()
-    # Held: a row's first programs to run cannot see it complete, so at least one a row gave up.
-    assert count[-1].item() >= (x.shape[0] if spin is None else 1), count[-1].item()
+    # Forced (spin=0), programs gave up. Held, how many give up depends on when the other stream's kernel
+    # took its multiprocessors (on the H200, 2026-12-04: none on softmax, 131073 on bench/wide_rows_gpu.py's
+    # held L2 norm, where the kernel before the bound did not finish within 10 s): finishing is the claim.
+    if spin is not None:
+        assert count[-1].item() >= 1, count[-1].item()
     assert count[:-1].div(GAVE_UP, rounding_mode="floor").sum().item() == count[-1].item()
     ref, eager = _row_reference(x.double(), kind), _row_reference(x, kind).double()
     allowed = 2 * (eager - ref).abs().amax(-1, keepdim=True) + torch.finfo(x.dtype).eps * ref.abs()
