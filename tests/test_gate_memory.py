@@ -57,6 +57,7 @@ def template(tmp_path_factory: pytest.TempPathFactory, compiled_models: Any) -> 
     """Three problems, each with its one kernel's unedited dump committed (so its items open a session)."""
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.store import Evidence, KernelStore, Provenance
+    from test_production import verified_at
 
     repo = tmp_path_factory.mktemp("memory")
     (repo / "problems").mkdir()
@@ -68,7 +69,8 @@ def template(tmp_path_factory: pytest.TempPathFactory, compiled_models: Any) -> 
         (name, handle), = compiled_models.get(path).kernels.items()
         dump = render_dump(handle.info, model)
         store.add_version(model=model, kernel=name, fingerprint=handle.info.fingerprint, args=handle.info.args,
-                          original_source=dump, source=dump, evidence=Evidence(status="correct", speed_measured=False),
+                          original_source=dump, source=dump,
+                          evidence=Evidence(status="correct", speed_measured=False, launches=[verified_at(handle.info)]),
                           provenance=Provenance(proposed_by="test"), environment=None)
     return repo
 

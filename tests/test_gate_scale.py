@@ -245,4 +245,5 @@ def test_the_matrix_workflow_runs_every_shard_then_merges() -> None:
     [download] = [s for s in merge["steps"] if s.get("uses", "").startswith("actions/download-artifact")]
     assert download["with"] == {"pattern": "kernelopt-shard-*", "merge-multiple": True, "path": "shards"}
     [merge_run] = [s["run"] for s in merge["steps"] if "kernelopt merge" in s.get("run", "")]
-    assert merge_run.split()[1:] == ["merge", "shards/kernelopt-shard-*.json", "--json", "kernelopt-gate.json"]
+    assert merge_run.split()[1:] == ["merge", "shards/kernelopt-shard-*.json", "--json", "kernelopt-gate.json",
+                                     "--report", "kernelopt-gate.md"]

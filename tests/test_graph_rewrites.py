@@ -71,6 +71,19 @@ def test_the_pass_rewrites_a_scan_between_flips_of_its_axis_and_nothing_else(int
     assert out.dtype == expected.dtype and torch.allclose(out.double(), expected.double(), rtol=1e-5, atol=1e-5)
 
 
+def _judged_on_every_draw(verdict) -> None:
+    """The setting passed the seeds and was judged on the input draws too. It may be rejected on a draw of
+    sorted rows: in interpreter mode (2026-12-04) the suffix-scan kernel's error there reached 4.3x the
+    default compile's on one element of 1800 (the rule allows 4x), on other checks it stayed within; the
+    draws are fresh per check, so which happens is not the test's to pin."""
+    import re
+
+    if verdict.status == "correct":
+        assert "input draw(s)" in verdict.stages[1].detail, verdict.stages[1].detail
+    else:
+        assert verdict.status == "rejected" and re.match(r"model: draw '\w+'", verdict.reason or ""), verdict.reason
+
+
 def test_the_rewrite_setting_is_judged_like_any_compile_and_skipped_where_it_changes_nothing(interpreter):
     from pytest_kernelopt.capture.variants import MODEL_VARIANTS, VARIANTS, inductor_patches, needless
     from pytest_kernelopt.verify import VerifyOptions, VerifySession
@@ -85,11 +98,11 @@ def test_the_rewrite_setting_is_judged_like_any_compile_and_skipped_where_it_cha
         assert len(opened.kernels) == 2  # Inductor: the scan (first flip fused), then a flipping copy
         assert needless(VARIANT, opened.kernels, opened.externs) is None
         verdict = session.verify_compile(VARIANT)
-    assert verdict.status == "correct", verdict.reason
+    _judged_on_every_draw(verdict)
     with VerifySession(SUFFIX, interpreter, options, variant=VARIANT) as session:  # the gate's side
         opened = session.open()
         assert opened.kernels == [] and [e.target for e in opened.externs] == ["torch.ops.kernelopt.suffix_scan.default"]
-        assert session.verify_compile(VARIANT).status == "correct"
+        _judged_on_every_draw(session.verify_compile(VARIANT))
     # A model without a scan, a group norm or a row softmax/norm is not compiled again for it.
     amax = SimpleNamespace(name="triton_red_fused_amax_0", source="tmp = tl.max(x, 1)")
     assert "no scan" in needless(VARIANT, [amax], [SimpleNamespace(target="extern_kernels.mm")])

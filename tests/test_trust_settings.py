@@ -120,7 +120,8 @@ def test_a_rewrite_wrong_only_on_structured_inputs_is_rejected_and_not_stored(so
     outcome, store = _tune_and_store(tmp_path / "attack", softmax_prepared, naive_setting)
     (trial,) = outcome.tried
     assert trial.status == "rejected", trial.reason
-    assert re.search(r"draw '(mid|huge|mixed|special)' \(input seed \d+.*, output 0: NaN/Inf (where the default "
+    # Any kind of large or shifted values catches it; what tune keeps of the reason names no seed.
+    assert re.search(r"draw '\w+' \(input seed (\d+|<hidden>).*, output 0: NaN/Inf (where the default "
                      r"compile is finite|positions differ from the default compile)", trial.reason), trial.reason
     assert not outcome.stored and outcome.chosen is None and store.compile_variant("softmax_rows") is None
     assert not (tmp_path / "attack" / "kernels" / "softmax_rows" / "model.json").exists()
@@ -155,7 +156,8 @@ def test_a_setting_that_bakes_the_weights_in_is_rejected_on_a_draw_with_other_we
     prepared, _ = open_problem(OpenRequest(problem=str(RMS), device=interpreter, seeds=[5]))
     rows = compile_check.compile_stage(prepared, LOOPED, error_factor=4.0, reduced_precision=False)
     assert sorted(d.split(" ")[0] for d in rows.draws) == sorted(tensors.STRESS_VARIANTS), rows.describe()
-    assert sum("weights varied (seed" in d for d in rows.draws) == len(tensors.STRESS_VARIANTS) // 2
+    n = len(tensors.STRESS_VARIANTS)  # every other draw, from the first or the second (drawn)
+    assert sum("weights varied (seed" in d for d in rows.draws) in (n // 2, (n + 1) // 2)
     assert weight_sums(prepared.compiled.model) == prepared.weights
 
     monkeypatch.setitem(variants.VARIANTS, "test-baked-weights", variants.CompileVariant(

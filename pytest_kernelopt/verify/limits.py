@@ -24,3 +24,7 @@ def oversized(label: str, size: int) -> str:
 
 def human_bytes(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB ({n} bytes)" if n >= 1 << 20 else f"{n / 1024:.0f} KiB ({n} bytes)"
+
+# The kernel stage's relative tolerance by dtype: the one numerics rule (numerics.py) reads it,
+# and the offset input draw (tensors.offset_decades) is sized from it.
+KERNEL_RTOL = {"float64": 1e-9, "float32": 1e-4, "float16": 2e-3, "bfloat16": 1.6e-2}

@@ -270,7 +270,7 @@ def offset_decades(dtype: Any) -> float:
 
     import torch
 
-    from .numerics import KERNEL_RTOL
+    from .limits import KERNEL_RTOL
 
     compute = torch.float64 if dtype == torch.float64 else torch.float32
     rtol = KERNEL_RTOL.get(str(dtype).replace("torch.", ""), 1e-4)
