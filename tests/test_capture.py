@@ -140,27 +140,10 @@ def test_fingerprint_ignores_name_comments_and_formatting(path, compiled_models,
         assert fingerprint(wrong_candidate(source), function) != original, name
 
 
-HALF = """import torch
-
-DTYPE = torch.{dtype}
-
-
-class Model(torch.nn.Module):
-    def forward(self, x):
-        return torch.softmax(x * 2.0, dim=-1)
-
-
-def get_inputs():
-    return [torch.randn(4, 16).to(DTYPE)]
-
-
-def get_init_inputs():
-    return []
-"""
-
-
 def half_problem(folder: Path, dtype: str) -> Path:
     """The same model at ``dtype``, as a problem file named ``half`` (one model id for both)."""
+    from test_production import HALF
+
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "half.py"
     path.write_text(HALF.format(dtype=dtype))
