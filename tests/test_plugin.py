@@ -287,9 +287,11 @@ def test_a_seed_pinned_in_addopts_only_adds_fresh_seeds(repo: Path, pytester: py
     manifest["versions"][0]["sha256"] = hashlib.sha256(edited.encode()).hexdigest()
     (folder / "manifest.json").write_text(json.dumps(manifest))
     (repo / "pyproject.toml").write_text(PYPROJECT + '\n[tool.pytest.ini_options]\naddopts = "--kernelopt-seed 7"\n')
-    result = _gate(pytester)
+    result = _gate(pytester, "--kernelopt-json", "gate.json", "--kernelopt-report", "gate.md")
     result.assert_outcomes(failed=2)
     out = result.stdout.str()
+    assert json.loads((repo / "gate.json").read_text())["settings"]["pinned_seed"] == 7  # the report says so too
+    assert "pinned seed" in (repo / "gate.md").read_text() and "7" in (repo / "gate.md").read_text()
     assert "kernelopt: pinned seed 7 (--kernelopt-seed, from the command line or addopts): its 2 seed(s) were " \
            "checked in addition to 2 drawn from the OS" in out, out
     roots = {int(r) for r in re.findall(r"reproduce with `kernelopt verify --seed (\d+)`; of the pinned ones: "

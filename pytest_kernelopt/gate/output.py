@@ -43,7 +43,8 @@ class GateOutput:
         verify = options.verify
         settings = GateSettings(seeds=verify.seeds, timeout=verify.timeout, max_slowdown=verify.speed.max_slowdown,
                                 max_regression=verify.speed.max_regression, strict=options.strict,
-                                base_ref=options.base_ref, base_commit=base.commit if base else None)
+                                base_ref=options.base_ref, base_commit=base.commit if base else None,
+                                pinned_seed=verify.seed)
         result = gate_result(shard=options.shard, problems=problems, environment=environment(device, self.items),
                              settings=settings, items=self.items, run_problems=run_problems)
         if options.json_path is not None:

@@ -116,6 +116,8 @@ class GateSettings(Record):
     strict: bool
     base_ref: str | None = None
     base_commit: str | None = None
+    # --kernelopt-seed, when given: its seeds were checked besides fresh ones, never instead of them.
+    pinned_seed: int | None = None
 
 
 class GateResult(Record):
