@@ -225,7 +225,8 @@ def test_hang_times_out(pointwise: Dump, tmp_path: Path) -> None:
     stage = verdict["stages"][-1]
     assert timeout - 2 <= stage["seconds"] < timeout + 10, result
     assert f"{timeout:g} s" in stage["detail"], result
-    assert result.seconds < timeout + 30, result  # this process was never stuck
+    # This process was never stuck: opening the session (compiling) comes on top, 41.8 s once at load 7.
+    assert result.seconds < timeout + 50, result
 
 
 # --- a reordered reduction is kept ----------------------------------------------------------
