@@ -56,18 +56,11 @@ ARGMAX = ("row_argmax", "The index of each row's largest element: one reduction 
 
 
 def _edit(dump: str, expression: str, before: str = "") -> str:
-    """The dump with the value of its last ``tl.store`` replaced by ``expression`` ({v}: that value, {x}:
-    the value loaded from in_ptr0); ``before``: lines put in front of it."""
-    lines = dump.splitlines()
-    at = max(i for i, line in enumerate(lines) if "tl.store(" in line)
-    store = lines[at]
-    indent = store[: len(store) - len(store.lstrip())]
-    value = re.search(r"tl\.store\([^,]+, (tmp\d+)", store).group(1)
+    """test_trust_inputs' ``_edit_result``, with ``{x}`` (the value loaded from in_ptr0) also in ``before``."""
+    from test_trust_inputs import _edit_result
+
     loaded = re.search(r"(tmp\d+) = tl\.load\(in_ptr0", dump).group(1)
-    new = [indent + line.strip().format(x=loaded) for line in before.splitlines() if line.strip()]
-    new.append(f"{indent}{value} = {expression.format(v=value, x=loaded)}")
-    lines[at:at] = new
-    return "\n".join(lines) + "\n"
+    return _edit_result(dump, expression, "\n".join(line.strip().format(x=loaded) for line in before.splitlines()))
 
 
 class Opened:
@@ -252,6 +245,20 @@ def test_a_log_that_takes_subnormals_for_the_smallest_normal_is_rejected(opened)
     assert "outside the allowance" in verdict.reason
     honest = log.verify(log.dump, "dump.py")
     assert honest.status == "correct", honest.reason
+
+
+@pytest.mark.slow
+def test_a_kernel_wrong_only_on_integer_valued_inputs_is_rejected(opened):
+    """An attack of the tenth session: exact wherever the input has a fraction, 1% off on whole numbers
+    (quantised or label-like data; continuous draws almost never hold one)."""
+    affine = opened(AFFINE)
+    # Small nonzero whole numbers only: above 2^20 every float32 is whole (the 'huge' draw would catch it),
+    # and at zero the output is 0 either way. Before this session's draws nothing held such inputs.
+    edited = _edit(affine.dump, "tl.where(({x} == tl.floor({x})) & ({x} != 0.0) & (tl.abs({x}) < 1048576.0), "
+                                "{v} * 1.01, {v})")
+    verdict = affine.verify(edited, "whole_numbers.py")
+    assert verdict.status == "rejected", verdict.reason
+    assert re.match(r"kernel: draw 'ties' \(input seed \d+", verdict.reason), verdict.reason
 
 
 def test_structured_draws_work_in_place_for_every_floating_dtype(interpreter):
