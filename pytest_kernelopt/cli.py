@@ -127,8 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(a, ["kernels_dir"])
 
     r = sub.add_parser("report", help="render the report of a tuning run from its run directory (run.json, "
-                                      "trace.jsonl)")
-    r.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory `kernelopt tune` wrote")
+                                      "trace.jsonl), or draw the gate's history file (--history)")
+    r.add_argument("run_dir", type=Path, nargs="?", metavar="RUN_DIR", help="the run directory `kernelopt tune` wrote")
+    r.add_argument("--history", type=Path, metavar="FILE",
+                   help="draw the history file of pytest --kernelopt-history (one line per model over commits) as "
+                        "history.png, with history.md beside it, in --out (default: FILE's folder)")
     r.add_argument("--format", choices=["md", "html"], default="md", help="report.md (default) or report.html")
     r.add_argument("--out", type=Path, metavar="DIR", help="where to write the report and speedup.png "
                                                           "(default: RUN_DIR)")
@@ -199,7 +202,30 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--report", type=Path, metavar="PATH",
                    help="write the merged gate report (Markdown, as --kernelopt-report) to PATH, e.g. for "
                         "$GITHUB_STEP_SUMMARY")
+    m.add_argument("--history", type=Path, metavar="FILE",
+                   help="append the merged run's model times to the history file FILE (as --kernelopt-history)")
+    c = sub.add_parser("comment", help="post the gate's result as one comment on the pull request (base and head "
+                                       "time per model, failures), updating that comment on later runs")
+    c.add_argument("result", type=Path, metavar="RESULT.json",
+                   help="the gate's result (pytest --kernelopt --kernelopt-json, or kernelopt merge --json)")
+    c.add_argument("--repo", metavar="OWNER/NAME", help="the repository (default: $GITHUB_REPOSITORY)")
+    c.add_argument("--pr", type=_pull_request, metavar="N",
+                   help="the pull request (default: the one of the workflow's event, $GITHUB_EVENT_PATH)")
+    c.add_argument("--author", default="github-actions[bot]", metavar="LOGIN",
+                   help="only a comment by LOGIN is updated (default: github-actions[bot], the workflow token's; "
+                        "give the account of your token when it is another)")
+    c.add_argument("--templates", type=Path, metavar="DIR",
+                   help="your templates folder (default: templates/ beside the nearest pyproject.toml above the "
+                        "current folder, if any); its gate_comment.md.j2 overrides the bundled one")
+    c.add_argument("--print", action="store_true", dest="print_only",
+                   help="print the comment's Markdown instead of posting it (no token needed)")
     return parser
+
+
+def _pull_request(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a pull request number: {text!r}")
+    return int(text)
 
 
 def _add_problem(p: argparse.ArgumentParser) -> None:
@@ -229,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_kernels(args)
         if args.command == "merge":
             return cmd_merge(args)
+        if args.command == "comment":
+            return cmd_comment(args)
         if args.command == "report":
             return cmd_report(args)
         if args.command == "tune":
@@ -420,7 +448,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .report import write_report
     from .templates import project_templates
 
+    if args.run_dir is None and args.history is None:
+        raise UsageError("report: give RUN_DIR (a tuning run's report), --history FILE (the gate's history chart), "
+                         "or both")
     templates = args.templates if args.templates is not None else project_templates()
+    if args.history is not None:
+        from .report.history import write_history_report
+
+        page, chart, note = write_history_report(args.history, args.out, templates)
+        print(f"wrote {page}")
+        print(f"wrote {chart}" if chart else note)
+    if args.run_dir is None:
+        return EXIT_OK
     files = write_report(args.run_dir, args.out, fmt=args.format, templates_dir=templates,
                          kernels_dir=args.kernels_dir)
     print(f"wrote {files.report}")
@@ -650,7 +689,28 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
         write_gate_report(merged, args.report, project_templates())
         print(f"wrote {args.report}", file=sys.stderr)
+    if args.history:
+        from .report.history import append_history
+
+        print(append_history(merged, args.history, Path.cwd()), file=sys.stderr)
     return EXIT_REJECTED if merged.failed else EXIT_OK
+
+
+def cmd_comment(args: argparse.Namespace) -> int:
+    """Exit 0: the comment was created or updated (or printed); 2: bad input, or GitHub refused (one line saying
+    what to fix: the token, its permissions, the repository or pull request)."""
+    from .gate import results
+    from .gitops.comment import comment_body, post_comment
+    from .templates import project_templates
+
+    result = results.read(args.result)
+    templates = args.templates if args.templates is not None else project_templates()
+    if args.print_only:
+        print(comment_body(result, templates), end="")
+        return EXIT_OK
+    posted = post_comment(result, repo=args.repo, pr=args.pr, author=args.author or None, templates_dir=templates)
+    print(f"{posted.action} comment {posted.id}{f': {posted.url}' if posted.url else ''}")
+    return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

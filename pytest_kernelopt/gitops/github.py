@@ -3,7 +3,10 @@
 Open: ``POST /repos/{owner}/{repo}/pulls``. When GitHub answers 422 "A pull request
 already exists", the open pull request for that head branch is found
 (``GET /repos/{owner}/{repo}/pulls?head=owner:branch&state=open``) and its title and
-body are updated (``PATCH /repos/{owner}/{repo}/pulls/{number}``). Every failure is
+body are updated (``PATCH /repos/{owner}/{repo}/pulls/{number}``). The gate's comment on a
+pull request (``kernelopt comment``): its comments are listed
+(``GET /repos/{owner}/{repo}/issues/{number}/comments``, page by page), the one holding the
+marker is edited (``PATCH .../issues/comments/{id}``), else one is created. Every failure is
 one :class:`GitHubError` line naming the request and the cause; the token never
 appears in a message.
 """
@@ -82,6 +85,17 @@ class PullRequest:
     action: str  # "opened" or "updated"
 
 
+@dataclass(frozen=True)
+class Comment:
+    id: int
+    url: str
+    action: str  # "created" or "updated"
+
+
+# Comments are listed 100 a page (GitHub's most), at most this many pages.
+PAGE_SIZE, MAX_PAGES = 100, 50
+
+
 class GitHub:
     """The few REST calls publishing needs, for one repository."""
 
@@ -108,7 +122,9 @@ class GitHub:
             reason = getattr(exc, "reason", None) or exc
             raise GitHubError(f"{what}: cannot reach {redact(self.api)} ({reason})") from None
 
-    def _fail(self, method: str, path: str, status: int, payload: Any) -> GitHubError:
+    def _fail(self, method: str, path: str, status: int, payload: Any, *, missing: str = "",
+              retry: str = "the branch is pushed, try again later") -> GitHubError:
+        """One line for a refused request; ``missing``: what a 404 may also mean, ``retry``: what a 5xx leaves."""
         what = f"GitHub API {method} {path.split('?')[0]}"
         message = _message(payload)
         if status == 401:
@@ -117,12 +133,12 @@ class GitHub:
             return GitHubError(f"{what}: 403 Forbidden: the token may not do this in {self.repo.slug} "
                                f"(needs pull-requests: write){f': {message}' if message else ''}")
         if status == 404:
-            return GitHubError(f"{what}: 404 Not Found: no repository {self.repo.slug}, or the token cannot see it")
+            return GitHubError(f"{what}: 404 Not Found: no repository {self.repo.slug}{missing}, or the token cannot "
+                               f"see it (a workflow's token needs pull-requests: write)")
         if status == 422:
             return GitHubError(f"{what}: 422 Unprocessable: {message or 'validation failed'}")
         if status >= 500:
-            return GitHubError(f"{what}: GitHub server error {status}{f' ({message})' if message else ''}; "
-                               f"the branch is pushed, try again later")
+            return GitHubError(f"{what}: GitHub server error {status}{f' ({message})' if message else ''}; {retry}")
         return GitHubError(f"{what}: unexpected HTTP {status}{f': {message}' if message else ''}")
 
     def open_or_update(self, head: str, base: str, title: str, body: str) -> PullRequest:
@@ -150,6 +166,41 @@ class GitHub:
             raise self._fail("PATCH", path, status, payload)
         return PullRequest(number=number, url=str(payload.get("html_url") or found[0].get("html_url")),
                            action="updated")
+
+
+    # --- one comment on a pull request, kept up to date ------------------------------------------
+
+    def upsert_comment(self, number: int, marker: str, body: str, author: str | None) -> Comment:
+        """Update the comment on pull request ``number`` that holds ``marker`` (and was written by ``author``,
+        when given), else create it; ``body`` must hold ``marker``. Comments are read page by page."""
+        body = _fit(body)
+        comments = f"/repos/{_q(self.repo.owner)}/{_q(self.repo.name)}/issues/{number}/comments"
+        missing, retry = f" or no pull request #{number} in it", "no comment was written, try again later"
+        ours = None
+        for page in range(1, MAX_PAGES + 1):
+            query = f"{comments}?per_page={PAGE_SIZE}&page={page}"
+            status, found = self._request("GET", query)
+            if status != 200 or not isinstance(found, list):
+                raise self._fail("GET", query, status, found, missing=missing, retry=retry)
+            for comment in found:
+                if not isinstance(comment, dict) or marker not in str(comment.get("body") or ""):
+                    continue
+                user = comment.get("user") if isinstance(comment.get("user"), dict) else {}
+                if author is None or user.get("login") == author:
+                    ours = ours or comment  # the first one: later runs keep editing it
+            if len(found) < PAGE_SIZE:
+                break
+        if ours is None:
+            status, payload = self._request("POST", comments, {"body": body})
+            if status != 201:
+                raise self._fail("POST", comments, status, payload, missing=missing, retry=retry)
+            return Comment(id=int(payload["id"]), url=str(payload.get("html_url") or ""), action="created")
+        path = f"/repos/{_q(self.repo.owner)}/{_q(self.repo.name)}/issues/comments/{int(ours['id'])}"
+        status, payload = self._request("PATCH", path, {"body": body})
+        if status != 200:
+            raise self._fail("PATCH", path, status, payload, missing=f" or no comment {ours['id']}", retry=retry)
+        return Comment(id=int(ours["id"]), url=str(payload.get("html_url") or ours.get("html_url") or ""),
+                       action="updated")
 
 
 def _json(data: bytes) -> Any:

@@ -60,3 +60,50 @@ def write_gate_report(result: Any, path: Path, templates_dir: Path | None = None
 
     atomic_write(Path(path), render_gate_report(result, templates_dir, summary))
     return Path(path)
+
+
+@dataclass
+class CommentRow:
+    """One model of the pull-request comment: before (the base revision) and after (the head)."""
+
+    model: str
+    problem: str
+    outcome: str
+    failed_kernels: int
+    base_ms: float | None  # the base revision's time per call, measured side by side (--kernelopt-base-ref)
+    head_ms: float | None  # this revision's
+    change: float | None  # head over base, minus 1 (negative: faster)
+    vs_base: Any  # (speedup, [low, high]) over the base revision, or None
+    vs_base_note: str | None  # why there is no comparison ("new at REF")
+    vs_compiled: Any  # (speedup, [low, high]) over the compiled model, or None
+    speed: str  # gate.summary's speed word: measured, compiler baseline, not timed, ...
+
+
+def comment_rows(summary: Any) -> list[CommentRow]:
+    rows = []
+    for p in sorted(summary.problems, key=lambda p: p.model):
+        model = next((i for i in p.items if i.item == "model"), None)
+        base_ms = model.base_ms if model is not None else None
+        head_ms = model.head_ms if model is not None else None
+        rows.append(CommentRow(
+            model=p.model, problem=p.problem, outcome=p.outcome, failed_kernels=p.failed_kernels,
+            base_ms=base_ms, head_ms=head_ms,
+            change=head_ms / base_ms - 1.0 if base_ms and head_ms is not None else None,
+            vs_base=(p.vs_base_speedup, p.vs_base_ci) if p.vs_base_speedup is not None and p.vs_base_ci else None,
+            vs_base_note=p.vs_base, vs_compiled=(p.speedup, p.ci) if p.speedup is not None and p.ci else None,
+            speed=p.speed))
+    return rows
+
+
+def render_gate_comment(result: Any, templates_dir: Path | None = None, *, run_url: str | None = None) -> str:
+    """The pull-request comment's Markdown (``templates/gate_comment.md.j2``): per model the time at the base
+    revision and at the head with the change and its interval (else the speedup over the compiled model), and
+    the failures. Everything from the result file is escaped (``md_finalize`` and the text filters)."""
+    from ..gate.summary import GateSummary
+    from ..templates import render
+
+    from .untrusted import md_finalize
+
+    summary = GateSummary.of_result(result)
+    return render("gate_comment.md.j2", {"gate": gate_view(result, summary), "rows": comment_rows(summary),
+                                         "run_url": run_url}, templates_dir, filters=MD, finalize=md_finalize)
