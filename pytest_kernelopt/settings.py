@@ -142,6 +142,10 @@ class Settings(BaseModel):
     report: str | None = Field(None, description="write a Markdown report of the gate run to PATH: what was checked, "
                                                  "verdicts, speedups, failures with their stage and reason",
                                json_schema_extra=_on(pytest="--kernelopt-report", metavar="PATH"))
+    history: str | None = Field(None, description="append each timed model's time to the history file FILE (JSON, "
+                                                  "github-action-benchmark's format; `kernelopt report --history` "
+                                                  "draws it)",
+                                json_schema_extra=_on(pytest="--kernelopt-history", metavar="FILE"))
     base: str | None = Field(None, description="the branch pull requests go into",
                              json_schema_extra=_on(cli="--base", metavar="BRANCH",
                                                    default_help="default: the remote's default branch"))

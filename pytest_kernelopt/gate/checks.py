@@ -219,6 +219,8 @@ class Checks:
         if base is not None:
             item.prop("vs_base_speedup", round(base.speedup, 4))
             item.prop("vs_base_ci", [round(base.ci_low, 4), round(base.ci_high, 4)])
+            item.prop("base_ms", round(base.baseline_ms, 6))
+            item.prop("head_ms", round(base.candidate_ms, 6))
             if self.policy.slower(base):
                 assert self.base is not None
                 raise GateFailure(f"{problem.id}: slower than at {self.base.ref}: {base.speedup:.3f}x "
@@ -314,6 +316,8 @@ def figures(item: Any, verdict: Any) -> None:
         t = verdict.model_timing
         item.prop("speedup", round(t.speedup, 4))
         item.prop("speedup_ci", [round(t.ci_low, 4), round(t.ci_high, 4)])
+        item.prop("model_ms", round(t.candidate_ms, 6))
+        item.prop("compiled_ms", round(t.baseline_ms, 6))
     for stage in verdict.stages:
         item.prop(f"stage_{stage.name}_seconds", round(stage.seconds, 2))
     item.prop("verify_seconds", round(verdict.wall_seconds, 2))

@@ -39,6 +39,7 @@ class GateOptions:
     shard: Any  # shard.Shard, or None: every problem
     json_path: Path | None  # --kernelopt-json
     report_path: Path | None  # --kernelopt-report
+    history_path: Path | None  # --kernelopt-history
     tune: bool
     refresh: bool
     open_pr: bool
@@ -58,6 +59,11 @@ def read_options(config: pytest.Config, settings: Any) -> GateOptions:
     here = config.invocation_params.dir
     json_path = _writable("--kernelopt-json", here, get("kernelopt_json"))
     report_path = _writable("--kernelopt-report", here, get("kernelopt_report"))
+    history_path = _writable("--kernelopt-history", here, get("kernelopt_history"))
+    if history_path is not None:
+        from ..report.history import read_history
+
+        read_history(history_path)  # a file that is no history fails now, before anything is compiled
     tune, refresh, open_pr = bool(get("kernelopt_tune")), bool(get("kernelopt_refresh")), bool(get("kernelopt_open_pr"))
     if open_pr and not (tune or refresh):
         raise UsageError("--kernelopt-open-pr publishes what --kernelopt-tune or --kernelopt-refresh stored; "
@@ -66,7 +72,7 @@ def read_options(config: pytest.Config, settings: Any) -> GateOptions:
     if not (isinstance(budget, float) and math.isfinite(budget) and budget > 0):
         raise UsageError(f"--kernelopt-budget-s {budget}: must be a positive, finite number of seconds")
     return GateOptions(strict=strict, verify=verify, shard=shard, json_path=json_path, report_path=report_path,
-                       tune=tune, refresh=refresh, open_pr=open_pr, agent=get("kernelopt_agent"), budget_s=budget,
+                       history_path=history_path, tune=tune, refresh=refresh, open_pr=open_pr, agent=get("kernelopt_agent"), budget_s=budget,
                        device=get("kernelopt_device"), problem_globs=get("kernelopt_problems"),
                        base_ref=get("kernelopt_base_ref"))
 

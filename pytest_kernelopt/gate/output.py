@@ -23,6 +23,7 @@ class GateOutput:
         self.rootpath = rootpath
         self.items: list[ItemResult] = []
         self._summary: GateSummary | None = None
+        self.history_lines: list[str] = []  # what --kernelopt-history did
 
     def record(self, report: Any) -> None:
         if (result := item_result(report)) is not None:
@@ -36,9 +37,9 @@ class GateOutput:
         return self._summary
 
     def write_files(self, *, device: str, problems: list[str], run_problems: list[str], base: Any) -> None:
-        """``--kernelopt-json`` and ``--kernelopt-report``, when asked for."""
+        """``--kernelopt-json``, ``--kernelopt-report`` and ``--kernelopt-history``, when asked for."""
         options = self.options
-        if (options.json_path or options.report_path) is None:
+        if (options.json_path or options.report_path or options.history_path) is None:
             return
         verify = options.verify
         settings = GateSettings(seeds=verify.seeds, timeout=verify.timeout, max_slowdown=verify.speed.max_slowdown,
@@ -54,6 +55,25 @@ class GateOutput:
             from ..templates import project_templates
 
             write_gate_report(result, options.report_path, project_templates(self.rootpath), self.summary(problems))
+        if options.history_path is not None:
+            self.history_lines.append(self.append_history(result, options.history_path))
+
+    def append_history(self, result: GateResult, path: Path) -> str:
+        """``--kernelopt-history``: this run's model times appended to ``path`` (github-action-benchmark's
+        format); what was done, or why nothing was (the file is then left as it was)."""
+        from ..errors import KerneloptError
+        from ..report.history import append_history
+
+        try:
+            return append_history(result, path, self.rootpath)
+        except KerneloptError as exc:  # the run's verdicts stand
+            return f"kernelopt: history not appended: {exc}"
+
+    def annotation_lines(self, file_of: Any) -> list[str]:
+        """GitHub Actions annotations: one per failed item, one per stale kernel skipped."""
+        from ..report.annotations import annotation_lines
+
+        return annotation_lines(sorted(self.items, key=lambda i: i.nodeid), file_of)
 
     def terminal_lines(self, problems: list[str]) -> list[str]:
         """The table of the problems whose items ran, and its notes."""

@@ -63,6 +63,13 @@ class ItemResult(Record):
     vs_base: str | None = None
     vs_base_speedup: float | None = None
     vs_base_ci: list[float] | None = None
+    # Model item, timed on a GPU: median milliseconds per call. ``model_ms`` with the committed kernels
+    # (the head), ``compiled_ms`` the compiler's alone; ``base_ms``/``head_ms`` of the side-by-side timing
+    # against the base revision (--kernelopt-base-ref).
+    model_ms: float | None = None
+    compiled_ms: float | None = None
+    base_ms: float | None = None
+    head_ms: float | None = None
     gpu: str | None = None
     # Model item: model.json's compile setting, checked against the default compile (its speedup over it).
     compile: str | None = None

@@ -156,8 +156,24 @@ class GateSession:
                 f"{verify.seeds} seed(s) were checked in addition to {verify.seeds} drawn from the OS for each "
                 f"session; every check's own draws were fresh"]
 
+    def environment_line(self) -> str:
+        """Where the verdicts come from: the device, torch and triton, and the settings file read."""
+        import torch
+        import triton
+
+        device = "cpu (Triton interpreter)"
+        if self.device == "cuda":
+            device = f"cuda ({torch.cuda.get_device_name(torch.cuda.current_device())})"
+        source = self.settings.source
+        settings = "none (defaults)"
+        if source is not None:
+            settings = str(Path(source).relative_to(self.rootpath)) if Path(source).is_relative_to(self.rootpath) \
+                else str(source)
+            settings += " [tool.kernelopt]"
+        return f"kernelopt: {device}, torch {torch.__version__}, triton {triton.__version__}; settings: {settings}"
+
     def header_lines(self) -> list[str]:
-        lines = self.workers.header() + self.seed_lines()
+        lines = [self.environment_line(), *self.workers.header(), *self.seed_lines()]
         if (shard := self.options.shard) is not None:
             mine = sorted(self._mine())
             lines.append(f"kernelopt: shard {shard}: {len(mine)} of {len(self.problems)} problems "
@@ -175,7 +191,25 @@ class GateSession:
         lines += [f"kernelopt tune: run directory {run}" for run in self.tuning.tune_runs]
         lines += self.tuning.refresh_lines
         lines += self.publisher.lines if self.publisher is not None else []
+        lines += self.output.history_lines
         if lines:
             terminalreporter.section("kernelopt")
             for line in lines:
                 terminalreporter.write_line(line)
+        from ..report.annotations import on_github_actions
+
+        if on_github_actions():  # GitHub reads these from the step's output: at the start of a line, once each
+            for line in self.output.annotation_lines(self._annotated_file):
+                terminalreporter.write_line(line)
+
+    def _annotated_file(self, item: Any) -> str:
+        """The file a failure points at: the kernel's manifest when it is committed, else the problem file."""
+        from ..report.annotations import repository_path
+        from ..store import MANIFEST
+
+        path = self.rootpath / item.problem
+        if item.kernel is not None:
+            manifest = self.settings.kernels_path / item.model / item.kernel / MANIFEST
+            if manifest.is_file():
+                path = manifest
+        return repository_path(path, self.rootpath)
