@@ -312,10 +312,25 @@ def test_the_example_gate_installs_a_form_that_works_today():
     from pytest_kernelopt.errors import REPOSITORY
 
     workflow = load(ROOT / ".github/workflows/kernelopt-gate.example.yml")
-    [job] = workflow["jobs"].values()
-    assert FORK_GUARD in job["if"]
-    installs = [s["run"] for s in job["steps"] if "pip install" in s.get("run", "")]
-    assert installs and all(f"pytest-kernelopt @ git+{REPOSITORY}" in run for run in installs)
+    assert FORK_GUARD in workflow["jobs"]["gate"]["if"]
+    for job in workflow["jobs"].values():
+        installs = [s["run"] for s in job["steps"] if "pip install" in s.get("run", "")]
+        assert installs and all(f"pytest-kernelopt @ git+{REPOSITORY}" in run for run in installs)
+
+
+def test_the_example_gate_comments_on_the_pull_request_from_a_job_without_its_code():
+    """The token that can write a comment is in a job that runs none of the pull request's code (no checkout),
+    after the gate (passed or failed, never skipped), in the one step that posts; the gate job only reads."""
+    jobs = load(ROOT / ".github/workflows/kernelopt-gate.example.yml")["jobs"]
+    gate, comment = jobs["gate"], jobs["comment"]
+    assert gate["permissions"] == {"contents": "read"}
+    assert "--kernelopt-json" in _called(ROOT / ".github/workflows/kernelopt-gate.example.yml")["pytest"][0]
+    assert comment["needs"] == "gate" and comment["permissions"] == {"pull-requests": "write"}
+    assert "needs.gate.result == 'success' || needs.gate.result == 'failure'" in comment["if"]
+    assert not [s for s in comment["steps"] if "actions/checkout" in s.get("uses", "")]
+    [post] = [s for s in comment["steps"] if "GITHUB_TOKEN" in s.get("env", {})]
+    assert post["env"]["GITHUB_TOKEN"] == "${{ github.token }}" and " comment " in post["run"]
+    assert not [s for s in gate["steps"] if "token" in json.dumps(s).lower()]
 
 
 CPU_TORCH = "https://download.pytorch.org/whl/cpu"
