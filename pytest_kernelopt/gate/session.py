@@ -161,9 +161,7 @@ class GateSession:
         import torch
         import triton
 
-        device = "cpu (Triton interpreter)"
-        if self.device == "cuda":
-            device = f"cuda ({torch.cuda.get_device_name(torch.cuda.current_device())})"
+        device = f"cuda ({gpu_names()})" if self.device == "cuda" else "cpu (Triton interpreter)"
         source = self.settings.source
         settings = "none (defaults)"
         if source is not None:
@@ -213,3 +211,24 @@ class GateSession:
             if manifest.is_file():
                 path = manifest
         return repository_path(path, self.rootpath)
+
+
+def gpu_names() -> str:
+    """The visible GPUs' model ("NVIDIA H200", "NVIDIA H200 x 4"), read by nvidia-smi: asking torch would
+    start CUDA in the controller, which never touches a GPU (its workers do). "GPU name unknown" without it."""
+    import os
+    import subprocess
+    from collections import Counter
+
+    query = ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        query += ["-i", visible]
+    try:
+        out = subprocess.run(query, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "GPU name unknown"
+    names = Counter(line.strip() for line in out.stdout.splitlines() if line.strip()) if out.returncode == 0 else {}
+    if not names:
+        return "GPU name unknown"
+    return ", ".join(name if n == 1 else f"{name} x {n}" for name, n in sorted(names.items()))
