@@ -173,7 +173,7 @@ class GitHub:
     def upsert_comment(self, number: int, marker: str, body: str, author: str | None) -> Comment:
         """Update the comment on pull request ``number`` that holds ``marker`` (and was written by ``author``,
         when given), else create it; ``body`` must hold ``marker``. Comments are read page by page."""
-        body = _fit(body)
+        body = _fit(body, "on the run's summary page")
         comments = f"/repos/{_q(self.repo.owner)}/{_q(self.repo.name)}/issues/{number}/comments"
         missing, retry = f" or no pull request #{number} in it", "no comment was written, try again later"
         ours = None
@@ -223,7 +223,7 @@ def _message(payload: Any) -> str:
     return ": ".join(p for p in parts if p).replace("\n", " ")
 
 
-def _fit(body: str) -> str:
+def _fit(body: str, where: str = "on the branch") -> str:
     if len(body) <= BODY_LIMIT:
         return body
-    return body[:BODY_LIMIT] + "\n\n_(report truncated here; the full report is on the branch)_\n"
+    return body[:BODY_LIMIT] + f"\n\n_(report truncated here; the full report is {where})_\n"
