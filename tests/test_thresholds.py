@@ -194,7 +194,8 @@ class FakeItem:
         return result
 
 
-def model_check(speed: SpeedRules, model_timing: Timing) -> tuple[FakeItem, GateFailure | None]:
+def model_check(speed: SpeedRules, model_timing: Timing,
+                status: str = "accepted") -> tuple[FakeItem, GateFailure | None]:
     """The model item of a problem with one committed kernel whose model runs at ``model_timing``."""
     problem = Problem(path=Path("models/softmax_rows.py"), id="softmax_rows", kernels=["k0"], loaded=True,
                       infos={"k0": SimpleNamespace(fingerprint="f0")})
@@ -204,7 +205,7 @@ def model_check(speed: SpeedRules, model_timing: Timing) -> tuple[FakeItem, Gate
                                                           path=Path("kernels/softmax_rows/k0/v1.py")),
         model_record=lambda model: SimpleNamespace(baselines={}), compile_variant=lambda model: None,
         kernel_names=lambda model: ["k0"], model_dir=lambda model: Path("kernels") / model)
-    verdict = SimpleNamespace(status="accepted", errors=[], speed_measured=True, environment=None, stages=[],
+    verdict = SimpleNamespace(status=status, reason="model stage: error 3e-02 exceeds the allowed 4e-06", errors=[], speed_measured=True, environment=None, stages=[],
                               wall_seconds=1.0, model_timing=model_timing, base_timing=None)
     session = SimpleNamespace(verify_model=lambda replacements, base_problem: verdict,
                               opened=SimpleNamespace(min_bytes=0))
@@ -230,6 +231,9 @@ def test_the_gate_marks_what_an_acceptance_let_pass_in_json_terminal_and_report(
     # Without the acceptance the same timing fails; beyond its bound too.
     assert model_check(rules(tmp_path, ""), SLOWER_3PCT)[1] is not None
     assert "beyond the regression accepted" in str(model_check(speed, SLOWER_10PCT)[1])
+    # Numerics are never accepted: a rejection fails, however small the slowdown.
+    rejected = model_check(speed, SLOWER_3PCT, status="rejected")[1]
+    assert rejected is not None and "rejected at model stage" in str(rejected) and "accepted" not in str(rejected)
     # Expired: the model item fails even where nothing was slower.
     expired = rules(tmp_path, ACCEPT_SOFTMAX, on=date(2027, 1, 2))
     assert "expired on 2026-12-31" in str(model_check(expired, timing(1.0, 0.99, 1.01))[1])
