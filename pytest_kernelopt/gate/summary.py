@@ -60,6 +60,8 @@ class ProblemSummary:
     limit_pct: float | None = None  # percent of the limit (measure/roofline.py) with the committed kernels
     baseline_limit_pct: float | None = None  # the compiled model's
     items: list[ItemResult] = field(default_factory=list)  # kernel items by node id, then the model item
+    # What accepted regressions let pass ([tool.kernelopt.accepted_regressions]), "<kernel>: <story>" for a kernel item.
+    accepted: list[str] = field(default_factory=list)
 
     # The counts one by one (None: unknown), as the report's template reads them.
     @property
@@ -134,7 +136,7 @@ class GateSummary:
 
 # A committed version that was checked and failed is still a committed one.
 _KERNEL_STATUS = {"committed": "committed", "rejected": "committed", "slower": "committed", "stale": "stale",
-                  "baseline": "baseline"}
+                  "baseline": "baseline", "accepted-regression": "committed"}
 
 
 def summarize(items: list[ItemResult], problems: Iterable[str] = ()) -> GateSummary:
@@ -144,6 +146,9 @@ def summarize(items: list[ItemResult], problems: Iterable[str] = ()) -> GateSumm
     for item in items:
         row = rows.setdefault(item.problem, ProblemSummary(problem=item.problem, model=item.model))
         row.items.append(item)
+        if item.accepted_regression:
+            row.accepted.append(item.accepted_regression if item.kernel is None
+                                else f"{item.kernel}: {item.accepted_regression}")
         if item.item == "model":
             _model_figures(row, item)
             continue
