@@ -86,6 +86,8 @@ def summary_table_lines(summary: Any) -> list[str]:
             found.insert(0, _inert(p.limit_note))
         if p.compile_note:
             found.insert(0, _inert(p.compile_note))
+        if p.base_note:
+            found.insert(0, _inert(p.base_note))
         if p.orphaned:
             found.append(f"committed versions of {', '.join(_inert(p.orphaned))} are not used: the compiler no "
                          "longer generates these kernels (re-tune, or remove their folders)")
