@@ -139,3 +139,43 @@ def test_gate_reports_what_ran_at_the_base_commit(compiled_models: Any, pytester
     report = (repo / "gate.md").read_text()
     assert "## vs base (HEAD)" in report and f"1 of 1 kernel committed ({name} v1)" in report
     assert list(temp.iterdir()) == []  # the base's files lived only as long as the check
+
+
+# --- the report (no compile) -------------------------------------------------------------------
+
+def test_report_shows_base_time_head_time_change_and_what_ran_at_base() -> None:
+    from datetime import datetime, timezone
+
+    from pytest_kernelopt.gate.results import GateResult, GateSettings, ItemResult, ResultEnvironment
+    from pytest_kernelopt.report import gate_lines
+    from pytest_kernelopt.report.gate import render_gate_report
+
+    ran = "2 of 3 kernels committed (triton_a v3, triton_b v1); the compiler's for triton_c (stale), compile max-autotune"
+    items = [
+        ItemResult(nodeid="p/a.py::model", problem="p/a.py", model="a", item="model", outcome="failed",
+                   committed=2, stale=0, baseline=1, speed_measured=True, speedup=1.1, speedup_ci=[1.05, 1.15],
+                   base_ms=1.0, head_ms=1.25, vs_base_speedup=0.8, vs_base_ci=[0.78, 0.82], base_ran=ran,
+                   base_compile="max-autotune", message="a: slower than at origin/main: 0.800x"),
+        ItemResult(nodeid="p/b.py::model", problem="p/b.py", model="b", item="model", outcome="passed",
+                   committed=1, stale=0, baseline=0, speed_measured=True, speedup=1.2, speedup_ci=[1.1, 1.3],
+                   vs_base="base failed at origin/main", base_ran="failed: the model fails in eager mode: x | y",
+                   base_failure="the model fails in eager mode: x | y"),
+    ]
+    result = GateResult(created=datetime(2026, 12, 4, tzinfo=timezone.utc), problems=["a", "b"],
+                        environment=ResultEnvironment(device="cuda", torch="2.13.0", triton="3.7.1", python="3.11"),
+                        settings=GateSettings(seeds=3, timeout=600, max_slowdown=0.01, strict=False,
+                                              base_ref="origin/main", base_commit="abcdef1234567890"),
+                        items=items)
+    text = render_gate_report(result)
+    section = text.split("## vs base (origin/main)", 1)[1].split("## Failures", 1)[0]
+    assert "| base ms | head ms | change vs base [95% CI] | what ran at base |" in section
+    assert f"| `p/a.py` | 1 | 1.25 | 0.800x [0.780, 0.820] | ` {ran} ` |" in section  # the worker's words: inert
+    assert r"| `p/b.py` | - | - | base failed at origin/main | ` failed: the model fails in eager mode: x \| y ` |" \
+        in section
+    lines = "\n".join(gate_lines(result.rows()))
+    assert f"p/a.py: base 1 ms, head 1.25 ms (0.800x [0.780, 0.820]); base ran {ran}" in lines
+    assert "p/b.py: the base commit failed (the model fails in eager mode: x | y): not compared; the head's " \
+           "verdict stands" in lines
+    # The JSON result carries the new fields (an addition: older readers ignore nothing they knew).
+    (a, _) = json.loads(result.model_dump_json())["items"]
+    assert (a["base_ms"], a["head_ms"], a["base_ran"], a["base_compile"]) == (1.0, 1.25, ran, "max-autotune")
