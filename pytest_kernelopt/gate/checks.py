@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KerneloptError
-from .base import BaseRef, base_file
+from .base import BaseRef, base_files
 from .failure import GateFailure, reproduce, stale
 from .items import KernelItem, ModelItem
 from .problems import Problem
@@ -209,17 +209,17 @@ class Checks:
                                   f"{', '.join(orphaned)}, which the compiler no longer generates for {problem.id}; "
                                   "they are not used and were not verified (re-tune, or remove the folders; to pass "
                                   "anyway, --kernelopt-allow-stale or allow_stale = true in [tool.kernelopt])")
-        base_text = self.base.text(problem.path) if self.base else None
-        if self.base and base_text is None:
-            item.prop("vs_base", f"new at {self.base.ref}: nothing to compare")
+        base_text, base_store = self._base(item, problem)
         if problem.variant is not None:
             accepted.append(self._check_compile(item, problem))
         if not replacements and base_text is None:
             return "committed" if problem.variant is not None else "baseline"
         session = self.sessions.get(problem, item)
-        with base_file(problem.path.name, base_text) as base_problem, internal_warnings_ignored():
-            verdict = session.verify_model(replacements, base_problem=base_problem)
+        with base_files(problem.path.name, problem.id, base_text, base_store) as (base_problem, base_kernels), \
+                internal_warnings_ignored():
+            verdict = session.verify_model(replacements, base_problem=base_problem, base_kernels=base_kernels)
         figures(item, verdict)
+        self._base_figures(item, verdict)
         if verdict.status == "rejected":
             raise GateFailure(f"{problem.id} with committed kernels: rejected at {verdict.reason}{reproduce(verdict)}")
         timing = verdict.model_timing
@@ -231,8 +231,6 @@ class Checks:
         _limit(item, session, verdict)
         base = verdict.base_timing
         if base is not None:
-            item.prop("vs_base_speedup", round(base.speedup, 4))
-            item.prop("vs_base_ci", [round(base.ci_low, 4), round(base.ci_high, 4)])
             assert self.base is not None
             ref = self.base.ref
             accepted.append(self.rules.judge(problem.id, lambda policy: policy.slower(base), lambda: (
@@ -241,6 +239,51 @@ class Checks:
         # Passed: with committed kernels swapped in or a committed compile setting ("committed"), or the
         # compiler's alone (it was null).
         return "committed" if replacements or problem.variant is not None else "baseline"
+
+    def _base(self, item: ModelItem, problem: Problem) -> tuple[bytes | None, dict[tuple[str, ...], bytes] | None]:
+        """The problem file and the model's kernel store folder at the base commit (None, None: nothing
+        to compare, the item's ``vs_base`` says why)."""
+        if self.base is None:
+            return None, None
+        text = self.base.text(problem.path)
+        if text is None:
+            item.prop("vs_base", f"new at {self.base.ref}: nothing to compare")
+            return None, None
+        store = self.base.store_relative(self.store.root)
+        if store is None:  # the base's committed kernels cannot be read: a base without them would be another base
+            item.prop("vs_base", f"not compared: the kernel store {self.store.root} is outside the git repository "
+                                 f"{self.base.git_top}, so what {self.base.ref} committed cannot be read")
+            return None, None
+        try:
+            return text, self.base.store_files(store, problem.id)
+        except GateFailure as exc:  # the base's own problem (a path git would not check out): not the head's
+            item.prop("vs_base", f"not compared: {exc}")
+            return None, None
+
+    def _base_figures(self, item: ModelItem, verdict: Any) -> None:
+        """The base revision's side as the item's properties: what ran there, its time and the head's, the change.
+
+        A base that failed to compile, run or be timed is its own failure: said in ``vs_base``, never the
+        item's (the head's verdict stands)."""
+        run = verdict.base_run
+        if run is None:
+            return
+        assert self.base is not None
+        item.prop("base_ran", run.describe())
+        if run.compile is not None:
+            item.prop("base_compile", run.compile)
+        if run.failure is not None:
+            item.prop("base_failure", run.failure)
+            item.prop("vs_base", f"base failed at {self.base.ref}")  # why: base_failure, in the notes
+            return
+        timing = verdict.base_timing
+        if timing is None:
+            item.prop("vs_base", "not measured" if not verdict.speed_measured else "not reached")
+            return
+        item.prop("base_ms", round(timing.baseline_ms, 6))
+        item.prop("head_ms", round(timing.candidate_ms, 6))
+        item.prop("vs_base_speedup", round(timing.speedup, 4))
+        item.prop("vs_base_ci", [round(timing.ci_low, 4), round(timing.ci_high, 4)])
 
     def _check_compile(self, item: ModelItem, problem: Problem) -> str | None:
         """model.json's compile setting (``verify/compile_check.py``): the model compiled under it against float64

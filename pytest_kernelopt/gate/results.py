@@ -67,6 +67,14 @@ class ItemResult(Record):
     vs_base: str | None = None
     vs_base_speedup: float | None = None
     vs_base_ci: list[float] | None = None
+    # Model item with --kernelopt-base-ref: the base commit as production ran it (its committed kernels and
+    # compile setting) timed side by side with the head: each one's time (ms), what ran at the base in words,
+    # its model.json compile setting, and why it could not be compiled, run or timed (the base's failure).
+    base_ms: float | None = None
+    head_ms: float | None = None
+    base_ran: str | None = None
+    base_compile: str | None = None
+    base_failure: str | None = None
     gpu: str | None = None
     # Model item: model.json's compile setting, checked against the default compile (its speedup over it).
     compile: str | None = None

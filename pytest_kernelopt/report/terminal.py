@@ -87,6 +87,8 @@ def summary_table_lines(summary: Any) -> list[str]:
             found.insert(0, _inert(p.limit_note))
         if p.compile_note:
             found.insert(0, _inert(p.compile_note))
+        if p.base_note:
+            found.insert(0, _inert(p.base_note))
         # Passed only by an accepted regression ([tool.kernelopt.accepted_regressions]): never quietly.
         found += [f"ACCEPTED REGRESSION: {_inert(story)}" for story in p.accepted]
         if p.orphaned:
