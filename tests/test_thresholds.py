@@ -207,7 +207,7 @@ def model_check(speed: SpeedRules, model_timing: Timing,
         kernel_names=lambda model: ["k0"], model_dir=lambda model: Path("kernels") / model)
     verdict = SimpleNamespace(status=status, reason="model stage: error 3e-02 exceeds the allowed 4e-06", errors=[], speed_measured=True, environment=None, stages=[],
                               wall_seconds=1.0, model_timing=model_timing, base_timing=None)
-    session = SimpleNamespace(verify_model=lambda replacements, base_problem: verdict,
+    session = SimpleNamespace(verify_model=lambda replacements, base_problem, base_kernels=None: verdict,
                               opened=SimpleNamespace(min_bytes=0))
     sessions = SimpleNamespace(get=lambda problem, item: session)
     checks = Checks(strict=True, rules=speed, store=lambda: store, sessions=sessions,  # type: ignore[arg-type]
