@@ -14,11 +14,12 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from . import settings
 from .errors import UsageError
-from .settings import DEVICES, SECTION, TOML_KEYS, Device  # noqa: F401 (DEVICES, SECTION: this module's names too)
+# DEVICES, SECTION: this module's names too.
+from .settings import DEVICES, SECTION, TOML_KEYS, AcceptedRegression, Device, Thresholds  # noqa: F401
 
 
 class Config(BaseModel):
@@ -32,6 +33,10 @@ class Config(BaseModel):
     # compiler no longer generates) is skipped with a note instead of failing. Command line:
     # --kernelopt-allow-stale (and --kernelopt-strict, which overrides this to false).
     allow_stale: bool = settings.field("allow_stale")
+    # The gate's per-model speed tolerances ([tool.kernelopt.thresholds."<model or glob>"]) and known
+    # slowdowns accepted until a date ([tool.kernelopt.accepted_regressions.<model>]): gate/thresholds.py.
+    thresholds: dict[str, Thresholds] = settings.field("thresholds")
+    accepted_regressions: dict[str, AcceptedRegression] = settings.field("accepted_regressions")
     # Where relative paths are taken from: the folder holding pyproject.toml.
     root: Path = Path(".")
     # The file the settings were read from; None: defaults.
@@ -117,10 +122,49 @@ def _validated(pyproject: Path, section: dict[str, Any]) -> Config:
             for i, item in enumerate(value):
                 if not isinstance(item, str) or not item.strip():
                     raise bad(f"{key}[{i}]", f"must be a non-empty glob string, not {item!r}")
+        elif key in _TABLES:
+            _check_tables(key, value, bad)
         else:
             raise bad(key, f"unknown key (known: {', '.join(sorted(TOML_KEYS))}; paths are relative to "
                            f"{pyproject.name})")
     return Config(**section, root=pyproject.parent, source=pyproject)
+
+
+# The [tool.kernelopt] keys that hold one table per model: what each table must be.
+_TABLES: dict[str, type[BaseModel]] = {"thresholds": Thresholds, "accepted_regressions": AcceptedRegression}
+
+
+def _check_tables(key: str, value: Any, bad: Any) -> None:
+    """``[tool.kernelopt.<key>.<name>]`` tables, each checked by its record; the first error names the table's
+    key and the field (``thresholds."softmax_*".max_slowdown: ...``)."""
+    if not isinstance(value, dict):
+        raise bad(key, f"must be a table of tables ([tool.kernelopt.{key}.<model>]), not {type(value).__name__}")
+    record = _TABLES[key]
+    for name, table in value.items():
+        where = f"{key}.{toml_key(name)}"
+        if not name.strip():
+            raise bad(where, "the model name must not be empty")
+        if not isinstance(table, dict):
+            raise bad(where, f"must be a table ([tool.kernelopt.{where}]), not {type(table).__name__}")
+        try:
+            record.model_validate(table)
+        except ValidationError as exc:
+            # An unknown key first: a misspelt one is also reported missing under its right name.
+            error = min(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+            field = ".".join(str(p) for p in error["loc"])
+            kind, keys = error["type"], ", ".join(record.model_fields)
+            if kind == "extra_forbidden":
+                why = f"unknown key (known: {keys})"
+            elif kind == "missing":
+                why = f"missing (each such table gives {keys})"
+            else:
+                why = f"{error['msg'].lower()}, not {error['input']!r}"
+            raise bad(f"{where}.{field}" if field else where, why) from None
+
+
+def toml_key(name: str) -> str:
+    """``name`` as TOML writes a key: bare when it can be, else quoted."""
+    return name if name and all(c.isalnum() or c in "_-" for c in name) else f'"{name}"'
 
 
 def _settings_from(start: Path) -> Config:

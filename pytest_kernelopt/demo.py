@@ -51,6 +51,11 @@ def next_steps(problem: Path, kernel: str, dump: Path) -> list[str]:
             f"  kernelopt tune {shown(problem)} --budget-s 60   # stores faster kernels on a GPU"]
 
 
+def repository_root() -> Path:
+    """The clone this package runs from (in a wheel install: site-packages, where no problems lie)."""
+    return Path(__file__).resolve().parent.parent
+
+
 def main(argv: list[str] | None = None) -> int:
     from .candidate import write_dumps
     from .capture import compile_problem
@@ -58,9 +63,15 @@ def main(argv: list[str] | None = None) -> int:
     from .verify import VerifyOptions, VerifySession
     from .capture.problem import load_problem
 
-    root = Path(__file__).resolve().parent.parent
+    root = repository_root()
     paths = [Path(p) for p in (argv or [])] or sorted((root / "tests" / "problems").glob("*.py"))
-    out = root / "out" / "demo"
+    if not paths:
+        print(f"kernelopt demo: no problem files: {root / 'tests' / 'problems'} is not here (the demo's problems "
+              "ship with the repository, not the wheel). Run `make demo` in a clone, or name problem files: "
+              "python -m pytest_kernelopt.demo path/to/problem.py", file=sys.stderr)
+        return 2
+    # Installed from a wheel, the package's parent is site-packages: dumps go under the current folder.
+    out = (root if (root / "tests" / "problems").is_dir() else Path.cwd()) / "out" / "demo"
     # Lines are never hard-wrapped (a log keeps paths whole); the table gets the width it needs.
     console = Console(soft_wrap=True)
     device = resolve_device("auto")

@@ -223,6 +223,52 @@ class Timing(Record):
     method: Literal["cuda-graph", "eager"] = "eager"
 
 
+class BaseKernel(Record):
+    """One Triton kernel of the base revision's model and what ran for it there (gate ``--kernelopt-base-ref``)."""
+
+    name: str
+    runs: Literal["committed", "compiler"]
+    version: int | None = None
+    # Why the compiler's kernel ran although a version is committed at the base ("stale", "not verified",
+    # "not verified at these launches", ...); None: nothing committed for it there.
+    why: str | None = None
+
+
+class BaseRun(Record):
+    """The base revision as production ran it in the verifier: its problem file compiled through the
+    production backend (``store/production.py``) over its own committed kernels and compile setting."""
+
+    kernels: list[BaseKernel] = Field(default_factory=list)
+    # model.json's compile setting at the base (None: Inductor's defaults), and of the graphs compiled
+    # how many were compiled under it (production applies it only where it was verified).
+    compile: str | None = None
+    graphs: int = 0
+    graphs_under_compile: int = 0
+    # Why the base could not be compiled, run or timed: the base's own failure, never the candidate's.
+    failure: str | None = None
+
+    def describe(self) -> str:
+        """``2 of 3 kernels committed (triton_a v3, triton_b v1), compile max-autotune`` or ``compiler kernels
+        only``: what ran at the base, in words."""
+        if self.failure is not None:
+            return f"failed: {self.failure}"
+        ours = [k for k in self.kernels if k.runs == "committed"]
+        if ours:
+            text = f"{len(ours)} of {len(self.kernels)} kernel{'s' if len(self.kernels) != 1 else ''} committed (" \
+                   + ", ".join(f"{k.name} v{k.version}" for k in ours) + ")"
+        else:
+            text = "compiler kernels only"
+        unused = [k for k in self.kernels if k.runs != "committed" and k.why not in (None, "nothing committed")]
+        if unused:
+            text += "; the compiler's for " + ", ".join(f"{k.name} ({k.why})" for k in unused)
+        if self.compile is not None:
+            text += f", compile {self.compile}"
+            if self.graphs_under_compile != self.graphs:
+                text += (f" ({self.graphs_under_compile} of {self.graphs} graph{'s' if self.graphs != 1 else ''}; "
+                         "the others were compiled with the defaults)")
+        return text
+
+
 class Environment(Record):
     device: str
     gpu: str | None = None
@@ -259,8 +305,10 @@ class Verdict(Record):
     errors: list[SeedErrors] = Field(default_factory=list)
     model_timing: Timing | None = None
     kernel_timing: Timing | None = None
-    # Gate with --kernelopt-base-ref: the problem at that revision (compiled) vs now.
+    # Gate with --kernelopt-base-ref: the problem at that revision as production ran it (baseline) vs now
+    # (candidate), and what ran at the base (its committed kernels, its compile setting, or its failure).
     base_timing: Timing | None = None
+    base_run: BaseRun | None = None
     speed_measured: bool = False
     environment: Environment | None = None
     wall_seconds: float = 0.0

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+from datetime import date
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Iterable, Literal, Union, get_args, get_origin
@@ -41,6 +42,41 @@ def _seconds_rule(value: float) -> float:
 
 
 Seconds = Annotated[float, AfterValidator(_seconds_rule)]
+# A share of a time: the speed rule's tolerances, wherever they are given.
+Fraction = Annotated[float, Field(ge=0.0, lt=1.0)]
+
+
+def _text_rule(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_text_rule)]
+
+
+class Thresholds(BaseModel):
+    """``[tool.kernelopt.thresholds."<model id or glob>"]``: the speed tolerances of the matching models,
+    in place of the run's (``--kernelopt-max-slowdown``, ``--kernelopt-max-regression``). Numerics
+    have no per-model tolerance: the numerics rule is the same for every model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_slowdown: Fraction | None = None
+    max_regression: Fraction | None = None
+
+
+class AcceptedRegression(BaseModel):
+    """``[tool.kernelopt.accepted_regressions.<model id>]``: a known slowdown of one model, accepted until
+    ``expires`` (inclusive, UTC), up to ``max_slowdown`` on every speed check of its items. Numerics
+    failures are never accepted."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_slowdown: Annotated[float, Field(gt=0.0, lt=1.0)]
+    reason: Text
+    by: Text  # who accepted it, and when (free text: "alice, 2026-12-04, PR #12")
+    expires: date
 
 
 def _on(*, cli: str | None = None, pytest: str | None = None, toml: bool = False, metavar: str | None = None,
@@ -77,13 +113,17 @@ class Settings(BaseModel):
                                                    "REF, measured side by side",
                                  json_schema_extra=_on(pytest="--kernelopt-base-ref", metavar="REF"))
     # The speed rule's tolerances (SpeedPolicy); why these values: see SpeedPolicy.
-    max_slowdown: float = Field(0.01, ge=0.0, lt=1.0,
-                                description="fail only when the 95% CI's upper bound is below 1 - FRACTION",
-                                json_schema_extra=_on(pytest="--kernelopt-max-slowdown", metavar="FRACTION"))
-    max_regression: float = Field(0.05, ge=0.0, lt=1.0,
-                                  description="fail the model item when its speedup falls below the one recorded in "
-                                              "model.json (this environment) by more than FRACTION",
-                                  json_schema_extra=_on(pytest="--kernelopt-max-regression", metavar="FRACTION"))
+    max_slowdown: Fraction = Field(0.01, description="fail only when the 95% CI's upper bound is below 1 - FRACTION",
+                                   json_schema_extra=_on(pytest="--kernelopt-max-slowdown", metavar="FRACTION"))
+    max_regression: Fraction = Field(0.05, description="fail the model item when its speedup falls below the one "
+                                                       "recorded in model.json (this environment) by more than FRACTION",
+                                     json_schema_extra=_on(pytest="--kernelopt-max-regression", metavar="FRACTION"))
+    # Per model (a [tool.kernelopt] table each): the gate's speed tolerances, and known slowdowns accepted
+    # for a time. Validated by their records above; the gate checks the names against its problems.
+    thresholds: dict[str, Thresholds] = Field({}, description="per-model speed tolerances of the gate",
+                                              json_schema_extra=_on(toml=True))
+    accepted_regressions: dict[str, AcceptedRegression] = Field(
+        {}, description="known slowdowns the gate accepts for a time", json_schema_extra=_on(toml=True))
     seeds: int = Field(3, ge=1, le=1000, description="input seeds for the kernel and model stages",
                        json_schema_extra=_on(cli="--seeds", pytest="--kernelopt-seeds", metavar="N"))
     # A seed a human gives (VerifyOptions.session_seeds): `kernelopt verify` reproduces a run

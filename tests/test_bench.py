@@ -581,3 +581,24 @@ def test_ceilings_are_the_median_of_the_timed_calls_after_the_warm_up(monkeypatc
     monkeypatch.setattr(torch.cuda, "Event", Event)
     assert median_event_seconds(lambda: calls.append(1), runs=3, warmup=3) == pytest.approx(0.002)
     assert len(calls) == 6
+
+
+def test_the_kernelopt_row_says_where_its_speed_comes_from():
+    """Issue 41 item 5: a stored compile setting is named as the source of the row's speed, not "same as default"."""
+    from types import SimpleNamespace
+
+    from pytest_kernelopt.benchmark.one_problem import _kernels_note
+
+    def kernel(runs, version=None, reason=None):
+        return SimpleNamespace(name="triton_per_fused_0", runs=runs, version=version, reason=reason)
+
+    def note(settings, kernels):
+        return _kernels_note(SimpleNamespace(model="m", kernels=kernels, settings_applied=settings), [])
+
+    assert note(["looped-reductions"], [kernel("compiler")]) == (
+        0, "speed from compile setting looped-reductions from model.json (no committed kernels in use)")
+    count, text = note(["looped-reductions", None], [kernel("committed", 2)])
+    assert count == 1 and text.startswith("speed from compile setting looped-reductions from model.json; 1 of 1")
+    assert "triton_per_fused_0 v2" in text
+    assert note([None], [kernel("compiler")])[1].startswith("same as default: no compile setting")
+    assert "compiler's kernel kept for triton_per_fused_0: stale" in note([None], [kernel("compiler", 1, "stale")])[1]

@@ -496,3 +496,13 @@ def test_the_demo_ends_with_commands_that_exist():
         args = build_parser().parse_args(command[1:])
         assert Path(args.problems[0] if command[1] == "tune" else args.problem).is_file() or \
             (REPO / (args.problems[0] if command[1] == "tune" else args.problem)).is_file()
+
+
+def test_the_demo_without_its_problems_says_where_they_are(tmp_path, monkeypatch, capsys):
+    """Run from a wheel install (no tests/problems beside the package), the demo fails and says why, not "0 problems"."""
+    from pytest_kernelopt import demo
+
+    monkeypatch.setattr(demo, "repository_root", lambda: tmp_path)
+    assert demo.main([]) == 2
+    err = capsys.readouterr().err
+    assert "no problem files" in err and "make demo" in err and "pytest_kernelopt.demo path/to/problem.py" in err

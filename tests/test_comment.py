@@ -161,3 +161,12 @@ def test_print_shows_the_comment_without_posting(github, tmp_path, capsys, monke
     monkeypatch.delenv("GITHUB_TOKEN")
     code, out, _ = comment(tmp_path, capsys, TIMED, args=("--print",))
     assert code == 0 and out.startswith(MARKER) and github.requests == []
+
+
+def test_an_accepted_regression_shows_in_the_comment(github, tmp_path, capsys):
+    accepted = TIMED.model_copy(update={"status": "accepted-regression",
+                                        "accepted_regression": "slower by 3% until 2027-01-01: the new layout"})
+    code, _, err = comment(tmp_path, capsys, accepted)
+    assert code == 0, err
+    assert "- softmax_rows: ` accepted regression: slower by 3% until 2027-01-01: the new layout `" \
+        in github.comments[0]["body"]

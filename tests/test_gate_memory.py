@@ -112,7 +112,8 @@ class Recorder:
                 return Verdict(model=name, kernel=kernel, candidate=source.label, candidate_sha256=source.sha256,
                                status="correct")
 
-            def verify_model(self, replacements: dict[str, Any], base_problem: Any = None) -> Any:
+            def verify_model(self, replacements: dict[str, Any], base_problem: Any = None,
+                             base_kernels: Any = None) -> Any:
                 recorder.events.append(("model", name))
                 return Verdict(model=name, kernel="", candidate="model", candidate_sha256="0" * 64, status="correct")
 

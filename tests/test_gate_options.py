@@ -105,3 +105,18 @@ def test_without_settings_the_error_says_what_to_do(pytester: pytest.Pytester) -
     pytester.makefile(".toml", pyproject='[project]\nname = "x"\n')
     _usage_error(pytester.runpytest("--kernelopt", "-p", "no:cacheprovider"),
                  f"{pytester.path / 'pyproject.toml'} has no [tool.kernelopt] table", "--kernelopt-problems")
+
+
+@pytest.mark.parametrize(("tables", "needles"), [
+    ("[tool.kernelopt.thresholds.elementwise_chian]\nmax_slowdown = 0.05\n",
+     ("thresholds.elementwise_chian", "matches no problem of the run (elementwise_chain)")),
+    ('[tool.kernelopt.accepted_regressions.elementwise_chain]\nmax_slowdown = 0.05\nreason = "r"\nby = "b"\n'
+     "expires = 2999-01-01\n", ("accepted_regressions.elementwise_chain.expires", "2999-01-01 is more than")),
+])
+def test_bad_thresholds_are_a_usage_error(repo: Path, pytester: pytest.Pytester, tables: str,
+                                          needles: tuple[str, ...]) -> None:
+    """Names in [tool.kernelopt] thresholds and accepted_regressions must be problems of the run; an acceptance
+    must expire within reach."""
+    with (repo / "pyproject.toml").open("a") as f:
+        f.write(tables)
+    _usage_error(pytester.runpytest("--kernelopt", "-p", "no:cacheprovider"), "pyproject.toml", *needles)

@@ -123,7 +123,8 @@ def test_bounds_come_from_the_field(monkeypatch: pytest.MonkeyPatch, capsys: pyt
 
 def test_toml_keys_flags_and_pytest_options_agree():
     # [tool.kernelopt]: the Config model's keys and defaults, and the keys its error message lists.
-    assert set(settings.TOML_KEYS) == {"problems", "kernels_dir", "device", "allow_stale"}
+    assert set(settings.TOML_KEYS) == {"problems", "kernels_dir", "device", "allow_stale", "thresholds",
+                                      "accepted_regressions"}
     defaults = Config()
     for key in settings.TOML_KEYS:
         assert getattr(defaults, key) == settings.default(key), key

@@ -80,19 +80,29 @@ def _build(mode: str, model: Any, model_id: str, kernels_dir: str) -> tuple[Call
 
 
 def _kernels_note(backend: Any, caught: list[str]) -> tuple[int, str]:
+    """How many kernels ran committed versions, and where this mode's speed comes from: the stored
+    compile setting, committed versions, both, or neither (then it is default compiled again)."""
     committed = [k for k in backend.kernels if k.runs == "committed"]
     fallbacks = [f"{k.name}: {k.reason}" for k in backend.kernels if k.reason]
+    settings = sorted({s for s in backend.settings_applied if s is not None})
+    parts = []
+    if settings:
+        parts.append(f"compile setting {', '.join(settings)} from model.json")
     if committed:
-        note = f"{len(committed)} of {len(backend.kernels)} Triton kernel(s) run committed versions: " + \
-               ", ".join(f"{k.name} v{k.version}" for k in committed)
+        parts.append(f"{len(committed)} of {len(backend.kernels)} Triton kernel(s) run committed versions: " +
+                     ", ".join(f"{k.name} v{k.version}" for k in committed))
+    if parts:
+        note = "speed from " + "; ".join(parts)
+        if not committed:
+            note += " (no committed kernels in use)"
     else:
         # Its own compile, though: Inductor times launch configurations while compiling, and
         # its pick can differ from default's (cosine_loss on the H200: 0.876x with no kernel).
-        note = ("same as default: no committed kernels in use; compiled again, so a difference from default is "
-                "Inductor's own launch-configuration race between two compiles")
+        note = ("same as default: no compile setting and no committed kernels in use; compiled again, so a "
+                "difference from default is Inductor's own launch-configuration race between two compiles")
     if fallbacks:
         note += "; compiler's kernel kept for " + "; ".join(fallbacks)
-    elif not committed and caught:
+    elif not parts and caught:
         note += f" ({caught[0].removeprefix(f'kernelopt: model {backend.model}: ')})"
     return len(committed), note
 
@@ -300,6 +310,7 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
 
                 messages = [str(w.message) for w in caught if issubclass(w.category, KerneloptWarning)]
                 row.committed_kernels, row.kernels_note = _kernels_note(backend, messages)
+                row.compile_setting = next((s for s in backend.settings_applied if s is not None), None)
             if row.mode == BASELINE:
                 result.min_bytes = min_bytes(model, inputs, outputs)
                 result.min_flops = min_flops(model, inputs)

@@ -75,6 +75,8 @@ class ModeResult(Record):
     # kernelopt: how many Triton kernels ran a committed version, and what the loader said.
     committed_kernels: int | None = None
     kernels_note: str | None = None
+    # kernelopt: the compile setting from model.json that compiled its graphs (None: Inductor's defaults).
+    compile_setting: str | None = None
     # Why this mode was not run although asked for (max-autotune on a CPU); not an error.
     skipped: str | None = None
 

@@ -19,6 +19,7 @@ The modules, in the order a run meets them:
     items.py          the pytest nodes: ProblemFile, KernelItem, ModelItem
     tuning.py         --kernelopt-tune / --kernelopt-refresh, run on a problem's first item
     checks.py         what a kernel item and a model item check (the cascade, the speed policy)
+    thresholds.py     each model's speed tolerances ([tool.kernelopt.thresholds]), accepted regressions
     failure.py        GateFailure; a stale kernel fails, or is skipped when allowed
     results.py        the typed result of a run (--kernelopt-json) and `kernelopt merge`
     summary.py        GateSummary: the run's summary, computed once from the results

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KerneloptError
-from .base import BaseRef, base_file
+from .base import BaseRef, base_files
 from .failure import GateFailure, reproduce, stale
 from .items import KernelItem, ModelItem
 from .problems import Problem
+from .thresholds import ACCEPTED, SpeedRules
 from .torch_warnings import internal_warnings_ignored
 
 
@@ -85,10 +86,10 @@ class VerifySessions:
 class Checks:
     """The kernel and model checks, with what they need: the store, the speed policy, the sessions."""
 
-    def __init__(self, *, strict: bool, policy: Any, store: Callable[[], Any], sessions: VerifySessions,
+    def __init__(self, *, strict: bool, rules: SpeedRules, store: Callable[[], Any], sessions: VerifySessions,
                  base: BaseRef | None, before: Callable[[Problem, Any], None]):
         self.strict = strict
-        self.policy = policy  # verify.SpeedPolicy: slower, measurable, against_recorded
+        self.rules = rules  # each model's speed policy, and the accepted regressions
         self._store = store
         self.sessions = sessions
         self.base = base
@@ -147,13 +148,26 @@ class Checks:
                   f"production does not run it; `kernelopt accept {path}` verifies it again and records them",
                   self.strict)
         timing = verdict.model_timing
-        if self.policy.slower(timing):
+        try:
+            accepted = self.rules.judge(problem.id, lambda policy: policy.slower(timing), lambda: (
+                f"{path}: slower than the compiler kernel: model {timing.speedup:.3f}x "
+                f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])"))
+        except GateFailure:
             item.prop("status", "slower")
-            raise GateFailure(f"{path}: slower than the compiler kernel: model {timing.speedup:.3f}x "
-                              f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])")
-        item.prop("status", "committed")
+            raise
+        _passed(item, "committed", [accepted])
 
     def model(self, item: ModelItem) -> None:
+        """The model's checks; then an accepted regression of the model that has expired fails it."""
+        accepted: list[str | None] = []
+        status = self._model(item, accepted)
+        if (expired := self.rules.expired(item.problem.id)) is not None:
+            raise GateFailure(expired)
+        _passed(item, status, accepted)
+
+    def _model(self, item: ModelItem, accepted: list[str | None]) -> str:
+        """The model item's checks; returns its status when they pass (``accepted``: what an accepted
+        regression let pass)."""
         problem = item.problem
         self._start(problem, item)
         item.prop("model", problem.id)
@@ -195,41 +209,83 @@ class Checks:
                                   f"{', '.join(orphaned)}, which the compiler no longer generates for {problem.id}; "
                                   "they are not used and were not verified (re-tune, or remove the folders; to pass "
                                   "anyway, --kernelopt-allow-stale or allow_stale = true in [tool.kernelopt])")
-        base_text = self.base.text(problem.path) if self.base else None
-        if self.base and base_text is None:
-            item.prop("vs_base", f"new at {self.base.ref}: nothing to compare")
+        base_text, base_store = self._base(item, problem)
         if problem.variant is not None:
-            self._check_compile(item, problem)
+            accepted.append(self._check_compile(item, problem))
         if not replacements and base_text is None:
-            item.prop("status", "committed" if problem.variant is not None else "baseline")
-            return
+            return "committed" if problem.variant is not None else "baseline"
         session = self.sessions.get(problem, item)
-        with base_file(problem.path.name, base_text) as base_problem, internal_warnings_ignored():
-            verdict = session.verify_model(replacements, base_problem=base_problem)
+        with base_files(problem.path.name, problem.id, base_text, base_store) as (base_problem, base_kernels), \
+                internal_warnings_ignored():
+            verdict = session.verify_model(replacements, base_problem=base_problem, base_kernels=base_kernels)
         figures(item, verdict)
+        self._base_figures(item, verdict)
         if verdict.status == "rejected":
             raise GateFailure(f"{problem.id} with committed kernels: rejected at {verdict.reason}{reproduce(verdict)}")
         timing = verdict.model_timing
-        if replacements and self.policy.slower(timing):
-            raise GateFailure(f"{problem.id}: committed kernels make the model slower: {timing.speedup:.3f}x "
-                              f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])")
-        self._check_recorded(item, problem.id, verdict)
+        if replacements:
+            accepted.append(self.rules.judge(problem.id, lambda policy: policy.slower(timing), lambda: (
+                f"{problem.id}: committed kernels make the model slower: {timing.speedup:.3f}x "
+                f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])")))
+        accepted.append(self._check_recorded(item, problem.id, verdict))
         _limit(item, session, verdict)
         base = verdict.base_timing
         if base is not None:
-            item.prop("vs_base_speedup", round(base.speedup, 4))
-            item.prop("vs_base_ci", [round(base.ci_low, 4), round(base.ci_high, 4)])
-            item.prop("base_ms", round(base.baseline_ms, 6))
-            item.prop("head_ms", round(base.candidate_ms, 6))
-            if self.policy.slower(base):
-                assert self.base is not None
-                raise GateFailure(f"{problem.id}: slower than at {self.base.ref}: {base.speedup:.3f}x "
-                                  f"(95% CI [{base.ci_low:.3f}, {base.ci_high:.3f}])")
+            assert self.base is not None
+            ref = self.base.ref
+            accepted.append(self.rules.judge(problem.id, lambda policy: policy.slower(base), lambda: (
+                f"{problem.id}: slower than at {ref}: {base.speedup:.3f}x "
+                f"(95% CI [{base.ci_low:.3f}, {base.ci_high:.3f}])")))
         # Passed: with committed kernels swapped in or a committed compile setting ("committed"), or the
         # compiler's alone (it was null).
-        item.prop("status", "committed" if replacements or problem.variant is not None else "baseline")
+        return "committed" if replacements or problem.variant is not None else "baseline"
 
-    def _check_compile(self, item: ModelItem, problem: Problem) -> None:
+    def _base(self, item: ModelItem, problem: Problem) -> tuple[bytes | None, dict[tuple[str, ...], bytes] | None]:
+        """The problem file and the model's kernel store folder at the base commit (None, None: nothing
+        to compare, the item's ``vs_base`` says why)."""
+        if self.base is None:
+            return None, None
+        text = self.base.text(problem.path)
+        if text is None:
+            item.prop("vs_base", f"new at {self.base.ref}: nothing to compare")
+            return None, None
+        store = self.base.store_relative(self.store.root)
+        if store is None:  # the base's committed kernels cannot be read: a base without them would be another base
+            item.prop("vs_base", f"not compared: the kernel store {self.store.root} is outside the git repository "
+                                 f"{self.base.git_top}, so what {self.base.ref} committed cannot be read")
+            return None, None
+        try:
+            return text, self.base.store_files(store, problem.id)
+        except GateFailure as exc:  # the base's own problem (a path git would not check out): not the head's
+            item.prop("vs_base", f"not compared: {exc}")
+            return None, None
+
+    def _base_figures(self, item: ModelItem, verdict: Any) -> None:
+        """The base revision's side as the item's properties: what ran there, its time and the head's, the change.
+
+        A base that failed to compile, run or be timed is its own failure: said in ``vs_base``, never the
+        item's (the head's verdict stands)."""
+        run = verdict.base_run
+        if run is None:
+            return
+        assert self.base is not None
+        item.prop("base_ran", run.describe())
+        if run.compile is not None:
+            item.prop("base_compile", run.compile)
+        if run.failure is not None:
+            item.prop("base_failure", run.failure)
+            item.prop("vs_base", f"base failed at {self.base.ref}")  # why: base_failure, in the notes
+            return
+        timing = verdict.base_timing
+        if timing is None:
+            item.prop("vs_base", "not measured" if not verdict.speed_measured else "not reached")
+            return
+        item.prop("base_ms", round(timing.baseline_ms, 6))
+        item.prop("head_ms", round(timing.candidate_ms, 6))
+        item.prop("vs_base_speedup", round(timing.speedup, 4))
+        item.prop("vs_base_ci", [round(timing.ci_low, 4), round(timing.ci_high, 4)])
+
+    def _check_compile(self, item: ModelItem, problem: Problem) -> str | None:
         """model.json's compile setting (``verify/compile_check.py``): the model compiled under it against float64
         on the seeds and every input draw (the default compile's error allowed) and, on a GPU, not slower than
         the default compile."""
@@ -247,35 +303,44 @@ class Checks:
         if timing is not None:
             item.prop("compile_speedup", round(timing.speedup, 4))
             item.prop("compile_speedup_ci", [round(timing.ci_low, 4), round(timing.ci_high, 4)])
-        if self.policy.slower(timing):
-            raise GateFailure(f"{where}: the model is slower than under the default compile: {timing.speedup:.3f}x "
-                              f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])")
+        return self.rules.judge(problem.id, lambda policy: policy.slower(timing), lambda: (
+            f"{where}: the model is slower than under the default compile: {timing.speedup:.3f}x "
+            f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])"))
 
-    def _check_recorded(self, item: ModelItem, model: str, verdict: Any) -> None:
+    def _check_recorded(self, item: ModelItem, model: str, verdict: Any) -> str | None:
         """Compare the measured speedup with the one recorded in kernels/<model>/model.json for this environment."""
         from ..store import environment_key
 
-        timing = verdict.model_timing
-        if timing is None or verdict.environment is None or not self.policy.measurable(timing):
-            return
+        timing, policy = verdict.model_timing, self.rules.policy(model)
+        if timing is None or verdict.environment is None or not policy.measurable(timing):
+            return None
         try:
             recorded = self.store.model_record(model).baselines.get(environment_key(verdict.environment))
         except KerneloptError as exc:
             raise GateFailure(str(exc)) from exc
         if recorded is None or recorded.timing is None:
-            return
+            return None
         item.prop("recorded_speedup", round(recorded.timing.speedup, 4))
-        regressed, note = self.policy.against_recorded(timing, recorded.timing)
+        _, note = policy.against_recorded(timing, recorded.timing)
         if note is not None:
             item.prop("recorded_note", note)
-            if regressed:
-                raise GateFailure(f"{model}: slower than recorded on {recorded.measured:%Y-%m-%d} in this environment: {note}")
-            return
-        if regressed:
-            raise GateFailure(
-                f"{model}: speedup over the compiled model regressed: now {timing.speedup:.3f}x (95% CI "
-                f"[{timing.ci_low:.3f}, {timing.ci_high:.3f}]), recorded {recorded.timing.speedup:.3f}x on "
-                f"{recorded.measured:%Y-%m-%d} in this environment")
+
+        def message() -> str:
+            if note is not None:
+                return f"{model}: slower than recorded on {recorded.measured:%Y-%m-%d} in this environment: {note}"
+            return (f"{model}: speedup over the compiled model regressed: now {timing.speedup:.3f}x (95% CI "
+                    f"[{timing.ci_low:.3f}, {timing.ci_high:.3f}]), recorded {recorded.timing.speedup:.3f}x on "
+                    f"{recorded.measured:%Y-%m-%d} in this environment")
+
+        return self.rules.judge(model, lambda p: p.against_recorded(timing, recorded.timing)[0], message)
+
+
+def _passed(item: Any, status: str, accepted: list[str | None]) -> None:
+    """An item that passed: its status, and what accepted regressions let pass (then its status says so)."""
+    stories = [story for story in accepted if story]
+    if stories:
+        item.prop("accepted_regression", "; ".join(stories))
+    item.prop("status", ACCEPTED if stories else status)
 
 
 def _limit(item: Any, session: Any, verdict: Any) -> None:

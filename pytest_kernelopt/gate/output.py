@@ -18,9 +18,10 @@ from .summary import GateSummary, summarize
 class GateOutput:
     """The items' results as they arrive, and everything rendered from them."""
 
-    def __init__(self, options: Any, rootpath: Path):
+    def __init__(self, options: Any, rootpath: Path, rules: Any):
         self.options = options  # gate.options.GateOptions
         self.rootpath = rootpath
+        self.rules = rules  # gate.thresholds.SpeedRules: each model's tolerances, the accepted regressions
         self.items: list[ItemResult] = []
         self._summary: GateSummary | None = None
         self.history_lines: list[str] = []  # what --kernelopt-history did
@@ -45,7 +46,8 @@ class GateOutput:
         settings = GateSettings(seeds=verify.seeds, timeout=verify.timeout, max_slowdown=verify.speed.max_slowdown,
                                 max_regression=verify.speed.max_regression, strict=options.strict,
                                 base_ref=options.base_ref, base_commit=base.commit if base else None,
-                                pinned_seed=verify.seed)
+                                pinned_seed=verify.seed, thresholds=self.rules.settings_thresholds(),
+                                accepted_regressions=self.rules.settings_accepted())
         result = gate_result(shard=options.shard, problems=problems, environment=environment(device, self.items),
                              settings=settings, items=self.items, run_problems=run_problems)
         if options.json_path is not None:
@@ -79,7 +81,29 @@ class GateOutput:
         """The table of the problems whose items ran, and its notes."""
         from ..report.terminal import summary_table_lines
 
-        return summary_table_lines(self.summary(problems))
+        return summary_table_lines(self.summary(problems)) + threshold_lines(
+            self.options.verify.speed.max_slowdown, self.options.verify.speed.max_regression,
+            self.rules.settings_thresholds(), self.rules.settings_accepted(), problems)
+
+
+def threshold_lines(max_slowdown: float, max_regression: float, thresholds: dict[str, Any],
+                    accepted: dict[str, Any], problems: list[str]) -> list[str]:
+    """The models of ``problems`` gated by their own tolerances, and their accepted regressions (active or
+    not), after the table: a reviewer sees what each model was held to."""
+    from ..report.untrusted import plain
+
+    lines = []
+    own = {m: t for m, t in thresholds.items() if m in problems}
+    if own:
+        lines.append(f"kernelopt: thresholds: max slowdown {max_slowdown:.1%}, max regression {max_regression:.1%}; "
+                     "own ([tool.kernelopt.thresholds]): " + "; ".join(
+                         f"{m} {t.max_slowdown:.1%}, {t.max_regression:.1%}" for m, t in own.items()))
+    for model, entry in accepted.items():
+        if model in problems:
+            # The reason and the name come from a file a pull request can edit: shown as plain text.
+            lines.append(plain(f"kernelopt: ACCEPTED REGRESSION {model}: up to {entry.max_slowdown:.1%} slower until "
+                               f"{entry.expires} (by {entry.by}): {entry.reason}", lines=False))
+    return lines
 
 
 def summary_lines(result: GateResult) -> list[str]:
@@ -90,7 +114,10 @@ def summary_lines(result: GateResult) -> list[str]:
     shards = ", ".join(str(s) for s in result.shards) or "unsharded"
     gpus = f" on {', '.join(result.environment.gpus)}" if result.environment.gpus else ""
     # A result file is read from disk (a CI artifact): its words are escaped like a candidate's.
+    settings = result.settings
     return [*summary_table_lines(GateSummary.of_result(result)),
+            *threshold_lines(settings.max_slowdown, settings.max_regression, settings.thresholds,
+                             settings.accepted_regressions, result.problems),
             plain(f"{len(result.problems)} problem(s), shards {shards}, {result.environment.device}{gpus}, "
                   f"torch {result.environment.torch}, triton {result.environment.triton}: {result.counts()}",
                   lines=False)]

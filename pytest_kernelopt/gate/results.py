@@ -25,6 +25,7 @@ from pydantic import Field, ValidationError
 
 from ..errors import MergeError, UsageError
 from ..records import SCHEMA_VERSION, Record, dump_json
+from ..settings import AcceptedRegression
 from ..shard import Shard, select, shard_of
 
 PREFIX = "kernelopt_"
@@ -34,9 +35,10 @@ KIND = "kernelopt-gate-result"
 class ItemResult(Record):
     """One gate item as it ran. ``status`` is the gate's word for a kernel item (committed,
     baseline, stale, rejected, slower, broken) and, for a model item that passed,
-    ``committed`` (committed kernels swapped in) or ``baseline`` (nothing swapped in); None
-    when the item failed (its ``message`` says why) or failed before deciding (a problem that
-    does not compile)."""
+    ``committed`` (committed kernels swapped in) or ``baseline`` (nothing swapped in); either
+    item passed only by an accepted regression: ``accepted-regression``; None when the item
+    failed (its ``message`` says why) or failed before deciding (a problem that does not
+    compile)."""
 
     nodeid: str
     problem: str  # the problem file's path from the rootdir (the node id before ``::``)
@@ -46,6 +48,8 @@ class ItemResult(Record):
     outcome: Literal["passed", "failed", "skipped"]
     status: str | None = None
     message: str | None = None  # why it failed or was skipped, as the terminal shows it
+    # What an accepted regression let pass ([tool.kernelopt.accepted_regressions]; status accepted-regression).
+    accepted_regression: str | None = None
     duration: float = 0.0
     # The figures (junit: kernelopt_<name>); None when not measured or not reached.
     version: int | None = None
@@ -63,13 +67,17 @@ class ItemResult(Record):
     vs_base: str | None = None
     vs_base_speedup: float | None = None
     vs_base_ci: list[float] | None = None
-    # Model item, timed on a GPU: median milliseconds per call. ``model_ms`` with the committed kernels
-    # (the head), ``compiled_ms`` the compiler's alone; ``base_ms``/``head_ms`` of the side-by-side timing
-    # against the base revision (--kernelopt-base-ref).
+    # Model item, timed (GPU): median milliseconds per call, with the committed kernels and the compiler's alone.
     model_ms: float | None = None
     compiled_ms: float | None = None
+    # Model item with --kernelopt-base-ref: the base commit as production ran it (its committed kernels and
+    # compile setting) timed side by side with the head: each one's time (ms), what ran at the base in words,
+    # its model.json compile setting, and why it could not be compiled, run or timed (the base's failure).
     base_ms: float | None = None
     head_ms: float | None = None
+    base_ran: str | None = None
+    base_compile: str | None = None
+    base_failure: str | None = None
     gpu: str | None = None
     # Model item: model.json's compile setting, checked against the default compile (its speedup over it).
     compile: str | None = None
@@ -113,6 +121,14 @@ class ResultEnvironment(Record):
     gpus: list[str] = Field(default_factory=list)
 
 
+class ModelThresholds(Record):
+    """A model's own tolerances (JSON ``settings.thresholds[<model>]``) and the key that set them."""
+
+    max_slowdown: float
+    max_regression: float
+    key: str  # of [tool.kernelopt.thresholds]
+
+
 class GateSettings(Record):
     """The options that decide verdicts; shards merge only when theirs are equal."""
 
@@ -125,6 +141,10 @@ class GateSettings(Record):
     base_commit: str | None = None
     # --kernelopt-seed, when given: its seeds were checked besides fresh ones, never instead of them.
     pinned_seed: int | None = None
+    # Models gated by their own tolerances ([tool.kernelopt.thresholds]), every model of the run's; and the
+    # accepted regressions as written ([tool.kernelopt.accepted_regressions]), active or expired.
+    thresholds: dict[str, ModelThresholds] = Field(default_factory=dict)
+    accepted_regressions: dict[str, AcceptedRegression] = Field(default_factory=dict)
 
 
 class GateResult(Record):

@@ -22,6 +22,7 @@ from .options import read_options
 from .output import GateOutput
 from .problems import Problem, compile_once, find_problems
 from .publish import Publisher
+from .thresholds import SpeedRules
 from .torch_warnings import internal_warnings_ignored
 from .tuning import Tuning
 from .xdist import GateWorkers
@@ -45,6 +46,10 @@ class GateSession:
         self.settings = load_config(self.rootpath)
         self.options = read_options(self.config, self.settings)
         self.problems: dict[Path, Problem] = find_problems(self.options.problem_globs, self.settings, self.rootpath)
+        # The names in [tool.kernelopt] thresholds and accepted_regressions refer to the configured
+        # problems, whichever of them --kernelopt-problems runs.
+        models = [p.id for p in self.problems.values()] + [p.stem for p in self.settings.problem_files()]
+        self.rules = SpeedRules(self.options.verify.speed, self.settings, models)
         self.base = BaseRef(self.options.base_ref, self.rootpath) if self.options.base_ref is not None else None
         self.workers = GateWorkers(self.config)  # an xdist worker is pinned to its GPU here, before CUDA starts
         with internal_warnings_ignored():  # resolving imports torch
@@ -55,10 +60,10 @@ class GateSession:
                 problem.loaded, problem.error = True, self.workers.unpinned
         sessions = VerifySessions(self.device, self.options.verify)
         self.tuning = Tuning(self.options, self.settings, self.device, self._store, sessions)
-        self.checks = Checks(strict=self.options.strict, policy=self.options.verify.speed, store=self._store,
+        self.checks = Checks(strict=self.options.strict, rules=self.rules, store=self._store,
                              sessions=sessions, base=self.base, before=self.tuning.before_checks)
         self.publisher = Publisher(self.rootpath) if self.options.open_pr else None
-        self.output = GateOutput(self.options, self.rootpath)
+        self.output = GateOutput(self.options, self.rootpath, self.rules)
 
     def start(self) -> None:
         """Register for the items' reports; collect the problem files outside pytest's own paths too."""

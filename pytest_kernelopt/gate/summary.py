@@ -50,6 +50,10 @@ class ProblemSummary:
     vs_base: str | None = None  # why there is no comparison ("new at REF: nothing to compare")
     vs_base_speedup: float | None = None
     vs_base_ci: list[float] | None = None
+    base_ms: float | None = None  # the base commit as production ran it, and the head, timed side by side
+    head_ms: float | None = None
+    base_ran: str | None = None  # what ran at the base ("1 of 2 kernels committed (...)", "compiler kernels only")
+    base_failure: str | None = None  # why the base could not be compiled, run or timed
     error: float | None = None  # worst error against float64, committed kernels swapped in
     baseline_error: float | None = None  # the compiled model's
     recorded_note: str | None = None  # why the recorded speedup was not compared
@@ -60,6 +64,8 @@ class ProblemSummary:
     limit_pct: float | None = None  # percent of the limit (measure/roofline.py) with the committed kernels
     baseline_limit_pct: float | None = None  # the compiled model's
     items: list[ItemResult] = field(default_factory=list)  # kernel items by node id, then the model item
+    # What accepted regressions let pass ([tool.kernelopt.accepted_regressions]), "<kernel>: <story>" for a kernel item.
+    accepted: list[str] = field(default_factory=list)
 
     # The counts one by one (None: unknown), as the report's template reads them.
     @property
@@ -87,6 +93,22 @@ class ProblemSummary:
         if self.baseline_limit_pct is not None:
             text += f" (the compiled model: {self.baseline_limit_pct:.0f}%)"
         return text + ": its inputs, weights and outputs moved once at the measured copy bandwidth"
+
+    @property
+    def base_note(self) -> str | None:
+        """The comparison with the base commit in words: each side's time and what ran at the base."""
+        if self.base_failure is not None:
+            return f"the base commit failed ({self.base_failure}): not compared; the head's verdict stands"
+        if self.base_ran is None:
+            return None
+        text = ""
+        if self.base_ms is not None and self.head_ms is not None:
+            text = f"base {self.base_ms:.4g} ms, head {self.head_ms:.4g} ms"
+            if self.vs_base_speedup is not None and self.vs_base_ci:
+                lo, hi = self.vs_base_ci
+                text += f" ({self.vs_base_speedup:.3f}x [{lo:.3f}, {hi:.3f}])"
+            text += "; "
+        return text + f"base ran {self.base_ran}"
 
     @property
     def compile_note(self) -> str | None:
@@ -134,7 +156,7 @@ class GateSummary:
 
 # A committed version that was checked and failed is still a committed one.
 _KERNEL_STATUS = {"committed": "committed", "rejected": "committed", "slower": "committed", "stale": "stale",
-                  "baseline": "baseline"}
+                  "baseline": "baseline", "accepted-regression": "committed"}
 
 
 def summarize(items: list[ItemResult], problems: Iterable[str] = ()) -> GateSummary:
@@ -144,6 +166,9 @@ def summarize(items: list[ItemResult], problems: Iterable[str] = ()) -> GateSumm
     for item in items:
         row = rows.setdefault(item.problem, ProblemSummary(problem=item.problem, model=item.model))
         row.items.append(item)
+        if item.accepted_regression:
+            row.accepted.append(item.accepted_regression if item.kernel is None
+                                else f"{item.kernel}: {item.accepted_regression}")
         if item.item == "model":
             _model_figures(row, item)
             continue
@@ -178,6 +203,8 @@ def _model_figures(row: ProblemSummary, item: ItemResult) -> None:
     else:
         row.speed = "not reached"
     row.vs_base, row.vs_base_speedup, row.vs_base_ci = item.vs_base, item.vs_base_speedup, item.vs_base_ci
+    row.base_ms, row.head_ms, row.base_ran, row.base_failure = item.base_ms, item.head_ms, item.base_ran, \
+        item.base_failure
     row.error, row.baseline_error = item.error_vs_fp64, item.baseline_error_vs_fp64
     note = item.other.get("recorded_note")
     row.recorded_note = None if note is None else str(note)

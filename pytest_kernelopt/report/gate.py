@@ -64,34 +64,35 @@ def write_gate_report(result: Any, path: Path, templates_dir: Path | None = None
 
 @dataclass
 class CommentRow:
-    """One model of the pull-request comment: before (the base revision) and after (the head)."""
+    """One model of the pull-request comment: before (the base commit) and after (the head)."""
 
     model: str
     problem: str
     outcome: str
     failed_kernels: int
-    base_ms: float | None  # the base revision's time per call, measured side by side (--kernelopt-base-ref)
+    base_ms: float | None  # the base commit's time per call, measured side by side (--kernelopt-base-ref)
     head_ms: float | None  # this revision's
     change: float | None  # head over base, minus 1 (negative: faster)
-    vs_base: Any  # (speedup, [low, high]) over the base revision, or None
-    vs_base_note: str | None  # why there is no comparison ("new at REF")
+    vs_base: Any  # (speedup, [low, high]) over the base commit, or None
+    vs_base_note: str | None  # why there is no comparison ("new at REF", "base failed at REF")
     vs_compiled: Any  # (speedup, [low, high]) over the compiled model, or None
     speed: str  # gate.summary's speed word: measured, compiler baseline, not timed, ...
+    notes: list[str]  # what ran at the base, why it failed; accepted regressions
 
 
 def comment_rows(summary: Any) -> list[CommentRow]:
     rows = []
     for p in sorted(summary.problems, key=lambda p: p.model):
-        model = next((i for i in p.items if i.item == "model"), None)
-        base_ms = model.base_ms if model is not None else None
-        head_ms = model.head_ms if model is not None else None
+        base_ms, head_ms = p.base_ms, p.head_ms
+        notes = [n for n in (p.base_failure and f"the base commit failed: {p.base_failure}",) if n]
+        notes += [f"accepted regression: {story}" for story in p.accepted]
         rows.append(CommentRow(
             model=p.model, problem=p.problem, outcome=p.outcome, failed_kernels=p.failed_kernels,
             base_ms=base_ms, head_ms=head_ms,
             change=head_ms / base_ms - 1.0 if base_ms and head_ms is not None else None,
             vs_base=(p.vs_base_speedup, p.vs_base_ci) if p.vs_base_speedup is not None and p.vs_base_ci else None,
             vs_base_note=p.vs_base, vs_compiled=(p.speedup, p.ci) if p.speedup is not None and p.ci else None,
-            speed=p.speed))
+            speed=p.speed, notes=notes))
     return rows
 
 

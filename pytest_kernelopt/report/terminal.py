@@ -77,8 +77,9 @@ def summary_table_lines(summary: Any) -> list[str]:
     for p in problems:
         counts = [p.committed or 0, p.stale or 0, p.baseline or 0]
         err = f"{p.error:.3g}" if p.error is not None else "-"
+        outcome = _inert(p.outcome) + (" (accepted regression)" if p.accepted else "")
         table.add_row(_inert(p.problem), *map(str, counts), str(p.failed_kernels), _speed(p), _vs_base(p), err,
-                      _inert(p.outcome))
+                      outcome)
         # Why a model's recorded speedup was not compared (the compiled model's own time moved);
         # committed kernels the compiler no longer generates.
         found = [_inert(p.recorded_note)] if p.recorded_note else []
@@ -86,6 +87,10 @@ def summary_table_lines(summary: Any) -> list[str]:
             found.insert(0, _inert(p.limit_note))
         if p.compile_note:
             found.insert(0, _inert(p.compile_note))
+        if p.base_note:
+            found.insert(0, _inert(p.base_note))
+        # Passed only by an accepted regression ([tool.kernelopt.accepted_regressions]): never quietly.
+        found += [f"ACCEPTED REGRESSION: {_inert(story)}" for story in p.accepted]
         if p.orphaned:
             found.append(f"committed versions of {', '.join(_inert(p.orphaned))} are not used: the compiler no "
                          "longer generates these kernels (re-tune, or remove their folders)")

@@ -109,6 +109,9 @@ class KerneloptBackend:
         self.mode = mode
         self.options = dict(options or {})
         self.kernels: list[ProductionKernel] = []
+        # model.json's compile setting as each compile applied it: the setting's name, or None where
+        # Inductor's defaults compiled the graph (nothing stored, or not verified at its inputs).
+        self.settings_applied: list[str | None] = []
         self.startup_seconds = 0.0
         self._graph_base: dict[Any, int] = {}  # Dynamo frame -> number of its first graph
         self._graph_kernels: dict[int, set[str]] = {}  # graph number -> its kernel globals (latest compile)
@@ -131,7 +134,10 @@ class KerneloptBackend:
 
         patches = _inductor_patches(mode or self.mode, {**self.options, **(options or {})})
         # model.json's compile settings first (its kernels are that compile's); the caller's on top.
-        with compiling(self._variant(example_inputs)) as chosen, _record_wrapper_modules() as loaded:
+        variant = self._variant(example_inputs)
+        with self._lock:
+            self.settings_applied.append(variant)
+        with compiling(variant) as chosen, _record_wrapper_modules() as loaded:
             compiled = compile_fx(gm, example_inputs, config_patches={**chosen, **patches} or None)
         # Wrapper modules define ``call``; kernel modules do not (as in capture).
         graphs = [m for m in loaded if callable(getattr(m, "call", None)) and getattr(m, "__file__", None)]

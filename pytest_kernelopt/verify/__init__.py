@@ -241,12 +241,17 @@ class VerifySession:
         return self._check(kernel, {kernel: source}, None)
 
     def verify_model(self, replacements: dict[str, str | Path | CandidateSource],
-                     base_problem: str | Path | None = None) -> Verdict:
-        """The model with every replacement swapped in (the gate's model item): model and speed stages."""
+                     base_problem: str | Path | None = None, base_kernels: str | Path | None = None) -> Verdict:
+        """The model with every replacement swapped in (the gate's model item): model and speed stages.
+
+        ``base_problem`` (and ``base_kernels``, the kernels_dir holding that revision's ``<model>/``
+        folder; None: nothing committed there): the base revision, compiled as production ran it
+        and timed side by side; ``verdict.base_run`` says what ran there, or why it could not."""
         from .protocol import CandidateSource
 
         sources = {k: v if isinstance(v, CandidateSource) else read_candidate(v) for k, v in replacements.items()}
-        return self._check(None, sources, None if base_problem is None else str(base_problem))
+        return self._check(None, sources, None if base_problem is None else str(base_problem),
+                           base_kernels=None if base_kernels is None else str(base_kernels))
 
     def verify_compile(self, variant: str) -> Verdict:
         """The model compiled under ``variant`` against the default compile (model and speed stages):
@@ -262,7 +267,7 @@ class VerifySession:
         return self._check(None, {}, None, compile_variant=variant)
 
     def _check(self, kernel: str | None, sources: dict[str, CandidateSource], base_problem: str | None,
-               compile_variant: str | None = None) -> Verdict:
+               compile_variant: str | None = None, base_kernels: str | None = None) -> Verdict:
         from ..records import StageResult, Verdict
         from .protocol import CheckDone, CheckRequest, Failure, StageDone, StageStarted
         from .worker import FOLDER_BYTES, WorkerExited, clip
@@ -306,7 +311,8 @@ class VerifySession:
             kernel=kernel, replacements=sources, allow_reduced_precision=self.options.allow_reduced_precision,
             error_factor=self.options.error_factor, measure_speed=self.options.measure_speed,
             model_seconds=self.options.model_seconds, kernel_seconds=self.options.kernel_seconds,
-            base_problem=base_problem, compile_variant=compile_variant, entropy=verdict.check_seed,
+            base_problem=base_problem, base_kernels=base_kernels, compile_variant=compile_variant,
+            entropy=verdict.check_seed,
         )
         self.checks += 1
         limit = self.options.timeout
@@ -332,6 +338,7 @@ class VerifySession:
                     self._merge(verdict, reply)
                 elif isinstance(reply, CheckDone):
                     verdict.peak_gib = _gib(reply.peak_bytes) or verdict.peak_gib
+                    verdict.base_run = _clipped_base(reply.base)
                     written = worker.folder_bytes()
                     if written > FOLDER_BYTES:  # its printed output, or files the candidate wrote
                         worker.kill()
@@ -461,6 +468,18 @@ def _looks_like_cuda(text: str) -> bool:
 
 def _gib(value: int | None) -> float | None:
     return None if value is None else round(value / GIB, 3)
+
+
+def _clipped_base(base: Any) -> Any:
+    """The worker's account of the base revision, its free text capped (the worker ran candidate code)."""
+    from .worker import clip
+
+    if base is None:
+        return None
+    return base.model_copy(update={
+        "failure": None if base.failure is None else clip(base.failure),
+        "kernels": [k.model_copy(update={"name": k.name[:200], "why": None if k.why is None else k.why[:200]})
+                    for k in base.kernels[:1000]]})
 
 
 def _failure(reply: Failure, problem: Path) -> KerneloptError:

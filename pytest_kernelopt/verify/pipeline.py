@@ -240,6 +240,11 @@ def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], N
                     f"baseline {worst.baseline_vs_fp64:.3g}, scale {worst.scale:.3g})"), {"errors": rows}
         if not stage("model", model):
             return
+        base = None
+        if request.base_problem:  # compiled and run here, on a CPU too: the report says what ran at the base
+            base = open_base(request.base_problem, request.base_kernels)
+            if prepared.corrupted:
+                return  # the base wrote into the verifier's memory: said as the base's failure; worker replaced
         if prepared.device != "cuda" or not request.measure_speed:
             return
 
@@ -250,19 +255,45 @@ def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], N
             text = f"model {speed_stage.describe(model_t)}"
             if kernel_t:
                 text += f"; kernel {speed_stage.describe(kernel_t)}"
-            if request.base_problem:
-                figures["base_timing"] = base_t = speed_stage.base_speed(prepared, candidates, request.base_problem,
-                                                                         request.model_seconds)
-                text += f"; vs base revision {speed_stage.describe(base_t)}"
+            if base is not None:
+                try:
+                    figures["base_timing"] = base_t = speed_stage.base_speed(prepared, candidates, base,
+                                                                             request.model_seconds)
+                    text += f"; vs base revision {speed_stage.describe(base_t)}"
+                except torch.OutOfMemoryError:
+                    raise
+                except Exception as exc:
+                    if _raised_in_candidate(exc):
+                        raise
+                    # The candidates were just timed alone without fault: the base's failure, not theirs.
+                    base_run[0] = base_run[0].model_copy(update={"failure": (
+                        f"timing it side by side failed: {type(exc).__name__}: {_first_line(exc)}")})
+                    text += "; vs base revision: not timed (the base failed)"
             return text, figures
         stage("speed", speed)
+
+    base_run: list[Any] = [None]  # what ran at the base revision (records.BaseRun), for CheckDone
+
+    def open_base(problem: str, kernels_dir: str | None) -> Any:
+        """The base revision compiled as production ran it (verify/base.py); None when it failed or wrote
+        into what the verifier holds (said in ``base_run``; weights are put back, a written reference marks
+        this worker corrupted)."""
+        from .base import open_base as compile_base
+
+        compiled, base_run[0] = compile_base(prepared, problem, kernels_dir)
+        written = prepared.restore_weights_if_changed()
+        if not prepared.references_intact() or written:
+            what = "the verifier's own memory (the reference outputs)" if prepared.corrupted else "the model's weights"
+            base_run[0] = base_run[0].model_copy(update={"failure": f"running it wrote into {what}"})
+            return None
+        return compiled if base_run[0].failure is None else None
 
     stages()  # an exception here (out of memory, our own bug) is the verifier's, sent as a Failure
     candidates.clear()
     import gc
 
     gc.collect()  # graphs and launch records of the speed stage hold device memory through reference cycles
-    emit(CheckDone(peak_bytes=_PeakTracker.overall or None))
+    emit(CheckDone(peak_bytes=_PeakTracker.overall or None, base=base_run[0]))
 
 
 def _raised_in_candidate(exc: BaseException) -> bool:

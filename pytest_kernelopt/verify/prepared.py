@@ -102,7 +102,9 @@ class Prepared:
     variant: str | None = None  # the compile settings ``compiled`` was compiled under (capture/variants.py)
     integrity: dict[int, Any] = field(default_factory=dict)  # seed -> checksums of the inputs as drawn
     weights: Any = None  # checksums of the model's parameters and buffers
-    base: dict[str, Any] = field(default_factory=dict)  # base-revision problems, compiled
+    # The base revision as production ran it (verify/base.py), by (problem file, kernels dir):
+    # (CompiledBase, or None when it failed; records.BaseRun).
+    base: dict[Any, Any] = field(default_factory=dict)
     others: dict[str | None, Any] = field(default_factory=dict)  # the model compiled under other settings
     # Checksums of the judge itself (reference outputs, baseline masks); a candidate can
     # write anywhere its pointers reach, and must never reach the verdict that way.

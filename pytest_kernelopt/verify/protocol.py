@@ -19,7 +19,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from ..records import Environment, ExternCallInfo, KernelInfo, SeedErrors, StageName, StageResult, Timing
+from ..records import BaseRun, Environment, ExternCallInfo, KernelInfo, SeedErrors, StageName, StageResult, Timing
 
 
 class Message(BaseModel):
@@ -55,8 +55,12 @@ class CheckRequest(Message):
     measure_speed: bool = True
     model_seconds: float = 1.0
     kernel_seconds: float = 0.5
-    # The gate's --kernelopt-base-ref: the problem file at that revision, timed against this one.
+    # The gate's --kernelopt-base-ref: the problem file at that revision, compiled as production at that
+    # revision would run it (verify/base.py) and timed against this one.
     base_problem: str | None = None
+    # The kernel store folder (a kernels_dir) holding that revision's ``<model>/`` folder: its committed
+    # versions and compile setting. None: nothing was committed for the model there.
+    base_kernels: str | None = None
     # A check of the model compiled under this variant against the default compile (no
     # replacements): judged against float64 with the default compile's error as the allowance,
     # and timed default vs variant. The session was opened under the defaults or under it.
@@ -131,6 +135,8 @@ class StageDone(Message):
 class CheckDone(Message):
     type: Literal["done"] = "done"
     peak_bytes: int | None = None
+    # With a base problem: what ran for the base revision, or why it could not run.
+    base: BaseRun | None = None
 
 
 class KernelTime(Message):

@@ -114,19 +114,15 @@ def speed_stage(prepared: Prepared, replacements: dict[str, Any], kernel: str | 
     return model, kernel_timing
 
 
-def base_speed(prepared: Prepared, replacements: dict[str, Any], base_problem: str, model_seconds: float) -> Timing:
-    """The problem at the base revision (compiled) against this one with its replacements."""
-    from ..capture import compile_problem
+def base_speed(prepared: Prepared, replacements: dict[str, Any], base: Any, model_seconds: float) -> Timing:
+    """The base revision as production ran it (``base``, a :class:`.base.CompiledBase`: baseline) against
+    this one with its replacements (candidate), paired and interleaved on the first seed's inputs."""
     from ..measure.timing import paired_timings
-    from ..capture.problem import load_problem
     from ..capture.swap import restore, swap
 
     compiled = prepared.compiled
-    base = prepared.base.get(base_problem)
-    if base is None:
-        base = prepared.base[base_problem] = compile_problem(load_problem(base_problem), prepared.device, reset=False)
     seed = prepared.seeds[0]
-    base_inputs = base.problem.make_inputs(seed, base.device)
+    base_inputs = base.inputs(seed)
     inputs = prepared.inputs(seed)
 
     def swap_in() -> None:
