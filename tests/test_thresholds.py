@@ -206,7 +206,7 @@ def model_check(speed: SpeedRules, model_timing: Timing,
         model_record=lambda model: SimpleNamespace(baselines={}), compile_variant=lambda model: None,
         kernel_names=lambda model: ["k0"], model_dir=lambda model: Path("kernels") / model)
     verdict = SimpleNamespace(status=status, reason="model stage: error 3e-02 exceeds the allowed 4e-06", errors=[], speed_measured=True, environment=None, stages=[],
-                              wall_seconds=1.0, model_timing=model_timing, base_timing=None)
+                              wall_seconds=1.0, model_timing=model_timing, base_timing=None, base_run=None)
     session = SimpleNamespace(verify_model=lambda replacements, base_problem, base_kernels=None: verdict,
                               opened=SimpleNamespace(min_bytes=0))
     sessions = SimpleNamespace(get=lambda problem, item: session)
