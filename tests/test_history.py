@@ -140,3 +140,10 @@ def test_the_gate_refuses_a_history_file_it_cannot_read_before_compiling(tmp_pat
     assert run.returncode == 4, run.stdout + run.stderr
     assert "history.json: not a benchmark history file" in run.stderr
     assert (tmp_path / "history.json").read_text() == "{not json"
+
+
+def test_report_needs_a_run_or_a_history(tmp_path, capsys):
+    assert main(["report"]) == 2
+    assert "give RUN_DIR (a tuning run's report), --history FILE" in capsys.readouterr().err
+    assert main(["report", "--history", str(tmp_path / "none.json")]) == 2
+    assert "no such history file (pytest --kernelopt --kernelopt-history" in capsys.readouterr().err
