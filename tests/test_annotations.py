@@ -44,8 +44,12 @@ def test_the_header_names_device_versions_and_settings_and_failures_are_annotate
     import torch
     import triton
 
-    run = gate(project, "--kernelopt", GITHUB_ACTIONS="true", GITHUB_WORKSPACE=str(project))
+    run = gate(project, "--kernelopt", "--kernelopt-history", "history.json", GITHUB_ACTIONS="true",
+               GITHUB_WORKSPACE=str(project))
     assert run.returncode == 1, run.stdout + run.stderr
+    # --kernelopt-history: nothing was timed on the CPU, so nothing is appended, and the summary says so
+    assert "kernelopt: history history.json: no model was timed in this run" in run.stdout.replace(str(project) + "/", "")
+    assert not (project / "history.json").exists()
     assert (f"kernelopt: cpu (Triton interpreter), torch {torch.__version__}, triton {triton.__version__}; "
             f"settings: pyproject.toml [tool.kernelopt]") in run.stdout.splitlines()
     commands = [line for line in run.stdout.splitlines() if line.startswith("::")]
