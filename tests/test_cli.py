@@ -496,3 +496,22 @@ def test_the_demo_ends_with_commands_that_exist():
         args = build_parser().parse_args(command[1:])
         assert Path(args.problems[0] if command[1] == "tune" else args.problem).is_file() or \
             (REPO / (args.problems[0] if command[1] == "tune" else args.problem)).is_file()
+
+
+def test_refresh_goes_on_past_a_problem_file_that_fails_to_import(tmp_path, monkeypatch, capsys):
+    """One broken file: the others are still refreshed, the broken one is named, and the exit is 2 at the end."""
+    from pytest_kernelopt.cli import main
+
+    (tmp_path / "pyproject.toml").write_text("[tool.kernelopt]\n")
+    shutil.copy(PROBLEMS / "softmax_rows.py", tmp_path / "good.py")
+    (tmp_path / "broken.py").write_text("raise RuntimeError('no such weights')\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["refresh", "broken.py", "good.py", "--device", "cpu", "--json"]) == 2
+    captured = capsys.readouterr()
+    record = __import__("json").loads(captured.out)
+    by_model = {p["model"]: p for p in record["problems"]}
+    assert "no such weights" in by_model["broken"]["error"]
+    assert by_model["good"]["error"] is None  # looked at: nothing in the store to refresh
+    assert "good: no active kernel versions" in captured.err
+    assert re.search(r"kernelopt: error: .*broken\.py: importing failed.*the other problems are", captured.err)
+    assert captured.err.strip().splitlines()[-1] == f"kernelopt: error: 1 problem(s) not refreshed: {tmp_path / 'broken.py'}"
