@@ -804,6 +804,14 @@ def test_ctrl_c_keeps_the_record_and_leaves_no_partial_files(tmp_path):
     assert record["interrupted"] is True and record["finished"]
     assert not list(tmp_path.rglob("*.tmp"))
     assert not (tmp_path / "kernels").exists() or not list((tmp_path / "kernels").rglob("v*.py"))
+    # The kernel Ctrl-C stopped is in the record with the candidates checked before it, and the report says so.
+    (kernel,) = record["problems"][0]["kernels"]
+    assert kernel["message"].startswith("interrupted (Ctrl-C)") and kernel["attempts"] == len(kernel["history"]) >= 1
+    from pytest_kernelopt.report import write_report
+
+    text = write_report(run_dir).report.read_text()
+    assert f"1 kernel(s) looked at, {kernel['attempts']} candidate(s) checked" in text
+    assert "**Interrupted** (Ctrl-C)" in text and "done before the interrupt" in text
 
 
 def test_ctrl_c_in_the_command_prints_the_summary_and_the_stop_reason(tmp_path, monkeypatch, capsys):
