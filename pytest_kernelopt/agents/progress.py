@@ -98,3 +98,31 @@ def print_tune_table(record: Any) -> None:
         console.print("speed not measured (interpreter mode): nothing was stored as faster")
     if record.interrupted or record.stop_reason:
         console.print(f"stopped early: {record.stop_reason or 'interrupted (Ctrl-C); what was stored stays'}")
+
+
+def problem_lines(record: Any) -> list[str]:
+    """One line per problem of a tuning run: kernels tuned, candidates tried, what was stored and where
+    (``pytest --kernelopt-tune``'s summary; ``kernelopt tune`` shows the same in its table)."""
+    from pathlib import Path
+
+    lines = []
+    for p in record.problems:
+        if p.error or p.note:
+            lines.append(f"{p.model}: {'error: ' + p.error if p.error else p.note}")
+            continue
+        tuned = [k for k in p.kernels if not k.skipped]
+        tried = sum(k.attempts for k in p.kernels)
+        passed = sum(k.by_stage.get(s, 0) for k in p.kernels for s in ("accepted", "correct"))
+        stored = [f"{k.kernel} v{k.stored_version} ({Path(record.kernels_dir) / k.stored_file})"
+                  for k in p.kernels if k.stored_version is not None and k.stored_file]
+        if stored:
+            kept = f"stored {', '.join(stored)}"
+        elif not p.speed_measured:
+            kept = ("nothing stored: interpreter mode measures no speed (`kernelopt accept` stores a correct "
+                    "candidate)")
+        else:
+            kept = "nothing stored: no candidate was faster beyond noise"
+        skipped = len(p.kernels) - len(tuned)
+        lines.append(f"{p.model}: {len(tuned)} kernel(s) tuned{f' ({skipped} skipped)' if skipped else ''}, "
+                     f"{tried} candidate(s) tried, {passed} passed the cascade; {kept}")
+    return lines
