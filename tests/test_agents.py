@@ -1001,6 +1001,24 @@ def test_progress_messages_stay_one_line_in_a_log(capsys):
     assert capsys.readouterr().err.strip() == text  # not hard-wrapped at the console's width
 
 
+def test_a_tune_log_line_names_the_candidate_file(tmp_path, capsys):
+    """The log names the strategy and the file the run saved, so a line leads to the file."""
+    from pytest_kernelopt.agents.progress import RichUI
+
+    run = RunDir.create(tmp_path, RunRecord(run_id="r", started="now", agent="search", kernels_dir="k"))
+    file = run.save_candidate("m", "k0", "ab" * 32, "# a candidate\n")
+    with RichUI(quiet=False) as ui:
+        ui.attempt(Attempt(kernel="k0", origin="launch:XBLOCK=64", sha256="ab" * 32, status="rejected", stage="model",
+                           file=file), 1.0)
+        ui.attempt(Attempt(kernel="k0", origin="rewrite:eviction", sha256="cd" * 32, status="duplicate"), 1.0)
+    run.close()
+    first, second = capsys.readouterr().err.strip().splitlines()
+    name = first.split("(")[1].split(")")[0]
+    assert first.strip() == f"launch:XBLOCK=64 ({name}): rejected at model" and name == Path(file).name
+    assert (tmp_path / "r" / "candidates" / "m" / "k0" / name).is_file()
+    assert second.strip() == "rewrite:eviction: duplicate"  # stopped before anything was saved: no file
+
+
 # --- registries: backends, strategies, rewrite rules ---------------------------------------------
 
 def test_the_plan_per_bottleneck_class_comes_from_the_registries():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from .ui import UI
@@ -46,7 +47,10 @@ class RichUI(UI):
         if self._task is not None:
             self.bar.update(self._task, completed=spent_s, status=f"{attempt.origin[:40]}: {status}")
         if not self.quiet:
-            self.console.print(f"  {attempt.origin}: {status}", markup=False, highlight=False)
+            # The candidate's file (candidates/<model>/<kernel>/NNN-<sha12>.py) beside the strategy that wrote it,
+            # so a log line leads to the file; a candidate the reviewer stopped was not saved.
+            file = f" ({Path(attempt.file).name})" if attempt.file else ""
+            self.console.print(f"  {attempt.origin}{file}: {status}", markup=False, highlight=False)
 
     def kernel_done(self, outcome: KernelOutcome) -> None:
         if self._task is not None:
@@ -103,8 +107,6 @@ def print_tune_table(record: Any) -> None:
 def problem_lines(record: Any) -> list[str]:
     """One line per problem of a tuning run: kernels tuned, candidates tried, what was stored and where
     (``pytest --kernelopt-tune``'s summary; ``kernelopt tune`` shows the same in its table)."""
-    from pathlib import Path
-
     lines = []
     for p in record.problems:
         if p.error or p.note:
