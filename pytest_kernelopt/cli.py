@@ -328,7 +328,10 @@ def verdict_lines(verdict: Any) -> list[str]:
     if verdict.reference == "eager":
         lines.append(f"note: judged against the fp32 eager model, not float64 ({verdict.reference_note})")
     tail = f"verdict: {verdict.status}"
-    if verdict.reason:
+    failed = next((s for s in verdict.stages if s.passed is False), None)
+    if verdict.status == "rejected" and failed is not None:  # its reason is that stage's line: said once
+        tail += f" at {failed.name} (the FAIL line above)"
+    elif verdict.reason:
         tail += f" ({verdict.reason})"
     if verdict.status == "rejected" and getattr(verdict, "seed", None) is not None:
         tail += f" [inputs from seed {verdict.seed}: reproduce with --seed {verdict.seed}]"
@@ -410,7 +413,8 @@ def _accept(args: argparse.Namespace, settings: Any, model: str, verdict: Any) -
         out["message"] = outcome.message
         print(json.dumps(out, indent=2))
     else:
-        print("\n".join([*verdict_lines(verdict), outcome.message]))
+        # A rejection's reason is the FAIL line of verdict_lines; outcome.message repeats it for other callers.
+        print("\n".join([*verdict_lines(verdict), "not stored" if verdict.status == "rejected" else outcome.message]))
     if outcome.stored or (outcome.record is not None and outcome.active):
         return EXIT_OK  # stored now, or these very bytes are already the active version
     return EXIT_REJECTED

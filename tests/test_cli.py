@@ -353,6 +353,25 @@ def test_a_rejection_names_the_seed_that_reproduces_it():
     assert verdict_lines(verdict)[-1] == "verdict: correct"
 
 
+def test_accept_prints_a_rejection_reason_once(tmp_path, capsys):
+    """The FAIL stage's line carries the reason; the verdict line and "not stored" point at it, not repeat it."""
+    import argparse
+
+    from pytest_kernelopt.cli import _accept
+    from pytest_kernelopt.records import StageResult, Verdict
+
+    detail = "seed 7, launch 1, written argument out_ptr0: 999 of 1024 element(s) outside the allowance"
+    verdict = Verdict.model_construct(
+        status="rejected", reason=f"kernel: {detail}", seed=None, reference="float64",
+        stages=[StageResult(name="static", passed=True, detail="parses", seconds=0.0),
+                StageResult(name="kernel", passed=False, detail=detail, seconds=0.6)])
+    args = argparse.Namespace(kernels_dir=tmp_path, allow_no_gain=False, proposed_by="me", json=False, kernel="k")
+    assert _accept(args, None, "m", verdict) == 1
+    out = capsys.readouterr().out
+    assert out.count("outside the allowance") == 1, out
+    assert out.splitlines()[-2:] == ["verdict: rejected at kernel (the FAIL line above)", "not stored"]
+
+
 # --- misspelt options and options that do nothing ---------------------------------------------
 
 def _main_error(capsys, *argv: str) -> str:
