@@ -356,7 +356,10 @@ def verdict_lines(verdict: Any) -> list[str]:
     if verdict.reference == "eager":
         lines.append(f"note: judged against the fp32 eager model, not float64 ({verdict.reference_note})")
     tail = f"verdict: {verdict.status}"
-    if verdict.reason:
+    failed = next((s for s in verdict.stages if s.passed is False), None)
+    if verdict.status == "rejected" and failed is not None:  # its reason is that stage's line: said once
+        tail += f" at {failed.name} (the FAIL line above)"
+    elif verdict.reason:
         tail += f" ({verdict.reason})"
     if verdict.status == "rejected" and getattr(verdict, "seed", None) is not None:
         tail += f" [inputs from seed {verdict.seed}: reproduce with --seed {verdict.seed}]"
@@ -438,7 +441,8 @@ def _accept(args: argparse.Namespace, settings: Any, model: str, verdict: Any) -
         out["message"] = outcome.message
         print(json.dumps(out, indent=2))
     else:
-        print("\n".join([*verdict_lines(verdict), outcome.message]))
+        # A rejection's reason is the FAIL line of verdict_lines; outcome.message repeats it for other callers.
+        print("\n".join([*verdict_lines(verdict), "not stored" if verdict.status == "rejected" else outcome.message]))
     if outcome.stored or (outcome.record is not None and outcome.active):
         return EXIT_OK  # stored now, or these very bytes are already the active version
     return EXIT_REJECTED
@@ -625,11 +629,12 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_refresh(args: argparse.Namespace) -> int:
     """Exit 0: every stale kernel was handled (refreshed, retired, or reported not refreshable and retired);
-    2: bad input, or a problem that could not be refreshed (compile failure, broken store, the verifier's own
-    failure; the other problems still were); 130: interrupted (what was stored or retired stays)."""
+    2: bad input, or a problem that could not be refreshed (a file that fails to import, compile failure, broken
+    store, the verifier's own failure; the other problems still were); 130: interrupted (what was stored or retired stays)."""
     from .config import config_for_problem, load_config, resolve_device
     from .capture.problem import load_problem
-    from .agents.refresh import refresh, refresh_table
+    from .agents.refresh import ProblemRefresh, refresh, refresh_table
+    from .errors import ProblemError
     from .report import print_table
     from .store import KernelStore
     from .verify.options import VerifyOptions
@@ -646,7 +651,17 @@ def cmd_refresh(args: argparse.Namespace) -> int:
                              f"PROBLEM.py or set problems in [tool.kernelopt]")
         for pattern in project.unmatched():
             print(f"note: {pattern!r} of [tool.kernelopt] problems matched no problem file", file=sys.stderr)
-    problems = [load_problem(p).path for p in paths]  # every file checked before any work
+    # A file that fails to load is its own error row; the others are still refreshed (as in bench and the gate).
+    problems, failed = [], []
+    for p in paths:
+        try:
+            problems.append(load_problem(p).path)
+        except ProblemError as exc:
+            failed.append(ProblemRefresh(model=Path(p).stem, problem=str(Path(p).resolve()), error=str(exc)))
+    if not problems:  # nothing to go on with: one error line
+        raise UsageError("; ".join(str(f.error) for f in failed))
+    for f in failed:
+        print(f"kernelopt: error: {f.error} (not refreshed; the other problems are)", file=sys.stderr)
     settings = [config_for_problem(p, config=args.config) for p in problems]
     if args.kernels_dir is None and len({s.kernels_path for s in settings}) > 1:
         raise UsageError("the problems belong to projects with different kernel stores; refresh them separately "
@@ -660,13 +675,18 @@ def cmd_refresh(args: argparse.Namespace) -> int:
         say("interpreter mode: replayed kernels are checked for correctness only; speed is not measured, so a "
             "correct one is stored without a speed comparison")
     record = refresh(problems, store, device, VerifyOptions(seeds=args.seeds, seed=args.seed, timeout=args.timeout), runs_dir=runs,
-                     say=say)
+                     say=say, failed=failed)
     if args.json:
         print(record.model_dump_json(indent=2))
     else:
         print_table(refresh_table(record))
         print(f"run directory: {record.run_dir} (`kernelopt publish` opens the pull requests)")
-    return EXIT_USAGE if any(p.error for p in record.problems) else EXIT_OK
+    errors = [p for p in record.problems if p.error]
+    if errors:  # after the others were refreshed: say which were not, then exit 2
+        print(f"kernelopt: error: {len(errors)} problem(s) not refreshed: {', '.join(p.problem for p in errors)}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_OK
 
 
 def cmd_merge(args: argparse.Namespace) -> int:

@@ -209,6 +209,13 @@ class SeedErrors(Record):
     model_ratio: float | None = None
 
 
+def worst_error(errors: list[SeedErrors], field: str = "candidate_vs_fp64") -> float | None:
+    """The largest ``field`` over the seeds' rows; None when there is no row or one was not measured
+    (a failure on NaN/Inf or a shape): an unknown error is never shown as 0."""
+    values = [getattr(e, field) for e in errors]
+    return None if not values or None in values else max(values)
+
+
 class Timing(Record):
     """Paired timings, baseline vs candidate (milliseconds, medians) and the speedup with its 95% CI."""
 

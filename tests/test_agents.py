@@ -804,6 +804,14 @@ def test_ctrl_c_keeps_the_record_and_leaves_no_partial_files(tmp_path):
     assert record["interrupted"] is True and record["finished"]
     assert not list(tmp_path.rglob("*.tmp"))
     assert not (tmp_path / "kernels").exists() or not list((tmp_path / "kernels").rglob("v*.py"))
+    # The kernel Ctrl-C stopped is in the record with the candidates checked before it, and the report says so.
+    (kernel,) = record["problems"][0]["kernels"]
+    assert kernel["message"].startswith("interrupted (Ctrl-C)") and kernel["attempts"] == len(kernel["history"]) >= 1
+    from pytest_kernelopt.report import write_report
+
+    text = write_report(run_dir).report.read_text()
+    assert f"1 kernel(s) looked at, {kernel['attempts']} candidate(s) checked" in text
+    assert "**Interrupted** (Ctrl-C)" in text and "done before the interrupt" in text
 
 
 def test_ctrl_c_in_the_command_prints_the_summary_and_the_stop_reason(tmp_path, monkeypatch, capsys):
@@ -991,6 +999,24 @@ def test_progress_messages_stay_one_line_in_a_log(capsys):
     with RichUI(quiet=False) as ui:
         ui.message(text)
     assert capsys.readouterr().err.strip() == text  # not hard-wrapped at the console's width
+
+
+def test_a_tune_log_line_names_the_candidate_file(tmp_path, capsys):
+    """The log names the strategy and the file the run saved, so a line leads to the file."""
+    from pytest_kernelopt.agents.progress import RichUI
+
+    run = RunDir.create(tmp_path, RunRecord(run_id="r", started="now", agent="search", kernels_dir="k"))
+    file = run.save_candidate("m", "k0", "ab" * 32, "# a candidate\n")
+    with RichUI(quiet=False) as ui:
+        ui.attempt(Attempt(kernel="k0", origin="launch:XBLOCK=64", sha256="ab" * 32, status="rejected", stage="model",
+                           file=file), 1.0)
+        ui.attempt(Attempt(kernel="k0", origin="rewrite:eviction", sha256="cd" * 32, status="duplicate"), 1.0)
+    run.close()
+    first, second = capsys.readouterr().err.strip().splitlines()
+    name = first.split("(")[1].split(")")[0]
+    assert first.strip() == f"launch:XBLOCK=64 ({name}): rejected at model" and name == Path(file).name
+    assert (tmp_path / "r" / "candidates" / "m" / "k0" / name).is_file()
+    assert second.strip() == "rewrite:eviction: duplicate"  # stopped before anything was saved: no file
 
 
 # --- registries: backends, strategies, rewrite rules ---------------------------------------------

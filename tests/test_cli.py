@@ -353,6 +353,25 @@ def test_a_rejection_names_the_seed_that_reproduces_it():
     assert verdict_lines(verdict)[-1] == "verdict: correct"
 
 
+def test_accept_prints_a_rejection_reason_once(tmp_path, capsys):
+    """The FAIL stage's line carries the reason; the verdict line and "not stored" point at it, not repeat it."""
+    import argparse
+
+    from pytest_kernelopt.cli import _accept
+    from pytest_kernelopt.records import StageResult, Verdict
+
+    detail = "seed 7, launch 1, written argument out_ptr0: 999 of 1024 element(s) outside the allowance"
+    verdict = Verdict.model_construct(
+        status="rejected", reason=f"kernel: {detail}", seed=None, reference="float64",
+        stages=[StageResult(name="static", passed=True, detail="parses", seconds=0.0),
+                StageResult(name="kernel", passed=False, detail=detail, seconds=0.6)])
+    args = argparse.Namespace(kernels_dir=tmp_path, allow_no_gain=False, proposed_by="me", json=False, kernel="k")
+    assert _accept(args, None, "m", verdict) == 1
+    out = capsys.readouterr().out
+    assert out.count("outside the allowance") == 1, out
+    assert out.splitlines()[-2:] == ["verdict: rejected at kernel (the FAIL line above)", "not stored"]
+
+
 # --- misspelt options and options that do nothing ---------------------------------------------
 
 def _main_error(capsys, *argv: str) -> str:
@@ -506,3 +525,22 @@ def test_the_demo_without_its_problems_says_where_they_are(tmp_path, monkeypatch
     assert demo.main([]) == 2
     err = capsys.readouterr().err
     assert "no problem files" in err and "make demo" in err and "pytest_kernelopt.demo path/to/problem.py" in err
+
+
+def test_refresh_goes_on_past_a_problem_file_that_fails_to_import(tmp_path, monkeypatch, capsys):
+    """One broken file: the others are still refreshed, the broken one is named, and the exit is 2 at the end."""
+    from pytest_kernelopt.cli import main
+
+    (tmp_path / "pyproject.toml").write_text("[tool.kernelopt]\n")
+    shutil.copy(PROBLEMS / "softmax_rows.py", tmp_path / "good.py")
+    (tmp_path / "broken.py").write_text("raise RuntimeError('no such weights')\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["refresh", "broken.py", "good.py", "--device", "cpu", "--json"]) == 2
+    captured = capsys.readouterr()
+    record = __import__("json").loads(captured.out)
+    by_model = {p["model"]: p for p in record["problems"]}
+    assert "no such weights" in by_model["broken"]["error"]
+    assert by_model["good"]["error"] is None  # looked at: nothing in the store to refresh
+    assert "good: no active kernel versions" in captured.err
+    assert re.search(r"kernelopt: error: .*broken\.py: importing failed.*the other problems are", captured.err)
+    assert captured.err.strip().splitlines()[-1] == f"kernelopt: error: 1 problem(s) not refreshed: {tmp_path / 'broken.py'}"

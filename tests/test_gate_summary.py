@@ -89,3 +89,40 @@ def test_compile_setting_and_memory_limit_notes_in_terminal_and_report() -> None
     assert any(line.startswith(f"{CHAIN}: {note}") for line in lines)
     assert not any(line.startswith(f"{SUM}:") for line in lines)  # nothing to say
     assert f"- `{CHAIN}`: {note}" in render_gate_report(result)
+
+
+def test_a_model_failed_on_numbers_shows_its_real_worst_error_never_a_made_up_zero() -> None:
+    """The failing seed's row carries the error the judge measured (NaN/Inf: none, shown n/a), and the gate's
+    figures, table and JSON take it from there."""
+    import torch
+
+    from pytest_kernelopt.gate.checks import figures
+    from pytest_kernelopt.records import SeedErrors, Verdict
+    from pytest_kernelopt.verify.model import _output_reference, failed_row, judge_output
+    from pytest_kernelopt.verify.numerics import NumericsRule
+    from pytest_kernelopt.verify.prepared import StageFailure
+
+    ref = torch.linspace(-1, 1, 64, dtype=torch.float64)
+    reference = _output_reference(ref.float(), ref)
+    rows = {}
+    for how, out in (("off", ref.float() + 0.25), ("nan", torch.full((64,), float("nan")))):
+        try:
+            judge_output(out, reference, NumericsRule(), "seed 1, output 0")
+        except StageFailure as failure:
+            rows[how] = failed_row(SeedErrors(seed=1, candidate_vs_fp64=0.0, baseline_vs_fp64=0.0), reference, failure)
+    assert rows["off"].candidate_vs_fp64 >= 0.25 and rows["nan"].candidate_vs_fp64 is None
+
+    class Item:
+        def __init__(self) -> None:
+            self.props: dict = {}
+
+        def prop(self, name, value) -> None:
+            self.props[name] = value
+
+    for how, shown in (("off", f"{rows['off'].candidate_vs_fp64:.3g}"), ("nan", "n/a")):
+        item = Item()
+        figures(item, Verdict.model_construct(status="rejected", reason="model", errors=[rows[how]]))
+        assert item.props.get("error_vs_fp64") == rows[how].candidate_vs_fp64  # JSON: the figure, or null
+        result = _result(_model(CHAIN, "failed", kernels=1, committed=1, stale=0, baseline=0,
+                                error_vs_fp64=item.props.get("error_vs_fp64")))
+        assert _row(gate_lines(result.rows()), CHAIN)[8] == shown  # after "not measured" and vs base

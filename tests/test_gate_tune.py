@@ -31,6 +31,7 @@ def test_tune_then_gate(repo: Path, pytester: pytest.Pytester) -> None:
     out = result.stdout.str()
     assert result.ret == 0, out + result.stderr.str()
     assert "kernelopt tune: run directory" in out
+    assert "kernelopt tune: sum_reduce: 1 kernel(s) tuned, " in out and "nothing stored: interpreter mode" in out
     # Interpreter mode stores nothing, so --kernelopt-open-pr has nothing to publish (and touches no git).
     assert "kernelopt publish: problems/sum_reduce.py: the tuning run stored nothing new" in out
     (run,) = (repo / ".kernelopt" / "runs").iterdir()
@@ -54,3 +55,36 @@ def test_open_pr_needs_tune(repo: Path, pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--kernelopt", "--kernelopt-open-pr", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--kernelopt-open-pr" in result.stderr.str() and "--kernelopt-tune" in result.stderr.str()
+
+
+def test_the_summary_says_per_problem_what_tune_did(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One line per problem: kernels tuned, candidates tried, what was stored and where (no compile here)."""
+    from types import SimpleNamespace
+
+    import pytest_kernelopt.agents as agents
+    from pytest_kernelopt.agents.run_records import KernelOutcome, ProblemOutcome, RunRecord
+    from pytest_kernelopt.gate.tuning import Tuning
+    from pytest_kernelopt.verify.options import VerifyOptions
+
+    def record(model: str, device: str, kernels: list[KernelOutcome]) -> RunRecord:
+        return RunRecord(run_id=f"r-{model}", started="now", agent="search", kernels_dir=str(tmp_path / "kernels"),
+                         problems=[ProblemOutcome(model=model, problem=f"{model}.py", device=device,
+                                                  speed_measured=device == "cuda", kernels=kernels)])
+
+    runs = {"a": record("a", "cpu", [KernelOutcome(kernel="k0", fingerprint="f", attempts=3,
+                                                   by_stage={"correct": 2, "rejected:model": 1}),
+                                     KernelOutcome(kernel="k1", fingerprint="f", skipped="small share")]),
+            "b": record("b", "cuda", [KernelOutcome(kernel="k0", fingerprint="f", attempts=5, by_stage={"accepted": 1},
+                                                    stored_version=2, stored_file="b/k0/v2.py")])}
+    monkeypatch.setattr(agents, "tune", lambda problems, *a, **k: runs[problems[0].stem])
+    options = SimpleNamespace(tune=True, refresh=False, verify=VerifyOptions(seeds=1), budget_s=1.0, agent="search")
+    tuning = Tuning(options, SimpleNamespace(root=tmp_path), "cpu", lambda: None, None)
+    for model in ("a", "b"):
+        tuning.before_checks(SimpleNamespace(path=tmp_path / f"{model}.py"), SimpleNamespace(prop=lambda *_: None))
+    assert tuning.tune_lines == [
+        "kernelopt tune: a: 1 kernel(s) tuned (1 skipped), 3 candidate(s) tried, 2 passed the cascade; nothing "
+        "stored: interpreter mode measures no speed (`kernelopt accept` stores a correct candidate)",
+        f"kernelopt tune: run directory {tmp_path / '.kernelopt' / 'runs' / 'r-a'}",
+        f"kernelopt tune: b: 1 kernel(s) tuned, 5 candidate(s) tried, 1 passed the cascade; stored k0 v2 "
+        f"({tmp_path / 'kernels' / 'b' / 'k0' / 'v2.py'})",
+        f"kernelopt tune: run directory {tmp_path / '.kernelopt' / 'runs' / 'r-b'}"]

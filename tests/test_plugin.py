@@ -297,3 +297,16 @@ def test_a_seed_pinned_in_addopts_only_adds_fresh_seeds(repo: Path, pytester: py
     roots = {int(r) for r in re.findall(r"reproduce with `kernelopt verify --seed (\d+)`; of the pinned ones: "
                                         r"--seed 7;", out)}
     assert roots and 7 not in roots, out  # the fresh seeds' root, drawn from the OS; the pinned one beside it
+
+
+@pytest.mark.slow
+def test_items_are_selected_by_kind_whatever_the_folder_is_called(pytester: pytest.Pytester) -> None:
+    """Under `models/`, `-k model` would match every item (pytest matches folder names too, docs/gate.md): the
+    kind markers select model or kernel items, and `-k` with the file name one problem's."""
+    (pytester.path / "models").mkdir()
+    shutil.copy(PROBLEM, pytester.path / "models")
+    (pytester.path / "pyproject.toml").write_text(PYPROJECT.replace("problems/*.py", "models/*.py"))
+    # One collection (a compile): `-k` names and `-m` markers select together, the markers registered.
+    listed = _gate(pytester, "--co", "-q", "-k", "elementwise", "-m", "kernelopt_model", "--strict-markers")
+    assert listed.ret == 0, listed.stdout.str()
+    listed.stdout.fnmatch_lines(["models/elementwise_chain.py::model", "1/2 tests collected (1 deselected)*"])

@@ -176,7 +176,12 @@ class Tuner:
                             # 308 us in another): the pin pass decides (keeper.Keeper._pin).
                             tuned[item.kernel] = (_fresh_state(info, model), result, None)
                         continue
-                    result, source, state = self._tune_kernel(bench, keeper, model, info, item)
+                    state = _fresh_state(info, model)
+                    try:
+                        result, source, state = self._tune_kernel(bench, keeper, model, info, item, state)
+                    except KeyboardInterrupt:  # the run record keeps what this kernel tried before Ctrl-C
+                        outcome.kernels.append(_interrupted(info, item, state))
+                        raise
                     outcome.kernels.append(result)
                     tuned[item.kernel] = (state, result, source)
                     if source is not None:
@@ -238,8 +243,7 @@ class Tuner:
     # --- one kernel ---------------------------------------------------------------------
 
     def _tune_kernel(self, bench: Benchmarker, keeper: Keeper, model: str, info: KernelInfo,
-                     item: PlanItem) -> tuple[KernelOutcome, str | None, KernelState]:
-        state = _fresh_state(info, model)
+                     item: PlanItem, state: KernelState) -> tuple[KernelOutcome, str | None, KernelState]:
         original = state.original
         result = KernelOutcome(kernel=info.name, fingerprint=info.fingerprint, profile=item.profile)
         self.ui.kernel(model, info.name, self.options.budget_s)
@@ -303,21 +307,35 @@ class Tuner:
         if self.coder.stopped:
             self.stop_reason = self.coder.stopped
         source = keeper.keep(model, info, state, result, active, active_verdict, ev)
-        result.attempts = sum(1 for a in state.attempts if a.status not in ("duplicate",))
+        _tally(result, state)
         if limit_stop:
             result.message += f"; {limit_stop}"
         if budget_stop and budget_stop.startswith("kernel budget"):
             # On a CPU one candidate's checks take tens of seconds: the budget, not the ideas, ran out.
             result.message += (f"; stopped by the {budget_stop} after {result.attempts} candidate(s): "
                                f"raise --budget-s to try more")
-        result.gpu_seconds = round(state.spent, 2)
-        result.history = list(state.attempts)
-        for a in state.attempts:
-            key = a.status if a.status in ("accepted", "correct", "reviewed") else (
-                f"rejected:{a.stage}" if a.status == "rejected" else None)
-            if key:
-                result.by_stage[key] = result.by_stage.get(key, 0) + 1
         return result, source, state
+
+
+def _tally(result: KernelOutcome, state: KernelState) -> None:
+    """The kernel's attempts into its outcome: count, history, outcomes by stage, checking time."""
+    result.attempts = sum(1 for a in state.attempts if a.status not in ("duplicate",))
+    result.gpu_seconds = round(state.spent, 2)
+    result.history = list(state.attempts)
+    for a in state.attempts:
+        key = a.status if a.status in ("accepted", "correct", "reviewed") else (
+            f"rejected:{a.stage}" if a.status == "rejected" else None)
+        if key:
+            result.by_stage[key] = result.by_stage.get(key, 0) + 1
+
+
+def _interrupted(info: KernelInfo, item: PlanItem, state: KernelState) -> KernelOutcome:
+    """The outcome of a kernel whose search Ctrl-C stopped: the candidates checked so far, nothing kept."""
+    result = KernelOutcome(kernel=info.name, fingerprint=info.fingerprint, profile=item.profile)
+    _tally(result, state)
+    result.message = (f"interrupted (Ctrl-C) after {result.attempts} candidate(s) were checked; "
+                      f"nothing was kept for this kernel")
+    return result
 
 
 def _fresh_state(info: KernelInfo, model: str) -> KernelState:

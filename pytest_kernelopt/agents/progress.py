@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from .ui import UI
@@ -46,7 +47,10 @@ class RichUI(UI):
         if self._task is not None:
             self.bar.update(self._task, completed=spent_s, status=f"{attempt.origin[:40]}: {status}")
         if not self.quiet:
-            self.console.print(f"  {attempt.origin}: {status}", markup=False, highlight=False)
+            # The candidate's file (candidates/<model>/<kernel>/NNN-<sha12>.py) beside the strategy that wrote it,
+            # so a log line leads to the file; a candidate the reviewer stopped was not saved.
+            file = f" ({Path(attempt.file).name})" if attempt.file else ""
+            self.console.print(f"  {attempt.origin}{file}: {status}", markup=False, highlight=False)
 
     def kernel_done(self, outcome: KernelOutcome) -> None:
         if self._task is not None:
@@ -98,3 +102,29 @@ def print_tune_table(record: Any) -> None:
         console.print("speed not measured (interpreter mode): nothing was stored as faster")
     if record.interrupted or record.stop_reason:
         console.print(f"stopped early: {record.stop_reason or 'interrupted (Ctrl-C); what was stored stays'}")
+
+
+def problem_lines(record: Any) -> list[str]:
+    """One line per problem of a tuning run: kernels tuned, candidates tried, what was stored and where
+    (``pytest --kernelopt-tune``'s summary; ``kernelopt tune`` shows the same in its table)."""
+    lines = []
+    for p in record.problems:
+        if p.error or p.note:
+            lines.append(f"{p.model}: {'error: ' + p.error if p.error else p.note}")
+            continue
+        tuned = [k for k in p.kernels if not k.skipped]
+        tried = sum(k.attempts for k in p.kernels)
+        passed = sum(k.by_stage.get(s, 0) for k in p.kernels for s in ("accepted", "correct"))
+        stored = [f"{k.kernel} v{k.stored_version} ({Path(record.kernels_dir) / k.stored_file})"
+                  for k in p.kernels if k.stored_version is not None and k.stored_file]
+        if stored:
+            kept = f"stored {', '.join(stored)}"
+        elif not p.speed_measured:
+            kept = ("nothing stored: interpreter mode measures no speed (`kernelopt accept` stores a correct "
+                    "candidate)")
+        else:
+            kept = "nothing stored: no candidate was faster beyond noise"
+        skipped = len(p.kernels) - len(tuned)
+        lines.append(f"{p.model}: {len(tuned)} kernel(s) tuned{f' ({skipped} skipped)' if skipped else ''}, "
+                     f"{tried} candidate(s) tried, {passed} passed the cascade; {kept}")
+    return lines

@@ -322,15 +322,17 @@ def run_outcome(problem: ProblemRefresh, device: str) -> Any:
 
 
 def refresh(problems: list[Path], store: Any, device: str, options: Any, *, runs_dir: Path | None,
-            say: Callable[[str], None] | None = None, session_factory: Any = None) -> RefreshRecord:
+            say: Callable[[str], None] | None = None, session_factory: Any = None,
+            failed: list[ProblemRefresh] | None = None) -> RefreshRecord:
     """Refresh every problem in turn (one verification session each, opened only when the store holds
-    active versions of the problem's kernels); the run is written under ``runs_dir`` when given."""
+    active versions of the problem's kernels); the run is written under ``runs_dir`` when given.
+    ``failed``: problems that could not be loaded, recorded as they are (error rows) before the others."""
     from .run_records import RunRecord
     from .trace import RunDir, new_run_id, now_iso
     from ..records import dump_json
 
     say = say or (lambda _: None)
-    record = RefreshRecord(device=device, kernels_dir=str(store.root))
+    record = RefreshRecord(device=device, kernels_dir=str(store.root), problems=list(failed or []))
     run = None
     if runs_dir is not None:
         run_record = RunRecord(run_id=new_run_id(), started=now_iso(), agent="refresh", kernels_dir=str(store.root))

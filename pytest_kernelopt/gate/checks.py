@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KerneloptError
+from ..records import worst_error
 from .base import BaseRef, base_files
 from .failure import GateFailure, reproduce, stale
 from .items import KernelItem, ModelItem
@@ -370,10 +371,10 @@ def _limit(item: Any, session: Any, verdict: Any) -> None:
 
 def figures(item: Any, verdict: Any) -> None:
     """A verdict's figures as the item's properties: errors against float64, speedup, stage times."""
-    worst = max((e.candidate_vs_fp64 or 0.0 for e in verdict.errors), default=None)
-    if worst is not None:
-        item.prop("error_vs_fp64", worst)
-        item.prop("baseline_error_vs_fp64", max((e.baseline_vs_fp64 or 0.0 for e in verdict.errors), default=0.0))
+    # Not measured (no rows, or a failure on NaN/Inf): no property, so the table says n/a and the JSON null.
+    for name, field in (("error_vs_fp64", "candidate_vs_fp64"), ("baseline_error_vs_fp64", "baseline_vs_fp64")):
+        if (worst := worst_error(verdict.errors, field)) is not None:
+            item.prop(name, worst)
     item.prop("speed_measured", verdict.speed_measured)
     if verdict.environment is not None and verdict.environment.gpu:
         item.prop("gpu", verdict.environment.gpu)

@@ -49,6 +49,9 @@ class GateItem(pytest.Item):
         self.gate = gate
         self.problem = problem
         self.add_marker("kernelopt")
+        # `-k` matches every name up the item's chain (pytest's rule): under a folder `models/`, `-k model`
+        # matches all items. The kind's marker selects by kind whatever the folders are called.
+        self.add_marker(f"kernelopt_{self.kind}")
 
     def prop(self, key: str, value: Any) -> None:
         self.user_properties.append((PREFIX + key, value))

@@ -191,7 +191,7 @@ class GateSession:
             # pytest's own last line says "no tests ran": say what that means here.
             lines.append(f"kernelopt: shard {shard} holds none of the {len(self.problems)} problem(s) (each goes to "
                          "one shard by its name); nothing to check on this runner, which passes (exit 0)")
-        lines += [f"kernelopt tune: run directory {run}" for run in self.tuning.tune_runs]
+        lines += self.tuning.tune_lines
         lines += self.tuning.refresh_lines
         lines += self.publisher.lines if self.publisher is not None else []
         lines += self.output.history_lines

@@ -28,6 +28,7 @@ class Tuning:
         self.store = store  # () -> a KernelStore of the project's kernels/
         self.sessions = sessions  # checks.VerifySessions: refresh borrows the problem's
         self.tune_runs: list[str] = []  # the tune run directories written
+        self.tune_lines: list[str] = []  # per problem what tune did, then its run directory
         self.refresh_lines: list[str] = []  # one line per stale kernel, and the run directory
         self._done: set[Path] = set()
 
@@ -54,8 +55,12 @@ class Tuning:
         with internal_warnings_ignored():
             record = tune([problem.path], options, agent=self.options.agent, store=self.store(),
                           runs_dir=self.runs_dir)
+        from ..agents.progress import problem_lines
+
         run_dir = str(self.runs_dir / record.run_id)
         self.tune_runs.append(run_dir)
+        self.tune_lines += [f"kernelopt tune: {line}" for line in problem_lines(record)]
+        self.tune_lines.append(f"kernelopt tune: run directory {run_dir}")
         item.prop("tune_run", run_dir)
         item.prop("tune_seconds", round(time.monotonic() - started, 2))
         item.prop("tune_stored", sum(1 for p in record.problems for k in p.kernels if k.stored_version is not None))

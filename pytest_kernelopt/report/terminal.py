@@ -76,7 +76,8 @@ def summary_table_lines(summary: Any) -> list[str]:
     notes = []
     for p in problems:
         counts = [p.committed or 0, p.stale or 0, p.baseline or 0]
-        err = f"{p.error:.3g}" if p.error is not None else "-"
+        # n/a: the model check ran but measured no error (it failed before, or on NaN/Inf); never a made-up 0.
+        err = f"{p.error:.3g}" if p.error is not None else "-" if p.outcome == "not run" else "n/a"
         outcome = _inert(p.outcome) + (" (accepted regression)" if p.accepted else "")
         table.add_row(_inert(p.problem), *map(str, counts), str(p.failed_kernels), _speed(p), _vs_base(p), err,
                       outcome)

@@ -130,6 +130,11 @@ class RunView:
         return [k for m in self.models for k in m.stored]
 
     @property
+    def candidates(self) -> int:
+        """Candidates checked, over every kernel (an interrupted kernel's count those checked before Ctrl-C)."""
+        return sum(k.attempts for k in self.kernels)
+
+    @property
     def speed_measured(self) -> bool:
         return any(m.speed_measured for m in self.models)
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import StoreError
-from ..records import Verdict, dump_json
+from ..records import Verdict, dump_json, worst_error
 from .files import atomic_write, create_exclusive, load_record, why
 from .manifest import (
     FINGERPRINT_RE, MANIFEST, MANIFEST_SCHEMA_VERSION, MODEL_RECORD, NAME_RE, ORIGINAL, ORIGINAL_FILE_RE,
@@ -418,9 +418,8 @@ def _check_name(name: str, what: str) -> None:
 def model_baseline(verdict: Verdict, kernels: dict[str, int], measured: datetime) -> ModelBaseline:
     """``model.json``'s record of ``verdict``: the model's timing and worst error with ``kernels`` (name -> version)."""
     assert verdict.environment is not None
-    worst = max((e.candidate_vs_fp64 or 0.0 for e in verdict.errors), default=None)
     return ModelBaseline(environment=verdict.environment, measured=measured, kernels=kernels,
-                         timing=verdict.model_timing, worst_error_vs_fp64=worst)
+                         timing=verdict.model_timing, worst_error_vs_fp64=worst_error(verdict.errors))
 
 
 def accept_verdict(store: KernelStore, model: str, kernel: str, source: str, verdict: Verdict, *,

@@ -41,7 +41,8 @@ from typing import Any, Iterator
 
 from ..records import SeedErrors, Timing
 from . import tensors
-from .model import OutputReference, _float64_outputs, _output_reference, _scale, flatten, judge_output, rebase
+from .model import (OutputReference, _float64_outputs, _output_reference, _scale, failed_row, flatten, judge_output,
+                    rebase)
 from .numerics import NumericsRule
 from .prepared import Prepared, StageFailure
 
@@ -181,7 +182,7 @@ def _judge(c: Any, r: OutputReference, rule: NumericsRule, what: str, row: SeedE
     try:
         j = judge_output(c, r, rule, what, baseline="the default compile")
     except StageFailure as failure:
-        failure.errors = [row]
+        failure.errors = [*rows, failed_row(row, r, failure)]
         raise
     if j is None:
         return  # an integer output, equal to the default compile's

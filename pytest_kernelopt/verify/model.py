@@ -269,7 +269,7 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
             try:
                 j = judge_output(c, r, rule, f"seed {seed}, output {k}")
             except StageFailure as failure:
-                failure.errors = [row]
+                failure.errors = [*rows, failed_row(row, r, failure)]
                 raise
             if j is None:
                 continue  # an integer output, equal to the baseline's
@@ -280,6 +280,22 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
         del outs
         rows.append(row)
     return rows
+
+
+def failed_row(row: SeedErrors, r: OutputReference, failure: StageFailure) -> SeedErrors:
+    """``row`` with the figures of the output that failed: its measured error where the judge measured one
+    (elements outside the allowance), else None (NaN/Inf, shape, dtype or integer mismatch: not measured);
+    never the 0 the row started from."""
+    j = getattr(failure, "judgement", None)
+    if j is None:
+        row.candidate_vs_fp64 = row.model_ratio = None
+    else:
+        row.candidate_vs_fp64 = max(row.candidate_vs_fp64 or 0.0, j.max_abs)
+        row.model_ratio = max(row.model_ratio or 0.0, j.worst_ratio)
+    if r.floating:
+        row.baseline_vs_fp64 = max(row.baseline_vs_fp64 or 0.0, r.baseline_err)
+        row.scale = max(row.scale or 0.0, r.scale)
+    return row
 
 
 def unguarded_shares(prepared: Prepared) -> dict[int, float]:
