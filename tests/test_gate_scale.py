@@ -131,7 +131,8 @@ def test_json_and_two_workers_match_the_serial_run(repo: Path, pytester: pytest.
     assert result["environment"]["device"] == "cpu" and result["environment"]["gpus"] == []
     assert result["settings"] == {"seeds": 1, "timeout": 600.0, "max_slowdown": 0.01, "max_regression": 0.05,
                                   "strict": False,
-                                  "base_ref": None, "base_commit": None, "pinned_seed": 20261202}
+                                  "base_ref": None, "base_commit": None, "pinned_seed": 20261202,
+                                  "thresholds": {}, "accepted_regressions": {}}
     assert _verdicts(result) == _expected(template["kernels"])
     by_id = {i["nodeid"]: i for i in result["items"]}
     rms_kernel = by_id[f"problems/rms_norm.py::{template['kernels']['rms_norm']}"]
