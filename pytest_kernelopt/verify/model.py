@@ -44,7 +44,6 @@ after the run as well.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,21 +120,10 @@ def _eps(dtype: Any) -> float:
 
 
 def _float64_outputs(model: Any, inputs: list[Any], device: str) -> list[Any]:
-    """The model in float64 on ``device``; raises whatever goes wrong.
+    """The model in float64 on ``device`` (:func:`.float64.float64_outputs`); raises whatever goes wrong."""
+    from .float64 import float64_outputs
 
-    Takes the caller's list and empties it, so the fp32 inputs are freed while the
-    float64 model runs (at 2^31 elements that is 8 GiB less at the session's peak).
-    """
-    import torch
-
-    model64 = copy.deepcopy(model).to(device).double()
-    args = [(x.to(device).double() if x.is_floating_point() else x.to(device)) if isinstance(x, torch.Tensor) else x
-            for x in inputs]
-    inputs.clear()
-    with torch.no_grad():
-        out = flatten(model64(*args))
-    del model64, args
-    return out
+    return float64_outputs(model, inputs, device)
 
 
 def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str, str | None]:
@@ -213,7 +201,7 @@ def rebase(out: OutputReference, base: Any, ref: Any = None) -> OutputReference:
     ref = out.ref_hi if ref is None else ref
     out.baseline_err = _max_err(base, ref) + absolute + rel * _scale(ref)
     rule = NumericsRule()
-    out.envelope = envelope_atol(base, ref, rule.unit(base.dtype), absolute, rel)
+    out.envelope = envelope_atol(base, ref, rule.envelope_rtol(base.dtype), absolute, rel)
     out.nonfinite = ~torch.isfinite(base) if any_nonfinite(base) else None
     return out
 
