@@ -1,14 +1,17 @@
 """Stage 3: the whole model with the candidate swapped in, against a float64 reference.
 
 The judge is a float64 copy of the eager model, run once per seed when the session
-opens. Every output element is judged by the one numerics rule (:mod:`.numerics`)::
+opens, in float64 throughout (:mod:`.float64`: casts its forward names become float64).
+Every output element is judged by the one numerics rule (:mod:`.numerics`)::
 
-    |candidate - reference| <= error_factor * (envelope + ulps * eps * |reference|)
+    |candidate - reference| <= error_factor * (envelope + ulps * eps * |reference|) + rounding * |reference|
 
 where ``(envelope, ulps * eps)`` is the compiled baseline's own error envelope against
-the same reference: ``ulps`` (4) units in the last place of the output dtype relative
-to each element, plus the smallest absolute term ``envelope`` with which the baseline
-itself passes (0 when the compiler is within 4 ulp everywhere). The allowance is thus
+the same reference: ``ulps`` (4) units in the last place of the dtype the output is
+computed in (the output's; float32 for a float16 or bfloat16 output, whose own rounding,
+half its eps, is ``rounding``, added once) relative to each element, plus the smallest
+absolute term ``envelope`` with which the baseline itself passes (0 when the compiler is
+within 4 ulp everywhere). The allowance is thus
 not scaled by the output's largest element: a huge element no longer widens what the
 others may be off by. A reordered reduction passes; an fp16/bf16 round trip or TF32
 where the compiler used fp32 fails (``allow_reduced_precision`` puts the relative part
