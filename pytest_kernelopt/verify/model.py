@@ -9,7 +9,7 @@ Every output element is judged by the one numerics rule (:mod:`.numerics`)::
 where ``(envelope, ulps * eps)`` is the compiled baseline's own error envelope against
 the same reference: ``ulps`` (4) units in the last place of the dtype the output is
 computed in (the output's; float32 for a float16 or bfloat16 output, whose own rounding,
-half its eps, is ``rounding``, added once) relative to each element, plus the smallest
+one ulp, is ``rounding``, added once) relative to each element, plus the smallest
 absolute term ``envelope`` with which the baseline itself passes (0 when the compiler is
 within 4 ulp everywhere). The allowance is thus
 not scaled by the output's largest element: a huge element no longer widens what the
