@@ -84,6 +84,41 @@ def test_float64_reference_leaves_integer_casts_and_bit_views_alone(interpreter)
         assert x.to("cpu", torch.float16).dtype == torch.float64
 
 
+# --- input draws ----------------------------------------------------------------------------------
+
+def test_draws_of_an_fp32_input_keep_to_the_limits_of_the_half_kernel_it_feeds(interpreter):
+    """An fp32 model with an fp16 autocast region: its kernels there see the fp32 inputs cast to fp16, where
+    float32's huge values are Inf and its subnormals zero. The draws for such a kernel keep to float16's limits."""
+    import torch
+
+    from pytest_kernelopt.records import ArgInfo
+    from pytest_kernelopt.verify.kernel import narrowest_float
+    from pytest_kernelopt.verify.tensors import limits_of, stress
+
+    args = [ArgInfo(name="in_ptr0", kind="tensor", dtype="float32"), ArgInfo(name="out_ptr0", kind="tensor",
+                                                                             dtype="float16"),
+            ArgInfo(name="xnumel", kind="int", value=8)]
+    within = narrowest_float(args)
+    assert within == torch.float16
+    assert narrowest_float(args[:1]) == torch.float32 and narrowest_float(args[2:]) is None
+    assert limits_of(torch.float32, torch.bfloat16) == torch.bfloat16
+    assert limits_of(torch.float16, torch.float32) == torch.float16  # never wider than the input's own
+    info = torch.finfo(torch.float16)
+    for variant in ("huge", "mixed", "near_max", "subnormal", "near_tiny", "offset"):
+        x = torch.randn(16, 64)
+        stress(x, variant, 5, within)
+        assert x.dtype == torch.float32
+        assert bool(torch.isfinite(x.half()).all()), variant  # nothing beyond float16's range
+        ax = x.abs()
+        if variant == "subnormal":
+            assert bool(((ax >= info.tiny * info.eps / 2) & (ax < info.tiny)).all())  # float16's subnormals
+        if variant == "near_tiny":
+            assert bool(((ax >= info.tiny) & (ax <= 10.5 * info.tiny)).all())
+    control = torch.randn(16, 64)
+    stress(control, "near_max", 5)
+    assert not bool(torch.isfinite(control.half()).any())  # float32's own limits: Inf everywhere in float16
+
+
 # --- the numerics rule per dtype --------------------------------------------------------------------
 
 def _rounded(dtype, scale: float = 1.0):
