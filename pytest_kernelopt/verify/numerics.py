@@ -34,9 +34,9 @@ integers and bools must be equal. Where the two numbers come from:
   ``error_factor`` times that envelope plus its own rounding:
   ``rtol = error_factor * u + r``, ``atol = error_factor * baseline_atol + tiny``. The
   rounding is not multiplied: every implementation pays it once, and multiplied it would
-  let a bf16 output be 4 ulps (3%) off; as it is, a bf16 output 1% off fails. The compiled baseline passes by construction
-  (``error_factor >= 1``); ``tiny``, the dtype's smallest normal, lets a result that would be
-  subnormal be flushed to zero.
+  let a bf16 output be 4 ulps (3%) off; as it is, a bf16 output 1% off fails. The compiled
+  baseline passes by construction (``error_factor >= 1``); ``tiny``, the dtype's smallest
+  normal, lets a result that would be subnormal be flushed to zero.
 
 A passing judgement reports its worst element as a fraction of that element's allowance
 (at most 1); a failing one names the element (flat index and multi-index), the expected
@@ -137,9 +137,11 @@ class NumericsRule(BaseModel):
     # --- model stage and bench --------------------------------------------------------
 
     def _compute_eps(self, dtype: Any) -> float:
+        """The eps of the dtype an output of ``dtype`` is computed in."""
         if self.reduced_precision:
             return REDUCED_PRECISION_EPS
-        return _eps(_dtype(COMPUTE_DTYPE.get(_name(dtype)))) if _name(dtype) in COMPUTE_DTYPE else _eps(dtype)
+        compute = COMPUTE_DTYPE.get(_name(dtype))
+        return _eps(_dtype(compute)) if compute else _eps(dtype)
 
     def unit(self, dtype: Any) -> float:
         """``ulps`` units in the last place (relative) of the dtype an output of ``dtype`` is computed
@@ -338,10 +340,10 @@ def _name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _dtype(name: str | None) -> Any:
+def _dtype(name: str) -> Any:
     import torch
 
-    return getattr(torch, name or "float32")
+    return getattr(torch, name)
 
 
 def _eps(dtype: Any) -> float:
