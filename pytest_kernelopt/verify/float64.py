@@ -10,9 +10,9 @@ floating-point dtype a torch function is asked for into float64, and ``.float()`
 ``.bfloat16()`` into ``.double()``. ``Tensor.view(dtype)`` (a reinterpretation of bits, not a cast)
 is left alone; a model that needs it falls back to the eager judge, which the verdict says.
 
-``torch.autocast`` regions need nothing: autocast casts float32 tensors only and leaves float64
-ones as they are (CPU and CUDA; seen on torch 2.13), so under this mode a region a model runs in
-bf16 is computed in float64 in the reference.
+``torch.autocast`` regions need nothing: autocast only casts floating-point tensors other than
+float64 (its eligibility test excludes float64 on every device; seen on torch 2.13, CPU), so under
+this mode a region a model runs in bf16 is computed in float64 in the reference.
 """
 
 from __future__ import annotations
