@@ -84,6 +84,24 @@ def test_float64_reference_leaves_integer_casts_and_bit_views_alone(interpreter)
         assert x.to("cpu", torch.float16).dtype == torch.float64
 
 
+def test_a_forward_that_needs_its_casts_keeps_them_and_the_reference_says_so(interpreter):
+    import torch
+
+    from pytest_kernelopt.verify.model import _float64_outputs
+
+    class Checked(torch.nn.Module):
+        def forward(self, x):
+            h = x.to(torch.float16)
+            assert h.dtype == torch.float16, "fp16 only"  # a dtype check, as some kernels' wrappers make
+            return h * 2
+
+    notes: list[str] = []
+    x = torch.randn(4, 8)
+    (out,) = _float64_outputs(Checked(), [x.clone()], "cpu", notes)
+    assert torch.equal(out, x.half() * 2)
+    assert len(notes) == 1 and "own casts kept" in notes[0] and "fp16 only" in notes[0], notes
+
+
 # --- input draws ----------------------------------------------------------------------------------
 
 def test_draws_of_an_fp32_input_keep_to_the_limits_of_the_half_kernel_it_feeds(interpreter):

@@ -8,7 +8,10 @@ forward says ``.float()`` and ``.to(torch.bfloat16)``, the compiled baseline was
 such a reference, torch 2.13 CPU). While the reference runs, :class:`Float64Mode` turns every
 floating-point dtype a torch function is asked for into float64, and ``.float()``, ``.half()`` and
 ``.bfloat16()`` into ``.double()``. ``Tensor.view(dtype)`` (a reinterpretation of bits, not a cast)
-is left alone; a model that needs it falls back to the eager judge, which the verdict says.
+is left alone. A forward that cannot run so (one that checks a dtype, or calls an op that exists
+for one dtype only, e.g. an fp8 matrix product) runs again with its own casts kept, and the
+verdict's ``reference_note`` says so; one that cannot run in float64 at all is judged against its
+fp32 eager run (``reference: "eager"``).
 
 ``torch.autocast`` regions need nothing: autocast only casts floating-point tensors other than
 float64 (its eligibility test excludes float64 on every device; seen on torch 2.13, CPU), so under
@@ -56,13 +59,14 @@ class Float64Mode(TorchFunctionMode):
 _NARROWING = _narrowing_methods()
 
 
-def float64_outputs(model: Any, inputs: list[Any], device: str) -> list[Any]:
+def float64_outputs(model: Any, inputs: list[Any], device: str, notes: list[str] | None = None) -> list[Any]:
     """The model in float64 on ``device``, under :class:`Float64Mode`; raises whatever goes wrong.
 
     Takes the caller's list and empties it, so the inputs are freed while the float64 model
     runs (at 2^31 elements that is 8 GiB less at the session's peak). Floating-point inputs and
     every floating-point parameter and buffer (bf16 or fp16 ones a model cast in ``__init__``
-    included) become float64; integer ones stay as they are.
+    included) become float64; integer ones stay as they are. Where the forward raises under
+    :class:`Float64Mode`, it runs again without it, and a line saying so is added to ``notes``.
     """
     import torch
 
@@ -72,7 +76,17 @@ def float64_outputs(model: Any, inputs: list[Any], device: str) -> list[Any]:
     args = [(x.to(device).double() if x.is_floating_point() else x.to(device)) if isinstance(x, torch.Tensor) else x
             for x in inputs]
     inputs.clear()
-    with torch.no_grad(), Float64Mode():
-        out = flatten(model64(*args))
+    with torch.no_grad():
+        try:
+            with Float64Mode():
+                out = flatten(model64(*args))
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the forward needs one of its casts: keep them, and say so
+            out = flatten(model64(*args))
+            if notes is not None:
+                text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+                notes.append(f"float64 with the forward's own casts kept (in float64 throughout it raised "
+                             f"{type(exc).__name__}: {text})")
     del model64, args
     return out

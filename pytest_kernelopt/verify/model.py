@@ -122,11 +122,11 @@ def _eps(dtype: Any) -> float:
     return float(torch.finfo(dtype).eps) if dtype.is_floating_point else 0.0
 
 
-def _float64_outputs(model: Any, inputs: list[Any], device: str) -> list[Any]:
+def _float64_outputs(model: Any, inputs: list[Any], device: str, notes: list[str] | None = None) -> list[Any]:
     """The model in float64 on ``device`` (:func:`.float64.float64_outputs`); raises whatever goes wrong."""
     from .float64 import float64_outputs
 
-    return float64_outputs(model, inputs, device)
+    return float64_outputs(model, inputs, device, notes)
 
 
 def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str, str | None]:
@@ -139,6 +139,7 @@ def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str,
 
     compiled = prepared.compiled
     kind, note = "float64", None
+    kept_casts: list[str] = []  # the forward could not run in float64 throughout (verify/float64.py)
     refs: dict[int, SeedReference] = {}
     for seed in prepared.seeds:
         xs = prepared.inputs(seed)
@@ -147,11 +148,11 @@ def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str,
         reference = None
         if kind == "float64":
             try:
-                reference = _float64_outputs(compiled.model, xs, compiled.device)
+                reference = _float64_outputs(compiled.model, xs, compiled.device, kept_casts)
             except torch.OutOfMemoryError:
                 torch.cuda.empty_cache()
                 try:  # not enough device memory: the same in float64 on the CPU, slower
-                    reference = _float64_outputs(compiled.model, prepared.inputs(seed), "cpu")
+                    reference = _float64_outputs(compiled.model, prepared.inputs(seed), "cpu", kept_casts)
                     note = "float64 reference computed on the CPU (not enough GPU memory)"
                 except Exception as exc:  # noqa: BLE001 - any failure falls back, and says so
                     kind, note = "eager", f"float64 reference failed on the CPU too: {type(exc).__name__}: {_short(exc)}"
@@ -165,6 +166,8 @@ def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str,
                 reference = flatten(compiled.model(*(xs or prepared.inputs(seed))))
         refs[seed] = SeedReference([_output_reference(b, r.to(b.device)) for b, r in zip(base, reference)])
         del base, reference, xs
+    if kind == "float64" and kept_casts:
+        note = "; ".join(n for n in (note, kept_casts[0]) if n)
     return refs, kind, note
 
 
