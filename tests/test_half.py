@@ -189,6 +189,28 @@ def test_model_rule_is_unchanged_for_float32_and_reduced_precision_uses_bf16s_ep
     assert reduced.model_tolerance(torch.bfloat16, 0.0).rtol >= rule.model_tolerance(torch.bfloat16, 0.0).rtol
 
 
+def test_a_whole_compile_may_round_intermediates_as_eager_does(interpreter):
+    """Bench modes and compile settings are whole compiles: one that rounds an intermediate to bf16 (as eager and
+    the user's code do) is not held to the one rounding of the default compile's fused kernel."""
+    import torch
+
+    from pytest_kernelopt.verify.numerics import NumericsFailure, NumericsRule, judge
+
+    gen = torch.Generator().manual_seed(7)
+    x, y = (torch.randn(8192, generator=gen).to(torch.bfloat16) for _ in range(2))
+    w, v = ((1 + 0.1 * torch.randn(8192, generator=gen)).to(torch.bfloat16) for _ in range(2))
+    ref = (x.double() + y.double()) * w.double() * v.double()
+    fused = ((x.float() + y.float()) * w.float() * v.float()).to(torch.bfloat16)  # rounded once
+    eager = (x + y) * w * v  # rounded three times
+    kernel_rule, compile_rule = NumericsRule(), NumericsRule(whole_compile=True)
+    envelope = kernel_rule.envelope_atol(fused, ref)
+    assert compile_rule.envelope_atol(fused, ref) == envelope == 0.0
+    assert judge(ref, eager, compile_rule.model_tolerance(torch.bfloat16, envelope), "eager").worst_ratio <= 1.0
+    with pytest.raises(NumericsFailure):  # the control: a kernel swapped in is held to one rounding
+        judge(ref, eager, kernel_rule.model_tolerance(torch.bfloat16, envelope), "eager")
+    assert compile_rule.model_tolerance(torch.float32, 0.0) == kernel_rule.model_tolerance(torch.float32, 0.0)
+
+
 @pytest.mark.parametrize("dtype_name", ["bfloat16", "float16"])
 def test_kernel_rule_allows_one_ulp_of_a_half_output(interpreter, dtype_name):
     import torch

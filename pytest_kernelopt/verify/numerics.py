@@ -116,6 +116,13 @@ class NumericsRule(BaseModel):
     ulps: float = Field(ULP_FLOOR, gt=0.0)
     reduced_precision: bool = False
     pointwise: bool = False  # the kernel stage's kernel computes each element on its own
+    # The run is a whole compile (a bench mode, a compile setting), not the default compile with
+    # kernels swapped in: it may round intermediates to the model's half-precision dtype where the
+    # default compile kept them in float32 (eager does, as the user's code says), so its rounding
+    # allowance is ``error_factor`` ulps of a half-precision output instead of one. Measured on a
+    # bf16 RMSNorm with a residual: eager, which rounds three times, was up to 1.1 ulps off float64
+    # where the fused kernel (rounding once) was within half an ulp.
+    whole_compile: bool = False
 
     # --- kernel stage ---------------------------------------------------------------
 
@@ -153,7 +160,9 @@ class NumericsRule(BaseModel):
         float32 computation), else 0: rounding the output once, to either neighbour of the true value
         (round to nearest is within half of it; a float32 value a little off may round to the other)."""
         eps = _eps(dtype)
-        return eps if eps > self._compute_eps(dtype) else 0.0
+        if eps <= self._compute_eps(dtype):
+            return 0.0
+        return eps * (self.error_factor if self.whole_compile else 1.0)
 
     def model_tolerance(self, dtype: Any, baseline_atol: float, baseline: str = "the compiled baseline") -> Tolerance:
         """A run's allowance against the float64 reference, from ``baseline``'s envelope."""
