@@ -23,19 +23,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import torch  # imported only where a reference is built (model.py imports this module lazily)
 from torch.overrides import TorchFunctionMode
 
-
-def _narrowing_methods() -> frozenset[Any]:
-    import torch
-
-    return frozenset({torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16})
+_NARROWING = frozenset({torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16})
 
 
 def _wide(value: Any) -> Any:
     """float64 for a floating-point dtype (float16, bfloat16, float32, the float8 kinds); else as given."""
-    import torch
-
     if isinstance(value, torch.dtype) and value.is_floating_point and value != torch.float64:
         return torch.float64
     return value
@@ -45,8 +40,6 @@ class Float64Mode(TorchFunctionMode):
     """Every floating-point dtype asked of a torch function becomes float64 (see the module's docstring)."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        import torch
-
         kwargs = kwargs or {}
         if func in _NARROWING:
             return args[0].to(torch.float64, **{k: v for k, v in kwargs.items() if k == "memory_format"})
@@ -54,9 +47,6 @@ class Float64Mode(TorchFunctionMode):
             args = tuple(_wide(a) for a in args)
             kwargs = {k: _wide(v) for k, v in kwargs.items()}
         return func(*args, **kwargs)
-
-
-_NARROWING = _narrowing_methods()
 
 
 def float64_outputs(model: Any, inputs: list[Any], device: str, notes: list[str] | None = None) -> list[Any]:
@@ -68,8 +58,6 @@ def float64_outputs(model: Any, inputs: list[Any], device: str, notes: list[str]
     included) become float64; integer ones stay as they are. Where the forward raises under
     :class:`Float64Mode`, it runs again without it, and a line saying so is added to ``notes``.
     """
-    import torch
-
     from .model import flatten
 
     model64 = copy.deepcopy(model).to(device).double()
