@@ -147,7 +147,7 @@ def compile_stage(prepared: Prepared, variant: str, error_factor: float, reduced
     import torch
 
     default, chosen = _sides(prepared, variant)
-    rule = NumericsRule(error_factor=error_factor, reduced_precision=reduced_precision)
+    rule = NumericsRule(error_factor=error_factor, reduced_precision=reduced_precision, whole_compile=True)
     rows = CompileRows()
     for seed in prepared.seeds:
         inputs = prepared.inputs(seed)

@@ -62,8 +62,8 @@ from ..records import SeedErrors
 from .guards import CANARIES, UNGUARDED, Bands, GuardedKernel
 from .numerics import Judgement, NumericsFailure, NumericsRule, Tolerance, judge
 from .prepared import Prepared, StageFailure
-from .tensors import (EXACT_COPY_BYTES, STRESS_VARIANTS, checksum, chunks, poison, random_fill, restore, snapshot,
-                      stress, stress_text, unchanged)
+from .tensors import (EXACT_COPY_BYTES, STRESS_VARIANTS, checksum, chunks, limits_of, poison, random_fill, restore,
+                      snapshot, stress, stress_text, unchanged)
 
 __all__ = ["EXACT_COPY_BYTES", "FRESH", "KernelRows", "compare", "kernel_stage"]
 
@@ -353,17 +353,18 @@ def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, ro
     compiled, handle = prepared.compiled, prepared.compiled.kernel(name)
     entropy = prepared.entropy
     variants = entropy.shuffled([FRESH, *STRESS_VARIANTS])  # no fixed order to count on either
+    within = narrowest_float(handle.info.args)
     # A drawn share of the draws (one to half of them, which ones drawn) runs the candidate on
     # the model's own tensors, as production does; the others on guarded copies.
     unguarded = set(entropy.shuffled(variants)[:1 + entropy.below((len(variants) + 1) // 2)])
     for variant in variants:
         seed, transform = entropy.input_seed(), entropy.seed()
-        inputs, condition = _stressed_inputs(prepared, seed, variant, transform)
+        inputs, condition = _stressed_inputs(prepared, seed, variant, transform, within)
         if inputs is None:
             if "every stress draw (no floating-point model input)" not in rows.skipped:
                 rows.skipped.append("every stress draw (no floating-point model input)")
             continue
-        where = f"draw {variant!r} (input seed {seed}, {_text(variant, inputs)}, transform seed {transform})"
+        where = f"draw {variant!r} (input seed {seed}, {_text(variant, inputs, within)}, transform seed {transform})"
         if condition > 1.0 and not rule.pointwise:
             where += f", allowance x {condition:.3g} for the shift"
         checker = _Checker(handle.original, candidate, handle.info.args, where, rule, prepared.device, entropy,
@@ -380,7 +381,7 @@ def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, ro
             raised = type(exc).__name__  # not the exception: its frames hold the inputs
         del inputs
         if raised is not None:
-            if not _raises_alone(prepared, seed, variant, transform):
+            if not _raises_alone(prepared, seed, variant, transform, within):
                 raise StageFailure(f"{where}: the model raised with the candidate checked in place, and not without "
                                    f"it ({raised})")
             # The model itself rejects these inputs: nothing to check the candidate on.
@@ -398,19 +399,30 @@ def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, ro
         rows.stress.append(f"{variant} (seed {seed})")
 
 
-def _text(variant: str, inputs: list[Any]) -> str:
+def narrowest_float(args: list[Any]) -> Any:
+    """The least precise floating-point dtype among a kernel's tensor arguments (None: none): the
+    stress draws keep to its limits (:func:`.tensors.limits_of`)."""
+    import torch
+
+    found = [getattr(torch, str(a.dtype).removeprefix("torch."), None) for a in args if a.kind == "tensor" and a.dtype]
+    floats = [d for d in found if isinstance(d, torch.dtype) and d.is_floating_point]
+    return max(floats, key=lambda d: torch.finfo(d).eps, default=None)
+
+
+def _text(variant: str, inputs: list[Any], within: Any = None) -> str:
     import torch
 
     if variant == FRESH:
         return "inputs as get_inputs() draws them, weights drawn for this draw"
     dtypes = sorted({x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.dtype.is_floating_point}, key=str)
-    texts = [stress_text(variant, d) for d in dtypes]
+    texts = [stress_text(variant, limits_of(d, within)) for d in dtypes]
     if len(set(texts)) <= 1:
         return "floating-point inputs " + (texts[0] if texts else variant)
     return "floating-point inputs " + "; ".join(f"{str(d).replace('torch.', '')}: {t}" for d, t in zip(dtypes, texts))
 
 
-def _stressed_inputs(prepared: Prepared, seed: int, variant: str, transform: int) -> tuple[list[Any] | None, float]:
+def _stressed_inputs(prepared: Prepared, seed: int, variant: str, transform: int,
+                     within: Any = None) -> tuple[list[Any] | None, float]:
     """The inputs drawn under ``seed`` and turned into ``variant`` (None: no floating-point input), and how
     much worse the draw conditions a row's reduction (:func:`.tensors.stress`; 1 for most draws)."""
     import torch
@@ -427,15 +439,15 @@ def _stressed_inputs(prepared: Prepared, seed: int, variant: str, transform: int
         key = (x.data_ptr(), x.dtype)
         if key not in seen:  # one tensor passed twice is transformed once
             seen.add(key)
-            condition = max(condition, stress(x, variant, transform + k))
+            condition = max(condition, stress(x, variant, transform + k, within))
     return inputs, condition
 
 
-def _raises_alone(prepared: Prepared, seed: int, variant: str, transform: int) -> bool:
+def _raises_alone(prepared: Prepared, seed: int, variant: str, transform: int, within: Any = None) -> bool:
     """Whether the compiled model, with the compiler's kernels only, raises on this draw."""
     import torch
 
-    inputs, _ = _stressed_inputs(prepared, seed, variant, transform)
+    inputs, _ = _stressed_inputs(prepared, seed, variant, transform, within)
     try:
         prepared.compiled(*(inputs or []))
     except torch.OutOfMemoryError:

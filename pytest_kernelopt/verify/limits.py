@@ -26,5 +26,9 @@ def human_bytes(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB ({n} bytes)" if n >= 1 << 20 else f"{n / 1024:.0f} KiB ({n} bytes)"
 
 # The kernel stage's relative tolerance by dtype: the one numerics rule (numerics.py) reads it,
-# and the offset input draw (tensors.offset_decades) is sized from it.
-KERNEL_RTOL = {"float64": 1e-9, "float32": 1e-4, "float16": 2e-3, "bfloat16": 1.6e-2}
+# and the offset input draw (tensors.offset_decades) is sized from it. float16 and bfloat16: one
+# ulp (their eps, 2^-10 and 2^-7). Inductor computes a half-precision kernel in float32 and rounds
+# each output once, so an honest rewrite (another order, other float32 math functions) moves a
+# rounded result by at most one ulp, which is at most eps x |result|; two (1.6e-2, as before
+# 2026-12-04) let a bf16 kernel that scaled its output by 1.01 pass.
+KERNEL_RTOL = {"float64": 1e-9, "float32": 1e-4, "float16": 2.0**-10, "bfloat16": 2.0**-7}

@@ -1,14 +1,17 @@
 """Stage 3: the whole model with the candidate swapped in, against a float64 reference.
 
 The judge is a float64 copy of the eager model, run once per seed when the session
-opens. Every output element is judged by the one numerics rule (:mod:`.numerics`)::
+opens, in float64 throughout (:mod:`.float64`: casts its forward names become float64).
+Every output element is judged by the one numerics rule (:mod:`.numerics`)::
 
-    |candidate - reference| <= error_factor * (envelope + ulps * eps * |reference|)
+    |candidate - reference| <= error_factor * (envelope + ulps * eps * |reference|) + rounding * |reference|
 
 where ``(envelope, ulps * eps)`` is the compiled baseline's own error envelope against
-the same reference: ``ulps`` (4) units in the last place of the output dtype relative
-to each element, plus the smallest absolute term ``envelope`` with which the baseline
-itself passes (0 when the compiler is within 4 ulp everywhere). The allowance is thus
+the same reference: ``ulps`` (4) units in the last place of the dtype the output is
+computed in (the output's; float32 for a float16 or bfloat16 output, whose own rounding,
+one ulp, is ``rounding``, added once) relative to each element, plus the smallest
+absolute term ``envelope`` with which the baseline itself passes (0 when the compiler is
+within 4 ulp everywhere). The allowance is thus
 not scaled by the output's largest element: a huge element no longer widens what the
 others may be off by. A reordered reduction passes; an fp16/bf16 round trip or TF32
 where the compiler used fp32 fails (``allow_reduced_precision`` puts the relative part
@@ -44,7 +47,6 @@ after the run as well.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,22 +122,11 @@ def _eps(dtype: Any) -> float:
     return float(torch.finfo(dtype).eps) if dtype.is_floating_point else 0.0
 
 
-def _float64_outputs(model: Any, inputs: list[Any], device: str) -> list[Any]:
-    """The model in float64 on ``device``; raises whatever goes wrong.
+def _float64_outputs(model: Any, inputs: list[Any], device: str, notes: list[str] | None = None) -> list[Any]:
+    """The model in float64 on ``device`` (:func:`.float64.float64_outputs`); raises whatever goes wrong."""
+    from .float64 import float64_outputs
 
-    Takes the caller's list and empties it, so the fp32 inputs are freed while the
-    float64 model runs (at 2^31 elements that is 8 GiB less at the session's peak).
-    """
-    import torch
-
-    model64 = copy.deepcopy(model).to(device).double()
-    args = [(x.to(device).double() if x.is_floating_point() else x.to(device)) if isinstance(x, torch.Tensor) else x
-            for x in inputs]
-    inputs.clear()
-    with torch.no_grad():
-        out = flatten(model64(*args))
-    del model64, args
-    return out
+    return float64_outputs(model, inputs, device, notes)
 
 
 def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str, str | None]:
@@ -148,6 +139,7 @@ def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str,
 
     compiled = prepared.compiled
     kind, note = "float64", None
+    kept_casts: list[str] = []  # the forward could not run in float64 throughout (verify/float64.py)
     refs: dict[int, SeedReference] = {}
     for seed in prepared.seeds:
         xs = prepared.inputs(seed)
@@ -156,11 +148,11 @@ def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str,
         reference = None
         if kind == "float64":
             try:
-                reference = _float64_outputs(compiled.model, xs, compiled.device)
+                reference = _float64_outputs(compiled.model, xs, compiled.device, kept_casts)
             except torch.OutOfMemoryError:
                 torch.cuda.empty_cache()
                 try:  # not enough device memory: the same in float64 on the CPU, slower
-                    reference = _float64_outputs(compiled.model, prepared.inputs(seed), "cpu")
+                    reference = _float64_outputs(compiled.model, prepared.inputs(seed), "cpu", kept_casts)
                     note = "float64 reference computed on the CPU (not enough GPU memory)"
                 except Exception as exc:  # noqa: BLE001 - any failure falls back, and says so
                     kind, note = "eager", f"float64 reference failed on the CPU too: {type(exc).__name__}: {_short(exc)}"
@@ -174,6 +166,8 @@ def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str,
                 reference = flatten(compiled.model(*(xs or prepared.inputs(seed))))
         refs[seed] = SeedReference([_output_reference(b, r.to(b.device)) for b, r in zip(base, reference)])
         del base, reference, xs
+    if kind == "float64" and kept_casts:
+        note = "; ".join(n for n in (note, kept_casts[0]) if n)
     return refs, kind, note
 
 
@@ -213,7 +207,7 @@ def rebase(out: OutputReference, base: Any, ref: Any = None) -> OutputReference:
     ref = out.ref_hi if ref is None else ref
     out.baseline_err = _max_err(base, ref) + absolute + rel * _scale(ref)
     rule = NumericsRule()
-    out.envelope = envelope_atol(base, ref, rule.unit(base.dtype), absolute, rel)
+    out.envelope = envelope_atol(base, ref, rule.envelope_rtol(base.dtype), absolute, rel)
     out.nonfinite = ~torch.isfinite(base) if any_nonfinite(base) else None
     return out
 

@@ -278,13 +278,26 @@ def offset_decades(dtype: Any) -> float:
     return max(1.0, min(-math.log10(torch.finfo(dtype).eps) - 1.5, detects))
 
 
-def near_max(t: Any) -> float:
-    """M of the ``near_max`` draw: the dtype's largest value, or less, so that a sum of every element,
-    in any order, stays finite where it is accumulated (float32, float64 for float64): an honest
-    reordering of a reduction must not overflow where the compiler's order did not."""
+def limits_of(dtype: Any, within: Any = None) -> Any:
+    """The dtype whose limits a draw of an input of ``dtype`` respects: ``within`` where it is a
+    floating dtype less precise than ``dtype`` (an fp32 input a model computes on in float16 or
+    bfloat16, in an autocast region: values beyond float16's range are Inf there, and float32's
+    subnormals zero, so such draws would check nothing), else ``dtype`` itself."""
     import torch
 
-    info = torch.finfo(t.dtype)
+    if within is None or not within.is_floating_point or not dtype.is_floating_point:
+        return dtype
+    return within if torch.finfo(within).eps > torch.finfo(dtype).eps else dtype
+
+
+def near_max(t: Any, within: Any = None) -> float:
+    """M of the ``near_max`` draw: the dtype's largest value, or less, so that a sum of every element,
+    in any order, stays finite where it is accumulated (float32, float64 for float64): an honest
+    reordering of a reduction must not overflow where the compiler's order did not.
+    ``within``: see :func:`limits_of`."""
+    import torch
+
+    info = torch.finfo(limits_of(t.dtype, within))
     accumulated = torch.finfo(torch.float64 if t.dtype == torch.float64 else torch.float32).max
     return min(info.max, accumulated / max(1, t.numel()))
 
@@ -299,7 +312,7 @@ def stress_text(variant: str, dtype: Any) -> str:
                                        tiny10=f"{10 * info.tiny:.3g}", max=f"{info.max:.3g}")
 
 
-def stress(t: Any, variant: str, seed: int) -> float:
+def stress(t: Any, variant: str, seed: int, within: Any = None) -> float:
     """Turn a drawn floating-point input into a draw of ``variant`` (:data:`STRESS_VARIANTS`), in place.
 
     Returns how much worse the draw conditions a reduction over a row: 1, but for ``offset``
@@ -311,7 +324,9 @@ def stress(t: Any, variant: str, seed: int) -> float:
     left as drawn. No copy of ``t`` is made: the ops are in place, random numbers drawn per
     piece of at most ``CHUNK`` elements, on its device; a sort holds one block of rows.
     Magnitudes are computed in float64 and rounded once to the dtype, so every floating
-    dtype (float16 and bfloat16 included) gets its own subnormals and limits.
+    dtype (float16 and bfloat16 included) gets its own subnormals and limits; with ``within``
+    (the narrowest dtype of the kernel being checked), those of that dtype where it is less
+    precise (:func:`limits_of`).
     """
     import torch
 
@@ -319,8 +334,9 @@ def stress(t: Any, variant: str, seed: int) -> float:
         raise ValueError(f"unknown stress variant {variant!r}")
     if not t.dtype.is_floating_point or t.numel() == 0:
         return 1.0
-    k_max = decades(t.dtype)
-    info = torch.finfo(t.dtype)
+    limits = limits_of(t.dtype, within)
+    k_max = decades(limits)
+    info = torch.finfo(limits)
     scalar = random.Random(seed)
     gen = torch.Generator(device=t.device).manual_seed(seed)
 
@@ -344,7 +360,7 @@ def stress(t: Any, variant: str, seed: int) -> float:
             if scalar.random() < 0.5:
                 t.neg_()
         elif variant == "offset":
-            return _offset_rows(t, scalar.getrandbits(62), offset_decades(t.dtype))
+            return _offset_rows(t, scalar.getrandbits(62), offset_decades(limits), limits)
         elif variant == "constant":
             # Half the rows, not all: with every output equal the rule's absolute part (rtol x the median
             # |expected|) would vanish, and an honest reordering of a row's mean (x - mean is then a
@@ -383,7 +399,7 @@ def stress(t: Any, variant: str, seed: int) -> float:
                     else:
                         piece.copy_(torch.where(rand(piece) < 0.5, small, piece))
                 elif variant == "near_max":
-                    top = near_max(t)
+                    top = near_max(t, within)
                     piece.copy_(signed(piece, magnitudes(piece, top / 10.0, top).clamp_(max=top)))
                 elif variant == "near_tiny":
                     piece.copy_(signed(piece, magnitudes(piece, info.tiny, 10.0 * info.tiny).clamp_(min=info.tiny)))
@@ -398,7 +414,7 @@ def stress(t: Any, variant: str, seed: int) -> float:
     return 1.0
 
 
-def _offset_rows(t: Any, seed: int, top: float) -> float:
+def _offset_rows(t: Any, seed: int, top: float, limits: Any = None) -> float:
     """Add c = +-10^d x (mean |x|) to each row along the last dimension, sign and d in [1, top] drawn per row;
     returns the largest 10^d drawn.
 
@@ -411,7 +427,7 @@ def _offset_rows(t: Any, seed: int, top: float) -> float:
     scale = float(first.abs().double().mean())
     scale = scale if math.isfinite(scale) and scale > 0 else 1.0
     length = max(1, t.shape[-1]) if t.dim() else 1
-    limit = torch.finfo(t.dtype).max / 4
+    limit = torch.finfo(limits if limits is not None else t.dtype).max / 4
     done, largest = 0, 1.0
     for piece in views(t):
         if t.is_contiguous():
