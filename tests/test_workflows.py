@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 import shutil
@@ -400,3 +401,34 @@ def test_release_refuses_a_tag_that_is_not_the_version(tag, ok):
     assert (proc.returncode == 0) == ok, proc.stdout + proc.stderr
     if not ok:
         assert f"does not match pyproject.toml's version {version}" in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_tag_pushed_to_a_bare_remote_builds_a_release_twine_accepts(tmp_path):
+    """The release job's build steps, run as written on a checkout of a version tag pushed to a local
+    bare remote (as actions/checkout fetches it): the tag check passes, `python -m build` makes the
+    sdist and the wheel of that version, and `twine check --strict` accepts both."""
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    tag = f"v{version}"
+
+    def git(*args, cwd):
+        subprocess.run(["git", "-c", "user.name=release", "-c", "user.email=release@example.invalid", *args],
+                       cwd=cwd, check=True, capture_output=True)
+
+    remote, source, checkout = tmp_path / "remote.git", tmp_path / "source", tmp_path / "checkout"
+    git("init", "-q", "--bare", str(remote), cwd=tmp_path)
+    git("clone", "-q", "--no-hardlinks", str(ROOT), str(source), cwd=tmp_path)
+    git("tag", tag, cwd=source)
+    git("push", "-q", str(remote), "HEAD:refs/heads/main", f"refs/tags/{tag}", cwd=source)
+    git("clone", "-q", "--depth", "1", "--branch", tag, f"file://{remote}", str(checkout), cwd=tmp_path)
+
+    build = load(ROOT / ".github/workflows/release.yml")["jobs"]["build"]
+    env = {**os.environ, "TAG": tag, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for step in (s for s in build["steps"] if "run" in s):
+        done = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=checkout, env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, f"{step['name']}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+    built = sorted(p.name for p in (checkout / "dist").iterdir())
+    assert built == [f"pytest_kernelopt-{version}-py3-none-any.whl", f"pytest_kernelopt-{version}.tar.gz"]
