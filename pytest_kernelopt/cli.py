@@ -487,6 +487,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from .agents.progress import RichUI
     from .config import config_for_problem, resolve_device
     from .capture.problem import load_problem
+    from .capture.shapes import refuse_shapes
     from .store import KernelStore
 
     if not 0.0 <= args.min_share < 1.0:
@@ -494,7 +495,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if not args.open_pr and (args.base is not None or args.remote != FIELDS["remote"].default):
         raise UsageError("--base and --remote apply to --open-pr only: without it tune pushes nothing (add --open-pr, "
                          "or run `kernelopt publish RUN_DIR --base BRANCH` after the run)")
-    problems = [load_problem(p).path for p in args.problems]  # every file checked before any work
+    problems = [refuse_shapes(load_problem(p), "tune").path for p in args.problems]  # every file checked before any work
     settings = [config_for_problem(p, config=args.config) for p in problems]
     if args.kernels_dir is None and len({s.kernels_path for s in settings}) > 1:
         raise UsageError("the problems belong to projects with different kernel stores; tune them separately "
@@ -620,6 +621,7 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     store, the verifier's own failure; the other problems still were); 130: interrupted (what was stored or retired stays)."""
     from .config import config_for_problem, load_config, resolve_device
     from .capture.problem import load_problem
+    from .capture.shapes import refuse_shapes
     from .agents.refresh import ProblemRefresh, refresh, refresh_table
     from .errors import ProblemError
     from .report import print_table
@@ -642,7 +644,7 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     problems, failed = [], []
     for p in paths:
         try:
-            problems.append(load_problem(p).path)
+            problems.append(refuse_shapes(load_problem(p), "refresh").path)
         except ProblemError as exc:
             failed.append(ProblemRefresh(model=Path(p).stem, problem=str(Path(p).resolve()), error=str(exc)))
     if not problems:  # nothing to go on with: one error line

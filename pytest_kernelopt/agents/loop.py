@@ -103,7 +103,9 @@ class Tuner:
         from .profiler import build_profile, ncu_counters
 
         t0 = time.monotonic()
-        problem = load_problem(problem_path)
+        from ..capture.shapes import refuse_shapes
+
+        problem = refuse_shapes(load_problem(problem_path), "tune")
         model = problem.id
         outcome = ProblemOutcome(model=model, problem=str(problem.path), device=self.options.device,
                                  speed_measured=self.options.device == "cuda")

@@ -258,8 +258,12 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
 
         torch.set_grad_enabled(False)  # inference only: the kernelopt backend swaps inference graphs
         result.environment = environment(device)
-        problem = load_problem(path)
+        problem = load_problem(path)  # a problem with SHAPES: at its first declared shape
         result.model = problem.id
+        result.shape = problem.shape
+        if len(problem.shapes) > 1:
+            result.shape_note = (f"benched at shape {problem.shape} only (its first declared); "
+                                 f"{', '.join(list(problem.shapes)[1:])} not benched yet")
         model = problem.build_model(device)
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()

@@ -61,6 +61,8 @@ def bench_table(result: BenchResult) -> Any:
                     notes.append(p.method_note)
             if m.mode == "kernelopt" and m.kernels_note:
                 notes.append(m.kernels_note)
+            if i == 0 and p.shape_note:
+                notes.append(p.shape_note)
             if i == 0 and p.reference == "eager":
                 notes.append(f"no float64 reference: {p.reference_note}")
             share = f"{p.triton_share:.0%}" if m.mode == BASELINE and p.triton_share is not None else ""
@@ -78,6 +80,9 @@ def print_bench(result: BenchResult) -> None:
     from rich.console import Console
 
     (Console() if sys.stdout.isatty() else Console(width=200)).print(bench_table(result))
+    for p in result.problems:
+        if p.shape_note:
+            print(f"{p.model}: {p.shape_note}")
     if not result.speed_measured:
         print("speed not measured: no CUDA device (interpreter mode); correctness and compile times only")
 

@@ -100,6 +100,9 @@ class ProblemResult(Record):
     seed: int = SEED
     reference: Literal["float64", "eager"] | None = None
     reference_note: str | None = None
+    # A problem with SHAPES: the declared shape benched (its first) and, with several, that the others are not yet.
+    shape: str | None = None
+    shape_note: str | None = None
     modes: list[ModeResult] = Field(default_factory=list)
     speed_measured: bool = False
     method: Literal["cuda-graph", "eager"] | None = None
