@@ -55,7 +55,7 @@ class Problem:
         return self.path.stem
 
     def at(self, shape: str | None) -> "Problem":
-        """This problem opened at ``shape`` (None: the first declared); a shape it does not declare is a ProblemError."""
+        """This problem opened at ``shape`` (None: the first declared); an undeclared one is a ProblemError."""
         return Problem(path=self.path, module=self.module, shapes=self.shapes,
                        shape=choose_shape(self.path, self.shapes, shape), shape_weights=self.shape_weights)
 
@@ -74,7 +74,7 @@ class Problem:
         return model.to(device).eval()
 
     def store_name(self, kernel: str) -> str:
-        """The kernel store folder of ``kernel`` at this problem's shape (``<kernel>@<shape>`` when it declares SHAPES)."""
+        """The store folder of ``kernel`` at this problem's shape (``<kernel>@<shape>`` when it declares SHAPES)."""
         return store_name(kernel, self.shape)
 
     def make_inputs(self, seed: int, device: str = "cpu", shape: str | None = None) -> list[Any]:

@@ -69,9 +69,10 @@ def _read_weights(path: Path, module: ModuleType, shapes: dict[str, dict[str, An
     unknown = [k for k in weights if k not in shapes]
     missing = [k for k in shapes if k not in weights]
     if unknown or missing:
+        said = [f"not in SHAPES: {', '.join(map(repr, unknown))}" if unknown else "",
+                f"missing: {', '.join(missing)}" if missing else ""]
         raise ProblemError(path, "SHAPE_WEIGHTS must weigh every declared shape and no other: "
-                                 + "; ".join(filter(None, [unknown and f"not in SHAPES: {', '.join(map(repr, unknown))}",
-                                                           missing and f"missing: {', '.join(missing)}"])))
+                                 + "; ".join(filter(None, said)))
     out: dict[str, float] = {}
     for name, weight in weights.items():
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0 or weight == float("inf"):

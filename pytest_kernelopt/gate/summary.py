@@ -1,8 +1,8 @@
 """One summary of a gate run, computed once from its items' results and rendered by every output.
 
-Per problem file, and per declared shape of a problem with SHAPES (:class:`ProblemSummary`): what the store holds for the model's kernels
-(committed / stale / compiler's), how many kernel items failed, the model check's outcome,
-its speedup with the 95% interval, the comparison with the base ref, the worst error
+Per problem file, and per declared shape of a problem with SHAPES (:class:`ProblemSummary`): what the
+store holds for the model's kernels (committed / stale / compiler's), how many kernel items failed, the
+model check's outcome, its speedup with the 95% interval, the comparison with the base ref, the worst error
 against float64, and the notes the terminal prints under its table. The rules, once:
 
 * counts: the model item's (it knows every kernel of the model); without them (the model

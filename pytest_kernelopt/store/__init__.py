@@ -49,7 +49,8 @@ __all__ = [
     "MANIFEST", "MANIFEST_SCHEMA_VERSION", "MODEL_RECORD", "ORIGINAL", "AcceptOutcome", "ActiveVersion", "CompileChoice",
     "Evidence",
     "KernelStore", "Manifest", "ModelBaseline", "ModelRecord", "OriginalName", "Provenance", "Recipe", "Retirement",
-    "VersionRecord", "accept_verdict", "baseline_key", "atomic_write", "environment_key", "model_baseline", "sha256_text",
+    "VersionRecord", "accept_verdict", "atomic_write", "baseline_key", "environment_key", "model_baseline",
+    "sha256_text",
 ]
 
 
@@ -492,8 +493,8 @@ def accept_verdict(store: KernelStore, model: str, kernel: str, source: str, ver
     )
     if outcome.stored and outcome.record is not None and verdict.environment is not None:
         try:
-            store.save_baseline(model, model_baseline(verdict, {folder: outcome.record.version}, outcome.record.created),
-                                shape)
+            baseline = model_baseline(verdict, {folder: outcome.record.version}, outcome.record.created)
+            store.save_baseline(model, baseline, shape)
         except StoreError as exc:
             raise StoreError(f"{exc} ({outcome.message}, but its model baseline was not recorded)") from exc
     return outcome

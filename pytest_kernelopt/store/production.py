@@ -516,7 +516,8 @@ class ProductionStatus:
             from ..capture.shapes import split_name
 
             names = {k.name for k in self.kernels}  # a folder per shape (name@b64) belongs to its kernel
-            unused = [n for n in KernelStore(self.kernels_dir).kernel_names(self.model) if split_name(n)[0] not in names]
+            unused = [n for n in KernelStore(self.kernels_dir).kernel_names(self.model)
+                      if split_name(n)[0] not in names]
         except Exception:  # noqa: BLE001 - a store we cannot list: the warnings said why
             unused = []
         if unused:

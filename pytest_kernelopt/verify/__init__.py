@@ -150,7 +150,8 @@ class VerifySession:
             self._worker.close()
             self.restarts += 1
             self._draw_seeds()  # new seeds, references computed for them: nothing of the last worker's replays
-        self.progress(f"opening {self.problem.name}{f' at shape {self.shape}' if self.shape else ''}: starting the worker, compiling, preparing "
+        at = f" at shape {self.shape}" if self.shape else ""
+        self.progress(f"opening {self.problem.name}{at}: starting the worker, compiling, preparing "
                       f"{len(self.seeds)} seed(s)")
         try:
             return self._open_worker()
