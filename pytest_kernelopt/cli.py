@@ -334,9 +334,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     # Interpreter mode needs no torch in this process; the children resolve the device themselves.
     device = "cpu" if requested == "cpu" else resolve_device(requested)
     print(f"settings: {settings[0].describe(args.kernels_dir)}", file=sys.stderr)
+    from .capture.shapes import declared_names
+
+    # A row group per (problem, declared shape); a SHAPES the text does not show: the child benches its first.
     jobs = [benchmark.BenchJob(problem=str(p.resolve()), modes=args.modes, device=device, seconds=args.seconds,
-                               kernels_dir=str((args.kernels_dir or s.kernels_path).resolve()))
-            for p, s in zip(args.problems, settings)]
+                               kernels_dir=str((args.kernels_dir or s.kernels_path).resolve()), shape=shape)
+            for p, s in zip(args.problems, settings) for shape in (declared_names(p) or [None])]
     result = benchmark.run_bench(jobs, benchmark.BenchSettings(modes=args.modes, device=requested,
                                                                seconds=args.seconds, timeout=args.timeout))
     benchmark.print_bench(result)

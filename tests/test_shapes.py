@@ -106,6 +106,14 @@ def test_bad_shapes_are_a_problem_error_naming_the_file(tmp_path, declared, expe
     assert str(path) in str(caught.value)
 
 
+def test_bench_reads_the_declared_names_from_the_text(tmp_path):
+    from pytest_kernelopt.capture.shapes import declared_names
+
+    assert declared_names(_problem(tmp_path, PROBLEM)) == ["b2", "b4"]
+    assert declared_names(_problem(tmp_path, "import torch\nSHAPES = dict(b2={})\n")) is None  # the child decides
+    assert declared_names(_problem(tmp_path, "import torch\n")) == []
+
+
 def test_an_undeclared_shape_is_refused_naming_the_declared_ones(tmp_path):
     from pytest_kernelopt.capture.problem import load_problem
     from pytest_kernelopt.errors import ProblemError
@@ -237,3 +245,16 @@ def test_production_runs_each_shapes_version_and_the_compiler_kernel_at_an_undec
     from pytest_kernelopt.store.production import status_line
 
     assert f"({kernel}@b4 v1)" in status_line("rows_sin", repo / "kernels", 0, records[1:2])
+
+
+@pytest.mark.slow
+def test_bench_has_a_row_group_per_shape(repo, tmp_path):
+    result = _cli("bench", FILE, "--modes", "default,kernelopt", "--json", str(tmp_path / "bench.json"), cwd=repo)
+    assert result.returncode == 0, result.stderr
+    kernel = (repo / "kernel_name").read_text()
+    problems = json.loads((tmp_path / "bench.json").read_text())["problems"]
+    assert [(p["model"], p["shape"], p["status"]) for p in problems] == [("rows_sin", "b2", "ok"), ("rows_sin", "b4", "ok")]
+    for p in problems:  # each shape's row runs the version stored for it
+        (ours,) = [m for m in p["modes"] if m["mode"] == "kernelopt"]
+        assert f"{kernel}@{p['shape']} v1" in ours["kernels_note"], ours
+    assert "rows_sin@b2" in result.stdout and "rows_sin@b4" in result.stdout

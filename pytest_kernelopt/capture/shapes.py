@@ -120,6 +120,28 @@ def split_name(folder: str) -> tuple[str, str | None]:
     return (kernel, shape) if sep else (folder, None)
 
 
+def declared_names(path: Path) -> list[str] | None:
+    """The shape names a problem file declares, read from its text without running it (bench's parent imports
+    no torch): [] when it assigns no module-level ``SHAPES``; None when ``SHAPES`` is not a literal dict with
+    string keys (then only loading the file tells)."""
+    import ast
+
+    try:
+        tree = ast.parse(Path(path).read_text())
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None  # loading it says what is wrong
+    found: list[str] | None = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == "SHAPES" for t in targets):
+            value = getattr(node, "value", None)
+            keys = value.keys if isinstance(value, ast.Dict) else None
+            found = [k.value for k in keys] if keys is not None and all(
+                isinstance(k, ast.Constant) and isinstance(k.value, str) for k in keys) else None
+    return found
+
+
 def refuse_shapes(problem: Any, command: str) -> Any:
     """``problem`` (a capture.problem.Problem), refused with a ProblemError when it declares SHAPES:
     ``command`` does not store per declared shape yet, and a kernel stored without its shape would be
