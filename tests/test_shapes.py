@@ -253,7 +253,8 @@ def test_bench_has_a_row_group_per_shape(repo, tmp_path):
     assert result.returncode == 0, result.stderr
     kernel = (repo / "kernel_name").read_text()
     problems = json.loads((tmp_path / "bench.json").read_text())["problems"]
-    assert [(p["model"], p["shape"], p["status"]) for p in problems] == [("rows_sin", "b2", "ok"), ("rows_sin", "b4", "ok")]
+    assert [(p["model"], p["shape"], p["status"]) for p in problems] == [("rows_sin", "b2", "ok"),
+                                                                          ("rows_sin", "b4", "ok")]
     for p in problems:  # each shape's row runs the version stored for it
         (ours,) = [m for m in p["modes"] if m["mode"] == "kernelopt"]
         assert f"{kernel}@{p['shape']} v1" in ours["kernels_note"], ours
