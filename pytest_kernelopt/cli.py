@@ -490,7 +490,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from .agents.progress import RichUI
     from .config import config_for_problem, resolve_device
     from .capture.problem import load_problem
-    from .capture.shapes import refuse_shapes
     from .store import KernelStore
 
     if not 0.0 <= args.min_share < 1.0:
@@ -498,8 +497,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if not args.open_pr and (args.base is not None or args.remote != FIELDS["remote"].default):
         raise UsageError("--base and --remote apply to --open-pr only: without it tune pushes nothing (add --open-pr, "
                          "or run `kernelopt publish RUN_DIR --base BRANCH` after the run)")
-    # Every file checked before any work; one with SHAPES is refused (tune does not store per shape yet).
-    problems = [refuse_shapes(load_problem(p), "tune").path for p in args.problems]
+    problems = [load_problem(p).path for p in args.problems]  # every file checked before any work
     settings = [config_for_problem(p, config=args.config) for p in problems]
     if args.kernels_dir is None and len({s.kernels_path for s in settings}) > 1:
         raise UsageError("the problems belong to projects with different kernel stores; tune them separately "

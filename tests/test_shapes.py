@@ -133,17 +133,52 @@ def test_the_store_takes_a_folder_per_shape_and_refuses_a_bad_shape_name(tmp_pat
             store.kernel_dir("m", bad)
 
 
-def test_tune_and_refresh_refuse_a_problem_with_shapes(tmp_path):
-    """Not built yet: said, with nothing done (a kernel tuned without its shape would be stored where production
-    and the gate never look)."""
+def test_refresh_refuses_a_problem_with_shapes(tmp_path):
+    """Not built yet: said, with nothing done (a kernel replayed without its shape would be stored where
+    production and the gate never look)."""
     path = _problem(tmp_path, PROBLEM)
     (tmp_path / "pyproject.toml").write_text('[tool.kernelopt]\ndevice = "cpu"\n')
-    for command in ("tune", "refresh"):
-        result = _cli(command, str(path), cwd=tmp_path)
-        assert result.returncode == 2, result.stderr
-        assert f"declares SHAPES (b2, b4); `kernelopt {command}` does not handle problems with SHAPES yet" \
-            in result.stderr
+    result = _cli("refresh", str(path), cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "declares SHAPES (b2, b4); `kernelopt refresh` does not handle problems with SHAPES yet" in result.stderr
     assert not (tmp_path / "kernels").exists()
+
+
+def test_tune_tunes_each_shape_with_its_share_of_the_budget_and_stores_per_shape(tmp_path):
+    """Against the scripted verifier of test_agents: each declared shape gets its own session (opened at the
+    shape), a share of each kernel's budget by SHAPE_WEIGHTS (3:1), and its versions in <kernel>@<shape>/."""
+    from test_agents import FakeSession, _inductor_info, _tuner
+
+    from pytest_kernelopt.agents import shape_shares
+    from pytest_kernelopt.agents.trace import load_run
+
+    class ShapedSession(FakeSession):
+        def __call__(self, problem, device, options, progress=None, variant=None, shape=None):
+            self.shapes.append(shape)
+            return super().__call__(problem, device, options, progress, variant)
+
+    path = tmp_path / "m.py"  # the scripted verdicts are of model "m"
+    path.write_text(PROBLEM)
+    assert shape_shares(path) == [("b2", 0.75), ("b4", 0.25)]
+    session = ShapedSession(_inductor_info(), {8: 1.2, 16: 1.4, 2: 1.1, 1: 1.0}, seconds=0.1)
+    session.shapes = []
+    tuner, run, store = _tuner(tmp_path, session, budget_s=0.8)
+    prepared = []
+    tuner.coder.prepare = lambda problem, device, kernels, shape=None: prepared.append(shape)
+    outcomes = [tuner.tune_problem(path, shape, share) for shape, share in shape_shares(path)]
+    run.close()
+    assert session.shapes == ["b2", "b4"] and prepared == ["b2", "b4"] and [o.shape for o in outcomes] == ["b2", "b4"]
+    name = _inductor_info().name
+    assert not any(o.error for o in outcomes), [o.error for o in outcomes]
+    assert store.kernel_names("m") == [f"{name}@b2", f"{name}@b4"]
+    for o in outcomes:
+        (k,) = o.kernels
+        assert k.stored_version == 1 and k.stored_file.startswith(f"m/{name}@{o.shape}/")
+    spent = [o.kernels[0].gpu_seconds for o in outcomes]
+    assert spent[0] <= 0.6 + 0.2 and spent[1] <= 0.2 + 0.2 and spent[0] > spent[1]  # 0.75 and 0.25 of 0.8 s
+    _, events = load_run(run.root)
+    reasons = [str(e.data.get("reason") or "") for e in events if e.event == "stop"]
+    assert any("kernel budget" in r and "of 0.2 s" in r for r in reasons), reasons
 
 
 # --- end to end: list, accept per shape, gate, production (compiles) -----------------------

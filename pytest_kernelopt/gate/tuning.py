@@ -37,14 +37,12 @@ class Tuning:
         if not (self.options.tune or self.options.refresh) or problem.path in self._done:
             return
         self._done.add(problem.path)
-        if problem.shape is not None:  # tune and refresh do not yet store per declared shape: said, not guessed
+        if problem.shape is not None and self.options.refresh:  # refresh does not replay per declared shape yet
             from .failure import GateFailure
 
-            flags = " and ".join(f for f, on in (("--kernelopt-refresh", self.options.refresh),
-                                                   ("--kernelopt-tune", self.options.tune)) if on)
-            raise GateFailure(f"{problem.path}: declares SHAPES; {flags} do not handle problems with SHAPES yet "
-                              f"(nothing tuned or refreshed): `kernelopt accept {problem.path.name} --shape NAME ...` "
-                              "stores a version per shape")
+            raise GateFailure(f"{problem.path}: declares SHAPES; --kernelopt-refresh does not handle problems with "
+                              f"SHAPES yet (nothing refreshed or tuned): `kernelopt accept {problem.path.name} "
+                              "--shape NAME ...` stores a version per shape")
         if self.options.refresh:
             self._refresh(problem, item)
         if self.options.tune:
