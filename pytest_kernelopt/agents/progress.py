@@ -110,8 +110,9 @@ def problem_lines(record: Any) -> list[str]:
     (``pytest --kernelopt-tune``'s summary; ``kernelopt tune`` shows the same in its table)."""
     lines = []
     for p in record.problems:
+        label = f"{p.model}@{p.shape}" if p.shape else p.model  # a line per declared shape
         if p.error or p.note:
-            lines.append(f"{p.model}: {'error: ' + p.error if p.error else p.note}")
+            lines.append(f"{label}: {'error: ' + p.error if p.error else p.note}")
             continue
         tuned = [k for k in p.kernels if not k.skipped]
         tried = sum(k.attempts for k in p.kernels)
@@ -126,6 +127,6 @@ def problem_lines(record: Any) -> list[str]:
         else:
             kept = "nothing stored: no candidate was faster beyond noise"
         skipped = len(p.kernels) - len(tuned)
-        lines.append(f"{p.model}: {len(tuned)} kernel(s) tuned{f' ({skipped} skipped)' if skipped else ''}, "
+        lines.append(f"{label}: {len(tuned)} kernel(s) tuned{f' ({skipped} skipped)' if skipped else ''}, "
                      f"{tried} candidate(s) tried, {passed} passed the cascade; {kept}")
     return lines
