@@ -424,7 +424,8 @@ def cmd_verify_or_accept(args: argparse.Namespace) -> int:
                 print("\n".join(verdict_lines(verdicts[-1])), flush=True)
     if args.command == "verify":
         if args.json:
-            payload = [json.loads(v.model_dump_json()) for v in verdicts]
+            extra = {"shape": problem.shape} if problem.shape else {}  # the declared shape verified at
+            payload = [{**json.loads(v.model_dump_json()), **extra} for v in verdicts]
             print(json.dumps(payload if len(payload) > 1 else payload[0], indent=2))
         return EXIT_REJECTED if any(v.status == "rejected" for v in verdicts) else EXIT_OK
     return _accept(args, settings, problem.id, verdicts[0], problem.shape)
@@ -438,6 +439,8 @@ def _accept(args: argparse.Namespace, settings: Any, model: str, verdict: Any, s
                              provenance=Provenance(proposed_by=args.proposed_by), shape=shape)
     if args.json:
         out = json.loads(verdict.model_dump_json())
+        if shape:
+            out["shape"] = shape
         out["stored"] = outcome.record.model_dump(mode="json") if outcome.stored and outcome.record else None
         out["message"] = outcome.message
         print(json.dumps(out, indent=2))
