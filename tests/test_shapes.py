@@ -133,6 +133,17 @@ def test_the_store_takes_a_folder_per_shape_and_refuses_a_bad_shape_name(tmp_pat
             store.kernel_dir("m", bad)
 
 
+def test_each_gate_part_reports_its_own_folders_and_the_first_those_of_undeclared_shapes(tmp_path):
+    from pytest_kernelopt.gate.problems import Problem
+
+    b2, b4 = (Problem(path=tmp_path / "m.py", id="m", shape=s, declared=["b2", "b4"], kernels=["k"])
+              for s in ("b2", "b4"))
+    assert [f for f in ("k@b2", "k@b4", "k@b8", "k", "j@b4") if b2.owns(f)] == ["k@b2", "k@b8", "k"]
+    assert [f for f in ("k@b2", "k@b4", "k@b8", "k", "j@b4") if b4.owns(f)] == ["k@b4", "j@b4"]
+    plain = Problem(path=tmp_path / "m.py", id="m", kernels=["k"])
+    assert [f for f in ("k", "j", "k@b2") if plain.owns(f)] == ["k", "j", "k@b2"]
+
+
 def test_refresh_refuses_a_problem_with_shapes(tmp_path):
     """Not built yet: said, with nothing done (a kernel replayed without its shape would be stored where
     production and the gate never look)."""
@@ -239,6 +250,18 @@ def test_the_gate_has_items_per_shape_and_passes(repo, pytester):
         (f"{FILE}::{kernel}@b2", "b2", "committed"), (f"{FILE}::{kernel}@b4", "b4", "committed")]
     assert all(i["outcome"] == "passed" and i["version"] in (1, None) for i in items)
     result.stdout.re_match_lines([rf"{FILE}@b2\s+1\s+0\s+0\s+0\s", rf"{FILE}@b4\s+1\s+0\s+0\s+0\s"])
+
+    # A folder of a shape the file does not declare: the gate verifies it at no shape, so it is stale (strict: fails).
+    model_dir = pytester.path / "kernels" / "rows_sin"
+    shutil.copytree(model_dir / f"{kernel}@b4", model_dir / f"{kernel}@b8")
+    manifest = model_dir / f"{kernel}@b8" / "manifest.json"
+    manifest.write_text(manifest.read_text().replace(f'"{kernel}@b4"', f'"{kernel}@b8"'))
+    result = pytester.runpytest_subprocess("--kernelopt", "--kernelopt-seeds", "2", "-W", "ignore", "-p",
+                                           "no:cacheprovider", "-m", "kernelopt_model")
+    assert result.ret == 1, result.stdout.str()
+    result.stdout.fnmatch_lines([f"*{FILE}::model@b2*", f"*holds committed versions of {kernel}@b8*"
+                                 f"({kernel}@b8: of a shape its SHAPES do not declare)*"])
+    result.stdout.re_match_lines([r".*1 failed, 1 passed.*"])
 
 
 @pytest.mark.slow

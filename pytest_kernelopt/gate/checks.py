@@ -195,9 +195,10 @@ class Checks:
             self.store.model_record(problem.id)  # a broken model.json fails here, measured or not
             self.store.compile_variant(problem.id)  # and a compile setting this version does not know
             # A folder with no active version (retired by refresh) runs nothing: not stale.
-            # Of this shape only (``<kernel>@<shape>`` folders; plain ones for a problem without SHAPES).
-            orphaned = [k for k in self.store.kernel_names(problem.id) if split_name(k)[1] == problem.shape
-                        and split_name(k)[0] not in problem.kernels
+            # Of this shape (``<kernel>@<shape>`` folders; plain ones for a problem without SHAPES), and folders of
+            # shapes the file does not declare (reported by its first shape's item).
+            orphaned = [k for k in self.store.kernel_names(problem.id) if problem.owns(k)
+                        and not (split_name(k)[1] == problem.shape and split_name(k)[0] in problem.kernels)
                         and (m := self.store.manifest(problem.id, k)) is not None and m.active is not None]
         except KerneloptError as exc:
             broken.append(str(exc))
@@ -209,10 +210,14 @@ class Checks:
         if orphaned:  # counted as stale; the summary's note names them
             item.prop("orphaned", orphaned)
             if self.strict:
+                undeclared = [k for k in orphaned if split_name(k)[1] != problem.shape]
+                why = (f" ({', '.join(undeclared)}: of a shape its SHAPES do not declare); the gate verified none of "
+                       "them (production runs one only where the compiler generates the very kernel it replaces)"
+                       if undeclared else "; they are not used and were not verified")
                 raise GateFailure(f"stale: {self.store.model_dir(problem.id)} holds committed versions of "
-                                  f"{', '.join(orphaned)}, which the compiler no longer generates for {problem.id}; "
-                                  "they are not used and were not verified (re-tune, or remove the folders; to pass "
-                                  "anyway, --kernelopt-allow-stale or allow_stale = true in [tool.kernelopt])")
+                                  f"{', '.join(orphaned)}, which the compiler no longer generates for {problem.id}"
+                                  f"{why} (re-tune, or remove the folders; to pass anyway, --kernelopt-allow-stale "
+                                  "or allow_stale = true in [tool.kernelopt])")
         base_text, base_store = self._base(item, problem)
         if problem.variant is not None:
             accepted.append(self._check_compile(item, problem))

@@ -28,6 +28,17 @@ class Problem:
     # with its own items; the file's own Problem then has no kernels of its own.
     shape: str | None = None
     shapes: list["Problem"] = field(default_factory=list)
+    declared: list[str] = field(default_factory=list)  # the shapes the file declares ([]: no SHAPES)
+
+    def owns(self, folder: str) -> bool:
+        """Whether a store folder of the model is this part's to report when the compiler does not generate
+        its kernel: one of its shape, and, for the first part, one of a shape the file does not declare (a
+        plain folder of a file that now declares SHAPES, or the reverse)."""
+        from ..capture.shapes import split_name
+
+        shape = split_name(folder)[1]
+        first = self.declared[0] if self.declared else None
+        return shape == self.shape or (shape not in self.declared and self.shape == first)
 
     @property
     def key(self) -> tuple[Path, str | None]:
@@ -106,8 +117,10 @@ def compile_once(problem: Problem, device: str, store: Any) -> Problem:
             problem.error = str(exc)
             return problem
         # Each declared shape is compiled at its own inputs and gated on its own; undeclared ones are not gated.
-        problem.shapes = [Problem(path=problem.path, id=problem.id, loaded=True, variant=problem.variant, shape=shape)
-                          for shape in loaded.shapes]
+        declared = list(loaded.shapes)
+        problem.declared = declared
+        problem.shapes = [Problem(path=problem.path, id=problem.id, loaded=True, variant=problem.variant, shape=shape,
+                                  declared=declared) for shape in declared]
         for part in problem.parts:
             try:
                 with internal_warnings_ignored():
