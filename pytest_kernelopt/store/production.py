@@ -258,7 +258,6 @@ class KerneloptBackend:
 
         compiler_kernel = getattr(module, attr)
         name = self._name(attr, graph)
-        where = f"{self.model}/{name}"
         record = ProductionKernel(name=name, graph=graph, fingerprint=None, runs="compiler", module=module, attr=attr)
         try:
             folders = self._folders(name)
