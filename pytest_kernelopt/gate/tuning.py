@@ -37,7 +37,7 @@ class Tuning:
         if not (self.options.tune or self.options.refresh) or problem.path in self._done:
             return
         self._done.add(problem.path)
-        if problem.shape is not None and self.options.refresh:  # refresh does not replay per declared shape yet
+        if self.options.refresh and problem.shape is not None:  # refresh does not replay per declared shape yet
             from .failure import GateFailure
 
             raise GateFailure(f"{problem.path}: declares SHAPES; --kernelopt-refresh does not handle problems with "
