@@ -273,13 +273,14 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     variant = KernelStore(settings.kernels_path).compile_variant(problem.id)
     # A problem with SHAPES: every declared shape (or the one --shape names), each compiled at its inputs.
     shapes = [problem.shape] if args.shape or not problem.shapes else list(problem.shapes)
-    print(f"settings: {settings.describe(None)}", file=sys.stderr)
-    if variant is not None:
-        print(f"compiled as {variant!r} (model.json's compile settings)", file=sys.stderr)
     rows: list[dict[str, Any]] = []
     for shape in shapes:
         at = problem.at(shape) if shape is not None else problem
         summary = compile_problem(at, device, variant=variant).summary()  # a model that fails: its one error line
+        if shape == shapes[0]:
+            print(f"settings: {settings.describe(None)}", file=sys.stderr)
+            if variant is not None:
+                print(f"compiled as {variant!r} (model.json's compile settings)", file=sys.stderr)
         if args.dump:
             from .candidate import write_dumps
 
