@@ -231,6 +231,8 @@ def _pull_request(text: str) -> int:
 def _add_problem(p: argparse.ArgumentParser) -> None:
     p.add_argument("problem", type=Path, help="a KernelBench-format problem file (class Model, get_inputs, "
                                               "get_init_inputs)")
+    p.add_argument("--shape", metavar="NAME", help="a shape the problem declares (SHAPES, docs/problems.md); "
+                                                   "verify and accept need it when it declares several")
     add_arguments(p, ["device", "config"])
 
 
@@ -289,7 +291,7 @@ def _device(args: argparse.Namespace, settings: Any) -> str:
 def cmd_kernels(args: argparse.Namespace) -> int:
     from .capture.problem import load_problem
 
-    problem = load_problem(args.problem)  # bad file: exit 2 before torch compiles anything
+    problem = load_problem(args.problem, shape=args.shape)  # bad file: exit 2 before torch compiles anything
     settings = _settings(args)
     device = _device(args, settings)
     from .capture import compile_problem
@@ -297,30 +299,54 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
     # Under model.json's compile settings: the kernels verify, accept and the gate refer to.
     variant = KernelStore(settings.kernels_path).compile_variant(problem.id)
-    compiled = compile_problem(problem, device, variant=variant)  # a model that fails: its one error line
-    print(f"settings: {settings.describe(None)}", file=sys.stderr)
-    if variant is not None:
-        print(f"compiled as {variant!r} (model.json's compile settings)", file=sys.stderr)
-    summary = compiled.summary()
-    if args.dump:
-        from .candidate import write_dumps
+    # A problem with SHAPES: every declared shape (or the one --shape names), each compiled at its inputs.
+    shapes = [problem.shape] if args.shape or not problem.shapes else list(problem.shapes)
+    rows: list[dict[str, Any]] = []
+    for shape in shapes:
+        at = problem.at(shape) if shape is not None else problem
+        summary = compile_problem(at, device, variant=variant).summary()  # a model that fails: its one error line
+        if shape == shapes[0]:
+            print(f"settings: {settings.describe(None)}", file=sys.stderr)
+            if variant is not None:
+                print(f"compiled as {variant!r} (model.json's compile settings)", file=sys.stderr)
+        if args.dump:
+            from .candidate import write_dumps
 
-        paths = write_dumps(summary.kernels, problem.id, args.dump)
-        if not args.json:
-            print(f"wrote {len(paths)} candidate file(s) to {args.dump.resolve()}", file=sys.stderr)
+            folder = args.dump / shape if len(shapes) > 1 and shape is not None else args.dump
+            paths = write_dumps(summary.kernels, problem.id, folder)
+            if not args.json:
+                print(f"wrote {len(paths)} candidate file(s) to {folder.resolve()}", file=sys.stderr)
+        if args.json:
+            extra = {"shape": shape} if shape is not None else {}
+            rows += [{**k.model_dump(exclude={"source"}), **extra} for k in summary.kernels]
+            rows += [{**e.model_dump(), **extra} for e in summary.externs]
+            continue
+        from .report import kernels_table, print_table
+
+        if shape is not None:
+            print(f"shape {shape} ({_overrides(at.shapes[shape])}): stored as kernels/{problem.id}/<kernel>@{shape}/, "
+                  f"--shape {shape} for verify and accept", file=sys.stderr)
+        print_table(kernels_table(summary))
+        if not summary.kernels:
+            targets = sorted({e.target for e in summary.externs})
+            print(f"{problem.id}: no Triton kernels: Inductor generated none"
+                  + (f"; the model runs {len(summary.externs)} extern call(s) ({', '.join(targets)}), which kernelopt "
+                     "leaves alone" if targets else ""), file=sys.stderr)
     if args.json:
-        rows = [k.model_dump(exclude={"source"}) for k in summary.kernels] + [e.model_dump() for e in summary.externs]
         print(json.dumps(rows, indent=2))
-        return EXIT_OK
-    from .report import kernels_table, print_table
-
-    print_table(kernels_table(summary))
-    if not summary.kernels:
-        targets = sorted({e.target for e in summary.externs})
-        print(f"{problem.id}: no Triton kernels: Inductor generated none"
-              + (f"; the model runs {len(summary.externs)} extern call(s) ({', '.join(targets)}), which kernelopt "
-                 "leaves alone" if targets else ""), file=sys.stderr)
     return EXIT_OK
+
+
+def _overrides(overrides: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in overrides.items()) or "the file's own globals"
+
+
+def _shape_for(args: argparse.Namespace, problem: Any) -> Any:
+    """The problem at ``--shape``; a problem with several SHAPES needs one (the error lists them)."""
+    if args.shape is None and len(problem.shapes) > 1:
+        raise UsageError(f"{problem.path}: declares {len(problem.shapes)} shapes ({', '.join(problem.shapes)}); "
+                         f"name one with --shape (a version is verified and stored per shape)")
+    return problem.at(args.shape) if args.shape is not None or problem.shapes else problem
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -337,9 +363,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     # Interpreter mode needs no torch in this process; the children resolve the device themselves.
     device = "cpu" if requested == "cpu" else resolve_device(requested)
     print(f"settings: {settings[0].describe(args.kernels_dir)}", file=sys.stderr)
+    from .capture.shapes import declared_names
+
+    # A row group per (problem, declared shape); a SHAPES the text does not show: the child benches its first.
     jobs = [benchmark.BenchJob(problem=str(p.resolve()), modes=args.modes, device=device, seconds=args.seconds,
-                               kernels_dir=str((args.kernels_dir or s.kernels_path).resolve()))
-            for p, s in zip(args.problems, settings)]
+                               kernels_dir=str((args.kernels_dir or s.kernels_path).resolve()), shape=shape)
+            for p, s in zip(args.problems, settings) for shape in (declared_names(p) or [None])]
     result = benchmark.run_bench(jobs, benchmark.BenchSettings(modes=args.modes, device=requested,
                                                                seconds=args.seconds, timeout=args.timeout))
     benchmark.print_bench(result)
@@ -387,7 +416,7 @@ def cmd_verify_or_accept(args: argparse.Namespace) -> int:
 
     candidates = args.candidate if isinstance(args.candidate, list) else [args.candidate]
     sources = [read_candidate(c) for c in candidates]  # read once: these bytes run and are stored
-    problem = load_problem(args.problem)  # a bad problem file is exit 2 before any worker starts
+    problem = _shape_for(args, load_problem(args.problem))  # a bad problem file is exit 2 before any worker starts
     settings = _settings(args)
     device = _device(args, settings)
     try:
@@ -401,9 +430,9 @@ def cmd_verify_or_accept(args: argparse.Namespace) -> int:
     store = KernelStore((getattr(args, "kernels_dir", None) or settings.kernels_path).resolve())
     variant = store.compile_variant(problem.id)  # model.json's compile settings: its kernels are that compile's
     if args.command == "accept":  # a name the store cannot hold: say so before the verification runs
-        store.kernel_dir(problem.id, args.kernel)
+        store.kernel_dir(problem.id, problem.store_name(args.kernel))
         # The same bytes, stored and verified before: the answer is known without the cascade.
-        known = store.already_stored(problem.id, args.kernel, sources[0].source)
+        known = store.already_stored(problem.id, problem.store_name(args.kernel), sources[0].source)
         if known is not None:
             if args.json:
                 print(json.dumps({"status": None, "stored": None, "message": known.message,
@@ -415,28 +444,32 @@ def cmd_verify_or_accept(args: argparse.Namespace) -> int:
     say = (lambda text: None) if args.json else (lambda text: print(text, file=sys.stderr))
     say(f"settings: {settings.describe(getattr(args, 'kernels_dir', None))}")
     verdicts = []
-    with VerifySession(problem.path, device, options, progress=say, variant=variant) as session:
+    with VerifySession(problem.path, device, options, progress=say, variant=variant, shape=problem.shape) as session:
         for source in sources:
-            say(f"verifying {source.label} as {args.kernel} of {problem.id} on {device} ...")
+            at = f" at shape {problem.shape}" if problem.shape else ""
+            say(f"verifying {source.label} as {args.kernel} of {problem.id}{at} on {device} ...")
             verdicts.append(session.verify(args.kernel, source))
             if not args.json and args.command == "verify":
                 print("\n".join(verdict_lines(verdicts[-1])), flush=True)
     if args.command == "verify":
         if args.json:
-            payload = [json.loads(v.model_dump_json()) for v in verdicts]
+            extra = {"shape": problem.shape} if problem.shape else {}  # the declared shape verified at
+            payload = [{**json.loads(v.model_dump_json()), **extra} for v in verdicts]
             print(json.dumps(payload if len(payload) > 1 else payload[0], indent=2))
         return EXIT_REJECTED if any(v.status == "rejected" for v in verdicts) else EXIT_OK
-    return _accept(args, settings, problem.id, verdicts[0])
+    return _accept(args, settings, problem.id, verdicts[0], problem.shape)
 
 
-def _accept(args: argparse.Namespace, settings: Any, model: str, verdict: Any) -> int:
+def _accept(args: argparse.Namespace, settings: Any, model: str, verdict: Any, shape: str | None = None) -> int:
     from .store import KernelStore, Provenance, accept_verdict
 
     store = KernelStore((args.kernels_dir or settings.kernels_path).resolve())
     outcome = accept_verdict(store, model, args.kernel, verdict.verified_source, verdict, allow_no_gain=args.allow_no_gain,
-                             provenance=Provenance(proposed_by=args.proposed_by))
+                             provenance=Provenance(proposed_by=args.proposed_by), shape=shape)
     if args.json:
         out = json.loads(verdict.model_dump_json())
+        if shape:
+            out["shape"] = shape
         out["stored"] = outcome.record.model_dump(mode="json") if outcome.stored and outcome.record else None
         out["message"] = outcome.message
         print(json.dumps(out, indent=2))
@@ -633,6 +666,7 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     store, the verifier's own failure; the other problems still were); 130: interrupted (what was stored or retired stays)."""
     from .config import config_for_problem, load_config, resolve_device
     from .capture.problem import load_problem
+    from .capture.shapes import refuse_shapes
     from .agents.refresh import ProblemRefresh, refresh, refresh_table
     from .errors import ProblemError
     from .report import print_table
@@ -655,7 +689,7 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     problems, failed = [], []
     for p in paths:
         try:
-            problems.append(load_problem(p).path)
+            problems.append(refuse_shapes(load_problem(p), "refresh").path)
         except ProblemError as exc:
             failed.append(ProblemRefresh(model=Path(p).stem, problem=str(Path(p).resolve()), error=str(exc)))
     if not problems:  # nothing to go on with: one error line

@@ -590,7 +590,7 @@ def test_the_kernelopt_row_says_where_its_speed_comes_from():
     from pytest_kernelopt.benchmark.one_problem import _kernels_note
 
     def kernel(runs, version=None, reason=None):
-        return SimpleNamespace(name="triton_per_fused_0", runs=runs, version=version, reason=reason)
+        return SimpleNamespace(name="triton_per_fused_0", runs=runs, version=version, reason=reason, folder=None)
 
     def note(settings, kernels):
         return _kernels_note(SimpleNamespace(model="m", kernels=kernels, settings_applied=settings), [])

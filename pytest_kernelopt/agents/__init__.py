@@ -27,7 +27,17 @@ from .loop import UI, Tuner, TuneOptions
 from .run_records import RunRecord
 from .trace import RunDir, new_run_id, now_iso
 
-__all__ = ["UI", "TuneOptions", "Tuner", "tune"]
+__all__ = ["UI", "TuneOptions", "Tuner", "shape_shares", "tune"]
+
+
+def shape_shares(problem: Path) -> list[tuple[str | None, float]]:
+    """(declared shape, its share of each kernel's budget by SHAPE_WEIGHTS) per shape the problem declares;
+    [(None, 1.0)] for a problem without SHAPES."""
+    from ..capture.problem import load_problem
+
+    weights = load_problem(problem).shape_weights
+    total = sum(weights.values())
+    return [(name, w / total) for name, w in weights.items()] or [(None, 1.0)]
 
 
 def tune(problems: list[Path], options: TuneOptions, *, agent: str = "search", agent_options: dict[str, Any] | None = None,
@@ -48,7 +58,13 @@ def tune(problems: list[Path], options: TuneOptions, *, agent: str = "search", a
     tuner = Tuner(options, coder, store, run, ui)
     try:
         for problem in problems:
-            tuner.tune_problem(problem)
+            for shape, share in shape_shares(problem):
+                if shape is not None:
+                    ui.message(f"{Path(problem).stem}: tuning shape {shape} ({share:.0%} of each kernel's budget, "
+                               "by SHAPE_WEIGHTS)")
+                tuner.tune_problem(problem, shape, share) if shape is not None else tuner.tune_problem(problem)
+                if tuner.stop_reason:
+                    break
             if tuner.stop_reason:
                 ui.message(f"stopping: {tuner.stop_reason}")
                 break

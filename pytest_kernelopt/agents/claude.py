@@ -214,7 +214,7 @@ class ClaudeCoder:
 
     # -- the Coder protocol --------------------------------------------------------------
 
-    def prepare(self, problem: Path, device: str, kernels: list[Any]) -> None:
+    def prepare(self, problem: Path, device: str, kernels: list[Any], shape: str | None = None) -> None:
         """Nothing to prepare: prompts are built per round from the context."""
 
     @property

@@ -31,8 +31,9 @@ class Coder(Protocol):
     name: str
     model: str | None
 
-    def prepare(self, problem: Path, device: str, kernels: list[Any]) -> None:
-        """Once per problem, before its verification session opens (no GPU memory is held then)."""
+    def prepare(self, problem: Path, device: str, kernels: list[Any], shape: str | None = None) -> None:
+        """Once per problem (and declared shape), before its verification session opens (no GPU memory is held
+        then)."""
 
     def propose(self, ctx: CoderContext) -> list[Proposal]:
         """Candidates for ``ctx.kernel``; an empty list means this backend has nothing more to try."""

@@ -80,15 +80,17 @@ def matches(base: KernelInfo, alt: Harvested) -> bool:
             and (alt.layout is None or alt.layout == layout(base)))
 
 
-def harvest(problem: Path, device: str, variants: list[str], timeout: float) -> HarvestResult:
-    """Run the variants in a child process (secrets scrubbed from its environment)."""
+def harvest(problem: Path, device: str, variants: list[str], timeout: float, shape: str | None = None) -> HarvestResult:
+    """Run the variants in a child process (secrets scrubbed from its environment); ``shape``: a declared shape
+    of a problem with SHAPES (None: its first)."""
     import tempfile
 
     from ..verify.worker import worker_env
 
     with tempfile.TemporaryDirectory(prefix="kernelopt-harvest-") as tmp:
         out = Path(tmp) / "harvest.json"
-        cmd = [sys.executable, "-m", "pytest_kernelopt.agents.harvest", str(problem), device, str(out), *variants]
+        cmd = [sys.executable, "-m", "pytest_kernelopt.agents.harvest", str(problem), device, str(out),
+               *([f"--shape={shape}"] if shape else []), *variants]
         try:
             proc = subprocess.run(cmd, env=worker_env(), cwd=tmp, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -110,12 +112,13 @@ def main(argv: list[str]) -> int:
 
     warnings.filterwarnings("ignore")
     problem_path, device, out, *variants = argv
+    shape = variants.pop(0).removeprefix("--shape=") if variants and variants[0].startswith("--shape=") else None
     from ..candidate import render_dump
     from ..config import resolve_device
     from ..capture.problem import load_problem
 
     device = resolve_device(device)
-    problem = load_problem(Path(problem_path))
+    problem = load_problem(Path(problem_path), shape=shape)
     result = HarvestResult()
     for variant in variants:
         t0 = time.monotonic()

@@ -31,9 +31,10 @@ from .ui import UI
 
 class Keeper:
     def __init__(self, store: Any, coder: Coder, bench: Benchmarker, ui: UI, *, device: str, confirm: int, pin: bool,
-                 run_left: Callable[[], float]):
+                 run_left: Callable[[], float], shape: str | None = None):
         """``confirm``: how many of a kernel's best are confirmed at full length; ``pin``: run the pin pass;
-        ``run_left()``: device seconds left to the run (its budget)."""
+        ``run_left()``: device seconds left to the run (its budget); ``shape``: the declared shape tuned (a
+        problem with SHAPES: versions go to ``<kernel>@<shape>/``)."""
         self.store = store
         self.coder = coder
         self.bench = bench
@@ -42,12 +43,19 @@ class Keeper:
         self.n_confirm = confirm
         self.pin = pin
         self.run_left = run_left
+        self.shape = shape
+
+    def _folder(self, name: str) -> str:
+        """The store folder of kernel ``name`` at the shape tuned."""
+        from ..capture.shapes import store_name
+
+        return store_name(name, self.shape)
 
     def active(self, model: str, info: KernelInfo, ev: Callable[..., Any]) -> Any:
         if self.store is None:
             return None
         try:
-            active = self.store.active_file(model, info.name)
+            active = self.store.active_file(model, self._folder(info.name))
         except StoreError as exc:
             ev("store", "active-unreadable", error=str(exc))
             self.ui.message(f"{model}/{info.name}: {exc}; tuning from the compiler's kernel")
@@ -103,7 +111,7 @@ class Keeper:
         try:
             outcome = accept_verdict(self.store, model, info.name, state.sources[sha], best,
                                      provenance=self._provenance(attempt.origin),
-                                     alternatives=self._alternatives(info))
+                                     alternatives=self._alternatives(info), shape=self.shape)
         except StoreError as exc:
             result.message += f"not stored: {exc}"
             ev("store", "error", error=str(exc))
@@ -200,7 +208,7 @@ class Keeper:
                                                 provenance=self._provenance(attempt.origin, "combined"),
                                                 combined_timing=t,
                                                 combined_with=sorted(set(sources) - {name}),
-                                                alternatives=self._alternatives(state.info))
+                                                alternatives=self._alternatives(state.info), shape=self.shape)
             except StoreError as exc:
                 result.message += f"; not stored: {exc}"
                 ev("store", "error", kernel=name, error=str(exc))
@@ -285,7 +293,7 @@ class Keeper:
             try:
                 out = accept_verdict(self.store, model, name, text, verdict, allow_no_gain=True,
                                      provenance=self._provenance(origin, "pinned"),
-                                     alternatives=self._alternatives(state.info))
+                                     alternatives=self._alternatives(state.info), shape=self.shape)
             except StoreError as exc:
                 result.message += f"; not pinned: {exc}"
                 ev("store", "error", kernel=name, error=str(exc))
@@ -327,7 +335,8 @@ class Keeper:
         if outcome.record is None or not (outcome.stored or outcome.active):
             return False
         result.stored_version = outcome.record.version
-        result.stored_file = str((self.store.kernel_dir(model, name) / outcome.record.file).relative_to(self.store.root))
+        folder = self.store.kernel_dir(model, self._folder(name))
+        result.stored_file = str((folder / outcome.record.file).relative_to(self.store.root))
         result.stored_recipe = outcome.record.recipe.describe() if outcome.record.recipe is not None else None
         return True
 
@@ -342,9 +351,9 @@ class Keeper:
         try:
             versions = {}
             for name in stored:
-                active = self.store.active_file(model, name)
+                active = self.store.active_file(model, self._folder(name))
                 if active is not None:
-                    versions[name] = active.record.version
-            self.store.save_baseline(model, model_baseline(verdict, versions, datetime.now(timezone.utc)))
+                    versions[self._folder(name)] = active.record.version
+            self.store.save_baseline(model, model_baseline(verdict, versions, datetime.now(timezone.utc)), self.shape)
         except StoreError as exc:
             ev("store", "error", error=f"model baseline not recorded: {exc}")

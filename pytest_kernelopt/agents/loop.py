@@ -78,6 +78,7 @@ class Tuner:
         self.started = time.monotonic()
         self.stop_reason: str | None = None
         self._variant: str | None = None  # the current problem's compile settings (for the Coder's context)
+        self._share = 1.0  # of budget_s per kernel: the current declared shape's (SHAPE_WEIGHTS), else all
 
     # --- budgets -----------------------------------------------------------------------
 
@@ -89,29 +90,35 @@ class Tuner:
     def _out_of_budget(self, state: KernelState, estimate: float) -> str | None:
         if self.coder.stopped:
             return self.coder.stopped
-        if state.spent + estimate > self.options.budget_s:
-            return f"kernel budget: {state.spent:.0f} of {self.options.budget_s:g} s spent"
+        budget = self.options.budget_s * self._share  # a declared shape's share of it (SHAPE_WEIGHTS)
+        if state.spent + estimate > budget:
+            return f"kernel budget: {state.spent:.0f} of {budget:g} s spent"
         if estimate > self._run_left():
             return f"run budget: {self.options.run_budget_s:g} s spent"
         return None
 
     # --- one problem --------------------------------------------------------------------
 
-    def tune_problem(self, problem_path: Path) -> ProblemOutcome:
+    def tune_problem(self, problem_path: Path, shape: str | None = None, share: float = 1.0) -> ProblemOutcome:
+        """Tune one problem; of a problem with SHAPES, at ``shape`` (None: its first), each kernel's budget
+        ``share`` of ``budget_s`` (tune() splits it by the problem's SHAPE_WEIGHTS), storing in
+        ``<kernel>@<shape>/``."""
         from ..capture.problem import load_problem
         from ..verify import VerifyOptions, VerifySession
         from .profiler import build_profile, ncu_counters
 
         t0 = time.monotonic()
-        problem = load_problem(problem_path)
+        problem = load_problem(problem_path, shape=shape)
+        shape, self._share = problem.shape, share
+        at: dict[str, Any] = {"shape": shape} if shape is not None else {}  # sessions and the coder, at the shape
         model = problem.id
         outcome = ProblemOutcome(model=model, problem=str(problem.path), device=self.options.device,
-                                 speed_measured=self.options.device == "cuda")
+                                 speed_measured=self.options.device == "cuda", shape=shape)
         self.run.record.problems.append(outcome)
         ev = lambda role, event, **data: self.run.event(role, event, model=model, **data)  # noqa: E731
         ev("run", "problem", problem=str(problem.path))
         try:
-            self.coder.prepare(problem.path, self.options.device, [])
+            self.coder.prepare(problem.path, self.options.device, [], **at)
             harvested = getattr(self.coder, "harvested", None)
             if harvested is not None:
                 ev("coder", "harvest", kernels=len(harvested.kernels), errors=harvested.errors,
@@ -119,7 +126,8 @@ class Tuner:
             full_options = VerifyOptions(seeds=self.options.seeds, seed=self.options.seed,
                                          timeout=self.options.timeout)
             factory = self.session_factory or VerifySession
-            variant = self._variant = self._compile_step(problem.path, model, outcome, factory, full_options, ev)
+            variant = self._variant = self._compile_step(problem.path, model, outcome, factory, full_options, ev,
+                                                         shape)
             counters, note = None, ("Nsight Compute not run (--no-ncu): roofline estimate" if self.options.device == "cuda"
                                     else "interpreter mode: no timing; shares are shares of bytes moved")
             if self.options.device == "cuda" and self.options.ncu:
@@ -129,10 +137,11 @@ class Tuner:
             options = full_options.model_copy(update={"model_seconds": self.options.screen_seconds,
                                                       "kernel_seconds": self.options.screen_seconds})
             with factory(problem.path, self.options.device, options, progress=self.ui.message,
-                         variant=variant) as session:
+                         variant=variant, **at) as session:
                 bench = Benchmarker(session, full_options, self.run, self.ui)
                 keeper = Keeper(self.store, self.coder, bench, self.ui, device=self.options.device,
-                                confirm=self.options.confirm, pin=self.options.pin, run_left=self._run_left)
+                                confirm=self.options.confirm, pin=self.options.pin, run_left=self._run_left,
+                                shape=shape)
                 opened = session.open()
                 ev("benchmarker", "opened", seconds=round(opened.seconds, 2), kernels=len(opened.kernels),
                    isolation=getattr(session, "isolation", None))
@@ -204,7 +213,7 @@ class Tuner:
     # --- the model's compile settings ----------------------------------------------------
 
     def _compile_step(self, problem: Path, model: str, outcome: ProblemOutcome, factory: Callable[..., Any],
-                      options: Any, ev: Callable[..., Any]) -> str | None:
+                      options: Any, ev: Callable[..., Any], shape: str | None = None) -> str | None:
         """The compile the kernels are tuned on: model.json's, or the best of this run's trials."""
         from ..capture.variants import MODEL_VARIANTS, needless
         from . import compile_choice
@@ -213,6 +222,12 @@ class Tuner:
         variants = self.options.compile_variants
         if variants is None:
             variants = list(MODEL_VARIANTS) if self.options.device == "cuda" else []
+        if shape is not None and variants:  # model.json holds one setting, verified at one shape's graphs
+            note = (f"not chosen per shape yet (a problem with SHAPES): the kernels at {shape} are tuned on "
+                    f"{repr(previous) + ' (model.json)' if previous else 'the default compile'}")
+            self.ui.message(f"{model}: compile settings {note}")
+            ev("planner", "compile-skip", variant=",".join(variants), reason=note)
+            variants = []
         if not variants:
             if previous is not None:
                 outcome.compile = compile_choice.CompileOutcome(previous=previous, chosen=previous,
@@ -246,7 +261,7 @@ class Tuner:
                      item: PlanItem, state: KernelState) -> tuple[KernelOutcome, str | None, KernelState]:
         original = state.original
         result = KernelOutcome(kernel=info.name, fingerprint=info.fingerprint, profile=item.profile)
-        self.ui.kernel(model, info.name, self.options.budget_s)
+        self.ui.kernel(model, info.name, self.options.budget_s * self._share)
         ev = lambda role, event, **data: self.run.event(role, event, model=model, kernel=info.name, **data)  # noqa: E731
 
         active, active_verdict = keeper.active(model, info, ev), None

@@ -78,9 +78,10 @@ def print_tune_table(record: Any) -> None:
                 "kernel alone", "stored", device_s):
         table.add_column(col)
     for p in record.problems:
+        label = f"{p.model}@{p.shape}" if p.shape else p.model  # a row group per declared shape
         if p.error or p.note:
             what = f"error: {p.error}" if p.error else p.note
-            table.add_row(p.model, "-", "-", "-", "-", "-", what, "-", "-", "-", "0")  # no candidate ran
+            table.add_row(label, "-", "-", "-", "-", "-", what, "-", "-", "-", "0")  # no candidate ran
             continue
         chosen = p.compile.chosen if p.compile else None
         for k in p.kernels:
@@ -89,12 +90,12 @@ def print_tune_table(record: Any) -> None:
             limit = kernel_limits(k, compile_chosen=chosen).text()
             stages = (f"skipped: {k.skipped}" if k.skipped  # a skipped kernel may still be pinned
                       else ", ".join(f"{n} {s}" for s, n in sorted(k.by_stage.items())) or "-")
-            table.add_row(p.model, k.kernel, prof.bottleneck if prof else "-", share, limit, str(k.attempts), stages,
+            table.add_row(label, k.kernel, prof.bottleneck if prof else "-", share, limit, str(k.attempts), stages,
                           _x(k.best_timing), _x(k.best_kernel_timing),
                           (f"v{k.stored_version}" + (" (pinned)" if k.pinned else "")) if k.stored_version else "-",
                           f"{k.gpu_seconds:.0f}")
         if p.model_timing is not None:
-            table.add_row(p.model, "(whole model, stored kernels)", "", "", "", "", "", _x(p.model_timing), "", "", "")
+            table.add_row(label, "(whole model, stored kernels)", "", "", "", "", "", _x(p.model_timing), "", "", "")
     # A terminal gets its own width; a log (CI) gets room for kernel names instead of 80 columns.
     console = Console() if sys.stdout.isatty() else Console(width=200)
     console.print(table)
@@ -109,8 +110,9 @@ def problem_lines(record: Any) -> list[str]:
     (``pytest --kernelopt-tune``'s summary; ``kernelopt tune`` shows the same in its table)."""
     lines = []
     for p in record.problems:
+        label = f"{p.model}@{p.shape}" if p.shape else p.model  # a line per declared shape
         if p.error or p.note:
-            lines.append(f"{p.model}: {'error: ' + p.error if p.error else p.note}")
+            lines.append(f"{label}: {'error: ' + p.error if p.error else p.note}")
             continue
         tuned = [k for k in p.kernels if not k.skipped]
         tried = sum(k.attempts for k in p.kernels)
@@ -125,6 +127,6 @@ def problem_lines(record: Any) -> list[str]:
         else:
             kept = "nothing stored: no candidate was faster beyond noise"
         skipped = len(p.kernels) - len(tuned)
-        lines.append(f"{p.model}: {len(tuned)} kernel(s) tuned{f' ({skipped} skipped)' if skipped else ''}, "
+        lines.append(f"{label}: {len(tuned)} kernel(s) tuned{f' ({skipped} skipped)' if skipped else ''}, "
                      f"{tried} candidate(s) tried, {passed} passed the cascade; {kept}")
     return lines

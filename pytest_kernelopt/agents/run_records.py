@@ -164,6 +164,8 @@ class ProblemOutcome(Record):
     problem: str
     device: str
     speed_measured: bool
+    # The declared shape tuned (a problem with SHAPES: one outcome per shape, versions in <kernel>@<shape>/).
+    shape: str | None = None
     kernels: list[KernelOutcome] = Field(default_factory=list)
     profile: ModelProfile | None = None
     # The whole model with every stored kernel of this run swapped in vs the compiler.

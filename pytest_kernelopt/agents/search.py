@@ -66,7 +66,7 @@ class SearchCoder:
     def stopped(self) -> str | None:
         return None
 
-    def prepare(self, problem: Path, device: str, kernels: list[Any]) -> None:
+    def prepare(self, problem: Path, device: str, kernels: list[Any], shape: str | None = None) -> None:
         self._device = device
         variants = self.variants if self.variants is not None else (
             list(HARVEST_VARIANTS) if device == "cuda" else list(CPU_VARIANTS))
@@ -76,7 +76,7 @@ class SearchCoder:
             self.harvested = HarvestResult()
             return
         self.progress(f"harvesting Inductor's alternatives ({', '.join(variants)})")
-        self.harvested = harvest(problem, device, variants, self.harvest_timeout)
+        self.harvested = harvest(problem, device, variants, self.harvest_timeout, shape)
 
     def propose(self, ctx: CoderContext) -> list[Proposal]:
         done = self._done.setdefault(ctx.kernel.name, set())

@@ -90,7 +90,7 @@ def _kernels_note(backend: Any, caught: list[str]) -> tuple[int, str]:
         parts.append(f"compile setting {', '.join(settings)} from model.json")
     if committed:
         parts.append(f"{len(committed)} of {len(backend.kernels)} Triton kernel(s) run committed versions: " +
-                     ", ".join(f"{k.name} v{k.version}" for k in committed))
+                     ", ".join(f"{k.folder or k.name} v{k.version}" for k in committed))
     if parts:
         note = "speed from " + "; ".join(parts)
         if not committed:
@@ -258,8 +258,12 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
 
         torch.set_grad_enabled(False)  # inference only: the kernelopt backend swaps inference graphs
         result.environment = environment(device)
-        problem = load_problem(path)
+        problem = load_problem(path, shape=job.shape)  # a problem with SHAPES: the job's shape, else its first
         result.model = problem.id
+        result.shape = problem.shape
+        if job.shape is None and len(problem.shapes) > 1:
+            result.shape_note = (f"benched at shape {problem.shape} only (its first declared); "
+                                 f"{', '.join(list(problem.shapes)[1:])} not benched yet")
         model = problem.build_model(device)
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()

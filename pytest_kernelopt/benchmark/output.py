@@ -43,7 +43,7 @@ def bench_table(result: BenchResult) -> Any:
     for p in result.problems:
         rows = p.modes if p.modes else []
         if p.status == "error" and not any(m.compile_seconds is not None or m.correct is not None for m in rows):
-            table.add_row(p.model, "-", "-", "-", "-", "-", "-", "-", f"ERROR {p.error}", end_section=True)
+            table.add_row(_label(p), "-", "-", "-", "-", "-", "-", "-", f"ERROR {p.error}", end_section=True)
             continue
         for i, m in enumerate(rows):
             notes = []
@@ -61,11 +61,13 @@ def bench_table(result: BenchResult) -> Any:
                     notes.append(p.method_note)
             if m.mode == "kernelopt" and m.kernels_note:
                 notes.append(m.kernels_note)
+            if i == 0 and p.shape_note:
+                notes.append(p.shape_note)
             if i == 0 and p.reference == "eager":
                 notes.append(f"no float64 reference: {p.reference_note}")
             share = f"{p.triton_share:.0%}" if m.mode == BASELINE and p.triton_share is not None else ""
             limit = f"{m.limit_pct:.0f}%" if m.limit_pct is not None else "-"
-            table.add_row(p.model if i == 0 else "", m.mode, _us(m), _x(m), limit, _error(m),
+            table.add_row(_label(p) if i == 0 else "", m.mode, _us(m), _x(m), limit, _error(m),
                           f"{m.compile_seconds:.1f}" if m.compile_seconds is not None else "-", share,
                           "; ".join(notes), end_section=i == len(rows) - 1)
     for i, g in enumerate(result.geomeans):
@@ -74,10 +76,18 @@ def bench_table(result: BenchResult) -> Any:
     return table
 
 
+def _label(p: Any) -> str:
+    """The problem's row label: its model id, ``<model>@<shape>`` per declared shape."""
+    return f"{p.model}@{p.shape}" if p.shape else p.model
+
+
 def print_bench(result: BenchResult) -> None:
     from rich.console import Console
 
     (Console() if sys.stdout.isatty() else Console(width=200)).print(bench_table(result))
+    for p in result.problems:
+        if p.shape_note:
+            print(f"{p.model}: {p.shape_note}")
     if not result.speed_measured:
         print("speed not measured: no CUDA device (interpreter mode); correctness and compile times only")
 

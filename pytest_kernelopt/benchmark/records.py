@@ -100,6 +100,10 @@ class ProblemResult(Record):
     seed: int = SEED
     reference: Literal["float64", "eager"] | None = None
     reference_note: str | None = None
+    # A problem with SHAPES: the declared shape benched (a row group per shape); ``shape_note``: the shapes not
+    # benched, when the parent could not read SHAPES from the file's text (not a literal dict) and its first ran.
+    shape: str | None = None
+    shape_note: str | None = None
     modes: list[ModeResult] = Field(default_factory=list)
     speed_measured: bool = False
     method: Literal["cuda-graph", "eager"] | None = None
@@ -163,6 +167,8 @@ class BenchJob(Record):
     device: str
     kernels_dir: str
     seconds: float
+    # A declared shape of a problem with SHAPES (docs/problems.md): the child benches the problem there.
+    shape: str | None = None
 
 
 class ChildMessage(Record):

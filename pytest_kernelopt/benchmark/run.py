@@ -83,7 +83,7 @@ def run_bench(jobs: list[BenchJob], settings: BenchSettings, *, quiet: bool = Fa
                   console=console, transient=True, disable=quiet) as bar:
         task = bar.add_task("bench", total=len(jobs))
         for job in jobs:
-            name = Path(job.problem).stem
+            name = Path(job.problem).stem + (f"@{job.shape}" if job.shape else "")
             bar.update(task, description=f"{name}: starting")
             result = run_problem(job, settings.timeout, lambda text: bar.update(task, description=f"{name}: {text}"))
             problems.append(result)

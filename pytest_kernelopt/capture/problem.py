@@ -8,6 +8,9 @@ caller's choosing and are drawn on the device the model runs on (``get_inputs()`
 runs under ``torch.device(device)``): drawing 2^31 numbers on the CPU took longer
 than verifying a candidate, and full-size inputs never pass through host memory.
 The same seed gives the same inputs on the same kind of device.
+
+A problem may declare several input shapes (``SHAPES``, :mod:`.shapes`); a :class:`Problem` is
+opened at one of them (``shape``, default the first declared) and draws its inputs there.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import ProblemError
+from .shapes import choose_shape, overridden, read_shapes, store_name
 
 WEIGHT_SEED = 0  # torch's seed while the problem's own weights are built
 # Perturbed weights (:func:`perturb_weights`): parameters get additive noise of this many times
@@ -41,10 +45,19 @@ def _where(exc: BaseException, path: Path) -> str:
 class Problem:
     path: Path
     module: ModuleType = field(repr=False)
+    # The declared shapes (name -> the globals each overrides; {}: none declared) and the one opened.
+    shapes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    shape: str | None = None
+    shape_weights: dict[str, float] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
         return self.path.stem
+
+    def at(self, shape: str | None) -> "Problem":
+        """This problem opened at ``shape`` (None: the first declared); an undeclared one is a ProblemError."""
+        return Problem(path=self.path, module=self.module, shapes=self.shapes,
+                       shape=choose_shape(self.path, self.shapes, shape), shape_weights=self.shape_weights)
 
     def build_model(self, device: str = "cpu") -> Any:
         """The model in eval mode on ``device``, weights drawn from a fixed seed."""
@@ -60,14 +73,21 @@ class Problem:
             raise ProblemError(self.path, "Model is not a torch.nn.Module")
         return model.to(device).eval()
 
-    def make_inputs(self, seed: int, device: str = "cpu") -> list[Any]:
+    def store_name(self, kernel: str) -> str:
+        """The store folder of ``kernel`` at this problem's shape (``<kernel>@<shape>`` when it declares SHAPES)."""
+        return store_name(kernel, self.shape)
+
+    def make_inputs(self, seed: int, device: str = "cpu", shape: str | None = None) -> list[Any]:
         """``get_inputs()`` under ``seed``, drawn on ``device``: tensors there, and Python numbers
-        (``int``, ``float``, ``bool``: a scale factor, a dimension) passed as they are."""
+        (``int``, ``float``, ``bool``: a scale factor, a dimension) passed as they are. ``shape``
+        (default: the problem's own, :attr:`shape`): the declared shape whose globals are in force."""
         import torch
 
+        chosen = choose_shape(self.path, self.shapes, shape or self.shape) if self.shapes or shape else None
+        overrides = self.shapes[chosen] if chosen is not None else {}
         torch.manual_seed(seed)
         try:
-            with torch.device(device):
+            with torch.device(device), overridden(self.module, overrides):
                 inputs = self.module.get_inputs()
         except torch.OutOfMemoryError:
             raise
@@ -87,8 +107,9 @@ class Problem:
         return [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
-def load_problem(path: str | Path) -> Problem:
-    """Import a problem file; any defect gives a ProblemError naming the file and the cause."""
+def load_problem(path: str | Path, shape: str | None = None) -> Problem:
+    """Import a problem file, opened at ``shape`` (None: its first declared shape, if it declares
+    any); any defect gives a ProblemError naming the file and the cause."""
     path = Path(path).resolve()
     if path.is_dir():
         raise ProblemError(path, "a folder, not a problem file (name the .py files, e.g. models/*.py)")
@@ -119,7 +140,9 @@ def load_problem(path: str | Path) -> Problem:
             raise ProblemError(path, f"not a problem file: no `{attr}` defined")
     if not isinstance(module.Model, type):
         raise ProblemError(path, "`Model` must be a class")
-    return Problem(path=path, module=module)
+    shapes, weights = read_shapes(path, module)
+    return Problem(path=path, module=module, shapes=shapes, shape=choose_shape(path, shapes, shape),
+                   shape_weights=weights)
 
 
 def perturb_weights(model: Any, seed: int) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from ..capture.shapes import split_name
 from ..errors import KerneloptError
 from ..records import worst_error
 from .base import BaseRef, base_files
@@ -48,19 +49,19 @@ class VerifySessions:
         self.device = device
         self.options = options  # verify.VerifyOptions
         self._open: dict[Any, Any] = {}
-        self._left: Counter[Path] = Counter()  # per problem path: its items still to run
+        self._left: Counter[Any] = Counter()  # per problem (path, shape): its items still to run
 
     def expect(self, problems: Iterable[Problem]) -> None:
         """The problems of the items that will run, one entry per item (after ``-k``, ``--lf``, deselection)."""
-        self._left = Counter(problem.path for problem in problems)
+        self._left = Counter(problem.key for problem in problems)
 
     def get(self, problem: Problem, item: Any) -> Any:
         from ..verify import VerifySession
 
-        session = self._open.get(problem.path)
+        session = self._open.get(problem.key)
         if session is None:
-            session = self._open[problem.path] = VerifySession(problem.path, self.device, self.options,
-                                                               variant=problem.variant)
+            session = self._open[problem.key] = VerifySession(problem.path, self.device, self.options,
+                                                              variant=problem.variant, shape=problem.shape)
             started = time.monotonic()
             try:
                 with internal_warnings_ignored():
@@ -71,14 +72,14 @@ class VerifySessions:
 
     def item_done(self, problem: Problem) -> None:
         """An item of ``problem`` has run (whatever its outcome): after its last, its session is closed."""
-        self._left[problem.path] -= 1
-        if self._left[problem.path] <= 0:
-            del self._left[problem.path]
-            self.close(problem.path)
+        self._left[problem.key] -= 1
+        if self._left[problem.key] <= 0:
+            del self._left[problem.key]
+            self.close(problem.key)
 
-    def close(self, path: Path | None = None) -> None:
-        """Stop the session of the problem at ``path`` (None: every open session)."""
-        for key in [path] if path is not None else list(self._open):
+    def close(self, key: tuple[Path, str | None] | None = None) -> None:
+        """Stop the session of the problem (and shape) ``key`` (None: every open session)."""
+        for key in [key] if key is not None else list(self._open):
             session = self._open.pop(key, None)
             if session is not None:
                 session.close()
@@ -108,15 +109,15 @@ class Checks:
         self._before(problem, item)
 
     def kernel(self, item: KernelItem) -> None:
-        problem, kernel = item.problem, item.name
+        problem, kernel = item.problem, item.kernel
         self._start(problem, item)
         info = problem.info(kernel)
         item.prop("model", problem.id)
         try:
             # The whole folder (every version against its sha256, no file the manifest does not
             # record), then the active version: what the gate passes is what the store holds.
-            self.store.check(problem.id, kernel)
-            found = self.store.active_file(problem.id, kernel)
+            self.store.check(problem.id, problem.store_name(kernel))
+            found = self.store.active_file(problem.id, problem.store_name(kernel))
         except KerneloptError as exc:
             item.prop("status", "broken")
             raise GateFailure(str(exc)) from exc
@@ -175,9 +176,9 @@ class Checks:
         replacements, stale_kernels, broken = {}, [], []
         for kernel in problem.kernels:
             try:
-                found = self.store.active_file(problem.id, kernel)
+                found = self.store.active_file(problem.id, problem.store_name(kernel))
             except KerneloptError as exc:
-                broken.append(f"{kernel}: {exc}")
+                broken.append(f"{problem.store_name(kernel)}: {exc}")
                 continue
             if found is None:
                 continue
@@ -194,7 +195,10 @@ class Checks:
             self.store.model_record(problem.id)  # a broken model.json fails here, measured or not
             self.store.compile_variant(problem.id)  # and a compile setting this version does not know
             # A folder with no active version (retired by refresh) runs nothing: not stale.
-            orphaned = [k for k in self.store.kernel_names(problem.id) if k not in problem.kernels
+            # Of this shape (``<kernel>@<shape>`` folders; plain ones for a problem without SHAPES), and folders of
+            # shapes the file does not declare (reported by its first shape's item).
+            orphaned = [k for k in self.store.kernel_names(problem.id) if problem.owns(k)
+                        and not (split_name(k)[1] == problem.shape and split_name(k)[0] in problem.kernels)
                         and (m := self.store.manifest(problem.id, k)) is not None and m.active is not None]
         except KerneloptError as exc:
             broken.append(str(exc))
@@ -206,10 +210,14 @@ class Checks:
         if orphaned:  # counted as stale; the summary's note names them
             item.prop("orphaned", orphaned)
             if self.strict:
+                undeclared = [k for k in orphaned if split_name(k)[1] != problem.shape]
+                why = (f" ({', '.join(undeclared)}: of a shape its SHAPES do not declare); the gate verified none of "
+                       "them (production runs one only where the compiler generates the very kernel it replaces)"
+                       if undeclared else "; they are not used and were not verified")
                 raise GateFailure(f"stale: {self.store.model_dir(problem.id)} holds committed versions of "
-                                  f"{', '.join(orphaned)}, which the compiler no longer generates for {problem.id}; "
-                                  "they are not used and were not verified (re-tune, or remove the folders; to pass "
-                                  "anyway, --kernelopt-allow-stale or allow_stale = true in [tool.kernelopt])")
+                                  f"{', '.join(orphaned)}, which the compiler no longer generates for {problem.id}"
+                                  f"{why} (re-tune, or remove the folders; to pass anyway, --kernelopt-allow-stale "
+                                  "or allow_stale = true in [tool.kernelopt])")
         base_text, base_store = self._base(item, problem)
         if problem.variant is not None:
             accepted.append(self._check_compile(item, problem))
@@ -228,7 +236,7 @@ class Checks:
             accepted.append(self.rules.judge(problem.id, lambda policy: policy.slower(timing), lambda: (
                 f"{problem.id}: committed kernels make the model slower: {timing.speedup:.3f}x "
                 f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])")))
-        accepted.append(self._check_recorded(item, problem.id, verdict))
+        accepted.append(self._check_recorded(item, problem.id, verdict, problem.shape))
         _limit(item, session, verdict)
         base = verdict.base_timing
         if base is not None:
@@ -308,15 +316,16 @@ class Checks:
             f"{where}: the model is slower than under the default compile: {timing.speedup:.3f}x "
             f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])"))
 
-    def _check_recorded(self, item: ModelItem, model: str, verdict: Any) -> str | None:
-        """Compare the measured speedup with the one recorded in kernels/<model>/model.json for this environment."""
-        from ..store import environment_key
+    def _check_recorded(self, item: ModelItem, model: str, verdict: Any, shape: str | None = None) -> str | None:
+        """Compare the measured speedup with the one recorded in kernels/<model>/model.json for this environment
+        (and shape)."""
+        from ..store import baseline_key
 
         timing, policy = verdict.model_timing, self.rules.policy(model)
         if timing is None or verdict.environment is None or not policy.measurable(timing):
             return None
         try:
-            recorded = self.store.model_record(model).baselines.get(environment_key(verdict.environment))
+            recorded = self.store.model_record(model).baselines.get(baseline_key(verdict.environment, shape))
         except KerneloptError as exc:
             raise GateFailure(str(exc)) from exc
         if recorded is None or recorded.timing is None:

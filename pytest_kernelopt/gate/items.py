@@ -1,5 +1,6 @@
 """The gate's pytest nodes: a :class:`ProblemFile` per problem, a :class:`KernelItem` per Triton
-kernel (``problems/x.py::<kernel>``) and a :class:`ModelItem` per model (``problems/x.py::model``).
+kernel (``problems/x.py::<kernel>``) and a :class:`ModelItem` per model (``problems/x.py::model``); for
+a problem with SHAPES, per declared shape (``problems/x.py::<kernel>@<shape>``, ``problems/x.py::model@<shape>``).
 
 An item records its figures as ``kernelopt_*`` user properties (junit XML and pytest-xdist
 carry them; :mod:`.results` reads them back); what it checks is :mod:`.checks`'.
@@ -33,10 +34,12 @@ class ProblemFile(pytest.File):
         self.problem = problem
 
     def collect(self) -> Iterator[pytest.Item]:
-        problem = self.gate.load(self.problem)
-        for kernel in problem.kernels:
-            yield KernelItem.from_parent(self, name=kernel, gate=self.gate, problem=problem)
-        yield ModelItem.from_parent(self, name="model", gate=self.gate, problem=problem)
+        # A problem with SHAPES: items per declared shape, ``<kernel>@<shape>`` and ``model@<shape>``.
+        for part in self.gate.load(self.problem).parts:
+            for kernel in part.kernels:
+                yield KernelItem.from_parent(self, name=part.store_name(kernel), gate=self.gate, problem=part,
+                                             kernel=kernel)
+            yield ModelItem.from_parent(self, name=part.store_name("model"), gate=self.gate, problem=part)
 
 
 class GateItem(pytest.Item):
@@ -44,10 +47,11 @@ class GateItem(pytest.Item):
 
     kind = ""
 
-    def __init__(self, *, gate: GateSession, problem: Problem, **kwargs: Any):
+    def __init__(self, *, gate: GateSession, problem: Problem, kernel: str | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.gate = gate
         self.problem = problem
+        self.kernel = kernel if kernel is not None else self.name  # the compiler's kernel name (kernel items)
         self.add_marker("kernelopt")
         # `-k` matches every name up the item's chain (pytest's rule): under a folder `models/`, `-k model`
         # matches all items. The kind's marker selects by kind whatever the folders are called.
@@ -58,6 +62,8 @@ class GateItem(pytest.Item):
 
     def runtest(self) -> None:
         self.prop("item", self.kind)
+        if self.problem.shape is not None:
+            self.prop("shape", self.problem.shape)
         started = time.monotonic()
         try:
             self.check()

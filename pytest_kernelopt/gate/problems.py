@@ -24,6 +24,37 @@ class Problem:
     kernels: list[str] = field(default_factory=list)
     loaded: bool = False
     variant: str | None = None  # model.json's compile settings (capture/variants.py), None: the defaults
+    # A problem file with SHAPES: one Problem per declared shape (``shape`` set, compiled at its inputs), each
+    # with its own items; the file's own Problem then has no kernels of its own.
+    shape: str | None = None
+    shapes: list["Problem"] = field(default_factory=list)
+    declared: list[str] = field(default_factory=list)  # the shapes the file declares ([]: no SHAPES)
+
+    def owns(self, folder: str) -> bool:
+        """Whether a store folder of the model is this part's to report when the compiler does not generate
+        its kernel: one of its shape, and, for the first part, one of a shape the file does not declare (a
+        plain folder of a file that now declares SHAPES, or the reverse)."""
+        from ..capture.shapes import split_name
+
+        shape = split_name(folder)[1]
+        first = self.declared[0] if self.declared else None
+        return shape == self.shape or (shape not in self.declared and self.shape == first)
+
+    @property
+    def key(self) -> tuple[Path, str | None]:
+        """What its verification session and its items are counted by: the file and the shape."""
+        return self.path, self.shape
+
+    def store_name(self, kernel: str) -> str:
+        """The kernel store folder of ``kernel`` at this shape (``<kernel>@<shape>``, capture/shapes.py)."""
+        from ..capture.shapes import store_name
+
+        return store_name(kernel, self.shape)
+
+    @property
+    def parts(self) -> list["Problem"]:
+        """What gets items: each declared shape, or the problem itself."""
+        return self.shapes or [self]
 
     def info(self, kernel: str) -> Any:
         """The record (``records.KernelInfo``) of the Triton kernel ``kernel``, as compiled at collection."""
@@ -81,15 +112,27 @@ def compile_once(problem: Problem, device: str, store: Any) -> Problem:
         except KerneloptError:
             problem.variant = None
         try:
-            with internal_warnings_ignored():
-                compiled = compile_problem(load_problem(problem.path), device, variant=problem.variant)
-            problem.infos = {name: handle.info for name, handle in compiled.kernels.items()}
-            problem.kernels = list(problem.infos)
-            del compiled
+            loaded = load_problem(problem.path)
         except KerneloptError as exc:
             problem.error = str(exc)
-        finally:
-            release_memory(device)
+            return problem
+        # Each declared shape is compiled at its own inputs and gated on its own; undeclared ones are not gated.
+        declared = list(loaded.shapes)
+        problem.declared = declared
+        problem.shapes = [Problem(path=problem.path, id=problem.id, loaded=True, variant=problem.variant, shape=shape,
+                                  declared=declared) for shape in declared]
+        for part in problem.parts:
+            try:
+                with internal_warnings_ignored():
+                    at = loaded.at(part.shape) if part.shape is not None else loaded
+                    compiled = compile_problem(at, device, variant=part.variant)
+                part.infos = {name: handle.info for name, handle in compiled.kernels.items()}
+                part.kernels = list(part.infos)
+                del compiled
+            except KerneloptError as exc:
+                part.error = str(exc)
+            finally:
+                release_memory(device)
     return problem
 
 

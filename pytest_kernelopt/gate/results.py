@@ -43,7 +43,8 @@ class ItemResult(Record):
     nodeid: str
     problem: str  # the problem file's path from the rootdir (the node id before ``::``)
     model: str  # the model id: the problem file's stem, as in kernels/<model>/
-    kernel: str | None = None  # None for the model item
+    kernel: str | None = None  # None for the model item; ``<kernel>@<shape>`` for a problem with SHAPES
+    shape: str | None = None  # the declared shape the item was checked at (None: the problem declares no SHAPES)
     item: Literal["kernel", "model"]
     outcome: Literal["passed", "failed", "skipped"]
     status: str | None = None
@@ -390,8 +391,8 @@ def _check_plan(results: list[tuple[str, GateResult]]) -> None:
 
 def _check_items(where: str, result: GateResult, planned: list[str]) -> None:
     seen: set[str] = set()
-    kernel_items: dict[str, int] = {}
-    model_items: dict[str, ItemResult] = {}
+    kernel_items: dict[tuple[str, str | None], int] = {}
+    model_items: dict[tuple[str, str | None], ItemResult] = {}
     for item in result.items:
         expected = f"{item.problem}::{item.kernel if item.item == 'kernel' else 'model'}"
         if item.nodeid != expected or Path(item.problem).stem != item.model or \
@@ -408,16 +409,18 @@ def _check_items(where: str, result: GateResult, planned: list[str]) -> None:
             raise MergeError(f"{where}: item {item.nodeid} is in the wrong shard (model {item.model} belongs to "
                              f"{owner})")
         if item.item == "model":
-            model_items[item.model] = item
+            model_items[(item.model, item.shape)] = item
         else:
-            kernel_items[item.model] = kernel_items.get(item.model, 0) + 1
+            kernel_items[(item.model, item.shape)] = kernel_items.get((item.model, item.shape), 0) + 1
     for model in planned:
-        if model not in model_items:
+        if not any(m == model for m, _ in model_items):
             raise MergeError(f"{where}: model {model} is planned in this shard but its items are missing "
                              f"(no {model} model item; a deselected or partial run cannot be merged)")
-        counted, found = model_items[model].kernels, kernel_items.get(model, 0)
+    for (model, shape), model_item in model_items.items():  # per declared shape for a problem with SHAPES
+        counted, found = model_item.kernels, kernel_items.get((model, shape), 0)
         if counted is not None and counted != found:
-            raise MergeError(f"{where}: model {model} has {found} kernel item(s), but its model item counted "
+            at = f" at shape {shape}" if shape else ""
+            raise MergeError(f"{where}: model {model}{at} has {found} kernel item(s), but its model item counted "
                              f"{counted} kernels: items are missing or added")
 
 

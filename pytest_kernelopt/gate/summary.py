@@ -1,8 +1,8 @@
 """One summary of a gate run, computed once from its items' results and rendered by every output.
 
-Per problem file (:class:`ProblemSummary`): what the store holds for the model's kernels
-(committed / stale / compiler's), how many kernel items failed, the model check's outcome,
-its speedup with the 95% interval, the comparison with the base ref, the worst error
+Per problem file, and per declared shape of a problem with SHAPES (:class:`ProblemSummary`): what the
+store holds for the model's kernels (committed / stale / compiler's), how many kernel items failed, the
+model check's outcome, its speedup with the 95% interval, the comparison with the base ref, the worst error
 against float64, and the notes the terminal prints under its table. The rules, once:
 
 * counts: the model item's (it knows every kernel of the model); without them (the model
@@ -38,8 +38,10 @@ class KernelCounts:
 
 @dataclass
 class ProblemSummary:
-    problem: str  # the problem file's path from the rootdir; the model id when none of its items ran
+    problem: str  # the problem file's path from the rootdir (``<path>@<shape>`` per declared shape); the model id
+    # when none of its items ran
     model: str
+    shape: str | None = None  # the declared shape of this row (a problem with SHAPES has a row per shape)
     outcome: str = "not run"  # of the model item: passed, failed, skipped, or "not run"
     counts: KernelCounts | None = None
     failed_kernels: int = 0
@@ -164,7 +166,8 @@ def summarize(items: list[ItemResult], problems: Iterable[str] = ()) -> GateSumm
     rows: dict[str, ProblemSummary] = {}
     counted: dict[str, dict[str, int]] = {}
     for item in items:
-        row = rows.setdefault(item.problem, ProblemSummary(problem=item.problem, model=item.model))
+        name = f"{item.problem}@{item.shape}" if item.shape else item.problem  # a row per declared shape
+        row = rows.setdefault(name, ProblemSummary(problem=name, model=item.model, shape=item.shape))
         row.items.append(item)
         if item.accepted_regression:
             row.accepted.append(item.accepted_regression if item.kernel is None
@@ -173,7 +176,7 @@ def summarize(items: list[ItemResult], problems: Iterable[str] = ()) -> GateSumm
             _model_figures(row, item)
             continue
         if (status := _KERNEL_STATUS.get(item.status or "")) is not None:
-            found = counted.setdefault(item.problem, {"committed": 0, "stale": 0, "baseline": 0})
+            found = counted.setdefault(name, {"committed": 0, "stale": 0, "baseline": 0})
             found[status] += 1
         if item.outcome == "failed":
             row.failed_kernels += 1

@@ -37,6 +37,12 @@ class Tuning:
         if not (self.options.tune or self.options.refresh) or problem.path in self._done:
             return
         self._done.add(problem.path)
+        if self.options.refresh and problem.shape is not None:  # refresh does not replay per declared shape yet
+            from .failure import GateFailure
+
+            raise GateFailure(f"{problem.path}: declares SHAPES; --kernelopt-refresh does not handle problems with "
+                              f"SHAPES yet (nothing refreshed or tuned): `kernelopt accept {problem.path.name} "
+                              "--shape NAME ...` stores a version per shape")
         if self.options.refresh:
             self._refresh(problem, item)
         if self.options.tune:

@@ -34,6 +34,7 @@ from ..errors import KerneloptError, StoreError
 from .branch import KERNEL_TRAILER, RUN_TRAILER, Repository, branch_name, describe_foreign
 from .errors import GitHubError, PublishError, RefusedError, RunChangedError
 from .github import DEFAULT_API, GitHub, RepoRef, parse_remote
+from ..capture.shapes import store_name
 from .reverify import Judge, SessionJudge
 from ..report.untrusted import INLINE_LIMIT, md_block, md_cell, md_inline, plain
 
@@ -138,7 +139,8 @@ def check_run_files(record: Any, kernels_abs: Path, kernels_rel: PurePosixPath) 
         for outcome in problem.kernels:
             if outcome.stored_version is None:
                 continue
-            model, kernel, version = problem.model, outcome.kernel, outcome.stored_version
+            # The store folder: ``<kernel>@<shape>`` for a declared shape of a problem with SHAPES.
+            model, kernel, version = problem.model, store_name(outcome.kernel, problem.shape), outcome.stored_version
             try:
                 folder = store.kernel_dir(model, kernel)
                 entry = load_json(Manifest, folder / MANIFEST).version(version)
@@ -260,7 +262,8 @@ class _Context:
 
 
 def _publish_kernel(ctx: _Context, problem: Any, outcome: Any) -> PublishResult:
-    model, kernel, version = problem.model, outcome.kernel, outcome.stored_version
+    # The store folder (``<kernel>@<shape>`` for a problem with SHAPES) names the branch and the files.
+    model, kernel, version = problem.model, store_name(outcome.kernel, problem.shape), outcome.stored_version
     branch = branch_name(model, kernel)
     result = PublishResult(model=model, kernel=kernel, branch=branch, status="pushed", message="", version=version)
     try:
@@ -359,7 +362,9 @@ def _plan(ctx: _Context, problem: Any, model: str, kernel: str, version: int, ou
 
     # The bytes to push, judged again on this checkout's problem file: the only source of figures below.
     where = problem_file(ctx.git, problem.problem, _tuned_in(ctx.record.kernels_dir, ctx.kernels_rel))
-    verdict = ctx.judge(where, model, kernel, text, variant)
+    # Judged as the compiler's kernel it replaces, at the shape it was tuned at.
+    at = {"shape": problem.shape} if problem.shape else {}
+    verdict = ctx.judge(where, model, outcome.kernel, text, variant, **at)
     if verdict.candidate_sha256 != digest:
         raise RefusedError(f"{folder_rel / record.file}: the re-verification judged other bytes; not published")
     if verdict.status == "rejected":

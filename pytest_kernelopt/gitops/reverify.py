@@ -22,10 +22,12 @@ from .errors import RefusedError
 
 
 class Judge(Protocol):
-    """``judge(problem, model, kernel, source, variant) -> Verdict``: the cascade on ``source`` as ``kernel``
-    of the problem file ``problem`` compiled under ``variant`` (model.json's compile settings)."""
+    """``judge(problem, model, kernel, source, variant[, shape=]) -> Verdict``: the cascade on ``source`` as
+    ``kernel`` of the problem file ``problem`` compiled under ``variant`` (model.json's compile settings), at
+    ``shape`` (a declared shape of a problem with SHAPES; passed only for one)."""
 
-    def __call__(self, problem: Path, model: str, kernel: str, source: str, variant: str | None) -> Any: ...
+    def __call__(self, problem: Path, model: str, kernel: str, source: str, variant: str | None,
+                 **shape: str) -> Any: ...
 
 
 class SessionJudge:
@@ -35,17 +37,19 @@ class SessionJudge:
     def __init__(self, device: str | None = None, options: Any = None):
         self.device = device
         self.options = options
-        self._sessions: dict[tuple[Path, str | None], Any] = {}
+        self._sessions: dict[tuple[Path, str | None, str | None], Any] = {}
 
-    def __call__(self, problem: Path, model: str, kernel: str, source: str, variant: str | None) -> Any:
+    def __call__(self, problem: Path, model: str, kernel: str, source: str, variant: str | None,
+                 shape: str | None = None) -> Any:
         from ..config import resolve_device
         from ..verify import VerifyOptions, VerifySession, source_of
 
-        key = (problem, variant)
+        key = (problem, variant, shape)
         session = self._sessions.get(key)
         if session is None:
             self.device = resolve_device(self.device or "auto")
-            session = VerifySession(problem, self.device, self.options or VerifyOptions(), variant=variant)
+            session = VerifySession(problem, self.device, self.options or VerifyOptions(), variant=variant,
+                                    shape=shape)
             self._sessions[key] = session
             session.open()
         return session.verify(kernel, source_of(source, f"{model}/{kernel} as the run stored it"))

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..capture.shapes import store_name
 from ..agents.run_records import Attempt, KernelOutcome, ProblemOutcome, RunRecord, TraceEvent
 from ..errors import StoreError
 from ..records import Environment, SeedErrors, Timing
@@ -157,9 +158,12 @@ def build_view(record: RunRecord, events: list[TraceEvent], kernels_dir: Path | 
             continue
         view = _model_view(problem)
         for outcome in problem.kernels:
-            if only is not None and outcome.kernel != only[1]:
+            # ``only`` names the store folder: ``<kernel>@<shape>`` for a declared shape of a problem with SHAPES.
+            if only is not None and store_name(outcome.kernel, problem.shape) != only[1]:
                 continue
             view.kernels.append(_kernel_view(problem, outcome, store_root))
+        if only is not None and problem.shape is not None and not view.kernels:
+            continue  # another shape's outcome of the model: not this kernel's report
         models.append(view)
     roles = Counter(e.role for e in events)
     view = RunView(
@@ -268,7 +272,8 @@ def _kernel_view(problem: ProblemOutcome, outcome: KernelOutcome, store_root: Pa
         skipped=outcome.skipped, message=outcome.message, outcome=_outcome(outcome),
     )
     if outcome.stored_version is not None:
-        view.diff, view.diff_note = kernel_diff(store_root, problem.model, outcome.kernel, outcome.stored_version,
+        folder = store_name(outcome.kernel, problem.shape)  # <kernel>@<shape> of a declared shape
+        view.diff, view.diff_note = kernel_diff(store_root, problem.model, folder, outcome.stored_version,
                                                 outcome.best_sha256)
     return view
 

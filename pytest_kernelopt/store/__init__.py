@@ -8,6 +8,7 @@ Layout (a contract, documented in docs/store.md)::
                                                        to fingerprint <fp> (original.py is never overwritten)
     kernels/<model id>/<kernel>/v1.py, v2.py           accepted versions, never overwritten or renumbered
     kernels/<model id>/<kernel>/manifest.json          fingerprint, original file, active version, evidence, provenance
+    kernels/<model id>/<kernel>@<shape>/...            the same, per declared shape of a problem with SHAPES
 
 Every inconsistency is a :class:`StoreError` naming the file: a folder with version
 files but no manifest, a manifest or model record that does not parse, a version
@@ -33,6 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
+from ..capture.shapes import SHAPE_NAME_RE, split_name, store_name
 from ..errors import StoreError
 from ..records import Verdict, dump_json, worst_error
 from .files import atomic_write, create_exclusive, load_record, why
@@ -47,7 +49,8 @@ __all__ = [
     "MANIFEST", "MANIFEST_SCHEMA_VERSION", "MODEL_RECORD", "ORIGINAL", "AcceptOutcome", "ActiveVersion", "CompileChoice",
     "Evidence",
     "KernelStore", "Manifest", "ModelBaseline", "ModelRecord", "OriginalName", "Provenance", "Recipe", "Retirement",
-    "VersionRecord", "accept_verdict", "atomic_write", "environment_key", "model_baseline", "sha256_text",
+    "VersionRecord", "accept_verdict", "atomic_write", "baseline_key", "environment_key", "model_baseline",
+    "sha256_text",
 ]
 
 
@@ -96,8 +99,12 @@ class KernelStore:
         return self._inside(self.root / model, f"model {model!r}")
 
     def kernel_dir(self, model: str, kernel: str) -> Path:
-        """``kernels/<model>/<kernel>``; names that are not plain folder names are a StoreError naming them."""
-        _check_name(kernel, "kernel name")
+        """``kernels/<model>/<kernel>`` (``<kernel>`` may be ``<name>@<shape>``, capture/shapes.py); names that are
+        not plain folder names are a StoreError naming them."""
+        name, shape = split_name(kernel)
+        _check_name(name, "kernel name")
+        if shape is not None and not SHAPE_NAME_RE.fullmatch(shape):
+            raise StoreError(f"kernel name {kernel!r}: shape {shape!r} is not an identifier (letters, digits, _)")
         return self._inside(self.model_dir(model) / kernel, f"kernel {model}/{kernel}")
 
     # --- reading ---------------------------------------------------------------------
@@ -401,12 +408,19 @@ class KernelStore:
             record.compile = choice
             atomic_write(folder / MODEL_RECORD, dump_json(record))
 
-    def save_baseline(self, model: str, baseline: ModelBaseline) -> None:
+    def save_baseline(self, model: str, baseline: ModelBaseline, shape: str | None = None) -> None:
+        """Record ``baseline`` for its environment (and ``shape``, of a problem with SHAPES: :func:`baseline_key`)."""
         folder = self.model_dir(model)
         with self._locked(folder):
             record = self.model_record(model)
-            record.baselines[environment_key(baseline.environment)] = baseline
+            record.baselines[baseline_key(baseline.environment, shape)] = baseline
             atomic_write(folder / MODEL_RECORD, dump_json(record))
+
+
+def baseline_key(env: Environment, shape: str | None = None) -> str:
+    """``model.json``'s key of a baseline: the environment, and for a problem with SHAPES the shape
+    (``...|shape b64``): a model timed at batch 8 says nothing about batch 64."""
+    return environment_key(env) + (f"|shape {shape}" if shape else "")
 
 
 def _check_name(name: str, what: str) -> None:
@@ -425,7 +439,8 @@ def model_baseline(verdict: Verdict, kernels: dict[str, int], measured: datetime
 def accept_verdict(store: KernelStore, model: str, kernel: str, source: str, verdict: Verdict, *,
                    allow_no_gain: bool = False, provenance: Provenance | None = None,
                    combined_timing: Timing | None = None, combined_with: list[str] | None = None,
-                   recipe: Recipe | None = None, alternatives: list[tuple[str, str]] | None = None) -> AcceptOutcome:
+                   recipe: Recipe | None = None, alternatives: list[tuple[str, str]] | None = None,
+                   shape: str | None = None) -> AcceptOutcome:
     """Store ``source``, the candidate ``verdict`` judged, as the next active version of ``model``/``kernel``.
 
     ``source`` is the text that was verified (never read again from disk); when the
@@ -436,6 +451,8 @@ def accept_verdict(store: KernelStore, model: str, kernel: str, source: str, ver
     kernels' versions together, recorded in the evidence (the caller judged it).
     ``recipe``: how ``source`` was made (default: derived from the compiler kernel and ``source``,
     with ``alternatives``, (variant, source) of other Inductor compiles of the kernel, as bases).
+    ``shape``: the declared shape the verdict was judged at (a problem with SHAPES): stored in
+    ``<kernel>@<shape>/``, its baseline under that shape.
     """
     from ..candidate import render_dump
     from .recipe import derive_recipe
@@ -468,14 +485,16 @@ def accept_verdict(store: KernelStore, model: str, kernel: str, source: str, ver
     original = render_dump(info, model)
     if recipe is None:
         recipe = derive_recipe(original, source, fingerprint=info.fingerprint, alternatives=alternatives or ())
+    folder = store_name(kernel, shape)
     outcome = store.add_version(
-        model=model, kernel=kernel, fingerprint=info.fingerprint, args=info.args,
+        model=model, kernel=folder, fingerprint=info.fingerprint, args=info.args,
         original_source=original, source=source, evidence=evidence,
         provenance=provenance or Provenance(), environment=verdict.environment, recipe=recipe,
     )
     if outcome.stored and outcome.record is not None and verdict.environment is not None:
         try:
-            store.save_baseline(model, model_baseline(verdict, {kernel: outcome.record.version}, outcome.record.created))
+            baseline = model_baseline(verdict, {folder: outcome.record.version}, outcome.record.created)
+            store.save_baseline(model, baseline, shape)
         except StoreError as exc:
             raise StoreError(f"{exc} ({outcome.message}, but its model baseline was not recorded)") from exc
     return outcome

@@ -79,6 +79,8 @@ class ProductionKernel:
     why: str | None = None
     module: ModuleType | None = field(default=None, repr=False)
     attr: str = ""
+    # The store folder of the version that runs: ``name``, or ``name@<shape>`` for a problem with SHAPES.
+    folder: str | None = None
 
 
 class KerneloptBackend:
@@ -242,25 +244,35 @@ class KerneloptBackend:
         except Exception:  # noqa: BLE001 - a store we cannot even list: nothing to say here
             return False
 
+    def _folders(self, name: str) -> list[str]:
+        """The store folders that may hold versions of compiler kernel ``name``: ``name/`` and, for a problem with
+        SHAPES, every ``name@<shape>/`` (capture/shapes.py), in that order."""
+        folders = [name] if self.store.kernel_dir(self.model, name).is_dir() else []
+        model_dir = self.store.model_dir(self.model)
+        if model_dir.is_dir():
+            folders += sorted(p.name for p in model_dir.iterdir() if p.is_dir() and p.name.startswith(f"{name}@"))
+        return folders
+
     def _lookup(self, module: ModuleType, attr: str, function: str, graph: int) -> ProductionKernel:
-        from ..candidate import CandidateKernel, load_candidate_source
-        from ..capture import kernel_fingerprint, read_kernel_source, signature_key
-        from ..verify.limits import size_problem
-        from ..verify.static import check_candidate
+        from ..capture import kernel_fingerprint, read_kernel_source
 
         compiler_kernel = getattr(module, attr)
         name = self._name(attr, graph)
-        where = f"{self.model}/{name}"
         record = ProductionKernel(name=name, graph=graph, fingerprint=None, runs="compiler", module=module, attr=attr)
         try:
-            if not self.store.kernel_dir(self.model, name).is_dir():
+            folders = self._folders(name)
+            if not folders:
                 record.why = "nothing committed"
                 return record  # nothing committed: no need for a fingerprint (a few ms per kernel)
-            active = self.store.active_file(self.model, name)
+            if len(folders) > 1:  # one version per declared shape: the one verified for this compiler kernel
+                return self._lookup_shapes(record, folders, module, attr, function)
+            folder = folders[0]
+            active = self.store.active_file(self.model, folder)
         except Exception as exc:  # StoreError names the file: missing, edited, a broken manifest
             return self._fallback(record, None, str(exc))
+        record.folder = folder
         if active is None:
-            record.why = "no active version" if self.store.kernel_dir(self.model, name).joinpath(
+            record.why = "no active version" if self.store.kernel_dir(self.model, folder).joinpath(
                 "manifest.json").is_file() else "nothing committed"
             return record  # committed versions, none active
         try:
@@ -278,32 +290,97 @@ class KerneloptBackend:
                 f"stale: it replaces compiler kernel {active.manifest.fingerprint}, but the compiler now generates "
                 f"{record.fingerprint} (another input shape, dtype, device, torch version or model change); "
                 "`kernelopt refresh` carries it over to the new kernel"))
+        return self._swap_in(record, [active])
+
+    def _lookup_shapes(self, record: ProductionKernel, folders: list[str], module: ModuleType, attr: str,
+                       function: str) -> ProductionKernel:
+        """A kernel with a folder per declared shape: every active version whose manifest replaces exactly the
+        compiler kernel generated now (``dynamic=False`` recompiles at batch 8 and at batch 64 get different
+        ones); none: the compiler's kernel (an undeclared shape), said once."""
+        from ..capture import kernel_fingerprint, read_kernel_source
+
+        compiler_kernel = getattr(module, attr)
+        try:
+            record.fingerprint = kernel_fingerprint(compiler_kernel, read_kernel_source(compiler_kernel, module, attr),
+                                                    function)
+        except Exception as exc:  # our reading of Inductor's output failed: never the model's problem
+            return self._fallback(record, None, f"cannot read the compiler's kernel ({type(exc).__name__}: {exc})")
+        matching, seen = [], []
+        for folder in folders:
+            try:
+                active = self.store.active_file(self.model, folder)
+            except Exception as exc:  # a broken folder of another shape must not hide this one's version
+                seen.append(f"{folder} ({_short_why(str(exc))})")
+                continue
+            if active is None:
+                seen.append(f"{folder} (no active version)")
+            elif active.manifest.old_fingerprints() is None and active.manifest.fingerprint == record.fingerprint:
+                matching.append(active)
+            else:
+                seen.append(f"{folder} (replaces {active.manifest.fingerprint})")
+        if not matching:
+            return self._fallback(record, self.store.model_dir(self.model), (
+                f"stale: no committed version replaces the compiler kernel generated now ({record.fingerprint}): "
+                f"{', '.join(seen)} (an input shape the problem does not declare, or a changed dtype, device, torch "
+                "version or model)"))
+        record.folder = matching[0].manifest.kernel
+        record.version, record.file = matching[0].record.version, matching[0].path
+        return self._swap_in(record, matching)
+
+    def _swap_in(self, record: ProductionKernel, actives: list[Any]) -> ProductionKernel:
+        """Check each of ``actives`` (versions whose manifest replaces ``record``'s compiler kernel) as production
+        does and swap in those that pass, each run only at the launches it was verified at. The first is the one
+        the record names; if it fails a check, the compiler's kernel runs (said once)."""
+        compiler_kernel = getattr(record.module, record.attr)
+        routes: dict[Any, Any] = {}
+        first: Any = None
+        for k, active in enumerate(actives):
+            loaded = self._checked(record, active, compiler_kernel)
+            if isinstance(loaded, str):
+                if k == 0:
+                    return self._fallback(record, active.path, loaded)
+                self._warn(f"kernelopt: {self.model}/{active.manifest.kernel}: {active.path}: {loaded}; the "
+                           f"compiler's kernel is used at its launches", active.path)
+                continue
+            replacement, verified = loaded
+            first = first or replacement
+            for key in verified:
+                routes.setdefault(key, replacement)
+        setattr(record.module, record.attr, VerifiedLaunches(
+            first, compiler_kernel, frozenset(routes), lambda key, args: self._unverified_launch(record, args),
+            routes=routes if len(actives) > 1 else None))
+        record.runs = "committed"
+        log.info("kernelopt: %s/%s: running %s (v%d)", self.model, record.name, record.file, record.version)
+        return record
+
+    def _checked(self, record: ProductionKernel, active: Any, compiler_kernel: Any) -> tuple[Any, frozenset[Any]] | str:
+        """The version loaded and the launches it was verified at, or why it cannot run."""
+        from ..candidate import CandidateKernel, load_candidate_source
+        from ..capture import signature_key
+        from ..verify.limits import size_problem
+        from ..verify.static import check_candidate
+
         # The manifest must record a passing verification of these bytes against this very
         # compiler kernel: a fingerprint edited by hand (or a version written outside accept)
         # would otherwise run code no cascade ever checked at this shape.
         unverified = active.record.unverified_reason(record.fingerprint)
         if unverified is not None:
-            return self._fallback(record, active.path, f"not verified: {unverified}")
+            return f"not verified: {unverified}"
         try:  # the launches it was verified at; a manifest is data, so an entry we would not write is refused
             verified = frozenset(signature_key(s) for s in active.record.evidence.launches or ())
         except ValueError as exc:
-            return self._fallback(record, active.path, f"not verified: v{active.record.version}'s launches: {exc}")
+            return f"not verified: v{active.record.version}'s launches: {exc}"
         too_big = size_problem(active.source, str(active.path))  # the static check's cost grows with the size
         if too_big:
-            return self._fallback(record, active.path, too_big)
+            return too_big
         report = check_candidate(active.source, entry_args=_runtime_args(compiler_kernel))
         if not report.ok:
-            return self._fallback(record, active.path, "fails the static check: " + "; ".join(report.problems[:3]))
+            return "fails the static check: " + "; ".join(report.problems[:3])
         try:
             loaded = load_candidate_source(active.source, str(active.path), sha256=active.record.sha256)
-            replacement = CandidateKernel(loaded, label=str(active.path))
+            return CandidateKernel(loaded, label=str(active.path)), verified
         except Exception as exc:
-            return self._fallback(record, active.path, f"does not load: {exc}")
-        setattr(module, attr, VerifiedLaunches(replacement, compiler_kernel, verified,
-                                               lambda key, args: self._unverified_launch(record, args)))
-        record.runs = "committed"
-        log.info("kernelopt: %s: running %s (v%d)", where, active.path, active.record.version)
-        return record
+            return f"does not load: {exc}"
 
     def _unverified_launch(self, record: ProductionKernel, args: tuple[Any, ...]) -> None:
         from ..capture import launch_signature
@@ -338,10 +415,14 @@ class VerifiedLaunches:
     # Unverified launches said once each, up to this many (a dynamic batch size could make one per call).
     SAID = 64
 
-    def __init__(self, committed: Any, compiler: Any, verified: frozenset[Any], unverified: Any):
+    def __init__(self, committed: Any, compiler: Any, verified: frozenset[Any], unverified: Any,
+                 routes: dict[Any, Any] | None = None):
         from ..capture import launch_key
 
         self.committed, self.compiler, self.verified, self.unverified = committed, compiler, verified, unverified
+        # Several versions of one compiler kernel (one per declared shape, e.g. a dynamic-shape kernel): each
+        # launch runs the version verified at it.
+        self.routes = routes
         self._key = launch_key
         self.unverified_seen: set[Any] = set()
         self.runs = {"committed": 0, "compiler": 0}  # launches of each, for tests and debugging
@@ -350,7 +431,8 @@ class VerifiedLaunches:
         key = self._key(args)
         if key in self.verified:
             self.runs["committed"] += 1
-            return self.committed.run(*args, stream=stream, **kwargs)
+            chosen = self.committed if self.routes is None else self.routes[key]
+            return chosen.run(*args, stream=stream, **kwargs)
         if key not in self.unverified_seen and len(self.unverified_seen) < self.SAID:
             self.unverified_seen.add(key)
             self.unverified(key, args)
@@ -396,7 +478,7 @@ def status_line(model: str, kernels_dir: Path, graph: int | None, kernels: list[
     text = f"kernelopt: {where}: {len(ours)} of {len(kernels)} Triton kernel{'s' if len(kernels) != 1 else ''} " \
            f"from {_shown(kernels_dir)}"
     if ours:
-        text += " (" + ", ".join(f"{k.name} v{k.version}" for k in ours) + ")"
+        text += " (" + ", ".join(f"{k.folder or k.name} v{k.version}" for k in ours) + ")"
     if theirs:
         text += f"; {len(theirs)} compiler kernel{'s' if len(theirs) != 1 else ''}: " + ", ".join(
             f"{k.name} ({k.why or 'nothing committed'})" for k in theirs)
@@ -430,8 +512,11 @@ class ProductionStatus:
         try:
             from . import KernelStore
 
-            unused = [n for n in KernelStore(self.kernels_dir).kernel_names(self.model) if n not in {k.name for k in
-                                                                                               self.kernels}]
+            from ..capture.shapes import split_name
+
+            names = {k.name for k in self.kernels}  # a folder per shape (name@b64) belongs to its kernel
+            unused = [n for n in KernelStore(self.kernels_dir).kernel_names(self.model)
+                      if split_name(n)[0] not in names]
         except Exception:  # noqa: BLE001 - a store we cannot list: the warnings said why
             unused = []
         if unused:

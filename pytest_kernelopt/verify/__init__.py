@@ -94,9 +94,11 @@ class VerifySession:
     """A problem compiled once in an isolated worker; candidates verified one after another."""
 
     def __init__(self, problem: str | Path, device: str, options: VerifyOptions | None = None, *,
-                 progress: Callable[[str], None] | None = None, variant: str | None = None):
+                 progress: Callable[[str], None] | None = None, variant: str | None = None,
+                 shape: str | None = None):
         """``variant``: the compile settings the model is compiled under (a name from
-        ``capture/variants.py``, the model's ``model.json`` choice; None: Inductor's defaults)."""
+        ``capture/variants.py``, the model's ``model.json`` choice; None: Inductor's defaults).
+        ``shape``: the declared shape (the problem's SHAPES) it is opened at; None: its first, if any."""
         self.problem = Path(problem).resolve()
         from ..capture.variants import unknown_variant
         from .options import VerifyOptions
@@ -104,6 +106,7 @@ class VerifySession:
         if variant is not None and unknown_variant(variant):
             raise UsageError(f"{self.problem}: {unknown_variant(variant)}")
         self.variant = variant
+        self.shape = shape
         self.device = device
         self.options = options or VerifyOptions()
         self.progress = progress or (lambda _: None)
@@ -147,7 +150,8 @@ class VerifySession:
             self._worker.close()
             self.restarts += 1
             self._draw_seeds()  # new seeds, references computed for them: nothing of the last worker's replays
-        self.progress(f"opening {self.problem.name}: starting the worker, compiling, preparing "
+        at = f" at shape {self.shape}" if self.shape else ""
+        self.progress(f"opening {self.problem.name}{at}: starting the worker, compiling, preparing "
                       f"{len(self.seeds)} seed(s)")
         try:
             return self._open_worker()
@@ -172,7 +176,7 @@ class VerifySession:
         limit = self.options.open_timeout
         try:
             worker.send(OpenRequest(problem=str(self.problem), device=self.device, seeds=self.seeds,
-                                    variant=self.variant))
+                                    variant=self.variant, shape=self.shape))
             reply = worker.receive(limit, limit=OPENED_BYTES)
         except WorkerExited as exc:
             self.close()

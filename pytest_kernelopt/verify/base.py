@@ -80,7 +80,7 @@ def _compile(prepared: Prepared, path: str, kernels_dir: str | None) -> Compiled
     from ..capture.problem import load_problem
     from ..store.production import KerneloptBackend, KerneloptWarning
 
-    problem = load_problem(path)
+    problem = load_problem(path, shape=prepared.compiled.problem.shape)  # the head's shape, or the base's failure
     store = Path(kernels_dir) if kernels_dir else Path(path).parent / NOTHING_COMMITTED
     # The model id is the problem file's stem, as for the head (gate/base.py keeps the file's name).
     backend = KerneloptBackend(Path(path).stem, store, quiet=True)

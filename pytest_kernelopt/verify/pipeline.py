@@ -97,7 +97,7 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
 
     started = time.monotonic()
     device = resolve_device(request.device)
-    problem = load_problem(request.problem)
+    problem = load_problem(request.problem, shape=request.shape)
     seeds = list(request.seeds)
     try:
         # The eager model's own peak, measured with nothing else of ours on the device.

@@ -43,6 +43,8 @@ class OpenRequest(Message):
     seeds: list[int]
     # The model's compile settings (a name from capture/variants.py; None: Inductor's defaults).
     variant: str | None = None
+    # The declared shape (the problem's SHAPES) every draw of the session is made at; None: its first, if any.
+    shape: str | None = None
 
 
 class CheckRequest(Message):
