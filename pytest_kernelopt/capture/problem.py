@@ -41,6 +41,9 @@ def _where(exc: BaseException, path: Path) -> str:
 class Problem:
     path: Path
     module: ModuleType = field(repr=False)
+    # The seed of the latest make_inputs(): a training step's default loss weights derive from it
+    # (capture/training.py), so a draw and its float64 reference get the same incoming gradients.
+    draw_seed: int = field(default=0, repr=False)
 
     @property
     def id(self) -> str:
@@ -66,6 +69,7 @@ class Problem:
         import torch
 
         torch.manual_seed(seed)
+        self.draw_seed = seed
         try:
             with torch.device(device):
                 inputs = self.module.get_inputs()
@@ -119,6 +123,9 @@ def load_problem(path: str | Path) -> Problem:
             raise ProblemError(path, f"not a problem file: no `{attr}` defined")
     if not isinstance(module.Model, type):
         raise ProblemError(path, "`Model` must be a class")
+    from .training import validate
+
+    validate(path, module)  # TRAINING = True: a training step (capture/training.py)
     return Problem(path=path, module=module)
 
 

@@ -120,7 +120,20 @@ def _eps(dtype: Any) -> float:
     return float(torch.finfo(dtype).eps) if dtype.is_floating_point else 0.0
 
 
-def _float64_outputs(model: Any, inputs: list[Any], device: str) -> list[Any]:
+def _run_model(model: Any, problem: Any, args: list[Any]) -> list[Any]:
+    """The eager ``model``'s outputs, flattened; a training problem's: its step's, gradients included
+    (:func:`..capture.training.step`)."""
+    import torch
+
+    from ..capture.training import is_training, step
+
+    if is_training(problem):
+        return list(step(model, model, problem, args))
+    with torch.no_grad():
+        return flatten(model(*args))
+
+
+def _float64_outputs(model: Any, inputs: list[Any], device: str, problem: Any = None) -> list[Any]:
     """The model in float64 on ``device``; raises whatever goes wrong.
 
     Takes the caller's list and empties it, so the fp32 inputs are freed while the
@@ -132,8 +145,7 @@ def _float64_outputs(model: Any, inputs: list[Any], device: str) -> list[Any]:
     args = [(x.to(device).double() if x.is_floating_point() else x.to(device)) if isinstance(x, torch.Tensor) else x
             for x in inputs]
     inputs.clear()
-    with torch.no_grad():
-        out = flatten(model64(*args))
+    out = _run_model(model64, problem, args)
     del model64, args
     return out
 
@@ -156,11 +168,11 @@ def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str,
         reference = None
         if kind == "float64":
             try:
-                reference = _float64_outputs(compiled.model, xs, compiled.device)
+                reference = _float64_outputs(compiled.model, xs, compiled.device, compiled.problem)
             except torch.OutOfMemoryError:
                 torch.cuda.empty_cache()
                 try:  # not enough device memory: the same in float64 on the CPU, slower
-                    reference = _float64_outputs(compiled.model, prepared.inputs(seed), "cpu")
+                    reference = _float64_outputs(compiled.model, prepared.inputs(seed), "cpu", compiled.problem)
                     note = "float64 reference computed on the CPU (not enough GPU memory)"
                 except Exception as exc:  # noqa: BLE001 - any failure falls back, and says so
                     kind, note = "eager", f"float64 reference failed on the CPU too: {type(exc).__name__}: {_short(exc)}"
@@ -170,8 +182,7 @@ def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str,
                 kind, note = "eager", f"the float64 model returned {len(reference)} tensors, the compiled one {len(base)}"
                 reference = None
         if reference is None:
-            with torch.no_grad():
-                reference = flatten(compiled.model(*(xs or prepared.inputs(seed))))
+            reference = _run_model(compiled.model, compiled.problem, xs or prepared.inputs(seed))
         refs[seed] = SeedReference([_output_reference(b, r.to(b.device)) for b, r in zip(base, reference)])
         del base, reference, xs
     return refs, kind, note
