@@ -260,6 +260,9 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
         result.environment = environment(device)
         problem = load_problem(path)
         result.model = problem.id
+        from ..capture.training import refuse
+
+        refuse(problem, "bench")  # the step is not timed yet: the problem's error row says so
         model = problem.build_model(device)
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()

@@ -148,6 +148,18 @@ def step(fn: Any, model: Any, problem: Any, inputs: Any) -> tuple[Any, ...]:
     return (*(t.detach() for t in flatten(out)), *grads)
 
 
+def output_names(problem: Any, model: Any, inputs: Any, count: int) -> list[str]:
+    """How a verdict names each of the ``count`` flattened results of a run: ``output <k>``; in a training
+    step's, then ``gradient of input <i>`` and ``gradient of parameter <name>``."""
+    if not is_training(problem):
+        return [f"output {k}" for k in range(count)]
+    wanted = grad_input_indices(problem, inputs)
+    params = [name for name, p in model.named_parameters() if p.requires_grad and p.is_floating_point()]
+    outputs = count - len(wanted) - len(params)
+    return ([f"output {k}" for k in range(outputs)] + [f"gradient of input {i}" for i in wanted]
+            + [f"gradient of parameter {name}" for name in params])
+
+
 def is_backward_wrapper(source: str) -> bool:
     """Whether an Inductor wrapper module's source is a backward graph's: its ``call`` unpacks an
     incoming gradient (``tangents_<n>``, AOTAutograd's name for it)."""

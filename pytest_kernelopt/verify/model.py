@@ -239,6 +239,7 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
     import torch
 
     from ..capture.swap import swapped
+    from ..capture.training import output_names
 
     compiled = prepared.compiled
     rule = NumericsRule(error_factor=error_factor, reduced_precision=reduced_precision)
@@ -271,14 +272,15 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
         if failure is not None:
             raise StageFailure(failure)
         prepared.check_inputs(seed, inputs)
-        del inputs
         ref = prepared.references[seed].outputs
+        names = output_names(compiled.problem, compiled.model, inputs, len(ref))  # gradients named in training
+        del inputs
         if len(outs) != len(ref):
             raise StageFailure(f"seed {seed}: the model returned {len(outs)} tensors instead of {len(ref)}")
         row = SeedErrors(seed=seed, candidate_vs_fp64=0.0, baseline_vs_fp64=0.0, scale=0.0, model_ratio=0.0)
         for k, (c, r) in enumerate(zip(outs, ref)):
             try:
-                j = judge_output(c, r, rule, f"seed {seed}, output {k}")
+                j = judge_output(c, r, rule, f"seed {seed}, {names[k]}")
             except StageFailure as failure:
                 failure.errors = [*rows, failed_row(row, r, failure)]
                 raise
