@@ -136,14 +136,11 @@ def test_a_files_own_loss_is_used_and_integer_inputs_get_no_gradient():
 
 
 @pytest.mark.slow
-def test_tune_and_bench_refuse_training_problems_with_one_line(kernelopt, tmp_path):
+def test_tune_refuses_training_problems_with_one_line(kernelopt, tmp_path):
     tuned = kernelopt("tune", MLP, "--device", "cpu", "--runs-dir", tmp_path / "runs", "--kernels-dir", tmp_path / "k")
     assert tuned.returncode == 2, tuned.stderr
     assert "training problems: tune not supported yet" in tuned.stderr
     assert not (tmp_path / "runs").exists()  # refused before any run directory
-    bench = kernelopt("bench", MLP, "--device", "cpu", "--modes", "default")
-    assert bench.returncode == 2  # its one problem failed: an error row, wrapped by the terminal
-    assert "training problems: bench not supported yet" in " ".join(bench.stderr.split())
 
 
 # --- capture and the cascade on a compiled step (interpreter mode) -------------------------
@@ -182,6 +179,30 @@ def _scaled(source: str) -> str:
     lines[i] = re.sub(r"tl\.store\(([^,]+), ([^,]+),", r"tl.store(\1, (\2) * 1.01,", lines[i])
     assert "1.01" in lines[i]
     return "\n".join(lines) + "\n"
+
+
+@pytest.mark.slow
+def test_bench_runs_and_judges_the_whole_step_in_every_mode(prepared, kernelopt, tmp_path):
+    """A committed backward version that is off (1.0 added) runs in bench's kernelopt mode and a gradient shows it."""
+    import json
+
+    from pytest_kernelopt.candidate import render_dump
+    from test_production import commit
+
+    info = _backward(prepared, "sum")
+    commit(tmp_path / "kernels", "mlp_layernorm_train", info,
+           add_to_last_store(render_dump(info, "mlp_layernorm_train"), 1.0))
+    out = tmp_path / "bench.json"
+    bench = kernelopt("bench", MLP, "--device", "cpu", "--modes", "eager,default,kernelopt", "--kernels-dir",
+                      tmp_path / "kernels", "--json", out)
+    assert bench.returncode == 0, bench.stderr
+    assert "mlp_layernorm_train (training step)" in bench.stdout
+    problem = json.loads(out.read_text())["problems"][0]
+    assert problem["training"] is True and problem["status"] == "ok"
+    modes = {m["mode"]: m for m in problem["modes"]}
+    assert modes["eager"]["correct"] is True and modes["default"]["correct"] is True
+    assert modes["kernelopt"]["correct"] is False and modes["kernelopt"]["committed_kernels"] == 1
+    assert re.search(r"gradient of parameter \w+\.bias", modes["kernelopt"]["correctness_detail"])
 
 
 @pytest.mark.slow
