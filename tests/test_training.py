@@ -288,3 +288,26 @@ def test_production_swaps_a_committed_backward_kernel_into_the_backward_graph(pr
     assert set(ran) == set(prepared.compiled.kernels)  # the same names as capture's, in both graphs
     differs = [k for k, (a, b) in enumerate(zip(tuned, eager)) if not torch.allclose(a, b, atol=1e-4)]
     assert len(differs) == 1 and torch.allclose(tuned[differs[0]] - eager[differs[0]], torch.ones(()), atol=1e-4)
+
+
+@pytest.mark.slow
+def test_across_a_graph_break_production_numbers_and_names_graphs_as_capture_does(interpreter, tmp_path):
+    """Forward, backward, next forward, next backward: both compile each backward with its forward."""
+    import pytest_kernelopt
+    from pytest_kernelopt.capture import compile_problem
+    from pytest_kernelopt.capture.problem import load_problem
+    from pytest_kernelopt.capture.training import step
+    from pytest_kernelopt.store.production import status
+    from test_production import fresh
+
+    path = TESTS / "problems_train" / "graph_break_train.py"
+    captured = {n: (h.info.graph, h.info.backward) for n, h in compile_problem(load_problem(path), "cpu").kernels.items()}
+    assert sorted({g for g, _ in captured.values()}) == [0, 1, 2, 3]
+    assert {g for g, backward in captured.values() if backward} == {1, 3}
+    assert any(n.endswith("__bwd__g3") for n in captured)  # a backward name repeated in the second backward graph
+    problem, model = fresh(path)
+    compiled = pytest_kernelopt.compile(model, tmp_path, model_id="graph_break_train", quiet=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nothing committed: said once, not what this test is about
+        step(compiled, model, problem, problem.make_inputs(1))
+    assert {k.name: k.graph for k in status(compiled).kernels} == {n: g for n, (g, _) in captured.items()}
