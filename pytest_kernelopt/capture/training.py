@@ -108,16 +108,12 @@ def loss_of(problem: Any, out: Any) -> Any:
     """The step's loss: the file's ``loss(outputs)``, or the weighted sum of the outputs (module docstring)."""
     import torch
 
-    from ..verify.model import flatten
+    from .outputs import flatten
 
     own = getattr(problem.module, "loss", None)
     if own is not None:
-        try:
-            loss = own(out)
-        except Exception as exc:
-            from .problem import _where
-
-            raise ProblemError(problem.path, f"loss(outputs) failed{_where(exc, problem.path)}: {exc!r}") from exc
+        # An error inside it surfaces on capture's first (eager) step, with its line in the file.
+        loss = own(out)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
             raise ProblemError(problem.path, "loss(outputs) must return a floating-point tensor of one element")
         return loss.reshape(())
@@ -134,7 +130,7 @@ def step(fn: Any, model: Any, problem: Any, inputs: Any) -> tuple[Any, ...]:
     ``(outputs..., input gradients..., parameter gradients...)``, every tensor fresh."""
     import torch
 
-    from ..verify.model import flatten
+    from .outputs import flatten
 
     inputs = list(inputs)
     wanted = grad_input_indices(problem, inputs)

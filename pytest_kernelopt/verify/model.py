@@ -48,6 +48,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..capture.outputs import flatten  # noqa: F401 - where the verifier's stages and bench import it from
 from ..records import SeedErrors
 from .guards import GuardedKernel
 from .numerics import Judgement, NumericsFailure, NumericsRule, envelope_atol, judge
@@ -55,21 +56,6 @@ from .prepared import Prepared, StageFailure
 from .tensors import any_nonfinite, chunks
 
 EXACT_REFERENCE_BYTES = 32 << 20  # float64 references up to this size; larger ones rounded, with their residue
-
-
-def flatten(out: Any) -> list[Any]:
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (list, tuple)):
-        return [t for item in out for t in flatten(item)]
-    if isinstance(out, dict):
-        return [t for key in sorted(out) for t in flatten(out[key])]
-    if isinstance(out, (bool, int, float)):  # ``float(loss)``: compared like a 0-d output
-        dtype = torch.bool if isinstance(out, bool) else torch.int64 if isinstance(out, int) else torch.float32
-        return [torch.tensor(out, dtype=dtype)]
-    return []
 
 
 @dataclass
