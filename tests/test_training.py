@@ -311,3 +311,33 @@ def test_across_a_graph_break_production_numbers_and_names_graphs_as_capture_doe
         warnings.simplefilter("ignore")  # nothing committed: said once, not what this test is about
         step(compiled, model, problem, problem.make_inputs(1))
     assert {k.name: k.graph for k in status(compiled).kernels} == {n: g for n, (g, _) in captured.items()}
+
+
+@pytest.mark.slow
+def test_the_gate_has_items_for_backward_kernels_and_fails_a_wrong_committed_one(prepared, tmp_path):
+    """A committed backward version off by 1% fails its gate item (and the model item names the gradient)."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from pytest_kernelopt.candidate import render_dump
+    from test_production import commit
+
+    (tmp_path / "problems").mkdir()
+    shutil.copy(MLP, tmp_path / "problems")
+    (tmp_path / "pyproject.toml").write_text('[tool.kernelopt]\nproblems = ["problems/*.py"]\ndevice = "cpu"\n')
+    info = _backward(prepared, "sum")
+    commit(tmp_path / "kernels", "mlp_layernorm_train", info, _scaled(render_dump(info, "mlp_layernorm_train")))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    gate = subprocess.run([sys.executable, "-m", "pytest", "--kernelopt", "--kernelopt-seeds", "1", "-p",
+                           "no:cacheprovider", "--kernelopt-json", "gate.json", "-q"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    items = {item["kernel"] or "model": item for item in json.loads((tmp_path / "gate.json").read_text())["items"]}
+    backward = [n for n in items if n.endswith("__bwd")]
+    assert len(backward) == 4 and len(items) == 6  # 1 forward kernel, 4 backward kernels, the model
+    assert items[info.name]["outcome"] == "failed"
+    assert all(items[n]["outcome"] == "passed" for n in items if n not in (info.name, "model"))
+    assert items["model"]["outcome"] == "failed" and "gradient of parameter" in items["model"]["message"]
