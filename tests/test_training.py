@@ -341,3 +341,20 @@ def test_the_gate_has_items_for_backward_kernels_and_fails_a_wrong_committed_one
     assert items[info.name]["outcome"] == "failed"
     assert all(items[n]["outcome"] == "passed" for n in items if n not in (info.name, "model"))
     assert items["model"]["outcome"] == "failed" and "gradient of parameter" in items["model"]["message"]
+
+
+@pytest.mark.slow
+def test_a_backward_kernel_that_writes_nothing_cannot_pass_on_stale_gradients(prepared):
+    """Its output buffer may hold the last run's gradient (same inputs, memory reused): the model stage alone
+    must still reject it, as the kernel stage does."""
+    from pytest_kernelopt.candidate import render_dump
+
+    info = _backward(prepared, "sum")
+    lines = render_dump(info, "mlp_layernorm_train").splitlines()
+    i = max(k for k, line in enumerate(lines) if "tl.store(" in line)
+    lines[i] = lines[i].replace("xmask)", "xmask & (x0 < 0))")  # every store masked off
+    assert "(x0 < 0)" in lines[i]
+    idle = "\n".join(lines) + "\n"
+    for kernel in (None, info.name):
+        stages = _check(prepared, kernel, {info.name: idle})
+        assert stages[-1].passed is False, stages
