@@ -68,6 +68,8 @@ class KernelInfo(Record):
     args: list[ArgInfo]
     launch: LaunchConfig
     source: str = Field(repr=False)
+    # A kernel of a training step's backward graph (its name ends in ``__bwd``, capture/training.py).
+    backward: bool = False
 
     @property
     def written_args(self) -> list[str]:

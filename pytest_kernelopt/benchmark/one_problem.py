@@ -30,7 +30,20 @@ class _Eager:
     device: str
 
     def __call__(self, *inputs: Any) -> Any:
+        from ..capture.training import is_training, step
+
+        if is_training(self.problem):  # the training step: outputs, then every gradient
+            return step(self.model, self.model, self.problem, inputs)
         return self.model(*inputs)
+
+
+def _as_step(fn: Callable[..., Any], model: Any, problem: Any) -> Callable[..., Any]:
+    """``fn`` as a training problem's whole step (forward, loss, backward: capture/training.py), else ``fn``."""
+    from ..capture.training import is_training, step
+
+    if not is_training(problem):
+        return fn
+    return lambda *inputs: step(fn, model, problem, inputs)
 
 
 def _short(exc: BaseException) -> str:
@@ -107,7 +120,8 @@ def _kernels_note(backend: Any, caught: list[str]) -> tuple[int, str]:
     return len(committed), note
 
 
-def _check(row: ModeResult, outputs: list[Any], reference: list[Any], kind: str, baseline: str) -> None:
+def _check(row: ModeResult, outputs: list[Any], reference: list[Any], kind: str, baseline: str,
+           names: list[str] | None = None) -> None:
     """Judge one mode's outputs by the one numerics rule (:mod:`pytest_kernelopt.verify.numerics`), as the
     verifier's model stage judges a candidate: against float64, within ``error_factor`` x ``baseline``'s
     own error envelope (the default compile's, once it ran)."""
@@ -123,7 +137,7 @@ def _check(row: ModeResult, outputs: list[Any], reference: list[Any], kind: str,
     failure = None
     for k, (out, ref) in enumerate(zip(outputs, reference)):
         try:
-            judged = judge_output(out, ref, rule, f"output {k}", baseline=baseline)
+            judged = judge_output(out, ref, rule, names[k] if names else f"output {k}", baseline=baseline)
         except StageFailure as exc:
             judged = getattr(exc, "judgement", None)
             if judged is None:  # a shape, dtype, integer or NaN/Inf pattern: no figures to report
@@ -256,7 +270,8 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
         from ..verify.pipeline import environment
         from ..verify.prepared import Prepared
 
-        torch.set_grad_enabled(False)  # inference only: the kernelopt backend swaps inference graphs
+        # Inference: no gradients recorded. A training step turns them on inside itself (capture/training.py).
+        torch.set_grad_enabled(False)
         result.environment = environment(device)
         problem = load_problem(path, shape=job.shape)  # a problem with SHAPES: the job's shape, else its first
         result.model = problem.id
@@ -264,6 +279,9 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
         if job.shape is None and len(problem.shapes) > 1:
             result.shape_note = (f"benched at shape {problem.shape} only (its first declared); "
                                  f"{', '.join(list(problem.shapes)[1:])} not benched yet")
+        from ..capture.training import is_training, output_names
+
+        training = result.training = is_training(problem)  # then every mode runs and is timed as the whole step
         model = problem.build_model(device)
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
@@ -292,6 +310,7 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
                 with _own_wrapper_modules(), warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
                     fn, backend = _build(row.mode, model, problem.id, job.kernels_dir)
+                    fn = _as_step(fn, model, problem)
                     first = time.perf_counter()
                     outputs = flatten(fn(*inputs))  # fresh tensors: nothing here reuses output buffers
                     _sync(device)
@@ -315,9 +334,10 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
                 messages = [str(w.message) for w in caught if issubclass(w.category, KerneloptWarning)]
                 row.committed_kernels, row.kernels_note = _kernels_note(backend, messages)
                 row.compile_setting = next((s for s in backend.settings_applied if s is not None), None)
-            if row.mode == BASELINE:
+            if row.mode == BASELINE and not training:  # a step's floors (backward included) are not counted yet
                 result.min_bytes = min_bytes(model, inputs, outputs)
                 result.min_flops = min_flops(model, inputs)
+            names = output_names(problem, model, inputs, len(outputs))
             del inputs
             if row.mode == BASELINE and kind == "float64" and len(outputs) == len(reference):
                 from ..verify.model import rebase
@@ -325,7 +345,7 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
                 for out, ref in zip(outputs, reference):
                     rebase(ref, out)
                 judged_against = "the default compile"
-            _check(row, outputs, reference, kind, judged_against)
+            _check(row, outputs, reference, kind, judged_against, names)
             del outputs
             fns[row.mode] = fn
         del refs, reference  # the reference is not needed for timing: free its memory first

@@ -124,6 +124,9 @@ class ProblemResult(Record):
     peak_gib: float | None = None
     wall_seconds: float = 0.0
     environment: Environment | None = None
+    # A training problem (capture/training.py): every mode ran, was judged and was timed as the whole step
+    # (forward, loss, backward; outputs and every gradient against float64); no % of limit for it yet.
+    training: bool = False
 
     def mode(self, name: str) -> ModeResult | None:
         return next((m for m in self.modes if m.mode == name), None)

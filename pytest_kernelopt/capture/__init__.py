@@ -66,6 +66,10 @@ class CompiledModel:
     def __call__(self, *inputs: Any) -> Any:
         import torch
 
+        from .training import is_training, step
+
+        if is_training(self.problem):  # outputs, then every gradient (capture/training.py)
+            return step(self.compiled, self.model, self.problem, inputs)
         with torch.no_grad():
             return self.compiled(*inputs)
 
@@ -534,7 +538,8 @@ def compile_problem(
     problem: Problem, device: str, seed: int = 0, variant: str | None = None, reset: bool = True,
     inputs: list[Any] | None = None, measure_eager_peak: bool = False,
 ) -> CompiledModel:
-    """Compile ``problem`` for ``device`` in inference mode and open up every graph.
+    """Compile ``problem`` for ``device`` in inference mode (a training problem: its training step, with
+    forward and backward graphs, :mod:`.training`) and open up every graph.
 
     ``device`` must come from :func:`pytest_kernelopt.config.resolve_device` (which
     switches on interpreter mode for ``cpu``). ``reset`` clears Dynamo's caches
@@ -557,9 +562,15 @@ def compile_problem(
         inputs = problem.make_inputs(seed, device)
     # Eager first: a model that is broken by itself gets its own error and line,
     # not Dynamo's fake-tensor message.
+    from .training import backward_compiled_with_forward, is_training, step
+
+    training = is_training(problem)
     try:
-        with torch.no_grad():
-            model(*inputs)
+        if training:
+            step(model, model, problem, inputs)
+        else:
+            with torch.no_grad():
+                model(*inputs)
         eager_peak = int(torch.cuda.max_memory_allocated()) if measure_eager_peak and device == "cuda" else None
     except torch.OutOfMemoryError:
         raise
@@ -568,13 +579,18 @@ def compile_problem(
 
         raise ProblemError(problem.path, f"the model fails in eager mode{_where(exc, problem.path)}: "
                                          f"{type(exc).__name__}: {_first_line(exc)}") from exc
+    from .training import is_backward_wrapper, kernel_base_name
     from .variants import compiling
 
     compiled = torch.compile(model, backend="inductor")
     try:
         with compiling(variant), _without_autotune_cache(), _recording_races(), _record_wrapper_modules() as loaded, \
-                _record_kernel_args() as seen, torch.no_grad():
-            compiled(*inputs)
+                _record_kernel_args() as seen, \
+                (backward_compiled_with_forward() if training else torch.no_grad()):
+            if training:  # the backward runs too: its kernels' arguments are recorded on this call
+                step(compiled, model, problem, inputs)
+            else:
+                compiled(*inputs)
     except (ProblemError, CaptureError):
         raise
     except torch.OutOfMemoryError:
@@ -591,12 +607,14 @@ def compile_problem(
     for index, module in enumerate(graphs):
         source = Path(module.__file__).read_text()
         externs += extern_calls(source, index, start=len(externs))
+        backward = is_backward_wrapper(source)
         for attr, kernel_name in _KERNEL_DEF.findall(source):
             autotuner = getattr(module, attr)
             if not hasattr(autotuner, "triton_meta"):
                 raise CaptureError(f"{problem.path}: kernel {attr} is a {type(autotuner).__name__}, not an Inductor Triton kernel")
             kernel_source = read_kernel_source(autotuner, module, attr)
-            name = attr if attr not in kernels else f"{attr}__g{index}"
+            base = kernel_base_name(attr, backward)
+            name = base if base not in kernels else f"{base}__g{index}"
             cfg = launch_config(autotuner, interpreted)
             signature = autotuner.triton_meta.get("signature", {})
             pointers = {k for k, v in signature.items() if str(v).startswith("*")} or None
@@ -612,7 +630,7 @@ def compile_problem(
                 args.append(info)
             info = KernelInfo(
                 name=name, function=kernel_name, graph=index, args=args, launch=cfg, source=kernel_source,
-                fingerprint=kernel_fingerprint(autotuner, kernel_source, kernel_name),
+                fingerprint=kernel_fingerprint(autotuner, kernel_source, kernel_name), backward=backward,
             )
             kernels[name] = KernelHandle(info=info, module=module, attr=attr, original=autotuner)
     return CompiledModel(

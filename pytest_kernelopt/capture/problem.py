@@ -49,6 +49,9 @@ class Problem:
     shapes: dict[str, dict[str, Any]] = field(default_factory=dict)
     shape: str | None = None
     shape_weights: dict[str, float] = field(default_factory=dict)
+    # The seed of the latest make_inputs(): a training step's default loss weights derive from it
+    # (capture/training.py), so a draw and its float64 reference get the same incoming gradients.
+    draw_seed: int = field(default=0, repr=False)
 
     @property
     def id(self) -> str:
@@ -86,6 +89,7 @@ class Problem:
         chosen = choose_shape(self.path, self.shapes, shape or self.shape) if self.shapes or shape else None
         overrides = self.shapes[chosen] if chosen is not None else {}
         torch.manual_seed(seed)
+        self.draw_seed = seed
         try:
             with torch.device(device), overridden(self.module, overrides):
                 inputs = self.module.get_inputs()
@@ -140,6 +144,9 @@ def load_problem(path: str | Path, shape: str | None = None) -> Problem:
             raise ProblemError(path, f"not a problem file: no `{attr}` defined")
     if not isinstance(module.Model, type):
         raise ProblemError(path, "`Model` must be a class")
+    from .training import validate
+
+    validate(path, module)  # TRAINING = True: a training step (capture/training.py)
     shapes, weights = read_shapes(path, module)
     return Problem(path=path, module=module, shapes=shapes, shape=choose_shape(path, shapes, shape),
                    shape_weights=weights)

@@ -36,13 +36,19 @@ def _arg(a: ArgInfo) -> str:
 
 def kernels_table(summary: CaptureSummary) -> Table:
     table = Table(title=f"{summary.model} ({summary.device}, {summary.graphs} graph(s)); * = written")
-    for col in ("kernel", "kind", "graph", "fingerprint", "arguments"):
+    for col in ("kernel", "kind", "graph", "pass", "fingerprint", "arguments"):
         table.add_column(col, overflow="fold")
+    # A graph's pass: backward when any of its kernels is (a training step's, capture/training.py).
+    backward = {k.graph for k in summary.kernels if k.backward}
     for k in summary.kernels:
-        table.add_row(k.name, k.kind, str(k.graph), k.fingerprint, " ".join(_arg(a) for a in k.args))
+        table.add_row(k.name, k.kind, str(k.graph), _pass(k.backward), k.fingerprint, " ".join(_arg(a) for a in k.args))
     for e in summary.externs:
-        table.add_row(e.name, e.kind, str(e.graph), "", e.target)
+        table.add_row(e.name, e.kind, str(e.graph), _pass(e.graph in backward), "", e.target)
     return table
+
+
+def _pass(backward: bool) -> str:
+    return "backward" if backward else "forward"
 
 
 def print_table(table: Table) -> None:

@@ -22,8 +22,9 @@ fingerprint, a missing or edited file, a file outside the language, one that doe
 :class:`KerneloptWarning` naming the model, the kernel, the file and the cause;
 a tuned kernel never makes a model fail to compile.
 
-Kernels are named as capture names them (the wrapper's kernel global; from the
-second graph on, a name already used by an earlier graph gets ``__g<graph>``), so
+Kernels are named as capture names them (the wrapper's kernel global, with ``__bwd`` in a training
+step's backward graph; from the second graph on, a name already used by an earlier graph gets
+``__g<graph>``), so
 graphs are numbered in the order Dynamo first compiles their frames; a recompile
 (a new input shape with ``dynamic=False``) keeps its frame's number.
 
@@ -116,7 +117,8 @@ class KerneloptBackend:
         self.settings_applied: list[str | None] = []
         self.startup_seconds = 0.0
         self._graph_base: dict[Any, int] = {}  # Dynamo frame -> number of its first graph
-        self._graph_kernels: dict[int, set[str]] = {}  # graph number -> its kernel globals (latest compile)
+        self._graph_kernels: dict[int, set[str]] = {}  # graph number -> its kernels' base names (latest compile)
+        self._backward_graphs: set[int] = set()  # graph numbers of training steps' backward graphs
         self._next_graph = 0
         self._warned: set[str] = set()
         self._lock = threading.Lock()
@@ -139,7 +141,11 @@ class KerneloptBackend:
         variant = self._variant(example_inputs)
         with self._lock:
             self.settings_applied.append(variant)
-        with compiling(variant) as chosen, _record_wrapper_modules() as loaded:
+        from ..capture.training import backward_compiled_with_forward
+
+        # A training graph's backward compiles here too, not on its first backward call (after this
+        # returns): its kernels are looked up like the forward's (capture/training.py).
+        with compiling(variant) as chosen, _record_wrapper_modules() as loaded, backward_compiled_with_forward():
             compiled = compile_fx(gm, example_inputs, config_patches={**chosen, **patches} or None)
         # Wrapper modules define ``call``; kernel modules do not (as in capture).
         graphs = [m for m in loaded if callable(getattr(m, "call", None)) and getattr(m, "__file__", None)]
@@ -173,8 +179,13 @@ class KerneloptBackend:
         return self._graph_base[key]
 
     def _name(self, attr: str, graph: int) -> str:
-        earlier = any(attr in names for g, names in self._graph_kernels.items() if g < graph)
-        return f"{attr}__g{graph}" if earlier else attr
+        """Capture's name of kernel global ``attr`` of ``graph`` (``__bwd`` in a backward graph, then ``__g<graph>``
+        when an earlier graph has that name)."""
+        from ..capture.training import kernel_base_name
+
+        base = kernel_base_name(attr, graph in self._backward_graphs)
+        earlier = any(base in names for g, names in self._graph_kernels.items() if g < graph)
+        return f"{base}__g{graph}" if earlier else base
 
     # --- one graph -----------------------------------------------------------------
 
@@ -189,7 +200,12 @@ class KerneloptBackend:
             return
         kernels = [(attr, fn) for attr, fn in _KERNEL_DEF.findall(source)
                    if hasattr(getattr(module, attr, None), "triton_meta")]
-        self._graph_kernels[graph] = {attr for attr, _ in kernels}
+        from ..capture.training import is_backward_wrapper, kernel_base_name
+
+        backward = is_backward_wrapper(source)
+        if backward:
+            self._backward_graphs.add(graph)
+        self._graph_kernels[graph] = {kernel_base_name(attr, backward) for attr, _ in kernels}
         if not kernels and "cpp_fused" in source and self._committed():
             self._warn(f"kernelopt: model {self.model}: Inductor generated C++ kernels for graph {graph}, not Triton, "
                        f"so the committed kernels in {self.store.model_dir(self.model)} are not used (on a CPU, call "

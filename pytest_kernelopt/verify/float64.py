@@ -49,7 +49,8 @@ class Float64Mode(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def float64_outputs(model: Any, inputs: list[Any], device: str, notes: list[str] | None = None) -> list[Any]:
+def float64_outputs(model: Any, inputs: list[Any], device: str, notes: list[str] | None = None,
+                    problem: Any = None) -> list[Any]:
     """The model in float64 on ``device``, under :class:`Float64Mode`; raises whatever goes wrong.
 
     Takes the caller's list and empties it, so the inputs are freed while the float64 model
@@ -57,24 +58,24 @@ def float64_outputs(model: Any, inputs: list[Any], device: str, notes: list[str]
     every floating-point parameter and buffer (bf16 or fp16 ones a model cast in ``__init__``
     included) become float64; integer ones stay as they are. Where the forward raises under
     :class:`Float64Mode`, it runs again without it, and a line saying so is added to ``notes``.
+    A training problem runs its step (outputs, then gradients: ``model._run_model``).
     """
-    from .model import flatten
+    from .model import _run_model
 
     model64 = copy.deepcopy(model).to(device).double()
     args = [(x.to(device).double() if x.is_floating_point() else x.to(device)) if isinstance(x, torch.Tensor) else x
             for x in inputs]
     inputs.clear()
-    with torch.no_grad():
-        try:
-            with Float64Mode():
-                out = flatten(model64(*args))
-        except torch.OutOfMemoryError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the forward needs one of its casts: keep them, and say so
-            out = flatten(model64(*args))
-            if notes is not None:
-                text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-                notes.append(f"float64 with the forward's own casts kept (in float64 throughout it raised "
-                             f"{type(exc).__name__}: {text})")
+    try:
+        with Float64Mode():
+            out = _run_model(model64, problem, args)
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the forward needs one of its casts: keep them, and say so
+        out = _run_model(model64, problem, args)
+        if notes is not None:
+            text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            notes.append(f"float64 with the forward's own casts kept (in float64 throughout it raised "
+                         f"{type(exc).__name__}: {text})")
     del model64, args
     return out

@@ -50,6 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..capture.outputs import flatten  # noqa: F401 - where the verifier's stages and bench import it from
 from ..records import SeedErrors
 from .guards import GuardedKernel
 from .numerics import Judgement, NumericsFailure, NumericsRule, envelope_atol, judge
@@ -57,21 +58,6 @@ from .prepared import Prepared, StageFailure
 from .tensors import any_nonfinite, chunks
 
 EXACT_REFERENCE_BYTES = 32 << 20  # float64 references up to this size; larger ones rounded, with their residue
-
-
-def flatten(out: Any) -> list[Any]:
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (list, tuple)):
-        return [t for item in out for t in flatten(item)]
-    if isinstance(out, dict):
-        return [t for key in sorted(out) for t in flatten(out[key])]
-    if isinstance(out, (bool, int, float)):  # ``float(loss)``: compared like a 0-d output
-        dtype = torch.bool if isinstance(out, bool) else torch.int64 if isinstance(out, int) else torch.float32
-        return [torch.tensor(out, dtype=dtype)]
-    return []
 
 
 @dataclass
@@ -122,11 +108,26 @@ def _eps(dtype: Any) -> float:
     return float(torch.finfo(dtype).eps) if dtype.is_floating_point else 0.0
 
 
-def _float64_outputs(model: Any, inputs: list[Any], device: str, notes: list[str] | None = None) -> list[Any]:
-    """The model in float64 on ``device`` (:func:`.float64.float64_outputs`); raises whatever goes wrong."""
+def _run_model(model: Any, problem: Any, args: list[Any]) -> list[Any]:
+    """The eager ``model``'s outputs, flattened; a training problem's: its step's, gradients included
+    (:func:`..capture.training.step`)."""
+    import torch
+
+    from ..capture.training import is_training, step
+
+    if is_training(problem):
+        return list(step(model, model, problem, args))
+    with torch.no_grad():
+        return flatten(model(*args))
+
+
+def _float64_outputs(model: Any, inputs: list[Any], device: str, notes: list[str] | None = None,
+                     problem: Any = None) -> list[Any]:
+    """The model (a training problem: its step) in float64 on ``device`` (:func:`.float64.float64_outputs`);
+    raises whatever goes wrong."""
     from .float64 import float64_outputs
 
-    return float64_outputs(model, inputs, device, notes)
+    return float64_outputs(model, inputs, device, notes, problem)
 
 
 def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str, str | None]:
@@ -148,11 +149,11 @@ def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str,
         reference = None
         if kind == "float64":
             try:
-                reference = _float64_outputs(compiled.model, xs, compiled.device, kept_casts)
+                reference = _float64_outputs(compiled.model, xs, compiled.device, kept_casts, compiled.problem)
             except torch.OutOfMemoryError:
                 torch.cuda.empty_cache()
                 try:  # not enough device memory: the same in float64 on the CPU, slower
-                    reference = _float64_outputs(compiled.model, prepared.inputs(seed), "cpu", kept_casts)
+                    reference = _float64_outputs(compiled.model, prepared.inputs(seed), "cpu", kept_casts, compiled.problem)
                     note = "float64 reference computed on the CPU (not enough GPU memory)"
                 except Exception as exc:  # noqa: BLE001 - any failure falls back, and says so
                     kind, note = "eager", f"float64 reference failed on the CPU too: {type(exc).__name__}: {_short(exc)}"
@@ -162,8 +163,7 @@ def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str,
                 kind, note = "eager", f"the float64 model returned {len(reference)} tensors, the compiled one {len(base)}"
                 reference = None
         if reference is None:
-            with torch.no_grad():
-                reference = flatten(compiled.model(*(xs or prepared.inputs(seed))))
+            reference = _run_model(compiled.model, compiled.problem, xs or prepared.inputs(seed))
         refs[seed] = SeedReference([_output_reference(b, r.to(b.device)) for b, r in zip(base, reference)])
         del base, reference, xs
     if kind == "float64" and kept_casts:
@@ -222,6 +222,7 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
     import torch
 
     from ..capture.swap import swapped
+    from ..capture.training import output_names
 
     compiled = prepared.compiled
     rule = NumericsRule(error_factor=error_factor, reduced_precision=reduced_precision)
@@ -254,14 +255,15 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
         if failure is not None:
             raise StageFailure(failure)
         prepared.check_inputs(seed, inputs)
-        del inputs
         ref = prepared.references[seed].outputs
+        names = output_names(compiled.problem, compiled.model, inputs, len(ref))  # gradients named in training
+        del inputs
         if len(outs) != len(ref):
             raise StageFailure(f"seed {seed}: the model returned {len(outs)} tensors instead of {len(ref)}")
         row = SeedErrors(seed=seed, candidate_vs_fp64=0.0, baseline_vs_fp64=0.0, scale=0.0, model_ratio=0.0)
         for k, (c, r) in enumerate(zip(outs, ref)):
             try:
-                j = judge_output(c, r, rule, f"seed {seed}, output {k}")
+                j = judge_output(c, r, rule, f"seed {seed}, {names[k]}")
             except StageFailure as failure:
                 failure.errors = [*rows, failed_row(row, r, failure)]
                 raise

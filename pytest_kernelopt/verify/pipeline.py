@@ -191,6 +191,10 @@ def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], N
         return passed is not False
 
     def compile_stages(variant: str) -> None:
+        from ..capture.training import refuse
+
+        refuse(prepared.compiled.problem, "compile settings (a compile variant)")  # the verifier's limit, not a verdict
+
         def model() -> tuple[str, dict[str, Any]]:
             rows = compile_check.compile_stage(prepared, variant, request.error_factor,
                                                request.allow_reduced_precision)

@@ -1,0 +1,191 @@
+"""Training problems: a problem file that declares a training step instead of an inference call.
+
+A problem file is a training problem when it sets ``TRAINING = True`` at module level. Its
+*step* is what capture compiles and the verifier judges::
+
+    step(inputs) = (outputs..., gradient of every input that requires grad..., gradient of every parameter...)
+
+* **inputs that require grad**: every floating-point tensor of ``get_inputs()``, or the indices
+  listed in ``GRAD_INPUTS`` (a list of ints; ``[]``: none);
+* **parameters**: every floating-point parameter of the model with ``requires_grad`` (in
+  ``model.parameters()`` order; a parameter the loss does not reach gets a zero gradient);
+* **loss**: the file's ``loss(outputs) -> Tensor`` (a scalar) if it defines one; otherwise the
+  sum over every floating-point output of ``(output * w).sum()``, ``w`` drawn per input draw
+  (:func:`cotangents`): each output's gradient is ``w``, of unit scale whatever the output's size
+  (a mean would shrink gradients by the element count), and not the constant ones of a plain
+  sum, so a backward kernel that ignores its incoming gradient computes wrong gradients.
+
+The model keeps eval() semantics (Dropout off, BatchNorm on its running statistics): what
+eval() computes is deterministic and has a float64 reference. ``TRAIN_MODE = True`` (dropout,
+batch statistics, running-statistics updates) is refused with a ProblemError for now.
+
+Gradients are computed with ``torch.autograd.grad`` each step: fresh tensors every run, never
+accumulated into ``.grad``, so nothing a previous run left behind can stand in for them.
+
+The compiled model is ``torch.compile(model)``, as production compiles it: the loss and the
+gradient calls run eagerly around it, and AOTAutograd compiles a forward and a backward graph,
+each with its own Inductor wrapper module. A backward graph's wrapper is recognised by its
+inputs: AOTAutograd names the incoming gradients ``tangents_<n>`` (torch 2.11-2.15), which no
+forward or inference graph has (:func:`is_backward_wrapper`); its kernels are named with
+:data:`BACKWARD_SUFFIX`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Iterator
+
+from ..errors import ProblemError
+
+BACKWARD_SUFFIX = "__bwd"  # a backward graph's kernel: ``triton_poi_fused_..._0__bwd``
+# The default loss's weights: (randint in [-8, 8) + 1/2) / 4, in {+-1/8, +-3/8, ..., +-15/8}: never
+# zero, of unit scale, and exact in float16, bfloat16, float32 and float64 alike, so the float64
+# reference's step receives the very same incoming gradients as the compiled one.
+_WEIGHT_STEPS = 8
+_CALL_ARGS = re.compile(r"^\s+(.+?)\s*=\s*args\s*$", re.M)
+
+
+def is_training(problem: Any) -> bool:
+    return getattr(getattr(problem, "module", None), "TRAINING", False) is True
+
+
+def validate(path: Path, module: ModuleType) -> None:
+    """ProblemError for a training declaration this version cannot honour."""
+    training = getattr(module, "TRAINING", False)
+    if not isinstance(training, bool):
+        raise ProblemError(path, f"TRAINING must be True or False, not {training!r}")
+    if not training:
+        return
+    if getattr(module, "TRAIN_MODE", False):
+        raise ProblemError(path, "TRAIN_MODE = True (train(): dropout, batch statistics) is not supported yet; a "
+                                 "training step runs the model with eval() semantics (remove TRAIN_MODE)")
+    loss = getattr(module, "loss", None)
+    if loss is not None and not callable(loss):
+        raise ProblemError(path, "`loss` must be a function loss(outputs) -> Tensor")
+    grad_inputs = getattr(module, "GRAD_INPUTS", None)
+    if grad_inputs is not None and (not isinstance(grad_inputs, (list, tuple))
+                                    or not all(type(i) is int for i in grad_inputs)):
+        raise ProblemError(path, f"GRAD_INPUTS must be a list of input indices, not {grad_inputs!r}")
+
+
+def grad_input_indices(problem: Any, inputs: Any) -> list[int]:
+    """Indices of the inputs whose gradients the step returns."""
+    import torch
+
+    listed = getattr(problem.module, "GRAD_INPUTS", None)
+    floating = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    if listed is None:
+        return floating
+    bad = [i for i in listed if i not in floating]
+    if bad:
+        raise ProblemError(problem.path, f"GRAD_INPUTS names input {bad[0]}, which is not a floating-point tensor "
+                                         f"(floating-point inputs: {floating})")
+    return sorted(set(listed))
+
+
+def trained_parameters(model: Any) -> list[Any]:
+    return [p for p in model.parameters() if p.requires_grad and p.is_floating_point()]
+
+
+def cotangents(seed: int, outputs: list[Any]) -> list[Any]:
+    """The default loss's weights for ``outputs`` under input seed ``seed`` (one tensor per output)."""
+    import torch
+
+    root = int.from_bytes(hashlib.sha256(f"kernelopt-cotangents:{seed}".encode()).digest()[:8], "little") >> 1
+    weights = []
+    for k, out in enumerate(outputs):
+        gen = torch.Generator(device=out.device).manual_seed(root + k)
+        steps = torch.randint(-_WEIGHT_STEPS, _WEIGHT_STEPS, out.shape, generator=gen, device=out.device)
+        weights.append(((steps.to(torch.float32) + 0.5) / 4).to(out.dtype))
+    return weights
+
+
+def loss_of(problem: Any, out: Any) -> Any:
+    """The step's loss: the file's ``loss(outputs)``, or the weighted sum of the outputs (module docstring)."""
+    import torch
+
+    from .outputs import flatten
+
+    own = getattr(problem.module, "loss", None)
+    if own is not None:
+        # An error inside it surfaces on capture's first (eager) step, with its line in the file.
+        loss = own(out)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
+            raise ProblemError(problem.path, "loss(outputs) must return a floating-point tensor of one element")
+        return loss.reshape(())
+    floating = [t for t in flatten(out) if t.is_floating_point() and t.requires_grad]
+    if not floating:
+        raise ProblemError(problem.path, "the training step has no floating-point output that depends on a "
+                                         "parameter or an input that requires grad (nothing to differentiate)")
+    weights = cotangents(getattr(problem, "draw_seed", 0), floating)
+    return sum(((t * w).sum() for t, w in zip(floating, weights)), torch.zeros((), device=floating[0].device))
+
+
+def step(fn: Any, model: Any, problem: Any, inputs: Any) -> tuple[Any, ...]:
+    """One training step of ``fn`` (the compiled or the eager model; ``model`` holds its parameters):
+    ``(outputs..., input gradients..., parameter gradients...)``, every tensor fresh."""
+    import torch
+
+    from .outputs import flatten
+
+    inputs = list(inputs)
+    wanted = grad_input_indices(problem, inputs)
+    xs = [x.detach().requires_grad_(True) if i in wanted else x for i, x in enumerate(inputs)]
+    params = trained_parameters(model)
+    with torch.enable_grad():
+        out = fn(*xs)
+        loss = loss_of(problem, out)
+        grads = torch.autograd.grad(loss, [xs[i] for i in wanted] + params, allow_unused=True,
+                                    materialize_grads=True)
+    return (*(t.detach() for t in flatten(out)), *grads)
+
+
+def output_names(problem: Any, model: Any, inputs: Any, count: int) -> list[str]:
+    """How a verdict names each of the ``count`` flattened results of a run: ``output <k>``; in a training
+    step's, then ``gradient of input <i>`` and ``gradient of parameter <name>``."""
+    if not is_training(problem):
+        return [f"output {k}" for k in range(count)]
+    wanted = grad_input_indices(problem, inputs)
+    params = [name for name, p in model.named_parameters() if p.requires_grad and p.is_floating_point()]
+    outputs = count - len(wanted) - len(params)
+    return ([f"output {k}" for k in range(outputs)] + [f"gradient of input {i}" for i in wanted]
+            + [f"gradient of parameter {name}" for name in params])
+
+
+def is_backward_wrapper(source: str) -> bool:
+    """Whether an Inductor wrapper module's source is a backward graph's: its ``call`` unpacks an
+    incoming gradient (``tangents_<n>``, AOTAutograd's name for it)."""
+    return any(re.search(r"\btangents_\d+\b", m) for m in _CALL_ARGS.findall(source))
+
+
+def kernel_base_name(attr: str, backward: bool) -> str:
+    """A kernel's name before a graph suffix: the wrapper's global, with :data:`BACKWARD_SUFFIX` in a backward graph."""
+    return attr + BACKWARD_SUFFIX if backward else attr
+
+
+@contextlib.contextmanager
+def backward_compiled_with_forward() -> Iterator[None]:
+    """AOTAutograd compiles a graph's backward right after its forward, not on the first backward
+    call (torch._functorch.config.force_non_lazy_backward_lowering, torch 2.11-2.15): its wrapper
+    module loads inside the block that compiles, and graphs are numbered forward, backward, next
+    forward, ... in capture and production alike."""
+    try:
+        from torch._functorch import config
+    except ImportError:  # another torch: the backward compiles lazily, as before
+        yield
+        return
+    if not hasattr(config, "force_non_lazy_backward_lowering"):
+        yield
+        return
+    with config.patch(force_non_lazy_backward_lowering=True):
+        yield
+
+
+def refuse(problem: Any, what: str) -> None:
+    """ProblemError: ``what`` does not handle training problems yet."""
+    if is_training(problem):
+        raise ProblemError(problem.path, f"training problems: {what} not supported yet")

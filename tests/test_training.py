@@ -1,0 +1,360 @@
+"""Training problems (``TRAINING = True``): the step's forward and backward kernels captured, named apart,
+judged on every gradient against float64, swapped by production into both graphs; tune and bench refuse.
+
+The problems live in ``tests/problems_train/`` (not ``tests/problems/``, which other tests glob).
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import TESTS, add_to_last_store
+
+MLP = TESTS / "problems_train" / "mlp_layernorm_train.py"  # default loss, LayerNorm: forward and backward kernels
+XENT = TESTS / "problems_train" / "softmax_xent_train.py"  # its own loss (the mean), an integer input
+
+
+def write(folder: Path, body: str, name: str = "train_problem") -> Path:
+    path = folder / f"{name}.py"
+    path.write_text(textwrap.dedent(body).lstrip())
+    return path
+
+
+TINY = '''
+import torch
+
+{header}
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def get_inputs():
+    return [torch.randn(2, 4)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+# --- the declaration ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("header, message", [
+    ("TRAINING = 'yes'", "TRAINING must be True or False"),
+    ("TRAINING = True\nTRAIN_MODE = True", "TRAIN_MODE = True (train(): dropout, batch statistics) is not supported yet"),
+    ("TRAINING = True\nGRAD_INPUTS = 'x'", "GRAD_INPUTS must be a list of input indices"),
+    ("TRAINING = True\nloss = 3", "`loss` must be a function"),
+])
+def test_a_training_declaration_it_cannot_honour_is_one_problem_error(tmp_path, header, message):
+    from pytest_kernelopt.capture.problem import load_problem
+    from pytest_kernelopt.errors import ProblemError
+
+    path = write(tmp_path, TINY.format(header=header))
+    with pytest.raises(ProblemError) as err:
+        load_problem(path)
+    assert message in str(err.value) and str(path) in str(err.value)
+
+
+def test_backward_wrappers_are_told_apart_by_their_incoming_gradients():
+    from pytest_kernelopt.capture.training import is_backward_wrapper, kernel_base_name
+
+    forward = "def call(self, args):\n        primals_1, primals_2 = args\n        args.clear()\n"
+    backward = "def call(self, args):\n        primals_1, addmm, rsqrt, tangents_1 = args\n        args.clear()\n"
+    inference = "def call(self, args):\n        arg0_1, arg1_1 = args\n"
+    assert is_backward_wrapper(backward)
+    assert not is_backward_wrapper(forward) and not is_backward_wrapper(inference)
+    assert kernel_base_name("triton_poi_fused_0", True) == "triton_poi_fused_0__bwd"
+    assert kernel_base_name("triton_poi_fused_0", False) == "triton_poi_fused_0"
+
+
+def test_default_loss_weights_are_exact_in_every_dtype_never_zero_and_new_per_draw():
+    import torch
+
+    from pytest_kernelopt.capture.training import cotangents
+
+    out = [torch.empty(64, 8)]
+    by_dtype = [cotangents(5, [o.to(d) for o in out])[0].double() for d in
+                (torch.float16, torch.bfloat16, torch.float32, torch.float64)]
+    assert all(torch.equal(by_dtype[0], w) for w in by_dtype)  # the float64 reference gets the same gradients
+    assert bool((by_dtype[0] != 0).all()) and float(by_dtype[0].abs().max()) <= 2.0
+    assert len(set(by_dtype[0].flatten().tolist())) > 4  # not the constant ones of a plain sum
+    assert torch.equal(cotangents(5, out)[0], cotangents(5, out)[0])
+    assert not torch.equal(cotangents(5, out)[0], cotangents(6, out)[0])
+
+
+def test_the_step_returns_outputs_then_fresh_gradients_of_inputs_and_parameters():
+    import torch
+
+    from pytest_kernelopt.capture.problem import load_problem
+    from pytest_kernelopt.capture.training import cotangents, output_names, step
+
+    problem = load_problem(MLP)
+    model = problem.build_model()
+    inputs = problem.make_inputs(3)
+    first = step(model, model, problem, inputs)
+    again = step(model, model, problem, problem.make_inputs(3))
+    assert all(torch.equal(a, b) for a, b in zip(first, again))  # nothing accumulates between runs
+    assert all(p.grad is None for p in model.parameters())  # never written into .grad
+    # By hand: the weighted sum's gradient, through plain autograd.
+    x = inputs[0].detach().requires_grad_(True)
+    out = model(x)
+    (out * cotangents(3, [out])[0]).sum().backward()
+    expected = [out.detach(), x.grad, *(p.grad for p in model.parameters())]
+    assert len(first) == len(expected) == 8
+    assert all(torch.allclose(a, b) for a, b in zip(first, expected))
+    names = output_names(problem, model, inputs, len(first))
+    assert names[:3] == ["output 0", "gradient of input 0", "gradient of parameter up.weight"]
+    assert names[-1] == "gradient of parameter down.bias"
+
+
+def test_a_files_own_loss_is_used_and_integer_inputs_get_no_gradient():
+    import torch
+
+    from pytest_kernelopt.capture.problem import load_problem
+    from pytest_kernelopt.capture.training import step
+
+    problem = load_problem(XENT)
+    model = problem.build_model()
+    logits, target = problem.make_inputs(1)
+    out, grad_logits, grad_scale = step(model, model, problem, [logits, target])
+    x = logits.detach().requires_grad_(True)
+    model(x, target).mean().backward()
+    assert torch.allclose(grad_logits, x.grad) and torch.allclose(grad_scale, model.scale.grad)
+
+
+@pytest.mark.slow
+def test_tune_refuses_training_problems_with_one_line(kernelopt, tmp_path):
+    tuned = kernelopt("tune", MLP, "--device", "cpu", "--runs-dir", tmp_path / "runs", "--kernels-dir", tmp_path / "k")
+    assert tuned.returncode == 2, tuned.stderr
+    assert "training problems: tune not supported yet" in tuned.stderr
+    assert not (tmp_path / "runs").exists()  # refused before any run directory
+
+
+# --- capture and the cascade on a compiled step (interpreter mode) -------------------------
+
+@pytest.fixture(scope="module")
+def prepared(interpreter):
+    from pytest_kernelopt.verify.pipeline import open_problem
+    from pytest_kernelopt.verify.protocol import OpenRequest
+
+    prepared, opened = open_problem(OpenRequest(problem=str(MLP), device=interpreter, seeds=[3]))
+    assert opened.reference == "float64"
+    return prepared
+
+
+def _backward(prepared: Any, stem: str) -> Any:
+    return next(h.info for h in prepared.compiled.kernels.values() if h.info.backward and stem in h.info.name)
+
+
+def _check(prepared: Any, kernel: str | None, replacements: dict[str, str]) -> list[Any]:
+    """The stage results of one check of ``replacements`` ({kernel: source}), run in this process."""
+    from pytest_kernelopt.store import sha256_text
+    from pytest_kernelopt.verify.pipeline import run_check
+    from pytest_kernelopt.verify.protocol import CandidateSource, CheckRequest, StageDone
+
+    done: list[Any] = []
+    request = CheckRequest(kernel=kernel, measure_speed=False, entropy=12345, replacements={
+        name: CandidateSource(label=f"{name}.py", source=src, sha256=sha256_text(src)) for name, src in replacements.items()})
+    run_check(prepared, request, done.append)
+    return [d.result for d in done if isinstance(d, StageDone)]
+
+
+def _scaled(source: str) -> str:
+    """``source`` with the value of its last ``tl.store`` multiplied by 1.01."""
+    lines = source.splitlines()
+    i = max(k for k, line in enumerate(lines) if "tl.store(" in line)
+    lines[i] = re.sub(r"tl\.store\(([^,]+), ([^,]+),", r"tl.store(\1, (\2) * 1.01,", lines[i])
+    assert "1.01" in lines[i]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.slow
+def test_bench_runs_and_judges_the_whole_step_in_every_mode(prepared, kernelopt, tmp_path):
+    """A committed backward version that is off (1.0 added) runs in bench's kernelopt mode and a gradient shows it."""
+    import json
+
+    from pytest_kernelopt.candidate import render_dump
+    from test_production import commit
+
+    info = _backward(prepared, "sum")
+    commit(tmp_path / "kernels", "mlp_layernorm_train", info,
+           add_to_last_store(render_dump(info, "mlp_layernorm_train"), 1.0))
+    out = tmp_path / "bench.json"
+    bench = kernelopt("bench", MLP, "--device", "cpu", "--modes", "eager,default,kernelopt", "--kernels-dir",
+                      tmp_path / "kernels", "--json", out)
+    assert bench.returncode == 0, bench.stderr
+    assert "mlp_layernorm_train (training step)" in bench.stdout
+    problem = json.loads(out.read_text())["problems"][0]
+    assert problem["training"] is True and problem["status"] == "ok"
+    modes = {m["mode"]: m for m in problem["modes"]}
+    assert modes["eager"]["correct"] is True and modes["default"]["correct"] is True
+    assert modes["kernelopt"]["correct"] is False and modes["kernelopt"]["committed_kernels"] == 1
+    assert re.search(r"gradient of parameter \w+\.bias", modes["kernelopt"]["correctness_detail"])
+
+
+@pytest.mark.slow
+def test_capture_names_backward_kernels_apart_and_lists_their_pass(prepared):
+    from rich.console import Console
+
+    from pytest_kernelopt.report import kernels_table
+
+    infos = [h.info for h in prepared.compiled.kernels.values()]
+    backward = [k for k in infos if k.backward]
+    forward = [k for k in infos if not k.backward]
+    assert forward and backward and len(prepared.compiled.graphs) == 2
+    assert all(k.name.endswith("__bwd") and k.graph == 1 for k in backward)
+    assert all("__bwd" not in k.name and k.graph == 0 for k in forward)
+    assert any("layer_norm_backward" in k.name for k in backward)
+    console = Console(width=400, record=True)
+    console.print(kernels_table(prepared.compiled.summary()))
+    text = console.export_text()
+    assert re.search(r"\b" + re.escape(backward[0].name) + r"\b.*\bbackward\b", text)
+    assert re.search(r"\b" + re.escape(forward[0].name) + r"\b.*\bforward\b", text)
+    # The reference holds the output and every gradient: 1 output, 1 input, 6 parameters.
+    assert len(prepared.references[3].outputs) == 8
+
+
+@pytest.mark.slow
+def test_the_unedited_backward_dump_passes_the_kernel_and_model_stages(prepared):
+    from pytest_kernelopt.candidate import render_dump
+
+    info = _backward(prepared, "layer_norm_backward")
+    stages = _check(prepared, info.name, {info.name: render_dump(info, "mlp_layernorm_train")})
+    assert [(s.name, s.passed) for s in stages] == [("kernel", True), ("model", True)], stages
+
+
+@pytest.mark.slow
+def test_a_backward_kernel_off_by_one_percent_fails_the_kernel_stage(prepared):
+    from pytest_kernelopt.candidate import render_dump
+
+    info = _backward(prepared, "sum")
+    stages = _check(prepared, info.name, {info.name: _scaled(render_dump(info, "mlp_layernorm_train"))})
+    assert [(s.name, s.passed) for s in stages] == [("kernel", False)]
+    assert "outside the allowance" in stages[0].detail
+
+
+@pytest.mark.slow
+def test_the_model_stage_alone_judges_every_gradient_and_names_the_one_that_is_wrong(prepared):
+    """The gate's model item swaps every committed kernel at once: a wrong backward kernel shows in a gradient."""
+    from pytest_kernelopt.candidate import render_dump
+
+    info = _backward(prepared, "sum")
+    module_before = {h.attr: getattr(h.module, h.attr) for h in prepared.compiled.kernels.values()}
+    stages = _check(prepared, None, {info.name: _scaled(render_dump(info, "mlp_layernorm_train"))})
+    assert [(s.name, s.passed) for s in stages] == [("model", False)]
+    assert re.search(r"gradient of parameter \w+\.bias", stages[0].detail), stages[0].detail
+    # No side effect: the compiler's kernels are back in both wrappers, the weights are the problem's own.
+    assert {h.attr: getattr(h.module, h.attr) for h in prepared.compiled.kernels.values()} == module_before
+    from pytest_kernelopt.verify.prepared import weight_sums
+
+    assert weight_sums(prepared.compiled.model) == prepared.weights
+
+
+@pytest.mark.slow
+def test_production_swaps_a_committed_backward_kernel_into_the_backward_graph(prepared, tmp_path):
+    """The kernelopt backend compiles the backward with the forward and names its kernels as capture does."""
+    import torch
+
+    import pytest_kernelopt
+    from pytest_kernelopt.candidate import render_dump
+    from pytest_kernelopt.capture.training import step
+    from pytest_kernelopt.store.production import KerneloptWarning, status
+    from test_production import commit, fresh
+
+    info = _backward(prepared, "sum")
+    commit(tmp_path, "mlp_layernorm_train", info, add_to_last_store(render_dump(info, "mlp_layernorm_train"), 1.0))
+    problem, model = fresh(MLP)
+    compiled = pytest_kernelopt.compile(model, tmp_path, model_id="mlp_layernorm_train", quiet=True)
+    inputs = problem.make_inputs(prepared.seeds[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KerneloptWarning)  # every kernel found by its name: nothing stale, no warning
+        tuned = step(compiled, model, problem, inputs)
+    eager = step(model, model, problem, inputs)
+    ran = {k.name: k.runs for k in status(compiled).kernels}
+    assert ran[info.name] == "committed" and all(r == "compiler" for n, r in ran.items() if n != info.name)
+    assert set(ran) == set(prepared.compiled.kernels)  # the same names as capture's, in both graphs
+    differs = [k for k, (a, b) in enumerate(zip(tuned, eager)) if not torch.allclose(a, b, atol=1e-4)]
+    assert len(differs) == 1 and torch.allclose(tuned[differs[0]] - eager[differs[0]], torch.ones(()), atol=1e-4)
+
+
+@pytest.mark.slow
+def test_across_a_graph_break_production_numbers_and_names_graphs_as_capture_does(interpreter, tmp_path):
+    """Forward, backward, next forward, next backward: both compile each backward with its forward."""
+    import pytest_kernelopt
+    from pytest_kernelopt.capture import compile_problem
+    from pytest_kernelopt.capture.problem import load_problem
+    from pytest_kernelopt.capture.training import step
+    from pytest_kernelopt.store.production import status
+    from test_production import fresh
+
+    path = TESTS / "problems_train" / "graph_break_train.py"
+    captured = {n: (h.info.graph, h.info.backward) for n, h in compile_problem(load_problem(path), "cpu").kernels.items()}
+    assert sorted({g for g, _ in captured.values()}) == [0, 1, 2, 3]
+    assert {g for g, backward in captured.values() if backward} == {1, 3}
+    assert any(n.endswith("__bwd__g3") for n in captured)  # a backward name repeated in the second backward graph
+    problem, model = fresh(path)
+    compiled = pytest_kernelopt.compile(model, tmp_path, model_id="graph_break_train", quiet=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nothing committed: said once, not what this test is about
+        step(compiled, model, problem, problem.make_inputs(1))
+    assert {k.name: k.graph for k in status(compiled).kernels} == {n: g for n, (g, _) in captured.items()}
+
+
+@pytest.mark.slow
+def test_the_gate_has_items_for_backward_kernels_and_fails_a_wrong_committed_one(prepared, tmp_path):
+    """A committed backward version off by 1% fails its gate item (and the model item names the gradient)."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from pytest_kernelopt.candidate import render_dump
+    from test_production import commit
+
+    (tmp_path / "problems").mkdir()
+    shutil.copy(MLP, tmp_path / "problems")
+    (tmp_path / "pyproject.toml").write_text('[tool.kernelopt]\nproblems = ["problems/*.py"]\ndevice = "cpu"\n')
+    info = _backward(prepared, "sum")
+    commit(tmp_path / "kernels", "mlp_layernorm_train", info, _scaled(render_dump(info, "mlp_layernorm_train")))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    gate = subprocess.run([sys.executable, "-m", "pytest", "--kernelopt", "--kernelopt-seeds", "1", "-p",
+                           "no:cacheprovider", "--kernelopt-json", "gate.json", "-q"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    items = {item["kernel"] or "model": item for item in json.loads((tmp_path / "gate.json").read_text())["items"]}
+    backward = [n for n in items if n.endswith("__bwd")]
+    assert len(backward) == 4 and len(items) == 6  # 1 forward kernel, 4 backward kernels, the model
+    assert items[info.name]["outcome"] == "failed"
+    assert all(items[n]["outcome"] == "passed" for n in items if n not in (info.name, "model"))
+    assert items["model"]["outcome"] == "failed" and "gradient of parameter" in items["model"]["message"]
+
+
+@pytest.mark.slow
+def test_a_backward_kernel_that_writes_nothing_cannot_pass_on_stale_gradients(prepared):
+    """Its output buffer may hold the last run's gradient (same inputs, memory reused): the model stage alone
+    must still reject it, as the kernel stage does."""
+    from pytest_kernelopt.candidate import render_dump
+
+    info = _backward(prepared, "sum")
+    lines = render_dump(info, "mlp_layernorm_train").splitlines()
+    i = max(k for k, line in enumerate(lines) if "tl.store(" in line)
+    lines[i] = lines[i].replace("xmask)", "xmask & (x0 < 0))")  # every store masked off
+    assert "(x0 < 0)" in lines[i]
+    idle = "\n".join(lines) + "\n"
+    for kernel in (None, info.name):
+        stages = _check(prepared, kernel, {info.name: idle})
+        assert stages[-1].passed is False, stages
