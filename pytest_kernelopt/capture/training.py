@@ -144,6 +144,18 @@ def step(fn: Any, model: Any, problem: Any, inputs: Any) -> tuple[Any, ...]:
     return (*(t.detach() for t in flatten(out)), *grads)
 
 
+def run_eager(model: Any, problem: Any, args: list[Any]) -> list[Any]:
+    """The eager ``model``'s outputs, flattened; a training problem's: its step's, gradients included (:func:`step`)."""
+    import torch
+
+    from .outputs import flatten
+
+    if is_training(problem):
+        return list(step(model, model, problem, args))
+    with torch.no_grad():
+        return flatten(model(*args))
+
+
 def output_names(problem: Any, model: Any, inputs: Any, count: int) -> list[str]:
     """How a verdict names each of the ``count`` flattened results of a run: ``output <k>``; in a training
     step's, then ``gradient of input <i>`` and ``gradient of parameter <name>``."""

@@ -58,9 +58,9 @@ def float64_outputs(model: Any, inputs: list[Any], device: str, notes: list[str]
     every floating-point parameter and buffer (bf16 or fp16 ones a model cast in ``__init__``
     included) become float64; integer ones stay as they are. Where the forward raises under
     :class:`Float64Mode`, it runs again without it, and a line saying so is added to ``notes``.
-    A training problem runs its step (outputs, then gradients: ``model._run_model``).
+    A training problem runs its step (outputs, then gradients: ``capture.training.run_eager``).
     """
-    from .model import _run_model
+    from ..capture.training import run_eager
 
     model64 = copy.deepcopy(model).to(device).double()
     args = [(x.to(device).double() if x.is_floating_point() else x.to(device)) if isinstance(x, torch.Tensor) else x
@@ -68,11 +68,11 @@ def float64_outputs(model: Any, inputs: list[Any], device: str, notes: list[str]
     inputs.clear()
     try:
         with Float64Mode():
-            out = _run_model(model64, problem, args)
+            out = run_eager(model64, problem, args)
     except torch.OutOfMemoryError:
         raise
     except Exception as exc:  # noqa: BLE001 - the forward needs one of its casts: keep them, and say so
-        out = _run_model(model64, problem, args)
+        out = run_eager(model64, problem, args)
         if notes is not None:
             text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
             notes.append(f"float64 with the forward's own casts kept (in float64 throughout it raised "

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..capture.outputs import flatten  # noqa: F401 - where the verifier's stages and bench import it from
+from ..capture.training import run_eager
 from ..records import SeedErrors
 from .guards import GuardedKernel
 from .numerics import Judgement, NumericsFailure, NumericsRule, envelope_atol, judge
@@ -108,19 +109,6 @@ def _eps(dtype: Any) -> float:
     return float(torch.finfo(dtype).eps) if dtype.is_floating_point else 0.0
 
 
-def _run_model(model: Any, problem: Any, args: list[Any]) -> list[Any]:
-    """The eager ``model``'s outputs, flattened; a training problem's: its step's, gradients included
-    (:func:`..capture.training.step`)."""
-    import torch
-
-    from ..capture.training import is_training, step
-
-    if is_training(problem):
-        return list(step(model, model, problem, args))
-    with torch.no_grad():
-        return flatten(model(*args))
-
-
 def _float64_outputs(model: Any, inputs: list[Any], device: str, notes: list[str] | None = None,
                      problem: Any = None) -> list[Any]:
     """The model (a training problem: its step) in float64 on ``device`` (:func:`.float64.float64_outputs`);
@@ -163,7 +151,7 @@ def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str,
                 kind, note = "eager", f"the float64 model returned {len(reference)} tensors, the compiled one {len(base)}"
                 reference = None
         if reference is None:
-            reference = _run_model(compiled.model, compiled.problem, xs or prepared.inputs(seed))
+            reference = run_eager(compiled.model, compiled.problem, xs or prepared.inputs(seed))
         refs[seed] = SeedReference([_output_reference(b, r.to(b.device)) for b, r in zip(base, reference)])
         del base, reference, xs
     if kind == "float64" and kept_casts:
