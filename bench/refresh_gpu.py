@@ -145,7 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     record = json.loads(_run([*KERNELOPT, "refresh", "--device", args.device, "--json"], project, env,
                              allowed=(0, 2)))
     after = bench(project, problems, args.device, args.seconds, env, project / "bench-after.json")
-    refreshed = {p["model"]: p for p in record["problems"]}
+    refreshed: dict[str, dict] = {}  # per model: a problem with SHAPES has an entry per shape refreshed
+    for entry in record["problems"]:
+        r = refreshed.setdefault(entry["model"], {"kernels": [], "error": None})
+        r["kernels"] += entry["kernels"]
+        r["error"] = r["error"] or entry["error"]
 
     def ratio(value: float | None) -> str:
         return f"{value:.3f}x" if value is not None else "n/m"

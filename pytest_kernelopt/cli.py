@@ -666,7 +666,6 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     store, the verifier's own failure; the other problems still were); 130: interrupted (what was stored or retired stays)."""
     from .config import config_for_problem, load_config, resolve_device
     from .capture.problem import load_problem
-    from .capture.shapes import refuse_shapes
     from .agents.refresh import ProblemRefresh, refresh, refresh_table
     from .errors import ProblemError
     from .report import print_table
@@ -689,7 +688,7 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     problems, failed = [], []
     for p in paths:
         try:
-            problems.append(refuse_shapes(load_problem(p), "refresh").path)
+            problems.append(load_problem(p).path)  # a problem with SHAPES: refreshed per declared shape
         except ProblemError as exc:
             failed.append(ProblemRefresh(model=Path(p).stem, problem=str(Path(p).resolve()), error=str(exc)))
     if not problems:  # nothing to go on with: one error line

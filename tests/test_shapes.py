@@ -144,17 +144,6 @@ def test_each_gate_part_reports_its_own_folders_and_the_first_those_of_undeclare
     assert [f for f in ("k", "j", "k@b2") if plain.owns(f)] == ["k", "j", "k@b2"]
 
 
-def test_refresh_refuses_a_problem_with_shapes(tmp_path):
-    """Not built yet: said, with nothing done (a kernel replayed without its shape would be stored where
-    production and the gate never look)."""
-    path = _problem(tmp_path, PROBLEM)
-    (tmp_path / "pyproject.toml").write_text('[tool.kernelopt]\ndevice = "cpu"\n')
-    result = _cli("refresh", str(path), cwd=tmp_path)
-    assert result.returncode == 2, result.stderr
-    assert "declares SHAPES (b2, b4); `kernelopt refresh` does not handle problems with SHAPES yet" in result.stderr
-    assert not (tmp_path / "kernels").exists()
-
-
 def test_tune_tunes_each_shape_with_its_share_of_the_budget_and_stores_per_shape(tmp_path):
     """Against the scripted verifier of test_agents: each declared shape gets its own session (opened at the
     shape), a share of each kernel's budget by SHAPE_WEIGHTS (3:1), and its versions in <kernel>@<shape>/."""
@@ -317,3 +306,76 @@ def test_bench_has_a_row_group_per_shape(repo, tmp_path):
         (ours,) = [m for m in p["modes"] if m["mode"] == "kernelopt"]
         assert f"{kernel}@{p['shape']} v1" in ours["kernels_note"], ours
     assert "rows_sin@b2" in result.stdout and "rows_sin@b4" in result.stdout
+
+
+def _stale_at_b2(repo: Path, to: Path) -> tuple[Path, str]:
+    """A copy of ``repo`` in which shape b2 now runs at batch 3 (as a compiler upgrade changes one shape's
+    kernel): its version is stale, b4's is not; and a folder of b8, a shape the file does not declare."""
+    shutil.copytree(repo, to, dirs_exist_ok=True)
+    problem = to / FILE
+    problem.write_text(PROBLEM.replace('"b2": {"batch_size": 2}', '"b2": {"batch_size": 3}'))
+    kernel = (repo / "kernel_name").read_text()
+    model_dir = to / "kernels" / "rows_sin"
+    shutil.copytree(model_dir / f"{kernel}@b4", model_dir / f"{kernel}@b8")
+    manifest = model_dir / f"{kernel}@b8" / "manifest.json"
+    manifest.write_text(manifest.read_text().replace(f'"{kernel}@b4"', f'"{kernel}@b8"'))
+    return problem, kernel
+
+
+def _folders(model_dir: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(model_dir)): f.read_bytes() for f in sorted(model_dir.rglob("*")) if f.is_file()
+            and f.parent != model_dir}
+
+
+@pytest.mark.slow
+def test_refresh_carries_a_stale_version_over_at_its_shape_only(repo, tmp_path):
+    """The b2 version is replayed on the kernel compiled at b2's new inputs, verified there and stored as v2 in
+    <kernel>@b2/; b4's folder (current) and b8's (undeclared: reported) are left byte for byte."""
+    from pytest_kernelopt.store import KernelStore
+
+    _, kernel = _stale_at_b2(repo, tmp_path)
+    model_dir = tmp_path / "kernels" / "rows_sin"
+    before = _folders(model_dir)
+    result = _cli("refresh", FILE, "--seeds", "1", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    record = json.loads(result.stdout)
+    rows = [(p["shape"], [(k["kernel"], k["status"], k["new_version"]) for k in p["kernels"]], p["current"],
+             p["undeclared"]) for p in record["problems"]]
+    assert rows == [("b2", [(f"{kernel}@b2", "refreshed", 2)], [], [f"{kernel}@b8"]),
+                    ("b4", [], [f"{kernel}@b4"], [])], rows
+    (k,) = record["problems"][0]["kernels"]
+    assert k["stored_file"] == f"rows_sin/{kernel}@b2/v2.py" and k["successor"] == kernel
+    store = KernelStore(tmp_path / "kernels")
+    manifest = store.check("rows_sin", f"{kernel}@b2")
+    assert manifest.active == 2 and manifest.versions[1].provenance.refreshed_from == 1
+    assert f"{kernel}@b8: active version(s) at a shape rows_sin.py does not declare" in result.stderr
+    after = _folders(model_dir)
+    for folder in (f"{kernel}@b4", f"{kernel}@b8"):  # untouched
+        assert {f: b for f, b in after.items() if f.startswith(folder + "/")} == {
+            f: b for f, b in before.items() if f.startswith(folder + "/")}
+    (run,) = (tmp_path / ".kernelopt" / "runs").iterdir()  # publish reads the shape's folder from the run
+    outcomes = json.loads((run / "run.json").read_text())["problems"]
+    assert [(o["shape"], [k["kernel"] for k in o["kernels"]]) for o in outcomes] == [("b2", [kernel]), ("b4", [])]
+    from rich.console import Console
+
+    from pytest_kernelopt.agents.refresh import RefreshRecord, refresh_table
+
+    console = Console(width=400, record=True)
+    console.print(refresh_table(RefreshRecord.model_validate(record)))
+    lines = console.export_text().splitlines()
+    assert any("rows_sin@b2" in line and f"{kernel}@b2 v1" in line and "refreshed" in line for line in lines)
+    assert any("rows_sin@b4" in line and "current" in line for line in lines)
+    assert any(f"{kernel}@b8" in line and "undeclared shape" in line for line in lines)
+
+
+@pytest.mark.slow
+def test_the_gate_refreshes_the_stale_shape_in_its_session(repo, pytester):
+    problem, kernel = _stale_at_b2(repo, pytester.path)
+    shutil.rmtree(pytester.path / "kernels" / "rows_sin" / f"{kernel}@b8")  # the gate fails it (stale), as before
+    result = pytester.runpytest_subprocess("--kernelopt", "--kernelopt-seeds", "1", "-W", "ignore", "-p",
+                                           "no:cacheprovider", "--kernelopt-refresh")
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    assert f"kernelopt refresh: rows_sin/{kernel}@b2 v1: refreshed" in out and f"{kernel}@b4 v1" not in out
+    manifest = json.loads((pytester.path / "kernels" / "rows_sin" / f"{kernel}@b2" / "manifest.json").read_text())
+    assert manifest["active"] == 2

@@ -22,6 +22,12 @@ A hand or LLM edit is re-applied as a patch where it applies cleanly; where it d
 the search backend cannot port it: the kernel is reported "not refreshable" and retired.
 The run is written like a tuning run (``run.json`` with the stored versions, ``trace.jsonl``)
 plus ``refresh.json``, so ``kernelopt publish RUN_DIR`` opens the pull requests.
+
+A problem that declares ``SHAPES`` (capture/shapes.py) is refreshed shape by shape: the
+``<kernel>@<shape>`` folders of each declared shape against a session opened at that shape
+(its compiler kernels are those of that shape's inputs), each new version stored in the same
+shape's folder. A folder of a shape the file does not declare (or a plain folder of a file with
+``SHAPES``, or the reverse) is reported, not refreshed: no compile says what replaces it.
 """
 
 from __future__ import annotations
@@ -69,9 +75,14 @@ class KernelRefresh(Record):
 class ProblemRefresh(Record):
     model: str
     problem: str
+    # The declared shape refreshed (a problem with SHAPES: one entry per shape with active folders; ``kernel``
+    # and ``current`` then name ``<kernel>@<shape>`` folders).
+    shape: str | None = None
     compiler_after: str | None = None
     current: list[str] = Field(default_factory=list)  # committed kernels that are not stale
     kernels: list[KernelRefresh] = Field(default_factory=list)
+    # Folders with an active version at a shape the file does not declare: reported, not refreshed.
+    undeclared: list[str] = Field(default_factory=list)
     error: str | None = None  # the problem could not be refreshed (compile failure, broken store, verifier)
 
 
@@ -94,16 +105,28 @@ def compiler_of(env: Environment | None) -> str | None:
     return f"torch {env.torch}, triton {env.triton}" if env is not None else None
 
 
-def stale_kernels(store: Any, model: str, fingerprints: dict[str, str]) -> list[str]:
-    """Kernel folders of ``model`` whose active version replaces another compiler kernel than the one
-    generated now (``fingerprints``: name -> fingerprint), or one not generated at all."""
+def stale_kernels(store: Any, model: str, fingerprints: dict[str, str], shape: str | None = None) -> list[str]:
+    """Kernel folders of ``model`` at ``shape`` (``<kernel>@<shape>``; None: plain folders) whose active version
+    replaces another compiler kernel than the one generated now at that shape (``fingerprints``: compiler kernel
+    name -> fingerprint), or one not generated at all."""
+    from ..capture.shapes import split_name
+
     out = []
     for name in store.kernel_names(model):
+        kernel, at = split_name(name)
+        if at != shape:
+            continue
         manifest = store.manifest(model, name)
         if manifest is not None and manifest.active is not None and (
-                fingerprints.get(name) != manifest.fingerprint or manifest.old_fingerprints() is not None):
+                fingerprints.get(kernel) != manifest.fingerprint or manifest.old_fingerprints() is not None):
             out.append(name)
     return out
+
+
+def active_folders(store: Any, model: str) -> list[str]:
+    """The kernel folders of ``model`` with an active version (what production would run)."""
+    return [n for n in store.kernel_names(model)
+            if (m := store.manifest(model, n)) is not None and m.active is not None]
 
 
 def find_successor(kernel: str, old_source: str | None, kernels: dict[str, KernelInfo], taken: set[str],
@@ -152,23 +175,27 @@ class Refresher:
 
     # --- one problem ---------------------------------------------------------------
 
-    def refresh_problem(self, problem: Path, session: Any) -> ProblemRefresh:
-        """Refresh ``problem``'s stale kernels against the kernels ``session`` (a VerifySession on it) compiled."""
+    def refresh_problem(self, problem: Path, session: Any, shape: str | None = None) -> ProblemRefresh:
+        """Refresh ``problem``'s stale kernels against the kernels ``session`` (a VerifySession on it) compiled;
+        ``shape``: the declared shape the session was opened at (only its ``<kernel>@<shape>`` folders)."""
+        from ..capture.shapes import split_name
+
         model = Path(problem).stem
-        out = ProblemRefresh(model=model, problem=str(problem))
+        out = ProblemRefresh(model=model, problem=str(problem), shape=shape)
         try:
-            committed = [n for n in self.store.kernel_names(model)
-                         if (m := self.store.manifest(model, n)) is not None and m.active is not None]
+            committed = [n for n in active_folders(self.store, model) if split_name(n)[1] == shape]
             if not committed:
                 return out
             kernels: dict[str, KernelInfo] = session.kernels
             out.compiler_after = compiler_of(session.opened.environment)
-            stale = stale_kernels(self.store, model, {n: k.fingerprint for n, k in kernels.items()})
+            stale = stale_kernels(self.store, model, {n: k.fingerprint for n, k in kernels.items()}, shape)
             out.current = [n for n in committed if n not in stale]
-            taken = set(self.store.kernel_names(model)) - set(stale)  # kernels with folders of their own
-            alternatives = _Alternatives(problem, self.device, self.harvest_timeout, self.say)
+            # Compiler kernels with folders of their own at this shape: not a successor for another.
+            taken = {k for n in self.store.kernel_names(model) if n not in stale
+                     for k, at in [split_name(n)] if at == shape}
+            alternatives = _Alternatives(problem, self.device, self.harvest_timeout, self.say, shape)
             for name in stale:
-                result = self._kernel(model, name, kernels, taken, session, alternatives)
+                result = self._kernel(model, name, kernels, taken, session, alternatives, shape)
                 out.kernels.append(result)
                 if result.successor:
                     taken.add(result.successor)
@@ -178,8 +205,10 @@ class Refresher:
         return out
 
     def _kernel(self, model: str, name: str, kernels: dict[str, KernelInfo], taken: set[str], session: Any,
-                alternatives: _Alternatives) -> KernelRefresh:
+                alternatives: _Alternatives, shape: str | None = None) -> KernelRefresh:
+        """Refresh the stale folder ``name`` (``<kernel>@<shape>`` at a declared ``shape``)."""
         from ..candidate import render_dump
+        from ..capture.shapes import split_name, store_name
         from ..store.recipe import derive_recipe, replay_bound, unbound_message
         from ..store import MANIFEST, Provenance, accept_verdict
         from ..verify import source_of
@@ -201,7 +230,7 @@ class Refresher:
         if recipe is None and old_original is not None:  # a manifest written before recipes
             recipe = derive_recipe(old_original, active.source, fingerprint=record.fingerprint)
             result.recipe_derived = True
-        found = find_successor(name, old_original, kernels, taken, lambda k: render_dump(k, model))
+        found = find_successor(split_name(name)[0], old_original, kernels, taken, lambda k: render_dump(k, model))
 
         def retire(status: Status, reason: str) -> KernelRefresh:
             result.status, result.reason = status, reason
@@ -254,26 +283,27 @@ class Refresher:
         provenance = Provenance(
             proposed_by=f"kernelopt refresh (v{record.version} of {name}: {recipe.describe()})",
             agent=f"refresh:v{record.version}", backend="search", refreshed_from=record.version,
-            refreshed_from_kernel=name if successor != name else None,
+            refreshed_from_kernel=split_name(name)[0] if successor != split_name(name)[0] else None,
             compiler_before=compiler_of(env_before), compiler_after=compiler_of(verdict.environment))
         extra = [(recipe.inductor.variant, alt)] if recipe.inductor and (
             alt := alternatives.get(recipe.inductor.variant, info)) else []
         outcome = accept_verdict(self.store, model, successor, replayed.source, verdict, allow_no_gain=True,
-                                 provenance=provenance, alternatives=extra)
+                                 provenance=provenance, alternatives=extra, shape=shape)
         if outcome.record is None or not outcome.active:
             return retire("retired", f"the replayed recipe passed but was not stored: {outcome.message}")
-        if successor != name:
-            self.store.retire(model, name, f"kernelopt refresh: refreshed as {successor} v{outcome.record.version}",
+        folder_after = store_name(successor, shape)  # the same shape's folder
+        if folder_after != name:
+            self.store.retire(model, name, f"kernelopt refresh: refreshed as {folder_after} v{outcome.record.version}",
                               fingerprint=info.fingerprint)
         result.status, result.new_version = "refreshed", outcome.record.version
         result.sha256 = outcome.record.sha256
-        result.stored_file = str((self.store.kernel_dir(model, successor) / outcome.record.file)
+        result.stored_file = str((self.store.kernel_dir(model, folder_after) / outcome.record.file)
                                  .relative_to(self.store.root))
         speed = ("speed not measured (interpreter mode): stored because correct" if not verdict.speed_measured
                  else f"model {verdict.model_timing.speedup:.3f}x")  # type: ignore[union-attr]
         result.reason = (f"replayed ({replayed.how}), verified against the new compiler kernel, "
                          f"{'already ' if not outcome.stored else ''}stored as v{outcome.record.version}; {speed}")
-        self._event("store", "refreshed", model, successor, version=outcome.record.version, file=result.stored_file,
+        self._event("store", "refreshed", model, folder_after, version=outcome.record.version, file=result.stored_file,
                     manifest=str(Path(result.stored_file).parent / MANIFEST))
         return result
 
@@ -285,8 +315,10 @@ class Refresher:
 class _Alternatives:
     """Inductor's other compiles of the problem (agents/harvest.py), run once per variant when a recipe needs one."""
 
-    def __init__(self, problem: Path, device: str, timeout: float, say: Callable[[str], None]):
+    def __init__(self, problem: Path, device: str, timeout: float, say: Callable[[str], None],
+                 shape: str | None = None):
         self.problem, self.device, self.timeout, self.say = problem, device, timeout, say
+        self.shape = shape  # a declared shape: the other compiles are made at its inputs
         self._done: dict[str, Any] = {}
 
     def get(self, variant: str, info: KernelInfo) -> str | None:
@@ -295,8 +327,9 @@ class _Alternatives:
         if variant not in VARIANTS:
             return None
         if variant not in self._done:
-            self.say(f"compiling {Path(self.problem).name} under Inductor's {variant} settings")
-            self._done[variant] = harvest(Path(self.problem), self.device, [variant], self.timeout)
+            at = f" at shape {self.shape}" if self.shape else ""
+            self.say(f"compiling {Path(self.problem).name}{at} under Inductor's {variant} settings")
+            self._done[variant] = harvest(Path(self.problem), self.device, [variant], self.timeout, shape=self.shape)
         found = [k for k in self._done[variant].kernels if matches(info, k)]
         return found[0].source if found else None
 
@@ -307,28 +340,32 @@ def run_outcome(problem: ProblemRefresh, device: str) -> Any:
     """The refresh of one problem as a tuning run's ProblemOutcome: ``kernelopt publish`` and
     ``kernelopt report`` read the versions it stored from there."""
     from .run_records import KernelOutcome, ProblemOutcome
+    from ..capture.shapes import split_name
 
     kernels = []
     for k in problem.kernels:
         if k.status != "refreshed":
             continue
-        kernels.append(KernelOutcome(
-            kernel=k.successor or k.kernel, fingerprint=k.fingerprint_after or "", stored_version=k.new_version,
+        kernels.append(KernelOutcome(  # the compiler kernel; the shape is the problem entry's, as tune writes it
+            kernel=k.successor or split_name(k.kernel)[0], fingerprint=k.fingerprint_after or "",
+            stored_version=k.new_version,
             stored_file=k.stored_file, best_sha256=k.sha256, best_origin=f"refresh:v{k.version} ({k.recipe})",
             message=k.reason))
-    return ProblemOutcome(model=problem.model, problem=problem.problem, device=device,
+    return ProblemOutcome(model=problem.model, problem=problem.problem, device=device, shape=problem.shape,
                           speed_measured=any(k.speed_measured for k in problem.kernels), kernels=kernels,
                           error=problem.error)
 
 
 def refresh(problems: list[Path], store: Any, device: str, options: Any, *, runs_dir: Path | None,
             say: Callable[[str], None] | None = None, session_factory: Any = None,
-            failed: list[ProblemRefresh] | None = None) -> RefreshRecord:
-    """Refresh every problem in turn (one verification session each, opened only when the store holds
-    active versions of the problem's kernels); the run is written under ``runs_dir`` when given.
-    ``failed``: problems that could not be loaded, recorded as they are (error rows) before the others."""
+            failed: list[ProblemRefresh] | None = None, shapes: list[str | None] | None = None) -> RefreshRecord:
+    """Refresh every problem in turn (one verification session per problem, or per declared shape of a problem
+    with SHAPES, opened only when the store holds active versions there); the run is written under ``runs_dir``
+    when given. ``failed``: problems that could not be loaded, recorded as they are (error rows) before the
+    others. ``shapes``: only these declared shapes (the gate: the one its session was opened at; None: all)."""
     from .run_records import RunRecord
     from .trace import RunDir, new_run_id, now_iso
+    from ..capture.shapes import split_name
     from ..records import dump_json
 
     say = say or (lambda _: None)
@@ -348,8 +385,7 @@ def refresh(problems: list[Path], store: Any, device: str, options: Any, *, runs
         for problem in problems:
             model = Path(problem).stem
             try:
-                active = [n for n in store.kernel_names(model)
-                          if (m := store.manifest(model, n)) is not None and m.active is not None]
+                active = active_folders(store, model)
             except KerneloptError as exc:
                 record.problems.append(ProblemRefresh(model=model, problem=str(problem), error=str(exc)))
                 continue
@@ -357,26 +393,42 @@ def refresh(problems: list[Path], store: Any, device: str, options: Any, *, runs
                 say(f"{model}: no active kernel versions in the store; nothing to refresh")
                 record.problems.append(ProblemRefresh(model=model, problem=str(problem)))
                 continue
-            started = time.monotonic()
             try:
+                declared = declared_shapes(Path(problem))
                 variant = store.compile_variant(model)  # its kernels are the compile's under model.json's settings
             except KerneloptError as exc:
                 record.problems.append(ProblemRefresh(model=model, problem=str(problem), error=str(exc)))
                 continue
-            with factory(problem, device, options, progress=say, variant=variant) as session:
-                try:
-                    session.open()
-                except KerneloptError as exc:
-                    record.problems.append(ProblemRefresh(model=model, problem=str(problem), error=str(exc)))
-                    continue
-                result = refresher.refresh_problem(Path(problem), session)
-            record.problems.append(result)
-            if run is not None:
-                outcome = run_outcome(result, device)
-                outcome.seconds = round(time.monotonic() - started, 2)
-                run.record.environment = run.record.environment or session.opened.environment
-                run.record.problems.append(outcome)
-                run.save()
+            rows: list[ProblemRefresh] = []
+            for shape in (declared if shapes is None else [s for s in declared if s in shapes]):
+                if not any(split_name(f)[1] == shape for f in active):
+                    continue  # nothing committed at this shape: no compile
+                started = time.monotonic()
+                at: dict[str, Any] = {"shape": shape} if shape is not None else {}
+                with factory(problem, device, options, progress=say, variant=variant, **at) as session:
+                    try:
+                        session.open()
+                    except KerneloptError as exc:
+                        rows.append(ProblemRefresh(model=model, problem=str(problem), shape=shape, error=str(exc)))
+                        continue
+                    result = refresher.refresh_problem(Path(problem), session, shape)
+                rows.append(result)
+                if run is not None:
+                    outcome = run_outcome(result, device)
+                    outcome.seconds = round(time.monotonic() - started, 2)
+                    run.record.environment = run.record.environment or session.opened.environment
+                    run.record.problems.append(outcome)
+                    run.save()
+            # Folders of shapes the file does not declare: said once (by the first declared shape's refresh).
+            undeclared = [f for f in active if split_name(f)[1] not in declared]
+            if undeclared and (shapes is None or declared[0] in shapes):
+                if not rows:
+                    rows.append(ProblemRefresh(model=model, problem=str(problem)))
+                rows[0].undeclared = undeclared
+                said = f"SHAPES declare {', '.join(map(str, declared))}" if declared != [None] else "no SHAPES"
+                say(f"{model}: {', '.join(undeclared)}: active version(s) at a shape {Path(problem).name} does not "
+                    f"declare ({said}); not refreshed")
+            record.problems += rows
     finally:
         if run is not None:
             run.record.finished = now_iso()
@@ -387,10 +439,18 @@ def refresh(problems: list[Path], store: Any, device: str, options: Any, *, runs
     return record
 
 
+def declared_shapes(problem: Path) -> list[str | None]:
+    """The shapes a problem file declares (its SHAPES, loaded); [None] for one without: its plain folders."""
+    from ..capture.problem import load_problem
+
+    return list(load_problem(problem).shapes) or [None]
+
+
 def refresh_table(record: RefreshRecord) -> Any:
     """The terminal table: one row per stale kernel (and a row per problem with an error)."""
     from rich.table import Table
 
+    from ..capture.shapes import split_name
     from ..report.untrusted import plain
 
     def speed(value: float | None, measured: bool = True) -> str:
@@ -400,17 +460,22 @@ def refresh_table(record: RefreshRecord) -> Any:
     for col in ("model", "kernel", "status", "successor", "recipe", "speed before", "speed after", "why"):
         table.add_column(col, overflow="fold")
     for p in record.problems:
+        label = f"{p.model}@{p.shape}" if p.shape else p.model  # a row group per declared shape
         if p.error:
-            table.add_row(p.model, "", "error", "", "", "", "", plain(p.error, 300, lines=False))
+            table.add_row(label, "", "error", "", "", "", "", plain(p.error, 300, lines=False))
         for k in p.kernels:
-            successor = "" if k.successor in (None, k.kernel) else k.successor
+            successor = "" if k.successor in (None, split_name(k.kernel)[0]) else k.successor
             after = f"v{k.new_version}: " if k.new_version else ""
-            table.add_row(p.model, f"{k.kernel} v{k.version}", k.status, successor,
+            table.add_row(label, f"{k.kernel} v{k.version}", k.status, successor,
                           (k.recipe or "") + (" (derived)" if k.recipe_derived else ""),
                           speed(k.speed_before, k.speed_before_measured),
                           after + speed(k.speed_after, k.speed_measured or k.status != "refreshed"),
                           plain(k.reason, 400, lines=False))
-        if not p.kernels and not p.error:
-            table.add_row(p.model, "", "current", "", "", "", "",
+        for folder in p.undeclared:
+            table.add_row(p.model, folder, "undeclared shape", "", "", "", "",
+                          f"{Path(p.problem).name} does not declare this shape: not refreshed (production runs the "
+                          "compiler's kernel there; remove the folder, or declare the shape)")
+        if not p.kernels and not p.error and (p.current or not p.undeclared):
+            table.add_row(label, "", "current", "", "", "", "",
                           f"{len(p.current)} committed kernel(s), none stale" if p.current else "nothing committed")
     return table

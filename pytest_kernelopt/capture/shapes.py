@@ -141,14 +141,3 @@ def declared_names(path: Path) -> list[str] | None:
                 isinstance(k, ast.Constant) and isinstance(k.value, str) for k in keys) else None
     return found
 
-
-def refuse_shapes(problem: Any, command: str) -> Any:
-    """``problem`` (a capture.problem.Problem), refused with a ProblemError when it declares SHAPES:
-    ``command`` does not store per declared shape yet, and a kernel stored without its shape would be
-    one production and the gate never look for."""
-    if problem.shapes:
-        raise ProblemError(problem.path, f"declares SHAPES ({', '.join(problem.shapes)}); `kernelopt {command}` does "
-                                         "not handle problems with SHAPES yet (nothing done for it): `kernelopt "
-                                         f"accept {problem.path.name} --shape NAME --kernel K --candidate FILE` "
-                                         "verifies and stores a version per shape")
-    return problem

@@ -30,22 +30,17 @@ class Tuning:
         self.tune_runs: list[str] = []  # the tune run directories written
         self.tune_lines: list[str] = []  # per problem what tune did, then its run directory
         self.refresh_lines: list[str] = []  # one line per stale kernel, and the run directory
-        self._done: set[Path] = set()
+        self._refreshed: set[tuple[Path, str | None]] = set()  # per problem file and declared shape
+        self._tuned: set[Path] = set()  # per problem file: tune tunes every declared shape
 
     def before_checks(self, problem: Problem, item: Any) -> None:
-        """On the first item of ``problem`` to run: refresh, then tune, as the options ask."""
-        if not (self.options.tune or self.options.refresh) or problem.path in self._done:
-            return
-        self._done.add(problem.path)
-        if self.options.refresh and problem.shape is not None:  # refresh does not replay per declared shape yet
-            from .failure import GateFailure
-
-            raise GateFailure(f"{problem.path}: declares SHAPES; --kernelopt-refresh does not handle problems with "
-                              f"SHAPES yet (nothing refreshed or tuned): `kernelopt accept {problem.path.name} "
-                              "--shape NAME ...` stores a version per shape")
-        if self.options.refresh:
+        """On the first item of ``problem`` to run: refresh (of a problem with SHAPES: on the first item of each
+        declared shape, in that shape's session), then tune (once per file), as the options ask."""
+        if self.options.refresh and problem.key not in self._refreshed:
+            self._refreshed.add(problem.key)
             self._refresh(problem, item)
-        if self.options.tune:
+        if self.options.tune and problem.path not in self._tuned:
+            self._tuned.add(problem.path)
             self._tune(problem, item)
 
     def _tune(self, problem: Problem, item: Any) -> None:
@@ -75,9 +70,9 @@ class Tuning:
         """When the problem's committed kernels are stale, refresh them in the gate's session of the problem."""
         from ..agents.refresh import refresh, stale_kernels
 
-        try:
+        try:  # at the part's shape: its <kernel>@<shape> folders against the kernels compiled at its inputs
             stale = stale_kernels(self.store(), problem.id,
-                                  {n: problem.info(n).fingerprint for n in problem.kernels})
+                                  {n: problem.info(n).fingerprint for n in problem.kernels}, problem.shape)
         except KerneloptError:
             return  # a broken store: the items fail naming the file
         if not stale:
@@ -85,12 +80,15 @@ class Tuning:
         session = self.sessions.get(problem, item)
         with internal_warnings_ignored():
             record = refresh([problem.path], self.store(), self.device, self.options.verify, runs_dir=self.runs_dir,
-                             session_factory=lambda *a, **k: _Borrowed(session))
+                             session_factory=lambda *a, **k: _Borrowed(session), shapes=[problem.shape])
         for p in record.problems:
             if p.error:
                 self.refresh_lines.append(f"kernelopt refresh: {p.model}: {p.error}")
             self.refresh_lines += [f"kernelopt refresh: {p.model}/{k.kernel} v{k.version}: {k.status}: {k.reason}"
                                    for k in p.kernels]
+            if p.undeclared:  # the model item fails them as stale; said here too, as not refreshed
+                self.refresh_lines.append(f"kernelopt refresh: {p.model}: {', '.join(p.undeclared)}: of a shape "
+                                          "the file does not declare; not refreshed")
         self.refresh_lines.append(f"kernelopt refresh: run directory {record.run_dir}")
         item.prop("refresh_run", record.run_dir)
         item.prop("refreshed", sum(1 for p in record.problems for k in p.kernels if k.status == "refreshed"))
