@@ -52,6 +52,7 @@ def test_a_backward_kernel_is_tuned_and_stored_as_for_inference_and_the_run_name
     from pytest_kernelopt.agents.loop import REWRITES_DECLINE
     from pytest_kernelopt.agents.progress import problem_lines
     from pytest_kernelopt.agents.run_records import RunRecord
+    from pytest_kernelopt.report.render import write_report
 
     info = _inductor_info().model_copy(update={"name": BWD, "backward": True})
     session = FakeSession(info, {8: 1.2, 16: 1.4}, seconds=0.0, compile_speed={"max-autotune": 1.5})
@@ -70,6 +71,9 @@ def test_a_backward_kernel_is_tuned_and_stored_as_for_inference_and_the_run_name
     assert record.problems[0].training and record.problems[0].kernels[0].backward
     lines = problem_lines(record)
     assert lines[0].startswith("m: 1 kernel(s) tuned (1 backward), ") and f"m: {REWRITES_DECLINE}" in lines
+    for fmt in ("md", "html"):  # `kernelopt report RUN_DIR` says each note once
+        report = write_report(run.root, tmp_path / fmt, fmt=fmt).report.read_text()
+        assert report.count("graph rewrites are not tried") == 1 and report.count("compile settings not chosen") == 1
 
 
 def test_harvested_backward_kernels_match_by_what_they_fuse():
