@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,21 @@ def test_the_summary_says_per_problem_what_tune_did(tmp_path: Path, monkeypatch:
         f"kernelopt tune: b: 1 kernel(s) tuned, 5 candidate(s) tried, 1 passed the cascade; stored k0 v2 "
         f"({tmp_path / 'kernels' / 'b' / 'k0' / 'v2.py'})",
         f"kernelopt tune: run directory {tmp_path / '.kernelopt' / 'runs' / 'r-b'}"]
+
+
+@pytest.mark.slow
+def test_tune_then_gate_a_training_step(pytester: pytest.Pytester) -> None:
+    """A training problem is tuned (forward and backward kernels, judged on the whole step), then gated; the
+    summary counts the backward kernels and says once that the graph rewrites are not tried."""
+    gate_project(pytester.path, Path(__file__).resolve().parent / "problems_train" / "softmax_xent_train.py")
+    result = pytester.runpytest_subprocess("--kernelopt", "--kernelopt-tune", "--kernelopt-seeds", "1",
+                                           "--kernelopt-budget-s", "1", "-p", "no:cacheprovider", timeout=900)
+    out = result.stdout.str()
+    assert result.ret == 0, out + result.stderr.str()
+    tuned = re.search(r"kernelopt tune: softmax_xent_train: (\d+) kernel\(s\) tuned \((\d+) backward\), (\d+) "
+                      r"candidate\(s\) tried, (\d+) passed the cascade; nothing stored: interpreter mode", out)
+    assert tuned, out
+    kernels, backward, tried, passed = map(int, tuned.groups())
+    assert 0 < backward < kernels and tried >= passed >= 1  # forward and backward kernels; candidates judged
+    assert out.count("graph rewrites are not tried") == 1
+    assert not (pytester.path / "kernels").exists()

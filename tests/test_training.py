@@ -1,5 +1,5 @@
 """Training problems (``TRAINING = True``): the step's forward and backward kernels captured, named apart,
-judged on every gradient against float64, swapped by production into both graphs; tune and bench refuse.
+judged on every gradient against float64, swapped by production into both graphs, timed by bench, tuned by tune.
 
 The problems live in ``tests/problems_train/`` (not ``tests/problems/``, which other tests glob).
 """
@@ -136,11 +136,21 @@ def test_a_files_own_loss_is_used_and_integer_inputs_get_no_gradient():
 
 
 @pytest.mark.slow
-def test_tune_refuses_training_problems_with_one_line(kernelopt, tmp_path):
-    tuned = kernelopt("tune", MLP, "--device", "cpu", "--runs-dir", tmp_path / "runs", "--kernels-dir", tmp_path / "k")
-    assert tuned.returncode == 2, tuned.stderr
-    assert "training problems: tune not supported yet" in tuned.stderr
-    assert not (tmp_path / "runs").exists()  # refused before any run directory
+def test_tune_lists_forward_and_backward_kernels_and_says_what_a_training_step_skips(kernelopt, tmp_path):
+    """``kernelopt tune`` takes a training problem (tests/test_tune_training.py judges its candidates); here no
+    kernel is selected, so only the run record's pass per kernel and the notes said once are checked."""
+    import json
+
+    tuned = kernelopt("tune", MLP, "--device", "cpu", "--seeds", "1", "--kernel", "none_such", "--compile-variants",
+                      "looped-reductions", "--runs-dir", tmp_path / "runs", "--kernels-dir", tmp_path / "k", "--json")
+    assert tuned.returncode == 0, tuned.stderr
+    (problem,) = json.loads(tuned.stdout)["problems"]
+    assert problem["training"] is True and problem["error"] is None
+    assert {k["backward"] for k in problem["kernels"]} == {False, True}
+    assert all(k["kernel"].endswith("__bwd") == k["backward"] for k in problem["kernels"])
+    rewrites, compile_note = problem["notes"]
+    assert rewrites.startswith("training step: kernelopt's graph rewrites are not tried")
+    assert compile_note.startswith("compile settings not chosen for a training step yet")
 
 
 # --- capture and the cascade on a compiled step (interpreter mode) -------------------------

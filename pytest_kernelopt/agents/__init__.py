@@ -47,12 +47,8 @@ def tune(problems: list[Path], options: TuneOptions, *, agent: str = "search", a
     Ctrl-C stops at once: the record says ``interrupted`` and keeps every kernel finished
     (stored versions are complete files; nothing is half-written).
     """
-    from ..capture.problem import load_problem
-    from ..capture.training import refuse
     from .backends import make_coder
 
-    for path in problems:  # before any run directory is made: one line, exit 2
-        refuse(load_problem(path), "tune")
     ui = ui or UI()
     coder = make_coder(agent, **(agent_options or {}))
     record = RunRecord(run_id=new_run_id(), started=now_iso(), agent=agent, agent_model=coder.model,

@@ -56,8 +56,11 @@ _PREFIX = re.compile(r"^triton_(?:per|red|poi|tem|for|spl)_")
 
 
 def stem(name: str) -> str:
-    """What a kernel fuses, without Inductor's kind prefix, counter and graph suffix."""
-    name = re.sub(r"__g\d+$", "", name)
+    """What a kernel fuses, without Inductor's kind prefix, counter, graph suffix and backward suffix (the
+    graph, which ``matches`` compares, tells a training step's backward kernels apart)."""
+    from ..capture.training import BACKWARD_SUFFIX
+
+    name = re.sub(r"__g\d+$", "", name).removesuffix(BACKWARD_SUFFIX)
     return re.sub(r"_\d+$", "", _PREFIX.sub("", name))
 
 

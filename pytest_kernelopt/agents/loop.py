@@ -37,6 +37,11 @@ from .ui import UI
 
 __all__ = ["UI", "TuneOptions", "Tuner"]
 
+# A training problem's tuning run says this once (run.json's ``notes``, the trace, the log).
+REWRITES_DECLINE = ("training step: kernelopt's graph rewrites are not tried (they have no backward and decline "
+                    "where gradients are recorded: capture/graph_rewrites.py); forward and backward kernels are "
+                    "tuned, each judged on the whole step, gradients included")
+
 
 @dataclass
 class TuneOptions:
@@ -104,6 +109,7 @@ class Tuner:
         ``share`` of ``budget_s`` (tune() splits it by the problem's SHAPE_WEIGHTS), storing in
         ``<kernel>@<shape>/``."""
         from ..capture.problem import load_problem
+        from ..capture.training import is_training
         from ..verify import VerifyOptions, VerifySession
         from .profiler import build_profile, ncu_counters
 
@@ -113,10 +119,13 @@ class Tuner:
         at: dict[str, Any] = {"shape": shape} if shape is not None else {}  # sessions and the coder, at the shape
         model = problem.id
         outcome = ProblemOutcome(model=model, problem=str(problem.path), device=self.options.device,
-                                 speed_measured=self.options.device == "cuda", shape=shape)
+                                 speed_measured=self.options.device == "cuda", shape=shape,
+                                 training=is_training(problem))
         self.run.record.problems.append(outcome)
         ev = lambda role, event, **data: self.run.event(role, event, model=model, **data)  # noqa: E731
-        ev("run", "problem", problem=str(problem.path))
+        ev("run", "problem", problem=str(problem.path), training=outcome.training)
+        if outcome.training:  # said once per problem, in the log, the trace and run.json
+            self._note(outcome, REWRITES_DECLINE, ev)
         try:
             self.coder.prepare(problem.path, self.options.device, [], **at)
             harvested = getattr(self.coder, "harvested", None)
@@ -127,7 +136,7 @@ class Tuner:
                                          timeout=self.options.timeout)
             factory = self.session_factory or VerifySession
             variant = self._variant = self._compile_step(problem.path, model, outcome, factory, full_options, ev,
-                                                         shape)
+                                                         shape, training=outcome.training)
             counters, note = None, ("Nsight Compute not run (--no-ncu): roofline estimate" if self.options.device == "cuda"
                                     else "interpreter mode: no timing; shares are shares of bytes moved")
             if self.options.device == "cuda" and self.options.ncu:
@@ -177,7 +186,7 @@ class Tuner:
                     info = session.kernel_info(item.kernel)
                     if item.skip is not None:
                         result = KernelOutcome(kernel=item.kernel, fingerprint=info.fingerprint, profile=item.profile,
-                                               skipped=item.skip)
+                                               skipped=item.skip, backward=info.backward)
                         outcome.kernels.append(result)
                         if item.at_limit:
                             # Not searched, but where this compile's pick is one of a race, the next compile
@@ -212,8 +221,15 @@ class Tuner:
 
     # --- the model's compile settings ----------------------------------------------------
 
+    def _note(self, outcome: ProblemOutcome, note: str, ev: Callable[..., Any]) -> None:
+        """``note`` in the problem's record (``notes``), the trace and the log."""
+        outcome.notes.append(note)
+        ev("planner", "note", note=note)
+        self.ui.message(f"{outcome.model}: {note}")
+
     def _compile_step(self, problem: Path, model: str, outcome: ProblemOutcome, factory: Callable[..., Any],
-                      options: Any, ev: Callable[..., Any], shape: str | None = None) -> str | None:
+                      options: Any, ev: Callable[..., Any], shape: str | None = None,
+                      training: bool = False) -> str | None:
         """The compile the kernels are tuned on: model.json's, or the best of this run's trials."""
         from ..capture.variants import MODEL_VARIANTS, needless
         from . import compile_choice
@@ -227,6 +243,12 @@ class Tuner:
                     f"{repr(previous) + ' (model.json)' if previous else 'the default compile'}")
             self.ui.message(f"{model}: compile settings {note}")
             ev("planner", "compile-skip", variant=",".join(variants), reason=note)
+            variants = []
+        if training and variants:  # the compile check judges outputs, not a step's gradients: refused, said once
+            self._note(outcome, f"compile settings not chosen for a training step yet (the compile check judges "
+                                f"outputs, not gradients): its kernels are tuned on "
+                                f"{repr(previous) + ' (model.json)' if previous else 'the default compile'}", ev)
+            ev("planner", "compile-skip", variant=",".join(variants), reason="training step")
             variants = []
         if not variants:
             if previous is not None:
@@ -260,7 +282,8 @@ class Tuner:
     def _tune_kernel(self, bench: Benchmarker, keeper: Keeper, model: str, info: KernelInfo,
                      item: PlanItem, state: KernelState) -> tuple[KernelOutcome, str | None, KernelState]:
         original = state.original
-        result = KernelOutcome(kernel=info.name, fingerprint=info.fingerprint, profile=item.profile)
+        result = KernelOutcome(kernel=info.name, fingerprint=info.fingerprint, profile=item.profile,
+                               backward=info.backward)
         self.ui.kernel(model, info.name, self.options.budget_s * self._share)
         ev = lambda role, event, **data: self.run.event(role, event, model=model, kernel=info.name, **data)  # noqa: E731
 
@@ -346,7 +369,8 @@ def _tally(result: KernelOutcome, state: KernelState) -> None:
 
 def _interrupted(info: KernelInfo, item: PlanItem, state: KernelState) -> KernelOutcome:
     """The outcome of a kernel whose search Ctrl-C stopped: the candidates checked so far, nothing kept."""
-    result = KernelOutcome(kernel=info.name, fingerprint=info.fingerprint, profile=item.profile)
+    result = KernelOutcome(kernel=info.name, fingerprint=info.fingerprint, profile=item.profile,
+                           backward=info.backward)
     _tally(result, state)
     result.message = (f"interrupted (Ctrl-C) after {result.attempts} candidate(s) were checked; "
                       f"nothing was kept for this kernel")

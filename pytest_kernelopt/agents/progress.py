@@ -56,7 +56,7 @@ class RichUI(UI):
         if self._task is not None:
             self.bar.remove_task(self._task)
             self._task = None
-        self.message(f"  -> {outcome.kernel}: {outcome.message}")
+        self.message(f"  -> {outcome.kernel}{' (backward pass)' if outcome.backward else ''}: {outcome.message}")
 
 
 def _x(t: Any) -> str:
@@ -90,7 +90,8 @@ def print_tune_table(record: Any) -> None:
             limit = kernel_limits(k, compile_chosen=chosen).text()
             stages = (f"skipped: {k.skipped}" if k.skipped  # a skipped kernel may still be pinned
                       else ", ".join(f"{n} {s}" for s, n in sorted(k.by_stage.items())) or "-")
-            table.add_row(label, k.kernel, prof.bottleneck if prof else "-", share, limit, str(k.attempts), stages,
+            name = f"{k.kernel} (backward)" if k.backward else k.kernel  # a training step's pass
+            table.add_row(label, name, prof.bottleneck if prof else "-", share, limit, str(k.attempts), stages,
                           _x(k.best_timing), _x(k.best_kernel_timing),
                           (f"v{k.stored_version}" + (" (pinned)" if k.pinned else "")) if k.stored_version else "-",
                           f"{k.gpu_seconds:.0f}")
@@ -127,6 +128,9 @@ def problem_lines(record: Any) -> list[str]:
         else:
             kept = "nothing stored: no candidate was faster beyond noise"
         skipped = len(p.kernels) - len(tuned)
-        lines.append(f"{label}: {len(tuned)} kernel(s) tuned{f' ({skipped} skipped)' if skipped else ''}, "
+        backward = sum(1 for k in tuned if k.backward)
+        parts = ", ".join([f"{backward} backward"] * bool(backward) + [f"{skipped} skipped"] * bool(skipped))
+        lines.append(f"{label}: {len(tuned)} kernel(s) tuned{f' ({parts})' if parts else ''}, "
                      f"{tried} candidate(s) tried, {passed} passed the cascade; {kept}")
+        lines += [f"{label}: {note}" for note in p.notes]
     return lines

@@ -131,6 +131,8 @@ class KernelOutcome(Record):
 
     kernel: str
     fingerprint: str
+    # A training step's backward-graph kernel (its name ends in ``__bwd``, capture/training.py); else forward.
+    backward: bool = False
     profile: KernelProfile | None = None
     skipped: str | None = None  # why the Planner left it alone
     attempts: int = 0
@@ -175,6 +177,11 @@ class ProblemOutcome(Record):
     seconds: float = 0.0
     # The model's compile settings: what was tried, what the kernels were tuned on (compile_choice.py).
     compile: CompileOutcome | None = None
+    # A training problem (capture/training.py): its kernels are the step's forward and backward graphs'
+    # (KernelOutcome.backward), each judged on the whole step, gradients included.
+    training: bool = False
+    # What this run did otherwise for this problem than for an inference problem, and why (each said once).
+    notes: list[str] = Field(default_factory=list)
 
 
 class RunRecord(Record):

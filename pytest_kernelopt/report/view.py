@@ -93,6 +93,7 @@ class ModelView:
     kernels: list[KernelView] = field(default_factory=list)
     note: str | None = None  # why nothing was tuned when that is no error
     compile_note: str | None = None  # the model-level compile settings tried and chosen
+    notes: list[str] = field(default_factory=list)  # what the run did otherwise (a training step), each once
 
     @property
     def stored(self) -> list[KernelView]:
@@ -218,6 +219,7 @@ def relative_paths(view: RunView, roots: Sequence[Path]) -> RunView:
     for model in view.models:
         model.problem, model.error, model.note = path(model.problem), free(model.error), free(model.note)
         model.compile_note = free(model.compile_note)
+        model.notes = [free(n) or "" for n in model.notes]
         for kernel in model.kernels:
             kernel.message, kernel.skipped = free(kernel.message) or "", free(kernel.skipped)
             kernel.diff_note = free(kernel.diff_note)
@@ -231,7 +233,7 @@ def _model_view(problem: ProblemOutcome) -> ModelView:
         model=problem.model, problem=problem.problem, device=problem.device, speed_measured=problem.speed_measured,
         timing=problem.model_timing, triton_share=profile.triton_share if profile else None,
         model_gpu_us=profile.model_gpu_us if profile else None, error=problem.error, note=problem.note,
-        seconds=problem.seconds, compile_note=_compile_note(problem),
+        seconds=problem.seconds, compile_note=_compile_note(problem), notes=list(problem.notes),
     )
 
 
