@@ -123,8 +123,11 @@ class Model(torch.nn.Module):
         self.lin = torch.nn.Linear(16, 16)
 
     def forward(self, x):
-        # .float() pins fp32: a float64 copy of this model fails (float input, double weight).
-        return torch.softmax(self.lin(x.float()) * 2.0, dim=-1)
+        # A model that refuses anything but fp32 (the verifier's float64 mode maps casts such as
+        # .float() to float64, so only a check of the dtype itself keeps a float64 copy from running).
+        if x.dtype != torch.float32:
+            raise RuntimeError(f"fp32 only, not {x.dtype}")
+        return torch.softmax(self.lin(x) * 2.0, dim=-1)
 
 
 def get_inputs():
