@@ -42,10 +42,7 @@ from typing import Any, Iterator
 from ..errors import ProblemError
 
 BACKWARD_SUFFIX = "__bwd"  # a backward graph's kernel: ``triton_poi_fused_..._0__bwd``
-# The default loss's weights: (randint in [-8, 8) + 1/2) / 4, in {+-1/8, +-3/8, ..., +-15/8}: never
-# zero, of unit scale, and exact in float16, bfloat16, float32 and float64 alike, so the float64
-# reference's step receives the very same incoming gradients as the compiled one.
-_WEIGHT_STEPS = 8
+_WEIGHT_STEPS = 14 * 2 ** 20  # the default loss's weights (cotangents): magnitudes in [1/4, 2)
 _CALL_ARGS = re.compile(r"^\s+(.+?)\s*=\s*args\s*$", re.M)
 
 
@@ -92,15 +89,24 @@ def trained_parameters(model: Any) -> list[Any]:
 
 
 def cotangents(seed: int, outputs: list[Any]) -> list[Any]:
-    """The default loss's weights for ``outputs`` under input seed ``seed`` (one tensor per output)."""
+    """The default loss's weights for ``outputs`` under input seed ``seed`` (one tensor per output).
+
+    Each weight is ``+-(k + 2^21) / 2^23`` for an integer ``k`` drawn in ``[0, 14 * 2^20)``: of either sign,
+    magnitude in [1/4, 2), nonzero, of unit scale, with a 24-bit mantissa, so a backward kernel cannot
+    round its incoming gradient to a coarse grid and still match (multiples of 1/8 would be learnable).
+    Drawn as integers and divided by a power of two: the same values in float32 and float64 (the float64
+    reference's mode turns float draws into float64 draws, another random stream; integers it leaves
+    alone), exact in the float64 reference; a half-precision output gets their rounding to its dtype,
+    the compiled baseline and a candidate alike."""
     import torch
 
     root = int.from_bytes(hashlib.sha256(f"kernelopt-cotangents:{seed}".encode()).digest()[:8], "little") >> 1
     weights = []
     for k, out in enumerate(outputs):
         gen = torch.Generator(device=out.device).manual_seed(root + k)
-        steps = torch.randint(-_WEIGHT_STEPS, _WEIGHT_STEPS, out.shape, generator=gen, device=out.device)
-        weights.append(((steps.to(torch.float32) + 0.5) / 4).to(out.dtype))
+        steps = torch.randint(0, _WEIGHT_STEPS, out.shape, generator=gen, device=out.device)
+        sign = torch.randint(0, 2, out.shape, generator=gen, device=out.device) * 2 - 1
+        weights.append((sign * (steps + 2 ** 21)).to(torch.float32) / 2 ** 23)
     return weights
 
 
