@@ -127,9 +127,10 @@ class _Checker:
         self.original, self.candidate, self.infos = original, candidate, infos
         self.where, self.rule, self.device, self.entropy = where, rule, device, entropy
         self.passes, self.draw, self.mode = passes, draw, mode
-        # An ill-conditioned draw (rows offset far from their spread) multiplies the allowance of a
-        # kernel that is not pointwise: an honest reordering of a reduction differs from the compiler's
-        # order in proportion to the offset, a wrong algorithm (a one-pass variance) with its square.
+        # An ill-conditioned draw (rows offset far from their spread) widens the allowance of a kernel
+        # that is not pointwise: an honest reordering of a reduction differs from the compiler's order in
+        # proportion to the offset, a wrong algorithm (a one-pass variance) with its square
+        # (NumericsRule.shifted_rtol).
         self.condition = condition
         self.launches = self.compared = self.unguarded = 0
         self.verified: set[tuple[str, ...]] = set()  # the launches compared, as capture.launch_signature writes them
@@ -253,7 +254,7 @@ class _Checker:
         for i in written:
             rtol = None
             if self.condition > 1.0 and not self.rule.pointwise and results[i].dtype.is_floating_point:
-                rtol = self.rule.kernel_rtol(results[i].dtype) * self.condition
+                rtol = self.rule.shifted_rtol(results[i].dtype, self.condition)
             j = compare(results[i], args[i], rtol, f"{self.where}, launch {self.launches}, written argument "
                                              f"{self._label(i, fill, canary)}", self.rule)
             w = self.worst
@@ -366,7 +367,7 @@ def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, ro
             continue
         where = f"draw {variant!r} (input seed {seed}, {_text(variant, inputs, within)}, transform seed {transform})"
         if condition > 1.0 and not rule.pointwise:
-            where += f", allowance x {condition:.3g} for the shift"
+            where += f", a reduction's allowance widened for shifts up to {condition:.3g}"
         checker = _Checker(handle.original, candidate, handle.info.args, where, rule, prepared.device, entropy,
                            passes=1, draw=True, mode=UNGUARDED if variant in unguarded else None, condition=condition)
         raised = None

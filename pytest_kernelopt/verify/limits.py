@@ -32,3 +32,15 @@ def human_bytes(n: int) -> str:
 # rounded result by at most one ulp, which is at most eps x |result|; two (1.6e-2, as before
 # 2026-12-04) let a bf16 kernel that scaled its output by 1.01 pass.
 KERNEL_RTOL = {"float64": 1e-9, "float32": 1e-4, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+
+# The offset input draw (rows shifted by c times their spread, tensors.offset_decades): an honest
+# reordering of a row's reduction differs from the compiler's order by about c x eps x a growth
+# factor of the row length, so the kernel stage widens a reduction's rtol to OFFSET_GROWTH x eps x c
+# on that draw (eps of the precision it is computed in: float32 for the 16-bit dtypes); and shifts
+# no further than where that allowance reaches OFFSET_CEILING of the output, so a wrong algorithm
+# whose answer is off by all of it (a one-pass variance that cancels to 0) is still outside.
+# Measured: a LayerNorm summed in blocks on rows of 32768 was 0.5 x eps x c off the compiler's
+# order; when the rtol was widened to 1e-4 x c (840 x eps x c, before 2026-12-05) a one-pass
+# variance passed 8% of the checks of a 16 x 32 problem, its rounding cancelling to 0.
+OFFSET_GROWTH = 64.0
+OFFSET_CEILING = 0.25

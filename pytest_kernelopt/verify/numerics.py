@@ -52,7 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # Kernel stage: relative tolerance by dtype (in limits.py, below tensors.py, whose offset draw
 # is sized from it); with reduced precision every float gets bf16's.
-from .limits import KERNEL_RTOL  # noqa: E402
+from .limits import KERNEL_RTOL, OFFSET_GROWTH  # noqa: E402
 REDUCED_PRECISION_RTOL = 1.6e-2
 REDUCED_PRECISION_EPS = 2.0**-7  # bf16's eps (8 significant bits): its ulp at 1.0, torch.finfo(torch.bfloat16).eps
 # Half-precision outputs are computed in float32 and rounded once (Inductor loads fp16/bf16 into
@@ -132,6 +132,14 @@ class NumericsRule(BaseModel):
         if self.pointwise and _name(dtype) == "float32":
             return POINTWISE_ULPS * 2.0**-23  # fp32 eps
         return KERNEL_RTOL.get(_name(dtype), 1e-4)
+
+    def shifted_rtol(self, dtype: Any, shift: float) -> float:
+        """The kernel stage's rtol for a reduction's output on the offset draw, whose rows were shifted by up
+        to ``shift`` times their spread (limits.OFFSET_GROWTH)."""
+        import torch
+
+        compute = torch.float64 if _name(dtype) == "float64" else torch.float32
+        return max(self.kernel_rtol(dtype), OFFSET_GROWTH * torch.finfo(compute).eps * shift)
 
     def kernel_tolerance(self, expected: Any, rtol: float | None = None) -> Tolerance:
         """The kernel stage's allowance for one output of the compiler's kernel (``rtol``: not the dtype's)."""
