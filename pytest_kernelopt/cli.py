@@ -26,7 +26,8 @@ from typing import Any, NoReturn, Sequence
 
 from .errors import KerneloptError, UsageError
 from .capture.variants import MODEL_VARIANTS, VARIANTS
-from .settings import FIELDS, add_arguments, cli_flag, positive_seconds
+from .config import kernels_folder, runs_folder
+from .settings import FIELDS, add_arguments, positive_seconds
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
 
@@ -367,7 +368,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     # A row group per (problem, declared shape); a SHAPES the text does not show: the child benches its first.
     jobs = [benchmark.BenchJob(problem=str(p.resolve()), modes=args.modes, device=device, seconds=args.seconds,
-                               kernels_dir=str((args.kernels_dir or s.kernels_path).resolve()), shape=shape)
+                               kernels_dir=str(kernels_folder(s, args.kernels_dir)), shape=shape)
             for p, s in zip(args.problems, settings) for shape in (declared_names(p) or [None])]
     result = benchmark.run_bench(jobs, benchmark.BenchSettings(modes=args.modes, device=requested,
                                                                seconds=args.seconds, timeout=args.timeout))
@@ -427,7 +428,7 @@ def cmd_verify_or_accept(args: argparse.Namespace) -> int:
         raise UsageError(f"bad option: {exc.errors()[0]['msg']}") from exc
     from .store import KernelStore
 
-    store = KernelStore((getattr(args, "kernels_dir", None) or settings.kernels_path).resolve())
+    store = KernelStore(kernels_folder(settings, getattr(args, "kernels_dir", None)))
     variant = store.compile_variant(problem.id)  # model.json's compile settings: its kernels are that compile's
     if args.command == "accept":  # a name the store cannot hold: say so before the verification runs
         store.kernel_dir(problem.id, problem.store_name(args.kernel))
@@ -463,7 +464,7 @@ def cmd_verify_or_accept(args: argparse.Namespace) -> int:
 def _accept(args: argparse.Namespace, settings: Any, model: str, verdict: Any, shape: str | None = None) -> int:
     from .store import KernelStore, Provenance, accept_verdict
 
-    store = KernelStore((args.kernels_dir or settings.kernels_path).resolve())
+    store = KernelStore(kernels_folder(settings, args.kernels_dir))
     outcome = accept_verdict(store, model, args.kernel, verdict.verified_source, verdict, allow_no_gain=args.allow_no_gain,
                              provenance=Provenance(proposed_by=args.proposed_by), shape=shape)
     if args.json:
@@ -504,28 +505,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _tune_passthrough(args: argparse.Namespace, device: str, kernels: Path) -> list[str]:
-    """The options every ``--workers`` process gets (its problems and run directory are its own)."""
-    out: list[str] = []
-    for name in ("agent", "budget_s", "min_share", "seeds", "timeout"):
-        out += [cli_flag(name), str(getattr(args, name))]
-    out += [cli_flag("device"), device, cli_flag("kernels_dir"), str(kernels)]
-    for flag, value in (("--model", args.model), ("--max-usd", args.max_usd),
-                        (cli_flag("run_budget_s"), args.run_budget_s), (cli_flag("config"), args.config),
-                        (cli_flag("seed"), args.seed)):
-        if value is not None:
-            out += [flag, str(value)]
-    for name in args.kernel or []:
-        out += ["--kernel", name]
-    if args.no_ncu:
-        out.append("--no-ncu")
-    if args.no_pin:
-        out.append("--no-pin")
-    if args.compile_variants is not None:
-        out += ["--compile-variants", ",".join(args.compile_variants) or "none"]
-    return out
-
-
 def cmd_tune(args: argparse.Namespace) -> int:
     """Exit 0: the run finished (whether or not anything faster was found); 2: bad input, or a
     problem that could not be tuned (the others still were); 130: interrupted (what was stored stays)."""
@@ -534,6 +513,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from .config import config_for_problem, resolve_device
     from .capture.problem import load_problem
     from .store import KernelStore
+    from .verify.options import VerifyOptions
 
     if not 0.0 <= args.min_share < 1.0:
         raise UsageError(f"--min-share must be between 0 and 1, not {args.min_share}")
@@ -548,8 +528,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.agent == "search" and (args.model or args.max_usd):
         raise UsageError("--model and --max-usd apply to --agent anthropic only")
     device = resolve_device(args.device or settings[0].device)
-    store = KernelStore((args.kernels_dir or settings[0].kernels_path).resolve())
-    runs = (args.runs_dir or settings[0].root / ".kernelopt" / "runs").resolve()
+    store = KernelStore(kernels_folder(settings[0], args.kernels_dir))
+    runs = runs_folder(settings[0], args.runs_dir)
     if args.open_pr:  # a repository the pull requests cannot come from: say so before any tuning
         from .gitops import PublishError, check_repository
 
@@ -570,10 +550,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         problems = mine
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, not {args.workers}")
-    options = TuneOptions(device=device, budget_s=args.budget_s, run_budget_s=args.run_budget_s, seeds=args.seeds,
-                          seed=args.seed, timeout=args.timeout, min_share=args.min_share, kernels=args.kernel,
-                          ncu=not args.no_ncu,
-                          pin=not args.no_pin, compile_variants=args.compile_variants)
+    # Tune stores kernels: a --seed only adds its seeds to fresh ones (never exact).
+    verify = VerifyOptions(seeds=args.seeds, seed=args.seed, timeout=args.timeout)
+    options = TuneOptions(device=device, budget_s=args.budget_s, run_budget_s=args.run_budget_s, verify=verify,
+                          min_share=args.min_share, kernels=args.kernel, ncu=not args.no_ncu, pin=not args.no_pin,
+                          compile_variants=args.compile_variants)
     agent_options: dict[str, Any] = {}
     if args.agent == "anthropic":
         agent_options = {k: v for k, v in (("model", args.model), ("max_usd", args.max_usd)) if v is not None}
@@ -589,8 +570,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             if args.workers > 1:
                 from .agents.multi_gpu import tune_workers
 
-                record = tune_workers(problems, _tune_passthrough(args, device, store.root), args.workers, device,
-                                      runs, say=ui.message)
+                record = tune_workers(problems, options, args.workers, runs, agent=args.agent,
+                                      agent_options=agent_options, kernels_dir=store.root, say=ui.message)
             else:
                 record = tune(problems, options, agent=args.agent, agent_options=agent_options, store=store,
                               runs_dir=runs, ui=ui)
@@ -700,8 +681,8 @@ def cmd_refresh(args: argparse.Namespace) -> int:
         raise UsageError("the problems belong to projects with different kernel stores; refresh them separately "
                          "or pass --kernels-dir")
     device = resolve_device(args.device or settings[0].device)
-    store = KernelStore((args.kernels_dir or settings[0].kernels_path).resolve())
-    runs = (args.runs_dir or settings[0].root / ".kernelopt" / "runs").resolve()
+    store = KernelStore(kernels_folder(settings[0], args.kernels_dir))
+    runs = runs_folder(settings[0], args.runs_dir)
     say = (lambda line: print(line, file=sys.stderr))
     say(f"settings: {settings[0].describe(args.kernels_dir)}")
     if device != "cuda":
