@@ -409,23 +409,31 @@ def _compile_variants(text: str) -> list[str]:
     return names
 
 
-def cmd_verify_or_accept(args: argparse.Namespace) -> int:
+def _verify_options(args: argparse.Namespace, *, exact: bool = False) -> Any:
+    """The verifier's options of a subcommand (verify, accept, tune, refresh), from its flags: built here alone.
+    ``exact``: a --seed reproduces a run (``verify``); elsewhere it only adds its seeds to fresh ones."""
     from pydantic import ValidationError
 
+    from .verify.options import VerifyOptions
+
+    try:
+        return VerifyOptions(seeds=args.seeds, seed=args.seed, timeout=args.timeout, exact=exact,
+                             allow_reduced_precision=getattr(args, "allow_reduced_precision", False))
+    except ValidationError as exc:
+        raise UsageError(f"bad option: {exc.errors()[0]['msg']}") from exc
+
+
+def cmd_verify_or_accept(args: argparse.Namespace) -> int:
     from .capture.problem import load_problem
-    from .verify import VerifyOptions, VerifySession, read_candidate
+    from .verify import VerifySession, read_candidate
 
     candidates = args.candidate if isinstance(args.candidate, list) else [args.candidate]
     sources = [read_candidate(c) for c in candidates]  # read once: these bytes run and are stored
     problem = _shape_for(args, load_problem(args.problem))  # a bad problem file is exit 2 before any worker starts
     settings = _settings(args)
     device = _device(args, settings)
-    try:
-        # verify reproduces a --seed exactly; accept stores a kernel, so its --seed only adds seeds.
-        options = VerifyOptions(seeds=args.seeds, seed=args.seed, timeout=args.timeout, exact=args.command == "verify",
-                                allow_reduced_precision=args.allow_reduced_precision)
-    except ValidationError as exc:
-        raise UsageError(f"bad option: {exc.errors()[0]['msg']}") from exc
+    # verify reproduces a --seed exactly; accept stores a kernel, so its --seed only adds seeds.
+    options = _verify_options(args, exact=args.command == "verify")
     from .store import KernelStore
 
     store = KernelStore(kernels_folder(settings, getattr(args, "kernels_dir", None)))
@@ -513,7 +521,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from .config import config_for_problem, resolve_device
     from .capture.problem import load_problem
     from .store import KernelStore
-    from .verify.options import VerifyOptions
 
     if not 0.0 <= args.min_share < 1.0:
         raise UsageError(f"--min-share must be between 0 and 1, not {args.min_share}")
@@ -551,8 +558,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, not {args.workers}")
     # Tune stores kernels: a --seed only adds its seeds to fresh ones (never exact).
-    verify = VerifyOptions(seeds=args.seeds, seed=args.seed, timeout=args.timeout)
-    options = TuneOptions(device=device, budget_s=args.budget_s, run_budget_s=args.run_budget_s, verify=verify,
+    options = TuneOptions(device=device, budget_s=args.budget_s, run_budget_s=args.run_budget_s,
+                          verify=_verify_options(args),
                           min_share=args.min_share, kernels=args.kernel, ncu=not args.no_ncu, pin=not args.no_pin,
                           compile_variants=args.compile_variants)
     agent_options: dict[str, Any] = {}
@@ -651,7 +658,6 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     from .errors import ProblemError
     from .report import print_table
     from .store import KernelStore
-    from .verify.options import VerifyOptions
 
     paths = args.problems
     if not paths:
@@ -688,8 +694,7 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     if device != "cuda":
         say("interpreter mode: replayed kernels are checked for correctness only; speed is not measured, so a "
             "correct one is stored without a speed comparison")
-    record = refresh(problems, store, device, VerifyOptions(seeds=args.seeds, seed=args.seed, timeout=args.timeout), runs_dir=runs,
-                     say=say, failed=failed)
+    record = refresh(problems, store, device, _verify_options(args), runs_dir=runs, say=say, failed=failed)
     if args.json:
         print(record.model_dump_json(indent=2))
     else:
