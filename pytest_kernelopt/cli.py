@@ -27,7 +27,7 @@ from typing import Any, NoReturn, Sequence
 from .errors import KerneloptError, UsageError
 from .capture.variants import MODEL_VARIANTS, VARIANTS
 from .config import kernels_folder, runs_folder
-from .settings import FIELDS, add_arguments, positive_seconds
+from .settings import FIELDS, add_arguments, positive_seconds, validate
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
 
@@ -522,8 +522,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from .capture.problem import load_problem
     from .store import KernelStore
 
-    if not 0.0 <= args.min_share < 1.0:
-        raise UsageError(f"--min-share must be between 0 and 1, not {args.min_share}")
+    try:
+        validate("min_share", args.min_share)  # the field's bounds
+    except ValueError:
+        raise UsageError(f"--min-share must be between 0 and 1, not {args.min_share}") from None
     if not args.open_pr and (args.base is not None or args.remote != FIELDS["remote"].default):
         raise UsageError("--base and --remote apply to --open-pr only: without it tune pushes nothing (add --open-pr, "
                          "or run `kernelopt publish RUN_DIR --base BRANCH` after the run)")

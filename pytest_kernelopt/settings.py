@@ -294,6 +294,15 @@ def _range_text(info: FieldInfo, metavar: str | None) -> str:
     return ""
 
 
+def validate(name: str, value: Any) -> Any:
+    """``value`` checked by setting ``name``'s field (type, bounds, validators): pydantic's ValidationError
+    when it is no such value. The one check of a setting, whichever surface gave it."""
+    from pydantic import TypeAdapter
+
+    info = FIELDS[name]
+    return TypeAdapter(Annotated[info.annotation, info]).validate_python(value)
+
+
 def rule_text(name: str) -> str:
     """What a value of setting ``name`` must be, in words, from its field: the gate's usage errors say it."""
     info = FIELDS[name]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
 from pydantic import BaseModel, ConfigDict
@@ -86,13 +86,12 @@ def _strict(strict: bool, allow: bool | None, allow_setting: bool) -> bool:
 def _checked(name: str, value: Any) -> Any:
     """``value`` of setting ``name`` checked by its field (type, bounds, validators); else a UsageError
     naming the pytest option, the value and the rule."""
-    from pydantic import TypeAdapter, ValidationError
+    from pydantic import ValidationError
 
-    from ..settings import FIELDS, pytest_option
+    from ..settings import pytest_option, validate
 
-    info = FIELDS[name]
     try:
-        return TypeAdapter(Annotated[info.annotation, info]).validate_python(value)
+        return validate(name, value)
     except ValidationError:
         raise UsageError(f"{pytest_option(name)} {value}: {rule_text(name)}") from None
 
