@@ -115,7 +115,7 @@ def test_tune_gets_the_gates_seed_and_verify_options_whole(repo: Path, pytester:
     the gate's own checks (it once dropped the seed: its options were copied field by field). No compile here."""
     from types import SimpleNamespace
 
-    import pytest_kernelopt.agents as agents
+    from pytest_kernelopt import agents
     from pytest_kernelopt.agents.run_records import RunRecord
     from pytest_kernelopt.config import load_config
     from pytest_kernelopt.gate.options import read_options
