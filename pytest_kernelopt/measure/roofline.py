@@ -169,16 +169,17 @@ def _matmul_tflops(rate: str) -> float:
 def _measure_in_child(rate: str, timeout: float = 120.0) -> float:
     """:func:`_matmul_tflops` in a fresh Python on the same device: the caller's TF32 settings are
     never touched (torch refuses mixing its two APIs for them, and Inductor reads them)."""
-    import subprocess
     import sys
 
-    from ..child import child_env
+    from ..child import child_env, run_child
 
     code = ("import json, sys\nfrom pytest_kernelopt.measure.roofline import _matmul_tflops\n"
             "print(json.dumps(_matmul_tflops(sys.argv[1])))")
-    done = subprocess.run([sys.executable, "-c", code, rate], capture_output=True, text=True, timeout=timeout,
-                          env=child_env(), check=True)
-    return float(json.loads(done.stdout.strip().splitlines()[-1]))
+    done = run_child([sys.executable, "-c", code, rate], env=child_env(), timeout=timeout, separate_stdout=True)
+    if done.returncode != 0 or done.stdout is None or not done.stdout.text.strip():
+        why = "timed out" if done.timed_out else f"exit {done.returncode}"
+        raise RuntimeError(f"the {rate} ceiling's child failed ({why}): {done.output_tail}")
+    return float(json.loads(done.stdout.text.strip().splitlines()[-1]))
 
 
 def flop_ceiling_tflops(rates: list[str], measure: Callable[[str], float] | None = None,
