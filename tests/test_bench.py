@@ -210,7 +210,7 @@ def test_the_memory_limit_is_the_models_floor_of_bytes_over_the_copy_bandwidth(m
 
     from pytest_kernelopt.benchmark import ModeResult, ProblemResult
     from pytest_kernelopt.benchmark import one_problem
-    from pytest_kernelopt.verify import time_by_kernel
+    from pytest_kernelopt.measure import roofline
 
     model = torch.nn.Linear(256, 256)  # 256*256 + 256 fp32 parameters
     x, y = torch.zeros(1024, 256), torch.zeros(1024, 256)
@@ -218,7 +218,7 @@ def test_the_memory_limit_is_the_models_floor_of_bytes_over_the_copy_bandwidth(m
 
     floor = min_bytes(model, [x, 3], [y])
     assert floor == 4 * (2 * 1024 * 256 + 256 * 256 + 256)
-    monkeypatch.setattr(time_by_kernel, "copy_ceiling_gbps", lambda: 4000.0)
+    monkeypatch.setattr(roofline, "copy_ceiling_gbps", lambda: 4000.0)
     problem = ProblemResult(problem="p.py", model="p", min_bytes=4_000_000, triton_share=0.97,
                             modes=[ModeResult(mode="default", median_us=2.0), ModeResult(mode="kernelopt", median_us=1.25),
                                    ModeResult(mode="eager", median_us=None)])
@@ -235,9 +235,8 @@ def test_the_limit_counts_the_flops_of_matrix_products_at_their_dtypes_measured_
     from pytest_kernelopt.benchmark import ModeResult, ProblemResult
     from pytest_kernelopt.benchmark import one_problem
     from pytest_kernelopt.measure import roofline
-    from pytest_kernelopt.verify import time_by_kernel
 
-    monkeypatch.setattr(time_by_kernel, "copy_ceiling_gbps", lambda: 4000.0)
+    monkeypatch.setattr(roofline, "copy_ceiling_gbps", lambda: 4000.0)
     asked: list[list[str]] = []
     monkeypatch.setattr(roofline, "flop_ceiling_tflops", lambda dtypes: asked.append(dtypes) or {"float32": 50.0})
     # 8 GFLOP fp32 at 50 TFLOP/s: 160 us, far above 4 MB at 4 TB/s (1 us).

@@ -54,6 +54,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..measure.text import timing_text
 from ..candidate import ENTRY_POINT
 from ..errors import UsageError, install_hint
 from .claude_reply import ParsedReply, ReplyCandidate, parse_reply
@@ -469,7 +470,7 @@ def _attempt_view(n: int, attempt: Attempt) -> dict[str, Any]:
     speedup = ""
     if attempt.model_timing is not None:
         t = attempt.model_timing
-        speedup = f"whole model {t.speedup:.3f}x [{t.ci_low:.3f}, {t.ci_high:.3f}]"
+        speedup = f"whole model {timing_text(t)}"
     rationale = attempt.rationale.strip()
     if len(rationale) > 300:
         rationale = rationale[:297] + "..."

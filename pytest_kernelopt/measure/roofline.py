@@ -3,7 +3,7 @@
 Two floors, each a lower bound on a call's time, and the limit is the larger:
 
 * **memory**: the model's tensor inputs, parameters and buffers read once and its outputs
-  written once, at the copy bandwidth measured on the same device (``verify.time_by_kernel``);
+  written once, at the copy bandwidth measured on the same device (:func:`copy_ceiling_gbps`);
 * **compute**: the FLOPs of its matrix products and convolutions (counted with torch's own
   formulas, :mod:`torch.utils.flop_counter`, per rate: the operands' dtype, or ``tf32`` for
   float32 work torch lets run on TF32 tensor cores), each rate's at the matrix-product
@@ -27,6 +27,7 @@ from typing import Any, Callable
 LIMIT_MIN_TRITON_SHARE = 0.9
 # The matrix product the FLOP ceiling is measured with (square, n x n by n x n).
 CEILING_N = 8192
+COPY_BYTES = 1 << 30  # the copy ceiling's buffer; at most a tenth of free memory
 
 
 def min_bytes(model: Any, inputs: list[Any], outputs: list[Any]) -> int:
@@ -150,6 +151,19 @@ def median_event_seconds(fn: Callable[[], object], runs: int = 10, warmup: int =
         if i >= warmup:
             times.append(start.elapsed_time(end) / 1e3)
     return statistics.median(times)
+
+
+def copy_ceiling_gbps() -> float:
+    """Device-to-device copy bandwidth (GB/s, read + write counted), median of 10 timed copies."""
+    import torch
+
+    free, _ = torch.cuda.mem_get_info()
+    n = max(1 << 24, min(COPY_BYTES, free // 10)) // 2
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    seconds = median_event_seconds(lambda: dst.copy_(src))
+    del src, dst
+    return 2 * n / seconds / 1e9
 
 
 def _matmul_tflops(rate: str) -> float:
