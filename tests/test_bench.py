@@ -601,3 +601,27 @@ def test_the_kernelopt_row_says_where_its_speed_comes_from():
     assert "triton_per_fused_0 v2" in text
     assert note([None], [kernel("compiler")])[1].startswith("same as default: no compile setting")
     assert "compiler's kernel kept for triton_per_fused_0: stale" in note([None], [kernel("compiler", 1, "stale")])[1]
+
+
+def test_a_stray_overlong_protocol_line_is_dropped_as_it_comes(monkeypatch, tmp_path):
+    """A write to the protocol's descriptor without a newline is never held whole (it was: every byte)."""
+    import sys
+    import tracemalloc
+
+    from pytest_kernelopt.benchmark import run
+    from pytest_kernelopt.benchmark.records import BenchJob, ChildMessage, ProblemResult
+
+    done = ChildMessage(event="result", result=ProblemResult(problem="p.py", model="p", status="ok")).model_dump_json()
+    code = ("import os, sys\nfor _ in range(128): os.write(1, b'x' * 65536)\n"
+            f"os.write(1, b'\\n' + {done!r}.encode() + b'\\n')")
+    monkeypatch.setattr(run, "module_command", lambda *args: (sys.executable, "-c", code))
+    monkeypatch.setattr(run, "MESSAGE_BYTES", 256 * 1024)
+    job = BenchJob(problem="p.py", modes=["default"], device="cpu", kernels_dir=str(tmp_path), seconds=1.0)
+    tracemalloc.start()
+    try:
+        result = run.run_problem(job, 60, lambda text: None)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.status == "ok" and result.model == "p"
+    assert peak < 2 << 20, f"the parent held {peak} bytes of an 8 MiB stray line"
