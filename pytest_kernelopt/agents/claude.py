@@ -54,9 +54,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..measure.text import timing_text
 from ..candidate import ENTRY_POINT
 from ..errors import UsageError, install_hint
+from ..measure.text import timing_text
 from .claude_reply import ParsedReply, ReplyCandidate, parse_reply
 from .coder import Spend
 from .run_records import Attempt, CoderContext, Proposal

@@ -24,8 +24,8 @@ from typing import Any, Callable, Literal
 
 from pydantic import Field
 
-from ..measure.text import interval, speedup_text
 from ..errors import KerneloptError
+from ..measure.text import interval, speedup_text
 from ..records import Record, Verdict
 
 

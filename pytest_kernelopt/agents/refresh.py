@@ -39,8 +39,8 @@ from typing import Any, Callable, Literal
 
 from pydantic import Field
 
-from ..measure.text import timing_text
 from ..errors import KerneloptError
+from ..measure.text import timing_text
 from ..records import Environment, KernelInfo, Record
 
 REFRESH_SCHEMA_VERSION = 1

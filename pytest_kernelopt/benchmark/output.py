@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..measure.text import speedup_text, time_text
 from ..errors import UsageError
+from ..measure.text import speedup_text, time_text
 from ..records import dump_json
 from .records import BASELINE, BenchResult, ModeResult
 

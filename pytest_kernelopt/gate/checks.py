@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from ..measure.text import speedup_text, timing_text
 from ..capture.shapes import split_name
 from ..errors import KerneloptError
+from ..measure.text import speedup_text, timing_text
 from ..records import worst_error
 from .base import BaseRef, base_files
 from .failure import GateFailure, reproduce, stale

@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from ..measure.text import interval, speedup_text, timing_text
 from ..errors import KerneloptError, StoreError
 from .branch import KERNEL_TRAILER, RUN_TRAILER, Repository, branch_name, describe_foreign
 from .errors import GitHubError, PublishError, RefusedError, RunChangedError
 from .github import DEFAULT_API, GitHub, RepoRef, parse_remote
 from ..capture.shapes import store_name
 from .reverify import Judge, SessionJudge
+from ..measure.text import interval, speedup_text, timing_text
 from ..report.untrusted import INLINE_LIMIT, md_block, md_cell, md_inline, plain
 
 __all__ = ["GitHubError", "PublishError", "PublishResult", "RefusedError", "RunChangedError", "branch_name",

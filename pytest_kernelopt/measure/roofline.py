@@ -162,7 +162,6 @@ def copy_ceiling_gbps() -> float:
     src = torch.empty(n, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
     seconds = median_event_seconds(lambda: dst.copy_(src))
-    del src, dst
     return 2 * n / seconds / 1e9
 
 

@@ -29,8 +29,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..measure.text import speedup_text
 from ..errors import UsageError, install_hint
+from ..measure.text import speedup_text
 
 KEEP = 500  # entries per suite
 TOOL = "customSmallerIsBetter"

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..measure.text import speedup_text, timing_text
 from ..errors import UsageError
+from ..measure.text import speedup_text, timing_text
 from .chart import CHART_FILE, draw_chart
 from .untrusted import HTML_FILTERS, MD_FILTERS, MdSafe, md_finalize
 from .view import RunView, build_view, kernels_path, repository_root

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..measure.text import speedup_text
 from ..capture.shapes import store_name
 from ..agents.run_records import Attempt, KernelOutcome, ProblemOutcome, RunRecord, TraceEvent
 from ..errors import StoreError
+from ..measure.text import speedup_text
 from ..records import Environment, SeedErrors, Timing
 
 # The order in which a kernel's attempts are counted: where the cascade stopped them, then what passed.
