@@ -11,12 +11,12 @@ Users: the verifier's worker and the static checker (:mod:`.verify.worker`, whic
 the sandbox's prefix, the protocol pipes and resource limits: :mod:`.verify.sandbox`),
 ``kernelopt bench`` (one child per problem, :mod:`.benchmark.run`), ``tune --workers``
 (:mod:`.agents.multi_gpu`), the harvest of Inductor's compiles and Nsight Compute
-(:mod:`.agents.harvest`, :mod:`.agents.profiler`) and the FLOP ceiling's measurement
-(:mod:`.measure.roofline`). :func:`run_child` is the blocking form (start, wait under a
-time limit, kill the group, keep the output's tail). Not children in this sense: git
-(gitpython, or ``git`` whose output is a file at a revision, read whole on purpose) and
-one-line queries of ``nvidia-smi``. Standard library only: the static checker's
-process (``python -S``) imports this.
+(:mod:`.agents.harvest`, :mod:`.agents.profiler`), the FLOP ceiling's measurement
+(:mod:`.measure.roofline`), the sandbox's probe and the ``nvidia-smi`` queries.
+:func:`run_child` is the blocking form (start, wait under a time limit, kill the group,
+keep the output's tail). Git alone runs otherwise (gitpython, or ``git`` whose output is
+a file at a revision, read whole on purpose). Standard library only: the static
+checker's process (``python -S``) imports this.
 """
 
 from __future__ import annotations

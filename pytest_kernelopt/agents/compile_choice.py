@@ -107,8 +107,9 @@ def _choose(session: Any, variants: list[str], *, previous: str | None, measured
     if accepted:
         best = max(accepted, key=lambda t: t.speedup or 0.0)
         outcome.chosen = best.variant
-        outcome.note = (f"{best.variant}: {speedup_text(best.speedup)} over the default compile "
-                        f"(95% CI {interval(best.ci_low, best.ci_high)})")
+        outcome.note = f"{best.variant}: {speedup_text(best.speedup or 0.0)} over the default compile" + (
+            f" (95% CI {interval(best.ci_low, best.ci_high)})" if best.ci_low is not None and best.ci_high is not None
+            else "")
         return outcome, verdicts[best.variant]
     if previous is not None and previous in verdicts:
         outcome.chosen = None

@@ -11,7 +11,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Literal
 
 from ..errors import KerneloptError
 from ..measure.roofline import min_bytes, min_flops
@@ -20,7 +20,8 @@ from .records import (
 )
 
 # The speed rule's word for a mode against the default compile, as bench's column says it.
-VS_DEFAULT = {"faster": "faster", "slower": "slower", "same": "within noise", "too short": "too short to judge"}
+VS_DEFAULT: dict[str, Literal["faster", "slower", "within noise", "too short to judge"]] = {
+    "faster": "faster", "slower": "slower", "same": "within noise", "too short": "too short to judge"}
 
 
 @dataclass
