@@ -56,6 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..candidate import ENTRY_POINT
 from ..errors import UsageError, install_hint
+from ..measure.text import timing_text
 from .claude_reply import ParsedReply, ReplyCandidate, parse_reply
 from .coder import Spend
 from .run_records import Attempt, CoderContext, Proposal
@@ -469,7 +470,7 @@ def _attempt_view(n: int, attempt: Attempt) -> dict[str, Any]:
     speedup = ""
     if attempt.model_timing is not None:
         t = attempt.model_timing
-        speedup = f"whole model {t.speedup:.3f}x [{t.ci_low:.3f}, {t.ci_high:.3f}]"
+        speedup = f"whole model {timing_text(t)}"
     rationale = attempt.rationale.strip()
     if len(rationale) > 300:
         rationale = rationale[:297] + "..."

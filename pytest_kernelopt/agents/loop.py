@@ -162,7 +162,7 @@ class Tuner:
                 bench = Benchmarker(session, full_options, self.run, self.ui)
                 keeper = Keeper(self.store, self.coder, bench, self.ui, device=self.options.device,
                                 confirm=self.options.confirm, pin=self.options.pin, run_left=self._run_left,
-                                shape=shape)
+                                shape=shape, policy=full_options.speed)
                 opened = session.open()
                 ev("benchmarker", "opened", seconds=round(opened.seconds, 2), kernels=len(opened.kernels),
                    isolation=getattr(session, "isolation", None))

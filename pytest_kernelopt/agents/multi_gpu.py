@@ -14,13 +14,13 @@ store takes a lock per kernel folder, so concurrent writes never lose a version.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from ..child import child_env, interrupt_group, kill_group, module_command, start_child
 from ..errors import KerneloptError, UsageError
 from ..shard import CUDA_VISIBLE_DEVICES, check_workers, visible_gpus
 from .loop import TuneOptions
@@ -55,29 +55,36 @@ def tune_workers(problems: list[Path], options: TuneOptions, workers: int, runs_
     record = RunRecord(run_id=new_run_id(), started=now_iso(), agent="", kernels_dir="")
     run = RunDir.create(runs_dir, record)
     procs = []
-    for k, group in enumerate(groups):
-        env = dict(os.environ)
-        if device == "cuda":
-            env[CUDA_VISIBLE_DEVICES] = gpus[k]
-        sub = run.root / "workers" / str(k + 1)
-        job = run.root / f"worker-{k + 1}.json"
-        job.write_text(WorkerJob(problems=group, options=options, agent=agent, agent_options=agent_options,
-                                 kernels_dir=kernels_dir, runs_dir=sub).model_dump_json(indent=2))
-        cmd = [sys.executable, "-m", "pytest_kernelopt.agents.multi_gpu", str(job)]
-        where = f" on GPU {gpus[k]}" if device == "cuda" else ""
-        say(f"worker {k + 1}{where}: {', '.join(p.stem for p in group)}")
-        log = (run.root / f"worker-{k + 1}.log").open("w")
-        procs.append((k + 1, sub, subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log), log))
-    interrupted = False
     try:
-        for _, _, proc, _ in procs:
-            proc.wait()
-    except KeyboardInterrupt:
-        interrupted = True
-        for _, _, proc, _ in procs:  # they got the same SIGINT; let them save their records
-            proc.wait()
-    for _, _, _, log in procs:
-        log.close()
+        for k, group in enumerate(groups):
+            env = child_env()
+            if device == "cuda":
+                env[CUDA_VISIBLE_DEVICES] = gpus[k]
+            sub = run.root / "workers" / str(k + 1)
+            job = run.root / f"worker-{k + 1}.json"
+            job.write_text(WorkerJob(problems=group, options=options, agent=agent, agent_options=agent_options,
+                                     kernels_dir=kernels_dir, runs_dir=sub).model_dump_json(indent=2))
+            cmd = module_command("pytest_kernelopt.agents.multi_gpu", str(job))
+            where = f" on GPU {gpus[k]}" if device == "cuda" else ""
+            say(f"worker {k + 1}{where}: {', '.join(p.stem for p in group)}")
+            # stderr to the worker's log on disk (never read into memory here); its --json record is in its run dir.
+            procs.append((k + 1, sub, start_child(cmd, env=env, output=run.root / f"worker-{k + 1}.log",
+                                                   stdout_file=os.devnull)))
+        interrupted = False
+        try:
+            for _, _, proc in procs:
+                proc.wait()
+        except KeyboardInterrupt:
+            # In sessions of their own the workers did not get the terminal's Ctrl-C: pass it on and
+            # let them save their records.
+            interrupted = True
+            for _, _, proc in procs:
+                interrupt_group(proc)
+            for _, _, proc in procs:
+                proc.wait()
+    finally:
+        for _, _, proc in procs:  # nothing a worker started outlives the run (a second Ctrl-C, an error)
+            kill_group(proc)
     _merge(run, procs, interrupted)
     run.close()
     if interrupted:
@@ -88,7 +95,7 @@ def tune_workers(problems: list[Path], options: TuneOptions, workers: int, runs_
 def _merge(run: RunDir, procs: list, interrupted: bool) -> None:  # type: ignore[type-arg]
     record = run.record
     record.interrupted = interrupted
-    for k, sub, proc, _ in procs:
+    for k, sub, proc in procs:
         runs = sorted(sub.iterdir()) if sub.is_dir() else []
         if not runs:
             run.event("run", "worker-failed", worker=k, exit=proc.returncode,

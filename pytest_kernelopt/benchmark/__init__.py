@@ -45,7 +45,7 @@ instance (weights drawn under seed 0; every mode shares them):
    Per mode: the median time with its 95% order-statistic interval, and the speedup over ``default``
    as the median of the per-round ratios ``default / mode`` with its 95% interval
    (:func:`pytest_kernelopt.measure.stats.mode_estimates`), called faster, slower, within noise or
-   too short to judge by the verifier's one :class:`~pytest_kernelopt.verify.options.SpeedPolicy`.
+   too short to judge by the one speed rule (:class:`~pytest_kernelopt.measure.rule.SpeedPolicy`).
 4. **Triton share (CUDA only).** The default mode runs 5 times (plain calls) under ``torch.profiler``
    (CUDA activity): GPU time in kernels named ``triton_*`` against everything else (cuBLAS/cuDNN,
    aten kernels, copies).

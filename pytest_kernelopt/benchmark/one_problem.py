@@ -11,13 +11,17 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Literal
 
 from ..errors import KerneloptError
 from ..measure.roofline import min_bytes, min_flops
 from .records import (
     BASELINE, ERROR_FACTOR_NOTE, PROFILED_RUNS, SEED, BenchJob, ChildMessage, KernelTime, ModeResult, ProblemResult,
 )
+
+# The speed rule's word for a mode against the default compile, as bench's column says it.
+VS_DEFAULT: dict[str, Literal["faster", "slower", "within noise", "too short to judge"]] = {
+    "faster": "faster", "slower": "slower", "same": "within noise", "too short": "too short to judge"}
 
 
 @dataclass
@@ -197,8 +201,7 @@ def _time_modes(result: ProblemResult, fns: dict[str, Callable[..., Any]], input
 
 def record_timings(result: ProblemResult, estimates: dict[str, Any]) -> None:
     """Each mode's figures from :func:`~pytest_kernelopt.measure.stats.mode_estimates`, judged by the speed policy."""
-    from ..records import Timing
-    from ..verify.options import SpeedPolicy
+    from ..measure.rule import SpeedPolicy
 
     policy = SpeedPolicy()
     for mode, est in estimates.items():
@@ -208,12 +211,7 @@ def record_timings(result: ProblemResult, estimates: dict[str, Any]) -> None:
         row.speedup, row.samples = est.vs_baseline.speedup, est.samples
         row.speedup_ci_low, row.speedup_ci_high = est.vs_baseline.ci_low, est.vs_baseline.ci_high
         if mode != BASELINE:
-            v = est.vs_baseline
-            timing = Timing(baseline_ms=v.baseline_ms, candidate_ms=v.candidate_ms, speedup=v.speedup,
-                            ci_low=v.ci_low, ci_high=v.ci_high, pairs=v.pairs, method=result.method or "eager")
-            faster, _ = policy.judge(timing)
-            row.vs_default = ("too short to judge" if faster is None else "faster" if faster
-                              else "slower" if policy.slower(timing) else "within noise")
+            row.vs_default = VS_DEFAULT[policy.verdict(est.vs_baseline)]
     result.rounds = next(iter(estimates.values())).samples
     result.speed_measured = True
 
@@ -235,8 +233,7 @@ def _profile(result: ProblemResult, fn: Callable[..., Any], inputs: list[Any]) -
 
 def _limits(result: ProblemResult) -> None:
     """Each timed mode's percent of the model's limit, memory and FLOPs (see ModeResult.limit_pct)."""
-    from ..measure.roofline import LIMIT_MIN_TRITON_SHARE, flop_ceiling_tflops, limit_pct
-    from ..verify.time_by_kernel import copy_ceiling_gbps
+    from ..measure.roofline import LIMIT_MIN_TRITON_SHARE, copy_ceiling_gbps, flop_ceiling_tflops, limit_pct
 
     if not result.min_bytes or result.triton_share is None:
         return

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..capture.shapes import store_name
 from ..agents.run_records import Attempt, KernelOutcome, ProblemOutcome, RunRecord, TraceEvent
 from ..errors import StoreError
+from ..measure.text import speedup_text
 from ..records import Environment, SeedErrors, Timing
 
 # The order in which a kernel's attempts are counted: where the cascade stopped them, then what passed.
@@ -242,7 +243,7 @@ def _compile_note(problem: ProblemOutcome) -> str | None:
     chosen = problem.compile
     if chosen is None:
         return None
-    tried = [f"{t.variant} " + (f"{t.speedup:.3f}x [{t.ci_low:.3f}, {t.ci_high:.3f}] " if t.speedup is not None
+    tried = [f"{t.variant} " + (f"{speedup_text(t.speedup, t.ci_low, t.ci_high)} " if t.speedup is not None
                                 and t.ci_low is not None and t.ci_high is not None else "") + t.status
              for t in chosen.tried]
     on = f"kernels tuned on {chosen.chosen!r}" if chosen.chosen else "kernels tuned on the default compile"

@@ -65,7 +65,6 @@ class _PeakTracker:
 
 def environment(device: str) -> Any:
     import platform
-    import subprocess
 
     import torch
     import triton
@@ -76,11 +75,14 @@ def environment(device: str) -> Any:
     if device == "cuda":
         env.gpu = torch.cuda.get_device_name()
         env.cuda = torch.version.cuda
+        from ..child import child_env, run_child
+
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=10)
-            env.driver = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
-        except (OSError, subprocess.SubprocessError):
+            out = run_child(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], env=child_env(),
+                            timeout=10, separate_stdout=True)
+            text = out.stdout.text.strip() if out.stdout is not None and out.returncode == 0 else ""
+            env.driver = text.splitlines()[0] if text else None
+        except OSError:
             env.driver = None
     return env
 
