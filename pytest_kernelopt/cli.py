@@ -49,7 +49,8 @@ class _Parser(argparse.ArgumentParser):
     def _subcommand_parser(self, parsed: argparse.Namespace) -> "_Parser | None":
         for action in self._actions:
             if isinstance(action, argparse._SubParsersAction):
-                return action.choices.get(getattr(parsed, action.dest, None))
+                name = getattr(parsed, action.dest, None)
+                return action.choices.get(name) if name is not None else None
         return None
 
     def error(self, message: str) -> NoReturn:
@@ -368,7 +369,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     # A row group per (problem, declared shape); a SHAPES the text does not show: the child benches its first.
     jobs = [benchmark.BenchJob(problem=str(p.resolve()), modes=args.modes, device=device, seconds=args.seconds,
                                kernels_dir=str((args.kernels_dir or s.kernels_path).resolve()), shape=shape)
-            for p, s in zip(args.problems, settings) for shape in (declared_names(p) or [None])]
+            for p, s in zip(args.problems, settings) for shape in (declared_names(p) or (None,))]
     result = benchmark.run_bench(jobs, benchmark.BenchSettings(modes=args.modes, device=requested,
                                                                seconds=args.seconds, timeout=args.timeout))
     benchmark.print_bench(result)

@@ -24,7 +24,7 @@ from .trace import RunDir, load_run, new_run_id, now_iso
 
 
 def tune_workers(problems: list[Path], argv: list[str], workers: int, device: str, runs_dir: Path, *,
-                 say=print) -> RunRecord:  # type: ignore[no-untyped-def]
+                 say=print) -> RunRecord:
     """Run ``kernelopt tune <share of problems> <argv>`` in ``workers`` processes; the merged record."""
     if workers < 1:
         raise UsageError(f"--workers must be at least 1, not {workers}")
@@ -63,7 +63,7 @@ def tune_workers(problems: list[Path], argv: list[str], workers: int, device: st
     return record
 
 
-def _merge(run: RunDir, procs: list, interrupted: bool) -> None:  # type: ignore[type-arg]
+def _merge(run: RunDir, procs: list, interrupted: bool) -> None:
     record = run.record
     record.interrupted = interrupted
     for k, sub, proc, _ in procs:

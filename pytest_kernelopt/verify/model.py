@@ -214,7 +214,7 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
 
     compiled = prepared.compiled
     rule = NumericsRule(error_factor=error_factor, reduced_precision=reduced_precision)
-    rows = []
+    rows: list[SeedErrors] = []
     shares = unguarded_shares(prepared)
     for seed in prepared.seeds:
         inputs = prepared.inputs(seed)
@@ -252,8 +252,8 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
         for k, (c, r) in enumerate(zip(outs, ref)):
             try:
                 j = judge_output(c, r, rule, f"seed {seed}, {names[k]}")
-            except StageFailure as failure:
-                failure.errors = [*rows, failed_row(row, r, failure)]
+            except StageFailure as caught:
+                caught.errors = [*rows, failed_row(row, r, caught)]
                 raise
             if j is None:
                 continue  # an integer output, equal to the baseline's

@@ -404,8 +404,8 @@ def stress(t: Any, variant: str, seed: int, within: Any = None) -> float:
                     value = torch.where(kind == 0, float("nan"), torch.where(kind == 1, float("inf"), float("-inf")))
                     piece.copy_(torch.where(hit, value.to(piece.dtype), piece))
             if variant == "special" and t.is_contiguous():  # one of each at least, wherever they fall
-                for value in (float("nan"), float("inf"), float("-inf")):
-                    t.view(-1)[scalar.randrange(t.numel())] = value
+                for special in (float("nan"), float("inf"), float("-inf")):
+                    t.view(-1)[scalar.randrange(t.numel())] = special
     return 1.0
 
 
