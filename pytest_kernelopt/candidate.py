@@ -74,7 +74,7 @@ def _helpers_source(names: set[str]) -> list[str]:
                     pending.append(node.id)
                     node.id = _helper_name(node.id)
                 elif value is not None and hasattr(value, "value") and node.id not in _KERNEL_GLOBALS:
-                    constants[node.id] = f"{node.id} = tl.constexpr({getattr(value, 'value')!r})"
+                    constants[node.id] = f"{node.id} = tl.constexpr({value.value!r})"
         func = tree.body[0]
         assert isinstance(func, ast.FunctionDef)
         func.name = _helper_name(name)

@@ -46,7 +46,7 @@ class _Parser(argparse.ArgumentParser):
             owner.error(f"unrecognized arguments: {' '.join(extras)}{_did_you_mean(extras, owner)}")
         return parsed
 
-    def _subcommand_parser(self, parsed: argparse.Namespace) -> "_Parser | None":
+    def _subcommand_parser(self, parsed: argparse.Namespace) -> _Parser | None:
         for action in self._actions:
             if isinstance(action, argparse._SubParsersAction):
                 name = getattr(parsed, action.dest, None)
@@ -703,7 +703,10 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     device = resolve_device(args.device or settings[0].device)
     store = KernelStore((args.kernels_dir or settings[0].kernels_path).resolve())
     runs = (args.runs_dir or settings[0].root / ".kernelopt" / "runs").resolve()
-    say = (lambda line: print(line, file=sys.stderr))
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr)
+
     say(f"settings: {settings[0].describe(args.kernels_dir)}")
     if device != "cuda":
         say("interpreter mode: replayed kernels are checked for correctness only; speed is not measured, so a "

@@ -156,7 +156,7 @@ def test_options_models_take_their_defaults_from_the_settings():
     tune = {f.name: f.default for f in dataclasses.fields(TuneOptions)}
     for name in ("budget_s", "run_budget_s", "min_share", "seeds", "seed", "timeout"):
         assert tune[name] == settings.default(name), name
-    assert MIN_SHARE == settings.default("min_share")
+    assert settings.default("min_share") == MIN_SHARE
 
 
 def test_no_flag_of_a_setting_is_typed_again():

@@ -219,7 +219,7 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
     for seed in prepared.seeds:
         inputs = prepared.inputs(seed)
 
-        def guarded(run: str, share: float = 0.0) -> dict[str, GuardedKernel]:
+        def guarded(run: str, share: float = 0.0, seed: int = seed) -> dict[str, GuardedKernel]:
             return {name: GuardedKernel(c, compiled.kernel(name).info.args, f"seed {seed}{run}, kernel {name}",
                                         prepared.device, prepared.entropy, unguarded=share)
                     for name, c in candidates.items()}

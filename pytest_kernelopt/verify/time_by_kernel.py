@@ -10,6 +10,7 @@ code runs here.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from .prepared import Prepared
@@ -36,7 +37,7 @@ def copy_ceiling_gbps() -> float:
     n = max(1 << 24, min(COPY_BYTES, free // 10)) // 2
     src = torch.empty(n, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    seconds = median_event_seconds(lambda: dst.copy_(src))
+    seconds = median_event_seconds(functools.partial(dst.copy_, src))
     del src, dst
     return 2 * n / seconds / 1e9
 
@@ -58,7 +59,7 @@ def profile_model(prepared: Prepared, runs: int) -> Profiled:
 
     inputs = prepared.inputs(prepared.seeds[0])
     with torch.no_grad():
-        times = device_times(lambda: compiled(*inputs), runs)
+        times = device_times(functools.partial(compiled, *inputs), runs)
     total = 0.0
     for name, durations in times.items():
         total += sum(durations)
