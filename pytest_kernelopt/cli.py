@@ -47,10 +47,11 @@ class _Parser(argparse.ArgumentParser):
             owner.error(f"unrecognized arguments: {' '.join(extras)}{_did_you_mean(extras, owner)}")
         return parsed
 
-    def _subcommand_parser(self, parsed: argparse.Namespace) -> "_Parser | None":
+    def _subcommand_parser(self, parsed: argparse.Namespace) -> _Parser | None:
         for action in self._actions:
             if isinstance(action, argparse._SubParsersAction):
-                return action.choices.get(getattr(parsed, action.dest, None))
+                name = getattr(parsed, action.dest, None)
+                return action.choices.get(name) if name is not None else None
         return None
 
     def error(self, message: str) -> NoReturn:
@@ -369,7 +370,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     # A row group per (problem, declared shape); a SHAPES the text does not show: the child benches its first.
     jobs = [benchmark.BenchJob(problem=str(p.resolve()), modes=args.modes, device=device, seconds=args.seconds,
                                kernels_dir=str(kernels_folder(s, args.kernels_dir)), shape=shape)
-            for p, s in zip(args.problems, settings) for shape in (declared_names(p) or [None])]
+            for p, s in zip(args.problems, settings) for shape in (declared_names(p) or (None,))]
     result = benchmark.run_bench(jobs, benchmark.BenchSettings(modes=args.modes, device=requested,
                                                                seconds=args.seconds, timeout=args.timeout))
     benchmark.print_bench(result)
@@ -691,7 +692,10 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     device = resolve_device(args.device or settings[0].device)
     store = KernelStore(kernels_folder(settings[0], args.kernels_dir))
     runs = runs_folder(settings[0], args.runs_dir)
-    say = (lambda line: print(line, file=sys.stderr))
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr)
+
     say(f"settings: {settings[0].describe(args.kernels_dir)}")
     if device != "cuda":
         say("interpreter mode: replayed kernels are checked for correctness only; speed is not measured, so a "

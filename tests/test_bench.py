@@ -14,7 +14,6 @@ import math
 import random
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -573,7 +572,7 @@ def test_ceilings_are_the_median_of_the_timed_calls_after_the_warm_up(monkeypatc
         def synchronize(self) -> None:
             pass
 
-        def elapsed_time(self, end: "Event") -> float:
+        def elapsed_time(self, end: Event) -> float:
             return next(elapsed_ms)
 
     calls = []

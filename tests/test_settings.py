@@ -156,7 +156,7 @@ def test_options_models_take_their_defaults_from_the_settings():
     for name in ("budget_s", "run_budget_s", "min_share"):
         assert getattr(tune, name) == settings.default(name), name
     assert tune.verify == verify  # seeds, seed, timeout: the verifier's, from the settings
-    assert MIN_SHARE == settings.default("min_share")
+    assert settings.default("min_share") == MIN_SHARE
 
 
 def test_no_flag_of_a_setting_is_typed_again():

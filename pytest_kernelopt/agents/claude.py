@@ -490,7 +490,8 @@ def _api_error(exc: Any) -> tuple[int, str, str]:
 def _retry_after(headers: Any) -> float | None:
     """Seconds the API asks to wait (``retry-after-ms`` or numeric ``retry-after``)."""
     for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
-        value = headers.get(name) if headers is not None else None
+        if headers is None or (value := headers.get(name)) is None:
+            continue
         try:
             seconds = float(value) * scale
         except (TypeError, ValueError):

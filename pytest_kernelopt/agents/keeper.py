@@ -220,6 +220,7 @@ class Keeper:
             ev("store", "stored" if stored_outcome.stored else "not-stored", kernel=name, combined=True,
                message=stored_outcome.message, version=stored_outcome.record.version if stored_outcome.record else None)
             if self._in_store(model, name, result, stored_outcome):
+                assert stored_outcome.record is not None  # _in_store says True only with a record
                 result.best_origin, result.best_sha256 = attempt.origin, sha
                 result.best_timing, result.best_kernel_timing = own.model_timing, own.kernel_timing
                 alone = own.model_timing.speedup if own.model_timing is not None else float("nan")

@@ -324,7 +324,7 @@ class Tuner:
                 break
             proposals = self.coder.propose(ctx)
             error = getattr(self.coder, "last_error", None)
-            reply = getattr(self.coder, "last_reply", None)
+            reply: Any = getattr(self.coder, "last_reply", None)  # optional on a coder; checked with hasattr below
             ev("coder", "proposals", round=rounds, count=len(proposals), origins=[p.origin for p in proposals],
                error=error, reply=reply.model_dump(mode="json") if hasattr(reply, "model_dump") else None)
             if not proposals:

@@ -43,7 +43,7 @@ class WorkerJob(BaseModel):
 
 def tune_workers(problems: list[Path], options: TuneOptions, workers: int, runs_dir: Path, *, agent: str,
                  agent_options: dict[str, Any], kernels_dir: Path,
-                 say=print) -> RunRecord:  # type: ignore[no-untyped-def]
+                 say=print) -> RunRecord:
     """Tune ``problems`` with ``options`` in ``workers`` processes, a share of the problems each; the merged record."""
     device = options.device
     if workers < 1:
@@ -92,7 +92,7 @@ def tune_workers(problems: list[Path], options: TuneOptions, workers: int, runs_
     return record
 
 
-def _merge(run: RunDir, procs: list, interrupted: bool) -> None:  # type: ignore[type-arg]
+def _merge(run: RunDir, procs: list, interrupted: bool) -> None:
     record = run.record
     record.interrupted = interrupted
     for k, sub, proc in procs:

@@ -301,7 +301,7 @@ class Refresher:
         result.stored_file = str((self.store.kernel_dir(model, folder_after) / outcome.record.file)
                                  .relative_to(self.store.root))
         speed = ("speed not measured (interpreter mode): stored because correct" if not verdict.speed_measured
-                 else f"model {verdict.model_timing.speedup:.3f}x")  # type: ignore[union-attr]
+                 else f"model {verdict.model_timing.speedup:.3f}x")
         result.reason = (f"replayed ({replayed.how}), verified against the new compiler kernel, "
                          f"{'already ' if not outcome.stored else ''}stored as v{outcome.record.version}; {speed}")
         self._event("store", "refreshed", model, folder_after, version=outcome.record.version, file=result.stored_file,

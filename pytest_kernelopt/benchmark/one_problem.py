@@ -177,7 +177,9 @@ def _time_modes(result: ProblemResult, fns: dict[str, Callable[..., Any]], input
     from ..measure.stats import mode_estimates
     from ..measure.timing import graphed, interleaved_timings
 
-    nothing: Callable[[], None] = lambda: None
+    def nothing() -> None:
+        pass
+
     calls = {mode: (lambda fn=fn: fn(*inputs)) for mode, fn in fns.items()}
     steps: dict[str, Any] = {}
     for mode, call in calls.items():

@@ -6,7 +6,7 @@ and its rows, the ``--json`` contract), plus the geometric means across problems
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field
 
@@ -14,7 +14,7 @@ from ..records import SCHEMA_VERSION, Environment, Record
 
 MODES = ("eager", "default", "max-autotune-no-cudagraphs", "kernelopt")
 BASELINE = "default"
-KIND = "kernelopt-bench"
+KIND: Final = "kernelopt-bench"
 SEED = 1  # the verifier's first seed
 PROFILED_RUNS = 5
 EXIT_GRACE_SECONDS = 60.0  # after its result, how long a child may take to exit
@@ -182,7 +182,7 @@ class ChildMessage(Record):
     result: ProblemResult | None = None
 
 
-def geomeans(problems: list[ProblemResult], modes: list[str]) -> list[Geomean]:
+def geomeans(problems: list[ProblemResult], modes: list[Mode]) -> list[Geomean]:
     """Per mode (default excepted): the geometric mean of its speedups over the problems timed without error."""
     from ..measure.stats import geomean
 
@@ -193,5 +193,5 @@ def geomeans(problems: list[ProblemResult], modes: list[str]) -> list[Geomean]:
         values = [m.speedup for p in problems if p.status == "ok" and p.speed_measured
                   for m in [p.mode(mode)] if m is not None and m.speedup is not None]
         if values:
-            out.append(Geomean(mode=mode, speedup=geomean(values), problems=len(values)))  # type: ignore[arg-type]
+            out.append(Geomean(mode=mode, speedup=geomean(values), problems=len(values)))
     return out

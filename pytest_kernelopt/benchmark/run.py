@@ -96,7 +96,11 @@ def run_bench(jobs: list[BenchJob], settings: BenchSettings, *, quiet: bool = Fa
         for job in jobs:
             name = Path(job.problem).stem + (f"@{job.shape}" if job.shape else "")
             bar.update(task, description=f"{name}: starting")
-            result = run_problem(job, settings.timeout, lambda text: bar.update(task, description=f"{name}: {text}"))
+
+            def progress(text: str, name: str = name) -> None:
+                bar.update(task, description=f"{name}: {text}")
+
+            result = run_problem(job, settings.timeout, progress)
             problems.append(result)
             bar.advance(task)
             if not quiet:

@@ -57,7 +57,7 @@ class Problem:
     def id(self) -> str:
         return self.path.stem
 
-    def at(self, shape: str | None) -> "Problem":
+    def at(self, shape: str | None) -> Problem:
         """This problem opened at ``shape`` (None: the first declared); an undeclared one is a ProblemError."""
         return Problem(path=self.path, module=self.module, shapes=self.shapes,
                        shape=choose_shape(self.path, self.shapes, shape), shape_weights=self.shape_weights)

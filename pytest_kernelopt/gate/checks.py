@@ -80,8 +80,8 @@ class VerifySessions:
 
     def close(self, key: tuple[Path, str | None] | None = None) -> None:
         """Stop the session of the problem (and shape) ``key`` (None: every open session)."""
-        for key in [key] if key is not None else list(self._open):
-            session = self._open.pop(key, None)
+        for open_key in [key] if key is not None else list(self._open):
+            session = self._open.pop(open_key, None)
             if session is not None:
                 session.close()
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import platform
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field, ValidationError
 
@@ -29,7 +29,7 @@ from ..settings import AcceptedRegression
 from ..shard import Shard, select, shard_of
 
 PREFIX = "kernelopt_"
-KIND = "kernelopt-gate-result"
+KIND: Final = "kernelopt-gate-result"
 
 
 class ItemResult(Record):
@@ -372,6 +372,7 @@ def _check_plan(results: list[tuple[str, GateResult]]) -> None:
             raise MergeError(f"{_where(first_name, first)} and {where} were written by different versions of "
                              f"pytest-kernelopt ({first.tool_version} vs {result.tool_version}): not one gate run")
         if result.run_problems != first.run_problems:
+            assert first.run_problems is not None  # checked on the loop's first pass (first is results[0])
             diff = sorted(set(result.run_problems) ^ set(first.run_problems))
             raise MergeError(f"{_where(first_name, first)} and {where} ran over different problem lists "
                              f"(differing: {', '.join(diff) or 'order'}): not one gate run")

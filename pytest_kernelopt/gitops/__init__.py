@@ -406,7 +406,7 @@ def _plan(ctx: _Context, problem: Any, model: str, kernel: str, version: int, ou
     errors = [e for e in verdict.errors if e.candidate_vs_fp64 is not None]
     error_line = ""
     if errors:
-        worst = max(e.candidate_vs_fp64 for e in errors)  # type: ignore[type-var]
+        worst = max(e.candidate_vs_fp64 for e in errors)
         baseline = max((e.baseline_vs_fp64 for e in errors if e.baseline_vs_fp64 is not None), default=None)
         error_line = f"Max error vs float64: {worst:.3g}" + (f" (compiled baseline {baseline:.3g})" if baseline else "") \
             + ".\n"
@@ -466,7 +466,7 @@ def _body(ctx: _Context, model: str, kernel: str, version: int, verdict: Any, ne
         rows.append(("kernel alone", timing_text(kernel_timing)))
     errors = [e for e in verdict.errors if e.candidate_vs_fp64 is not None]
     if errors:
-        worst = max(e.candidate_vs_fp64 for e in errors)  # type: ignore[type-var]
+        worst = max(e.candidate_vs_fp64 for e in errors)
         base = max((e.baseline_vs_fp64 for e in errors if e.baseline_vs_fp64 is not None), default=None)
         rows.append((f"max error vs float64 over {len(errors)} seed(s)",
                      f"{worst:.3g}" + (f" (compiled baseline {base:.3g})" if base is not None else "")))

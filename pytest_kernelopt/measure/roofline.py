@@ -47,7 +47,9 @@ def tf32_allowed(convolution: bool) -> bool:
     try:
         return bool(torch.backends.cudnn.allow_tf32 if convolution else torch.backends.cuda.matmul.allow_tf32)
     except RuntimeError:
-        chain = ([torch.backends.cudnn.conv, torch.backends.cudnn, torch.backends] if convolution
+        # torch's CudnnModule replaces the module at import and adds ``conv``; its stubs show the plain module.
+        cudnn: Any = torch.backends.cudnn
+        chain = ([cudnn.conv, cudnn, torch.backends] if convolution
                  else [torch.backends.cuda.matmul, torch.backends])
         for module in chain:
             precision = getattr(module, "fp32_precision", "none")

@@ -168,7 +168,7 @@ def build_view(record: RunRecord, events: list[TraceEvent], kernels_dir: Path | 
             continue  # another shape's outcome of the model: not this kernel's report
         models.append(view)
     roles = Counter(e.role for e in events)
-    view = RunView(
+    run_view = RunView(
         run_id=record.run_id, started=record.started, finished=record.finished, agent=record.agent,
         agent_model=record.agent_model, budget_s=record.budget_s, environment=record.environment,
         kernels_dir=record.kernels_dir, input_tokens=record.input_tokens, output_tokens=record.output_tokens,
@@ -176,7 +176,7 @@ def build_view(record: RunRecord, events: list[TraceEvent], kernels_dir: Path | 
         trace_events=len(events), trace_roles=sorted(roles.items(), key=lambda kv: (-kv[1], kv[0])),
         last_event=events[-1] if events else None,
     )
-    return relative_paths(view, roots) if roots else view
+    return relative_paths(run_view, roots) if roots else run_view
 
 
 def repository_root(path: Path) -> Path | None:

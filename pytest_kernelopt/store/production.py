@@ -551,6 +551,7 @@ _BACKENDS: list[KerneloptBackend] = []
 def status(model: Any) -> ProductionStatus:
     """Which kernels of a model compiled by :func:`compile` (or a backend, or a model id) come from the
     store and which are the compiler's, and why: ``print(pytest_kernelopt.status(compiled))``."""
+    found: KerneloptBackend | None
     if isinstance(model, KerneloptBackend):
         found = model
     elif isinstance(model, str):

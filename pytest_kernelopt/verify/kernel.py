@@ -59,7 +59,7 @@ from typing import Any
 
 from ..capture import launch_signature
 from ..records import SeedErrors
-from .guards import CANARIES, UNGUARDED, Bands, GuardedKernel
+from .guards import CANARIES, UNGUARDED, Bands, Guard, GuardedKernel
 from .numerics import Judgement, NumericsFailure, NumericsRule, Tolerance, judge
 from .prepared import Prepared, StageFailure
 from .tensors import (EXACT_COPY_BYTES, STRESS_VARIANTS, checksum, chunks, limits_of, poison, random_fill, restore,
@@ -217,6 +217,7 @@ class _Checker:
         an UNGUARDED pass, on the model's own argument tensors exactly as production calls it."""
         import torch
 
+        guards: list[Guard]
         if canary == UNGUARDED:
             ran_on, guards = list(args), []
             # Nothing pads these tensors: a store outside them may land in the verifier's copy of the

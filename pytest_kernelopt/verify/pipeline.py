@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..records import StageResult
@@ -227,9 +226,9 @@ def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], N
                     raise StageFailure(f"{label}: {type(exc).__name__}: {_first_line(exc)}")
                 stage("kernel" if request.kernel else "model", fail)
                 return
-        if request.kernel is not None:
+        if (kernel_name := request.kernel) is not None:
             def kernel() -> tuple[str, dict[str, Any]]:
-                rows = kernel_stage.kernel_stage(prepared, request.kernel, candidates[request.kernel],
+                rows = kernel_stage.kernel_stage(prepared, kernel_name, candidates[kernel_name],
                                                  request.allow_reduced_precision)
                 return (f"{len(rows)} seed(s) and {rows.describe()}: every element of every written argument "
                         f"within its allowance against the compiler kernel (the worst at {rows.worst:.2g} of its "

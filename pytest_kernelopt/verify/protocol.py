@@ -15,7 +15,7 @@ reply line has a size cap (:mod:`.worker`); past it the sender is killed.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -91,7 +91,7 @@ class StaticRequest(Message):
     entry_args: list[str] | None = None
 
 
-Request = Annotated[Union[OpenRequest, CheckRequest, ProfileRequest, CloseRequest], Field(discriminator="type")]
+Request = Annotated[OpenRequest | CheckRequest | ProfileRequest | CloseRequest, Field(discriminator="type")]
 
 
 # --- worker -> parent ------------------------------------------------------------------
@@ -177,7 +177,7 @@ class StaticDone(Message):
     more: int = Field(default=0, ge=0)
 
 
-Reply = Annotated[Union[Opened, StageStarted, StageDone, CheckDone, Profiled, Failure], Field(discriminator="type")]
+Reply = Annotated[Opened | StageStarted | StageDone | CheckDone | Profiled | Failure, Field(discriminator="type")]
 
 REQUEST = TypeAdapter(Request)
 REPLY = TypeAdapter(Reply)

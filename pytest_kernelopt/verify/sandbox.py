@@ -108,7 +108,7 @@ def _probe() -> Isolation:
     unshare = shutil.which("unshare")
     if unshare is None:
         return Isolation((), (), "the unshare command (util-linux) is not installed")
-    tries = [NAMESPACES]
+    tries: list[tuple[str, ...]] = [NAMESPACES]
     if os.geteuid() == 0:  # root can make the others without a user namespace
         tries.append(tuple(n for n in NAMESPACES if n != "user"))
     why = ""

@@ -89,7 +89,9 @@ def speed_stage(prepared: Prepared, replacements: dict[str, Any], kernel: str | 
 
     compiled = prepared.compiled
     inputs = prepared.inputs(prepared.seeds[0])
-    nothing: Callable[[], None] = lambda: None
+
+    def nothing() -> None:
+        pass
 
     def swap_in() -> None:
         for name, rep in replacements.items():

@@ -10,6 +10,7 @@ copy bandwidth (the memory roof every kernel is compared against:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ..measure.roofline import copy_ceiling_gbps
@@ -42,7 +43,7 @@ def profile_model(prepared: Prepared, runs: int) -> Profiled:
 
     inputs = prepared.inputs(prepared.seeds[0])
     with torch.no_grad():
-        times = device_times(lambda: compiled(*inputs), runs)
+        times = device_times(functools.partial(compiled, *inputs), runs)
     total = 0.0
     for name, durations in times.items():
         total += sum(durations)
