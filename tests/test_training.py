@@ -143,6 +143,37 @@ def test_a_files_own_loss_is_used_and_integer_inputs_get_no_gradient():
     assert torch.allclose(grad_logits, x.grad) and torch.allclose(grad_scale, model.scale.grad)
 
 
+def test_a_drawn_incoming_gradient_reaches_the_backward_under_the_default_loss_and_a_files_own():
+    """Inside incoming_drawn() the backward runs from the loss's gradient of each output as the draw left it:
+    the default loss's weights (whose gradients are then the drawn ones through plain autograd) or the file's own
+    loss's gradient; outside, the loss's own again."""
+    import torch
+
+    from pytest_kernelopt.capture.problem import load_problem
+    from pytest_kernelopt.capture.training import incoming_drawn, step
+    from pytest_kernelopt.verify.kernel import IncomingDraw
+
+    for path in (MLP, XENT):
+        problem = load_problem(path)
+        model = problem.build_model()
+        inputs = problem.make_inputs(3)
+        plain = step(model, model, problem, inputs)
+        seen: list[Any] = []
+        draw = IncomingDraw("ties", 7)
+        with incoming_drawn(problem, lambda g, draw=draw, seen=seen: (draw(g), seen.extend(t.clone() for t in g))):
+            drawn = step(model, model, problem, inputs)
+        assert problem.incoming_draw is None and all(torch.equal(a, b) for a, b in
+                                                     zip(plain, step(model, model, problem, inputs)))
+        (g,) = seen  # one output: small integers now (ties), whatever the loss gave
+        assert torch.equal(g, g.round()) and float(g.abs().max()) <= 4 and len(set(g.flatten().tolist())) > 1
+        assert torch.equal(drawn[0], plain[0])  # the forward is the same
+        xs = [x.detach().requires_grad_(True) if x.is_floating_point() else x for x in inputs]
+        out = model(*xs)
+        expected = torch.autograd.grad(out, [xs[0], *model.parameters()], grad_outputs=g)
+        assert all(torch.allclose(a, b) for a, b in zip(drawn[1:], expected))
+        assert not torch.allclose(drawn[-1], plain[-1])
+
+
 @pytest.mark.slow
 def test_tune_lists_forward_and_backward_kernels_and_says_what_a_training_step_skips(kernelopt, tmp_path):
     """``kernelopt tune`` takes a training problem (tests/test_tune_training.py judges its candidates); here no
@@ -252,6 +283,13 @@ def test_the_unedited_backward_dump_passes_the_kernel_and_model_stages(prepared)
     info = _backward(prepared, "layer_norm_backward")
     stages = _check(prepared, info.name, {info.name: render_dump(info, "mlp_layernorm_train")})
     assert [(s.name, s.passed) for s in stages] == [("kernel", True), ("model", True)], stages
+    # Every stress variant drawn on the inputs and, in draws of their own, on the incoming gradients.
+    from pytest_kernelopt.verify.tensors import STRESS_VARIANTS
+
+    drawn = re.findall(r"(\w+) of the incoming gradients \(seed \d+\)", stages[0].detail)
+    skipped = re.findall(r"(\w+) of the incoming gradients \(the compiler's kernel wrote no finite number\)",
+                         stages[0].detail)
+    assert sorted(drawn + skipped) == sorted(STRESS_VARIANTS) and len(skipped) <= 1, stages[0].detail
 
 
 @pytest.mark.slow
@@ -262,6 +300,43 @@ def test_a_backward_kernel_off_by_one_percent_fails_the_kernel_stage(prepared):
     stages = _check(prepared, info.name, {info.name: _scaled(render_dump(info, "mlp_layernorm_train"))})
     assert [(s.name, s.passed) for s in stages] == [("kernel", False)]
     assert "outside the allowance" in stages[0].detail
+
+
+@pytest.mark.slow
+def test_a_backward_kernel_wrong_only_on_zero_incoming_gradients_is_rejected_by_a_gradient_draw(prepared,
+                                                                                                monkeypatch):
+    """The bias gradient's kernel (a sum of the incoming gradient over the batch), edited to read an exactly zero
+    incoming gradient as 1. The default loss's weights are never zero, so the seeds and the draws of the inputs
+    alone pass it (as before the gradient draws); a draw of the incoming gradients rejects it. (Honest backward
+    dumps pass every draw: test_the_unedited_backward_dump_passes_the_kernel_and_model_stages.)"""
+    from pytest_kernelopt.candidate import CandidateKernel, load_candidate_source, render_dump
+    from pytest_kernelopt.verify import kernel
+    from pytest_kernelopt.verify.prepared import StageFailure
+
+    info = _backward(prepared, "sum")
+    assert info.name == "triton_per_fused_sum_0__bwd"  # reads the incoming gradient (tangents_1) alone
+    honest = render_dump(info, "mlp_layernorm_train")
+    load = next(line for line in honest.splitlines() if "tl.load(in_ptr0" in line)
+    variable = load.split("=")[0].strip()
+    attack = honest.replace(load, f"{load}\n    {variable} = tl.where({variable} == 0.0, 1.0, {variable})")
+
+    def stage(source: str) -> Any:
+        prepared.begin_check(12345)
+        return kernel.kernel_stage(prepared, info.name, CandidateKernel(load_candidate_source(source, "c.py"), label="c.py"),
+                                   False)
+
+    module_before = {h.attr: getattr(h.module, h.attr) for h in prepared.compiled.kernels.values()}
+    # One variant (zeros: one in its own draw, one of the incoming gradients), fewer runs in interpreter mode.
+    monkeypatch.setattr(kernel, "STRESS_VARIANTS", ("zeros",))
+    monkeypatch.setattr(prepared, "extra_run_count", lambda: 1)
+    with monkeypatch.context() as before:  # incoming gradients as the loss gives them: accepted
+        before.setattr(kernel.IncomingDraw, "__call__", lambda self, gradients: None)
+        assert len(stage(attack).stress) == 3
+    with pytest.raises(StageFailure, match=r"draw 'zeros' of the incoming gradients .* outside the allowance"):
+        stage(attack)
+    # No side effect: the compiler's kernels back in both wrappers, the step's loss its own again.
+    assert {h.attr: getattr(h.module, h.attr) for h in prepared.compiled.kernels.values()} == module_before
+    assert prepared.compiled.problem.incoming_draw is None
 
 
 @pytest.mark.slow
