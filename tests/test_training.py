@@ -254,6 +254,62 @@ def test_bench_runs_and_judges_the_whole_step_in_every_mode(prepared, kernelopt,
     assert re.search(r"gradient of parameter \w+\.bias", modes["kernelopt"]["correctness_detail"])
 
 
+def test_the_optimizer_step_follows_the_backward_with_the_steps_own_gradients():
+    """bench --optimizer: each call of a mode is the step, then a torch.optim step (torch's defaults) over the
+    trained parameters with the gradients that step returned; a model with no such parameter is one error."""
+    import torch
+
+    from pytest_kernelopt.benchmark.one_problem import _parameters_kept, _with_optimizer
+    from pytest_kernelopt.capture.problem import load_problem
+    from pytest_kernelopt.capture.training import step, trained_parameters
+    from pytest_kernelopt.errors import KerneloptError
+
+    problem = load_problem(MLP)
+    model = problem.build_model()
+    inputs = problem.make_inputs(1)
+    params = trained_parameters(model)
+    before = [p.detach().clone() for p in params]
+    expected = step(model, model, problem, inputs)
+    for name, kind in (("sgd", torch.optim.SGD), ("adam", torch.optim.Adam)):
+        call = _with_optimizer(lambda *xs: step(model, model, problem, xs), model, name)
+        with _parameters_kept(model, True):
+            results = call(*inputs)
+            assert all(torch.equal(a, b) for a, b in zip(results, expected))  # judged before the update
+            assert all(p.grad is g for p, g in zip(params, results[-len(params):]))
+            assert all(not torch.equal(p, b) for p, b in zip(params, before))  # stepped
+            if kind is torch.optim.SGD:  # torch's default learning rate, its gradient
+                lr = kind([torch.zeros(1, requires_grad=True)]).defaults["lr"]
+                assert all(torch.allclose(p, b - lr * g) for p, b, g in zip(params, before, results[-len(params):]))
+        assert all(torch.equal(p, b) for p, b in zip(params, before))  # put back for the next mode
+    frozen = problem.build_model().requires_grad_(False)
+    with pytest.raises(KerneloptError, match="--optimizer adam: the model has no parameter that requires grad"):
+        _with_optimizer(lambda *xs: xs, frozen, "adam")
+
+
+@pytest.mark.slow
+def test_bench_times_an_optimizer_step_inside_each_training_modes_step(kernelopt, tmp_path):
+    """In interpreter mode (no timings): every mode ran the step and the optimizer step and is judged correct from
+    the weights the reference had (each mode's update put back); the JSON names the optimizer; an inference
+    problem beside it is benched as always (optimizer null)."""
+    import json
+
+    inference = write(tmp_path, "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                      "        return torch.relu(x) * 2.0\ndef get_inputs():\n    return [torch.randn(8, 16)]\n"
+                      "def get_init_inputs():\n    return []\n", name="plain")
+    out = tmp_path / "bench.json"
+    bench = kernelopt("bench", MLP, inference, "--device", "cpu", "--modes", "eager,default", "--optimizer", "adam",
+                      "--kernels-dir", tmp_path / "kernels", "--json", out)
+    assert bench.returncode == 0, bench.stderr
+    assert "mlp_layernorm_train (training step + adam step)" in bench.stdout
+    result = json.loads(out.read_text())
+    assert result["settings"]["optimizer"] == "adam" and result["speed_measured"] is False
+    train, plain = result["problems"]
+    assert train["training"] is True and train["optimizer"] == "adam" and train["status"] == "ok"
+    assert [(m["mode"], m["correct"], m["error"]) for m in train["modes"]] == [("eager", True, None),
+                                                                              ("default", True, None)]
+    assert plain["training"] is False and plain["optimizer"] is None and plain["status"] == "ok"
+
+
 @pytest.mark.slow
 def test_capture_names_backward_kernels_apart_and_lists_their_pass(prepared):
     from rich.console import Console
