@@ -82,7 +82,8 @@ def _modes(text: str) -> list[str]:
 
 
 def _optimizer(text: str) -> str:
-    from .benchmark.records import OPTIMIZERS  # here, not at parser build: bench's modules load for bench alone
+    # Imported here, not when the parser is built: bench's modules load for bench alone.
+    from .benchmark.records import OPTIMIZERS
 
     if text not in OPTIMIZERS:
         raise argparse.ArgumentTypeError(f"unknown optimizer {text!r} (known: {', '.join(OPTIMIZERS)})")
