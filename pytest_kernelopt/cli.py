@@ -83,6 +83,15 @@ def _modes(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _optimizer(text: str) -> str:
+    # Imported here, not when the parser is built: bench's modules load for bench alone.
+    from .benchmark.records import OPTIMIZERS
+
+    if text not in OPTIMIZERS:
+        raise argparse.ArgumentTypeError(f"unknown optimizer {text!r} (known: {', '.join(OPTIMIZERS)})")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -116,6 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="target seconds of interleaved timing per problem (default 3)")
     b.add_argument("--timeout", type=positive_seconds, default=None, metavar="S",
                    help="seconds one problem may take in all (default: no limit)")
+    b.add_argument("--optimizer", type=_optimizer, default=None, metavar="sgd|adam",
+                   help="training problems: time a torch.optim step (SGD or Adam, torch's defaults) after the "
+                        "backward, inside every mode's step (default: none)")
 
     v = sub.add_parser("verify", help="run the verification cascade on candidate kernels (one session)",
                        epilog=SETTINGS_HELP)
@@ -369,10 +381,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     # A row group per (problem, declared shape); a SHAPES the text does not show: the child benches its first.
     jobs = [benchmark.BenchJob(problem=str(p.resolve()), modes=args.modes, device=device, seconds=args.seconds,
-                               kernels_dir=str(kernels_folder(s, args.kernels_dir)), shape=shape)
+                               kernels_dir=str(kernels_folder(s, args.kernels_dir)), shape=shape,
+                               optimizer=args.optimizer)
             for p, s in zip(args.problems, settings) for shape in (declared_names(p) or (None,))]
     result = benchmark.run_bench(jobs, benchmark.BenchSettings(modes=args.modes, device=requested,
-                                                               seconds=args.seconds, timeout=args.timeout))
+                                                               seconds=args.seconds, timeout=args.timeout,
+                                                               optimizer=args.optimizer))
     benchmark.print_bench(result)
     if args.json:
         benchmark.write_json(result, args.json)

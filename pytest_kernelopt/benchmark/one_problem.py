@@ -50,6 +50,49 @@ def _as_step(fn: Callable[..., Any], model: Any, problem: Any) -> Callable[..., 
     return lambda *inputs: step(fn, model, problem, inputs)
 
 
+def _with_optimizer(fn: Callable[..., Any], model: Any, name: str) -> Callable[..., Any]:
+    """A training step ``fn`` (:func:`_as_step`) followed by a ``torch.optim`` step of ``name`` over the model's
+    trained parameters, their gradients the step's own (assigned to ``.grad``, never accumulated); torch's
+    defaults (learning rate, foreach or fused), one optimizer (and its state) per mode. Returns the step's results."""
+    import torch
+
+    from ..capture.training import trained_parameters
+
+    params = trained_parameters(model)
+    if not params:
+        raise KerneloptError(f"--optimizer {name}: the model has no parameter that requires grad (nothing to step)")
+    optimizer = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}[name](params)
+
+    def call(*inputs: Any) -> Any:
+        results = fn(*inputs)
+        for p, g in zip(params, results[len(results) - len(params):]):  # the step ends with the parameters' gradients
+            p.grad = g
+        optimizer.step()
+        return results
+
+    return call
+
+
+@contextlib.contextmanager
+def _parameters_kept(model: Any, active: bool) -> Iterator[None]:
+    """Put the model's trained parameters back after the block (``active``: an optimizer steps them in it), so
+    that every mode is judged, and timed, from the weights the reference ran with."""
+    if not active:
+        yield
+        return
+    from ..capture.training import trained_parameters
+
+    saved = [(p, p.detach().clone()) for p in trained_parameters(model)]
+    try:
+        yield
+    finally:
+        import torch
+
+        with torch.no_grad():
+            for p, value in saved:
+                p.copy_(value)
+
+
 def _short(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0][:300]}" if text else type(exc).__name__
@@ -281,6 +324,7 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
         from ..capture.training import is_training, output_names
 
         training = result.training = is_training(problem)  # then every mode runs and is timed as the whole step
+        optimizer = result.optimizer = job.optimizer if training else None  # stepped inside every mode's step
         model = problem.build_model(device)
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
@@ -306,10 +350,13 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
             step(where)
             inputs = problem.make_inputs(SEED, device)
             try:
-                with _own_wrapper_modules(), warnings.catch_warnings(record=True) as caught:
+                with _own_wrapper_modules(), warnings.catch_warnings(record=True) as caught, \
+                        _parameters_kept(model, optimizer is not None):
                     warnings.simplefilter("always")
                     fn, backend = _build(row.mode, model, problem.id, job.kernels_dir)
                     fn = _as_step(fn, model, problem)
+                    if optimizer is not None:
+                        fn = _with_optimizer(fn, model, optimizer)
                     first = time.perf_counter()
                     outputs = flatten(fn(*inputs))  # fresh tensors: nothing here reuses output buffers
                     _sync(device)

@@ -69,7 +69,8 @@ def bench_table(result: BenchResult) -> Any:
                 notes.append(f"no float64 reference: {p.reference_note}")
             share = f"{p.triton_share:.0%}" if m.mode == BASELINE and p.triton_share is not None else ""
             limit = f"{m.limit_pct:.0f}%" if m.limit_pct is not None else "-"
-            name = f"{_label(p)} (training step)" if p.training else _label(p)
+            step = f"training step + {p.optimizer} step" if p.optimizer else "training step"
+            name = f"{_label(p)} ({step})" if p.training else _label(p)
             table.add_row(name if i == 0 else "", m.mode, _us(m), _x(m), limit, _error(m),
                           f"{m.compile_seconds:.1f}" if m.compile_seconds is not None else "-", share,
                           "; ".join(notes), end_section=i == len(rows) - 1)

@@ -13,6 +13,8 @@ from pydantic import Field
 from ..records import SCHEMA_VERSION, Environment, Record
 
 MODES = ("eager", "default", "max-autotune-no-cudagraphs", "kernelopt")
+# ``--optimizer``: a torch.optim step timed inside a training problem's step, in every mode (torch.optim.SGD, Adam).
+OPTIMIZERS = ("sgd", "adam")
 BASELINE = "default"
 KIND: Final = "kernelopt-bench"
 SEED = 1  # the verifier's first seed
@@ -22,6 +24,7 @@ ERROR_FACTOR_NOTE = ("per element, error vs float64 at most 4x the default compi
                      "its absolute excess over 4 ulp, plus 4 ulp of the element)")
 
 Mode = Literal["eager", "default", "max-autotune-no-cudagraphs", "kernelopt"]
+Optimizer = Literal["sgd", "adam"]
 
 
 def parse_modes(text: str) -> list[str]:
@@ -127,6 +130,9 @@ class ProblemResult(Record):
     # A training problem (capture/training.py): every mode ran, was judged and was timed as the whole step
     # (forward, loss, backward; outputs and every gradient against float64); no % of limit for it yet.
     training: bool = False
+    # A training problem benched with --optimizer: the torch.optim step (torch's defaults) that ran after the
+    # backward inside every mode's call, timed with it; None: no optimizer step (or not a training problem).
+    optimizer: Optimizer | None = None
 
     def mode(self, name: str) -> ModeResult | None:
         return next((m for m in self.modes if m.mode == name), None)
@@ -144,6 +150,7 @@ class BenchSettings(Record):
     seconds: float
     timeout: float | None
     seed: int = SEED
+    optimizer: Optimizer | None = None  # --optimizer: stepped inside each training problem's step, every mode
 
 
 class BenchResult(Record):
@@ -172,6 +179,7 @@ class BenchJob(Record):
     seconds: float
     # A declared shape of a problem with SHAPES (docs/problems.md): the child benches the problem there.
     shape: str | None = None
+    optimizer: Optimizer | None = None  # --optimizer (training problems)
 
 
 class ChildMessage(Record):

@@ -52,6 +52,10 @@ class Problem:
     # The seed of the latest make_inputs(): a training step's default loss weights derive from it
     # (capture/training.py), so a draw and its float64 reference get the same incoming gradients.
     draw_seed: int = field(default=0, repr=False)
+    # A training step's incoming gradients, drawn: a callable the verifier's stress draws set for one run
+    # (verify/kernel.py), given the loss's gradient of each output to turn in place into the draw before the
+    # backward runs (capture/training.py: step); None, the loss's own. Set only inside training.incoming_drawn().
+    incoming_draw: Any = field(default=None, repr=False)
 
     @property
     def id(self) -> str:
