@@ -125,3 +125,11 @@ def test_stages_in_the_parent_come_first():
     assert where == sorted(where, key=["parent", "worker"].index)
     assert len(set(stages.names())) == len(stages.STAGES)
     assert sum(s.measures for s in stages.STAGES) == 1  # the one the speed policy judges
+
+
+def test_every_stage_has_its_paragraph_in_the_docs():
+    """Adding a stage's third file: docs/cascade.md's list of the stages, in the list's order."""
+    text = (ROOT / "docs" / "cascade.md").read_text()
+    section = text[text.index("## The stages"):text.index("## Adding a stage")]
+    found = [section.index(f"**{name}**") for name in stages.names()]
+    assert found == sorted(found), stages.names()
