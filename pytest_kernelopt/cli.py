@@ -397,7 +397,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def verdict_lines(verdict: Any) -> list[str]:
     """One line per stage, then the verdict."""
     marks = {True: "pass", False: "FAIL", None: "skip"}
-    lines = [f"{s.name:<7} {marks[s.passed]:<4} {s.seconds:6.1f}s  {s.detail}" for s in verdict.stages]
+    width = max([6, *(len(s.name) for s in verdict.stages)]) + 1  # the stages' names, aligned
+    lines = [f"{s.name:<{width}} {marks[s.passed]:<4} {s.seconds:6.1f}s  {s.detail}" for s in verdict.stages]
     if verdict.reference == "eager":
         lines.append(f"note: judged against the fp32 eager model, not float64 ({verdict.reference_note})")
     tail = f"verdict: {verdict.status}"

@@ -21,9 +21,13 @@ from ..agents.run_records import Attempt, KernelOutcome, ProblemOutcome, RunReco
 from ..errors import StoreError
 from ..measure.text import speedup_text
 from ..records import Environment, SeedErrors, Timing
+from ..verify import stages as cascade
 
-# The order in which a kernel's attempts are counted: where the cascade stopped them, then what passed.
-STAGE_ORDER = ("reviewed", "duplicate", "static", "kernel", "model", "speed", "correct", "accepted")
+
+def stage_order() -> tuple[str, ...]:
+    """The order in which a kernel's attempts are counted: turned away before the cascade, where
+    the cascade stopped them (its stages, in order: verify/stages.py), then what passed."""
+    return ("reviewed", "duplicate", *cascade.names(), "correct", "accepted")
 
 
 @dataclass(frozen=True)
@@ -303,8 +307,9 @@ def _stages(outcome: KernelOutcome) -> list[tuple[str, int]]:
     counts = dict(outcome.by_stage)
     if not counts and outcome.history:
         counts = dict(Counter(a.stage if a.status == "rejected" and a.stage else a.status for a in outcome.history))
-    known = [(s, counts[s]) for s in STAGE_ORDER if counts.get(s)]
-    return known + sorted((s, n) for s, n in counts.items() if s not in STAGE_ORDER and n)
+    order = stage_order()
+    known = [(s, counts[s]) for s in order if counts.get(s)]
+    return known + sorted((s, n) for s, n in counts.items() if s not in order and n)
 
 
 def _reasons(history: list[Attempt]) -> list[Reason]:
