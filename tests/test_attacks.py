@@ -268,7 +268,7 @@ import json, sys
 from pytest_kernelopt.verify import VerifyOptions, VerifySession
 
 # A hole in the language, simulated: stage 1 (its own process) finds no problem.
-VerifySession._static = lambda self, sources: []
+VerifySession.static_problems = lambda self, sources: []
 problem, kernel, timeout, *paths = sys.argv[1:]
 with VerifySession(problem, "cpu", VerifyOptions(seeds=%d, timeout=float(timeout))) as session:
     for path in paths:
