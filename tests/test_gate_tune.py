@@ -63,7 +63,7 @@ def test_the_summary_says_per_problem_what_tune_did(tmp_path: Path, monkeypatch:
     from types import SimpleNamespace
 
     import pytest_kernelopt.agents as agents
-    from pytest_kernelopt.agents.run_records import KernelOutcome, ProblemOutcome, RunRecord
+    from pytest_kernelopt.runs.records import KernelOutcome, ProblemOutcome, RunRecord
     from pytest_kernelopt.gate.tuning import Tuning
     from pytest_kernelopt.verify.options import VerifyOptions
 

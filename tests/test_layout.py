@@ -1,4 +1,8 @@
-"""The package's layout: no import circles among pytest_kernelopt's modules.
+"""The package's layout: layers that only go down, and no import circles.
+
+:data:`LAYERS` lists the package's parts lowest first; a module may import its own layer
+and the layers below it, never one above (:func:`test_imports_only_go_down`). There is no
+exceptions list: an upward import is fixed by moving the code to the layer it belongs to.
 
 The import graph is read statically with ``ast`` (nothing is imported): every
 ``import`` and ``from ... import`` in a module, at its top level and inside functions
@@ -24,6 +28,55 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 # edge here (the test fails while an allowlisted edge no longer closes a circle), and
 # nothing may be added. Empty this list.
 ALLOWED_CYCLE_EDGES: set[tuple[str, str]] = set()
+
+
+# The layers, lowest first. An entry is a package or a module, relative to the package
+# ("" is ``pytest_kernelopt`` itself, its front door); a module belongs to the longest
+# entry that is it or a package above it. docs/architecture.md draws the same list.
+LAYERS: list[tuple[str, list[str]]] = [
+    ("errors", ["errors"]),
+    ("records", ["records", "settings", "shard", "child"]),
+    # Standard library only: the static checker's process (``python -S``) imports verify.static
+    # and verify.limits, so the candidate language's checks sit below the candidate format.
+    ("candidate language", ["launch", "measure", "verify.static", "verify.limits"]),
+    ("candidate", ["candidate"]),
+    ("capture", ["capture"]),
+    ("config", ["interpret", "config", "templates"]),
+    ("store", ["store"]),
+    ("runs", ["runs"]),
+    ("verify", ["verify"]),
+    ("agents", ["agents"]),
+    ("benchmark", ["benchmark"]),
+    ("report", ["report"]),
+    ("gitops", ["gitops"]),
+    ("gate", ["gate"]),
+    ("front", ["cli", "plugin", "demo", ""]),
+]
+
+
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of ``module`` (a full dotted name); a module no entry covers fails."""
+    rel = module[len(PACKAGE) + 1:] if module != PACKAGE else ""
+    best, where = -1, None
+    for i, (_, entries) in enumerate(LAYERS):
+        for entry in entries:
+            covers = rel == entry if entry == "" else (rel == entry or rel.startswith(entry + "."))
+            if covers and (where is None or len(entry) > best):
+                best, where = len(entry), i
+    assert where is not None, f"{module} is in no layer: add it to LAYERS in tests/test_layout.py"
+    return where
+
+
+def upward_edges(graph: dict[str, set[str]]) -> list[str]:
+    """Every import from a layer to a higher one, as ``importer (layer) -> imported (layer)``."""
+    out = []
+    for importer, targets in sorted(graph.items()):
+        low = layer_of(importer)
+        for target in sorted(targets):
+            high = layer_of(target)
+            if high > low:
+                out.append(f"{importer} ({LAYERS[low][0]}) -> {target} ({LAYERS[high][0]})")
+    return out
 
 
 def _modules() -> dict[str, Path]:
@@ -147,10 +200,30 @@ def test_the_graph_reads_relative_and_lazy_imports():
     graph = import_graph()
     assert f"{PACKAGE}.errors" in graph[f"{PACKAGE}.cli"]  # ``from .errors import ...`` at the top
     assert f"{PACKAGE}.agents" in graph[f"{PACKAGE}.cli"]  # ``from .agents import tune`` inside a function
-    assert f"{PACKAGE}.records" in graph[f"{PACKAGE}.agents.launch_space"]  # ``from ..records import``
+    assert f"{PACKAGE}.records" in graph[f"{PACKAGE}.candidate.launch_space"]  # ``from ..records import``
     assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
     tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\nelse:\n    import b\n")
     assert sorted(n.names[0].name for n in _runtime_nodes(tree) if isinstance(n, ast.Import)) == ["b"]
+
+
+def test_imports_only_go_down():
+    upward = upward_edges(import_graph())
+    assert not upward, f"{len(upward)} import(s) go up a layer:\n" + "\n".join(upward)
+
+
+def test_every_layer_entry_exists():
+    modules = set(import_graph())
+    for name, entries in LAYERS:
+        for entry in entries:
+            full = f"{PACKAGE}.{entry}" if entry else PACKAGE
+            assert full in modules, f"layer {name!r}: {full} is no module of the package"
+
+
+def test_the_layer_check_sees_an_upward_import():
+    assert layer_of(f"{PACKAGE}.verify.static.checker") < layer_of(f"{PACKAGE}.candidate")
+    assert layer_of(f"{PACKAGE}.verify.worker") > layer_of(f"{PACKAGE}.store")
+    assert upward_edges({f"{PACKAGE}.errors": {f"{PACKAGE}.gate"}, f"{PACKAGE}.gate": {f"{PACKAGE}.errors"}}) == [
+        f"{PACKAGE}.errors (errors) -> {PACKAGE}.gate (gate)"]
 
 
 def test_no_import_circles():

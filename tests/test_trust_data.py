@@ -273,7 +273,7 @@ def test_publish_re_judges_a_zeros_kernel_in_interpreter_mode(tmp_path, monkeypa
     every sha256 recorded again and the figure inflated. Publish's own cascade (interpreter mode) rejects it."""
     import shutil
 
-    from pytest_kernelopt.agents.run_records import KernelOutcome, ProblemOutcome
+    from pytest_kernelopt.runs.records import KernelOutcome, ProblemOutcome
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.gitops import reverify
     from pytest_kernelopt.store import Evidence, Provenance

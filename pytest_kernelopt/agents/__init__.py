@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from .loop import UI, Tuner, TuneOptions
-from .run_records import RunRecord
-from .trace import RunDir, new_run_id, now_iso
+from ..runs.records import RunRecord
+from ..runs.trace import RunDir, new_run_id, now_iso
 
 __all__ = ["UI", "TuneOptions", "Tuner", "shape_shares", "tune"]
 

@@ -58,7 +58,7 @@ from ..candidate import ENTRY_POINT
 from ..errors import UsageError, install_hint
 from .claude_reply import ParsedReply, ReplyCandidate, parse_reply
 from .coder import Spend
-from .run_records import Attempt, CoderContext, Proposal
+from ..runs.records import Attempt, CoderContext, Proposal
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
 SYSTEM_TEMPLATE = "prompts/system.md.j2"

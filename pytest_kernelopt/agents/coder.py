@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from .run_records import CoderContext, Proposal
+from ..runs.records import CoderContext, Proposal
 
 
 class Spend(BaseModel):

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..shard import CUDA_VISIBLE_DEVICES, check_workers, visible_gpus
-from .run_records import RunRecord
-from .trace import RunDir, load_run, new_run_id, now_iso
+from ..runs.records import RunRecord
+from ..runs.trace import RunDir, load_run, new_run_id, now_iso
 
 
 def tune_workers(problems: list[Path], argv: list[str], workers: int, device: str, runs_dir: Path, *,

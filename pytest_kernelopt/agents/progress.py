@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .ui import UI
-from .run_records import Attempt, KernelOutcome
+from ..runs.records import Attempt, KernelOutcome
 
 
 class RichUI(UI):

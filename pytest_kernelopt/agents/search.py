@@ -30,8 +30,8 @@ from typing import Any
 from ..store import sha256_text
 from .coder import Spend
 from .harvest import CPU_VARIANTS, HARVEST_VARIANTS, HarvestResult, harvest
-from .rewrites import REWRITES, approximate_divisions, drop_eviction_hints
-from .run_records import CoderContext, Proposal
+from ..candidate.rewrites import REWRITES, approximate_divisions, drop_eviction_hints
+from ..runs.records import CoderContext, Proposal
 from .strategies import parse
 
 HARVEST_TIMEOUT = 900.0

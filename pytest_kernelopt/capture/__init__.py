@@ -30,6 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterator
 
+from ..candidate.format import find_kernel_def
 from ..errors import CaptureError, ProblemError
 from .problem import Problem
 from ..records import ArgInfo, CaptureSummary, ExternCallInfo, KernelInfo, LaunchConfig
@@ -93,19 +94,6 @@ class CompiledModel:
 
 
 # --- fingerprint and source analysis ---------------------------------------------------
-
-def find_kernel_def(source: str, name: str | None = None) -> ast.FunctionDef:
-    """The ``@triton.jit`` function named ``name`` (or the last jit function) in ``source``."""
-    tree = ast.parse(source)
-    found = None
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in node.decorator_list):
-            if name is None or node.name == name:
-                found = node
-    if found is None:
-        raise CaptureError(f"no @triton.jit function {name or ''} in kernel source".replace("  ", " "))
-    return found
-
 
 def fingerprint(source: str, name: str | None = None, semantics: dict[str, Any] | None = None) -> str:
     """Hash of the kernel's normalized source and of what it was compiled for: stable across runs and processes.

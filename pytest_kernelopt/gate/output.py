@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .results import GateResult, GateSettings, ItemResult, environment, gate_result, item_result, write
-from .summary import GateSummary, summarize
+from ..runs.gate_result import GateResult, GateSettings, ItemResult, environment, gate_result, item_result, write
+from ..runs.gate_summary import GateSummary, summarize
 
 
 class GateOutput:
@@ -64,7 +64,7 @@ class GateOutput:
         """``--kernelopt-history``: this run's model times appended to ``path`` (github-action-benchmark's
         format); what was done, or why nothing was (the file is then left as it was)."""
         from ..errors import KerneloptError
-        from ..report.history import append_history
+        from ..gitops.history import append_history
 
         try:
             return append_history(result, path, self.rootpath)

@@ -115,7 +115,7 @@ def store_for_run(run_dir: Path | str, top: Path, explicit: Path | None, configu
     a run tuned on another machine, whose kernel store was copied into this checkout (the CI
     artifact). :func:`check_run_files` then proves these are the files the run stored.
     """
-    from ..agents.trace import load_run
+    from ..runs.trace import load_run
 
     if explicit is not None:
         return Path(explicit).resolve()
@@ -185,7 +185,7 @@ def publish_run(run_dir: Path | str, repo_path: Path | str = ".", *, base: str |
     :class:`PublishError`, a stored version that is not the file the run recorded
     :class:`RunChangedError` (nothing is pushed); a problem with one kernel is that kernel's result.
     """
-    from ..agents.trace import load_run
+    from ..runs.trace import load_run
 
     say = progress or (lambda line: None)
     record, events = load_run(Path(run_dir))

@@ -1,7 +1,7 @@
 """The report of a gate run (``pytest --kernelopt --kernelopt-report PATH``, ``kernelopt merge --report``).
 
-Rendered from the summary (:mod:`pytest_kernelopt.gate.summary`) of the gate's typed result
-(:class:`~pytest_kernelopt.gate.results.GateResult`, the same record ``--kernelopt-json``
+Rendered from the summary (:mod:`pytest_kernelopt.runs.gate_summary`) of the gate's typed result
+(:class:`~pytest_kernelopt.runs.gate_result.GateResult`, the same record ``--kernelopt-json``
 writes) through ``templates/gate.md.j2``: what was checked, each model's verdict and
 speedup, each kernel's status, and every failure with the stage and reason the gate gave.
 Markdown, so that CI can show it as the job summary.
@@ -18,7 +18,7 @@ from .render import MD
 
 @dataclass
 class GateView:
-    """The template's ``gate``: the run's summary (:class:`~pytest_kernelopt.gate.summary.GateSummary`)
+    """The template's ``gate``: the run's summary (:class:`~pytest_kernelopt.runs.gate_summary.GateSummary`)
     with where and how it ran. ``problems`` are the summary's rows, by model id."""
 
     passed: bool
@@ -27,7 +27,7 @@ class GateView:
     shards: str
     environment: Any
     settings: Any
-    problems: list[Any]  # gate.summary.ProblemSummary
+    problems: list[Any]  # runs.gate_summary.ProblemSummary
     failures: list[Any]
     skipped: list[Any]
 
@@ -35,7 +35,7 @@ class GateView:
 def gate_view(result: Any, summary: Any = None) -> GateView:
     """The report's context from a GateResult (``result.items`` as the gate recorded them) and its
     summary (computed here when not given)."""
-    from ..gate.summary import GateSummary
+    from ..runs.gate_summary import GateSummary
 
     summary = summary if summary is not None else GateSummary.of_result(result)
     return GateView(
@@ -76,7 +76,7 @@ class CommentRow:
     vs_base: Any  # (speedup, [low, high]) over the base commit, or None
     vs_base_note: str | None  # why there is no comparison ("new at REF", "base failed at REF")
     vs_compiled: Any  # (speedup, [low, high]) over the compiled model, or None
-    speed: str  # gate.summary's speed word: measured, compiler baseline, not timed, ...
+    speed: str  # runs.gate_summary's speed word: measured, compiler baseline, not timed, ...
     notes: list[str]  # what ran at the base, why it failed; accepted regressions
 
 
@@ -100,7 +100,7 @@ def render_gate_comment(result: Any, templates_dir: Path | None = None, *, run_u
     """The pull-request comment's Markdown (``templates/gate_comment.md.j2``): per model the time at the base
     revision and at the head with the change and its interval (else the speedup over the compiled model), and
     the failures. Everything from the result file is escaped (``md_finalize`` and the text filters)."""
-    from ..gate.summary import GateSummary
+    from ..runs.gate_summary import GateSummary
     from ..templates import render
 
     from .untrusted import md_finalize

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from ...store import sha256_text
 from ..harvest import matches
-from ..launch_space import describe, read_point, with_point
-from ..run_records import CoderContext, Proposal
+from ...candidate.launch_space import describe, read_point, with_point
+from ...runs.records import CoderContext, Proposal
 from .base import SearchState
 
 

@@ -6,8 +6,8 @@ Which rules a kernel gets follows its bottleneck class (each rule's ``classes``)
 from __future__ import annotations
 
 from ...store import sha256_text
-from ..rewrites import REWRITES, RULE_CLASSES, RULES_FIRST
-from ..run_records import CoderContext, Proposal
+from ...candidate.rewrites import REWRITES, RULE_CLASSES, RULES_FIRST
+from ...runs.records import CoderContext, Proposal
 from .base import SearchState
 
 

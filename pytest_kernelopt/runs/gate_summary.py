@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .results import GateResult, ItemResult, item_from_properties, outcome_counts
+from .gate_result import GateResult, ItemResult, item_from_properties, outcome_counts
 
 Speed = Literal["measured", "compiler baseline", "not timed", "not reached", "not run"]
 

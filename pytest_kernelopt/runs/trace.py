@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..records import dump_json, load_json
-from .run_records import ModelProfile, RunRecord, TraceEvent
+from .records import ModelProfile, RunRecord, TraceEvent
 
 RUN_FILE = "run.json"
 TRACE_FILE = "trace.jsonl"
