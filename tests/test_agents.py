@@ -21,7 +21,8 @@ from pytest_kernelopt.agents.planner import limit_pct, plan
 from pytest_kernelopt.agents.profiler import build_profile, bytes_moved, classify, parse_ncu_csv
 from pytest_kernelopt.runs.records import Attempt, CoderContext, ModelProfile, KernelProfile, Proposal, RunRecord
 from pytest_kernelopt.agents.reviewer import review
-from pytest_kernelopt.agents.search import SearchCoder, approximate_divisions, drop_eviction_hints
+from pytest_kernelopt.agents.search import SearchCoder
+from pytest_kernelopt.candidate.rewrites import approximate_divisions, drop_eviction_hints
 from pytest_kernelopt.runs.trace import RunDir, load_run
 from pytest_kernelopt.records import ArgInfo, Environment, KernelInfo, LaunchConfig, StageResult, Timing, Verdict
 from pytest_kernelopt.verify.protocol import KernelTime, Profiled
@@ -309,7 +310,7 @@ def test_search_offers_the_other_configurations_inductor_compiled_first():
 
     import triton
 
-    from pytest_kernelopt.capture import _alternatives
+    from pytest_kernelopt.capture.compiled import _alternatives
 
     kept = triton.Config({"XBLOCK": 8, "R0_BLOCK": 128}, num_warps=4, num_stages=1)
     other = triton.Config({"XBLOCK": 16, "R0_BLOCK": 64}, num_warps=8, num_stages=1)

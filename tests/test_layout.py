@@ -18,6 +18,7 @@ submodule that imports a sibling on a circle with its own package).
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = "pytest_kernelopt"
@@ -54,28 +55,47 @@ LAYERS: list[tuple[str, list[str]]] = [
 ]
 
 
-def layer_of(module: str) -> int:
-    """The index in :data:`LAYERS` of ``module`` (a full dotted name); a module no entry covers fails."""
-    rel = module[len(PACKAGE) + 1:] if module != PACKAGE else ""
-    best, where = -1, None
-    for i, (_, entries) in enumerate(LAYERS):
+# Inside agents/: the shared roles know no backend; the two backends import the shared roles and
+# never each other (a walled layer: its entries may not import one another); the loop sits on top.
+AGENT_LAYERS: list[tuple[str, list[str]]] = [
+    ("shared roles", ["coder", "profiler", "reviewer", "harvest", "compile_choice", "ui"]),
+    ("backends", ["search", "claude"]),
+    ("loop", ["planner", "benchmarker", "keeper", "loop", "progress", "backends", "multi_gpu", "refresh", "tuning", ""]),
+]
+
+
+def _entry_of(module: str, root: str, layers: list[tuple[str, list[str]]]) -> tuple[int, str]:
+    """(index in ``layers``, entry) of ``module``: the longest entry that is it or a package above it."""
+    rel = module[len(root) + 1:] if module != root else ""
+    found: tuple[int, str] | None = None
+    for i, (_, entries) in enumerate(layers):
         for entry in entries:
             covers = rel == entry if entry == "" else (rel == entry or rel.startswith(entry + "."))
-            if covers and (where is None or len(entry) > best):
-                best, where = len(entry), i
-    assert where is not None, f"{module} is in no layer: add it to LAYERS in tests/test_layout.py"
-    return where
+            if covers and (found is None or len(entry) > len(found[1])):
+                found = (i, entry)
+    assert found is not None, f"{module} is in no layer of {root}: add it to the layers in tests/test_layout.py"
+    return found
 
 
-def upward_edges(graph: dict[str, set[str]]) -> list[str]:
-    """Every import from a layer to a higher one, as ``importer (layer) -> imported (layer)``."""
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of ``module`` (a full dotted name); a module no entry covers fails."""
+    return _entry_of(module, PACKAGE, LAYERS)[0]
+
+
+def upward_edges(graph: dict[str, set[str]], root: str = PACKAGE, layers: list[tuple[str, list[str]]] = LAYERS,
+                 walled: frozenset[str] = frozenset()) -> list[str]:
+    """Every import among ``root``'s modules from a layer to a higher one, or between two entries of a
+    walled layer, as ``importer (layer) -> imported (layer)``."""
     out = []
+    inside = lambda m: m == root or m.startswith(root + ".")  # noqa: E731
     for importer, targets in sorted(graph.items()):
-        low = layer_of(importer)
-        for target in sorted(targets):
-            high = layer_of(target)
-            if high > low:
-                out.append(f"{importer} ({LAYERS[low][0]}) -> {target} ({LAYERS[high][0]})")
+        if not inside(importer):
+            continue
+        low, low_entry = _entry_of(importer, root, layers)
+        for target in sorted(t for t in targets if inside(t)):
+            high, high_entry = _entry_of(target, root, layers)
+            if high > low or (high == low and layers[low][0] in walled and high_entry != low_entry):
+                out.append(f"{importer} ({layers[low][0]}) -> {target} ({layers[high][0]})")
     return out
 
 
@@ -116,8 +136,9 @@ def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
     return out
 
 
+@functools.lru_cache(maxsize=1)
 def import_graph() -> dict[str, set[str]]:
-    """module -> the package's modules it imports (anywhere in its body)."""
+    """module -> the package's modules it imports (anywhere in its body); read once per session (do not mutate)."""
     modules = _modules()
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
@@ -211,12 +232,20 @@ def test_imports_only_go_down():
     assert not upward, f"{len(upward)} import(s) go up a layer:\n" + "\n".join(upward)
 
 
+def test_the_agents_inner_walls_hold():
+    """search/ and claude/ never import each other; the shared roles import neither, nor the loop."""
+    agents = f"{PACKAGE}.agents"
+    crossing = upward_edges(import_graph(), agents, AGENT_LAYERS, frozenset({"backends"}))
+    assert not crossing, f"{len(crossing)} import(s) cross the agents' inner walls:\n" + "\n".join(crossing)
+
+
 def test_every_layer_entry_exists():
     modules = set(import_graph())
-    for name, entries in LAYERS:
-        for entry in entries:
-            full = f"{PACKAGE}.{entry}" if entry else PACKAGE
-            assert full in modules, f"layer {name!r}: {full} is no module of the package"
+    for root, layers in ((PACKAGE, LAYERS), (f"{PACKAGE}.agents", AGENT_LAYERS)):
+        for name, entries in layers:
+            for entry in entries:
+                full = f"{root}.{entry}" if entry else root
+                assert full in modules, f"layer {name!r}: {full} is no module of the package"
 
 
 def test_the_layer_check_sees_an_upward_import():
@@ -224,6 +253,10 @@ def test_the_layer_check_sees_an_upward_import():
     assert layer_of(f"{PACKAGE}.verify.worker") > layer_of(f"{PACKAGE}.store")
     assert upward_edges({f"{PACKAGE}.errors": {f"{PACKAGE}.gate"}, f"{PACKAGE}.gate": {f"{PACKAGE}.errors"}}) == [
         f"{PACKAGE}.errors (errors) -> {PACKAGE}.gate (gate)"]
+    agents = f"{PACKAGE}.agents"
+    search, claude = f"{agents}.search.coder", f"{agents}.claude.coder"
+    assert upward_edges({search: {claude, f"{agents}.coder"}, claude: set()}, agents, AGENT_LAYERS,
+                        frozenset({"backends"})) == [f"{search} (backends) -> {claude} (backends)"]
 
 
 def test_no_import_circles():

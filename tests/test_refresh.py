@@ -45,7 +45,7 @@ def refreshed(tmp_path_factory: pytest.TempPathFactory, interpreter: str) -> dic
     changes and each store is refreshed against the new one. A copy of the launch store, still stale, is kept
     for the gate test."""
     from pytest_kernelopt.candidate.launch_space import with_point
-    from pytest_kernelopt.agents.search import approximate_divisions
+    from pytest_kernelopt.candidate.rewrites import approximate_divisions
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.agents.refresh import Refresher
     from pytest_kernelopt.store import KernelStore, accept_verdict

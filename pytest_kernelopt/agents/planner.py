@@ -21,12 +21,12 @@ from typing import get_args
 
 from .. import settings
 from ..runs.records import Bottleneck, KernelOutcome, KernelProfile, ModelProfile
-from .strategies import REGISTRY
+from .search.strategies import REGISTRY
 
 MIN_SHARE: float = settings.default("min_share")  # kernelopt tune --min-share
 BOTTLENECKS: tuple[Bottleneck, ...] = get_args(Bottleneck)  # the Profiler's classes
 
-# bottleneck class -> plan entries, from the strategies' registry (agents/strategies/) and
+# bottleneck class -> plan entries, from the strategies' registry (agents/search/strategies/) and
 # the rewrite rules' classes (candidate/rewrites.py): the rules registered first=True, harvest, the
 # other rules that apply, launch.
 STRATEGIES: dict[str, list[str]] = {

@@ -27,11 +27,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..store import sha256_text
-from .coder import Spend
-from .harvest import CPU_VARIANTS, HARVEST_VARIANTS, HarvestResult, harvest
-from ..candidate.rewrites import REWRITES, approximate_divisions, drop_eviction_hints
-from ..runs.records import CoderContext, Proposal
+from ...candidate.rewrites import REWRITES, approximate_divisions, drop_eviction_hints
+from ...runs.records import CoderContext, Proposal
+from ...store import sha256_text
+from ..coder import Spend
+from ..harvest import CPU_VARIANTS, HARVEST_VARIANTS, HarvestResult, harvest
 from .strategies import parse
 
 HARVEST_TIMEOUT = 900.0

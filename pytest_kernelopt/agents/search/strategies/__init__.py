@@ -3,7 +3,7 @@
 A plan entry names a strategy, with an argument after a colon (``rewrite:eviction``);
 the Planner gives each kernel the entries of every registered strategy for its
 bottleneck class (:meth:`.base.Strategy.entries`), in the order of this table, and the
-search backend (``agents/search.py``) asks them in that order: once-only strategies
+search backend (``agents/search/coder.py``) asks them in that order: once-only strategies
 first, one each round until one proposes something, then the repeating one (a descent)
 round after round. Strategies never time anything; the loop judges what they propose.
 

@@ -7,9 +7,9 @@ when the best stops changing, every neighbour of it has been tried and the searc
 
 from __future__ import annotations
 
-from ...store import sha256_text
-from ...candidate.launch_space import Limits, describe, neighbours, read_point, with_point
-from ...runs.records import CoderContext, Proposal
+from ....store import sha256_text
+from ....candidate.launch_space import Limits, describe, neighbours, read_point, with_point
+from ....runs.records import CoderContext, Proposal
 from .base import SearchState
 
 # In interpreter mode nothing is timed, so the launch search has no direction: a few
