@@ -27,6 +27,7 @@ from ..errors import MergeError, UsageError
 from ..records import SCHEMA_VERSION, Record, dump_json
 from ..settings import AcceptedRegression
 from ..shard import Shard, select, shard_of
+from ..store.files import atomic_write
 
 PREFIX = "kernelopt_"
 KIND = "kernelopt-gate-result"
@@ -263,8 +264,6 @@ def gate_result(*, shard: Shard | None, problems: list[str], environment: Result
 
 def write(result: GateResult, path: Path) -> None:
     """Atomically, so a reader never sees half a file."""
-    from ..store import atomic_write
-
     atomic_write(Path(path), dump_json(result))
 
 
