@@ -60,7 +60,8 @@ LAYERS: list[tuple[str, list[str]]] = [
 AGENT_LAYERS: list[tuple[str, list[str]]] = [
     ("shared roles", ["coder", "profiler", "reviewer", "harvest", "compile_choice", "ui"]),
     ("backends", ["search", "claude"]),
-    ("loop", ["planner", "benchmarker", "keeper", "loop", "progress", "backends", "multi_gpu", "refresh", "tuning", ""]),
+    ("loop", ["planner", "benchmarker", "keeper", "loop", "progress", "backends", "multi_gpu", "refresh", "tuning",
+              ""]),
 ]
 
 
@@ -271,3 +272,29 @@ def test_no_import_circles():
         rest = {m: set(t) for m, t in pruned.items()}
         rest[edge[0]].add(edge[1])
         assert find_cycles(rest), f"allowlisted edge {edge[0]} -> {edge[1]} closes no circle any more: remove it"
+
+
+def _drawn_path(entry: str) -> str:
+    """How docs/architecture.md names a layer entry: ``verify/static/``, ``errors.py``."""
+    if not entry:
+        return f"{PACKAGE}/__init__.py"
+    path = entry.replace(".", "/")
+    return path + ("/" if (ROOT / path).is_dir() else ".py")
+
+
+def test_the_architecture_page_draws_the_same_layers():
+    """docs/architecture.md's "Layers" block names every entry of :data:`LAYERS`, each layer above the lower ones."""
+    text = (ROOT.parent / "docs" / "architecture.md").read_text()
+    block = text.split("## Layers", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    row_of: dict[str, int] = {}
+    for row, line in enumerate(block.strip("\n").splitlines()):
+        for token in line.split("(", 1)[0].split():  # what follows "(" is commentary
+            row_of.setdefault(token, row)
+    below: tuple[str, int] | None = None  # the lower layer's name and its topmost row
+    for name, entries in LAYERS:
+        paths = [_drawn_path(e) for e in entries]
+        missing = [p for p in paths if p not in row_of]
+        assert not missing, f"docs/architecture.md's layers do not name {missing} (layer {name!r})"
+        rows = [row_of[p] for p in paths]
+        assert below is None or max(rows) <= below[1], f"docs/architecture.md draws layer {name!r} below {below[0]!r}"
+        below = (name, min(rows))
