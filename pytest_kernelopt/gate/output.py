@@ -1,8 +1,8 @@
 """What the gate says: the header, the terminal summary, ``--kernelopt-json`` and ``--kernelopt-report``.
 
 The controller (the process that writes them; under pytest-xdist, the one that starts
-the workers) keeps each gate item's result (:func:`.results.item_result`) as its report
-arrives; after the last item the run's :class:`~.summary.GateSummary` is computed once,
+the workers) keeps each gate item's result (:func:`pytest_kernelopt.runs.gate_result.item_result`) as its report
+arrives; after the last item the run's :class:`~pytest_kernelopt.runs.gate_summary.GateSummary` is computed once,
 and the terminal table, the Markdown report and ``kernelopt merge`` render it.
 """
 

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ..capture.shapes import split_name
 from ..records import ArgInfo, CaptureSummary
+from ..runs.gate_summary import GateSummary
 from .untrusted import INLINE_LIMIT, plain
 
 if TYPE_CHECKING:  # the record only (the agents' package imports the tuner)
@@ -63,8 +64,6 @@ def print_table(table: Table) -> None:
 def gate_lines(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
     """The gate's terminal summary of ``rows``: (node id, outcome, ``kernelopt_*`` properties without the
     prefix) of the items that ran. See :func:`summary_table_lines`."""
-    from ..runs.gate_summary import GateSummary
-
     return summary_table_lines(GateSummary.of_rows(rows))
 
 

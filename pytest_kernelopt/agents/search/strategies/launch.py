@@ -1,6 +1,6 @@
 """``launch``: coordinate descent over the launch configuration of the best candidate so far.
 
-Every neighbour not yet tried (:mod:`..launch_space`: single steps, then diagonal steps
+Every neighbour not yet tried (:mod:`pytest_kernelopt.candidate.launch_space`: single steps, then diagonal steps
 that keep the tile size or the work per thread), at most ``launch_per_round`` a round;
 when the best stops changing, every neighbour of it has been tried and the search ends.
 """
