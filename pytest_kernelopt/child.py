@@ -1,16 +1,22 @@
-"""Child processes: the one way this package starts ``python -m pytest_kernelopt.<module>``.
+"""Child processes: the one way this package starts another process.
 
 A child runs in a session of its own (its whole process group can be killed, with
 whatever it started), with this package importable even from a checkout that is not
 installed, its stdin closed and its output written to a file, of which the parent
-reads only the last :data:`OUTPUT_TAIL_BYTES` (a child may print gigabytes). Text
-relayed from a child is cut to a bounded length (:func:`clip`).
+reads only the last :data:`OUTPUT_TAIL_BYTES` (a child may print gigabytes): what it
+keeps and how many bytes it dropped before them is an :class:`Output`. Text relayed
+from a child is cut to a bounded length (:func:`clip`).
 
 Users: the verifier's worker and the static checker (:mod:`.verify.worker`, which add
-the sandbox's prefix, the protocol pipes and resource limits: :mod:`.verify.sandbox`)
-and ``kernelopt bench`` (one child per problem, :mod:`.benchmark.run`). :func:`run_child`
-is the blocking form (start, wait under a time limit, kill the group, keep the output's
-tail). Standard library only: the static checker's process (``python -S``) imports this.
+the sandbox's prefix, the protocol pipes and resource limits: :mod:`.verify.sandbox`),
+``kernelopt bench`` (one child per problem, :mod:`.benchmark.run`), ``tune --workers``
+(:mod:`.agents.multi_gpu`), the harvest of Inductor's compiles and Nsight Compute
+(:mod:`.agents.harvest`, :mod:`.agents.profiler`), the FLOP ceiling's measurement
+(:mod:`.measure.roofline`), the sandbox's probe and the ``nvidia-smi`` queries.
+:func:`run_child` is the blocking form (start, wait under a time limit, kill the group,
+keep the output's tail). Git alone runs otherwise (gitpython, or ``git`` whose output is
+a file at a revision, read whole on purpose). Standard library only: the static
+checker's process (``python -S``) imports this.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 KIB = 1 << 10
 OUTPUT_TAIL_BYTES = 64 * KIB  # what the parent ever reads of a child's stdout/stderr
@@ -58,14 +64,26 @@ def module_command(module: str, *args: str, site: bool = True) -> tuple[str, ...
 
 
 def start_child(argv: Sequence[str], *, env: dict[str, str], output: Path, cwd: str | os.PathLike[str] | None = None,
-                stdout_pipe: bool = False, pass_fds: Sequence[int] = (),
-                preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in a new session, stdin closed, stderr (and stdout, unless ``stdout_pipe``) into ``output``."""
-    with open(output, "wb") as out:
+                stdout_pipe: bool = False, stdout_file: str | os.PathLike[str] | None = None,
+                pass_fds: Sequence[int] = (), preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a new session, stdin closed, stderr into ``output``; stdout into ``output`` too, or
+    a pipe (``stdout_pipe``), or a file of its own (``stdout_file``; ``os.devnull`` discards it)."""
+    with contextlib.ExitStack() as files:
+        out = files.enter_context(open(output, "wb"))
+        stdout: Any = subprocess.PIPE if stdout_pipe else out
+        if stdout_file is not None and not stdout_pipe:
+            stdout = files.enter_context(open(stdout_file, "wb"))
         return subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if stdout_pipe else out, stderr=out,
+            list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=out,
             env=env, cwd=cwd, pass_fds=tuple(pass_fds), start_new_session=True, preexec_fn=preexec_fn,
         )
+
+
+def interrupt_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGINT to the child's process group: in a session of its own, a child does not get the
+    terminal's Ctrl-C, so a parent that wants it to stop cleanly (save its records) passes it on."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGINT)
 
 
 def kill_group(proc: subprocess.Popen[bytes], timeout: float | None = None) -> None:
@@ -89,26 +107,49 @@ def clip(text: str, limit: int = TEXT_CHARS) -> str:
     return f"{text[:head]} ...[{len(text) - head - tail} characters cut]... {text[len(text) - tail:]}"
 
 
+@dataclass(frozen=True)
+class Output:
+    """What the parent kept of one output file of a child: its last bytes (decoded), and how many
+    bytes the child wrote before them (dropped, never read)."""
+
+    text: str = ""
+    dropped: int = 0
+
+    def last_lines(self, lines: int = 3) -> str:
+        """The last non-empty lines, each clipped, joined with " | " (at most 600 characters)."""
+        kept = [ln for ln in self.text.splitlines() if ln.strip()]
+        return " | ".join(clip(ln, 200) for ln in kept[-lines:])[-600:]
+
+
+def read_tail(path: str | os.PathLike[str], limit: int = OUTPUT_TAIL_BYTES) -> Output:
+    """The last ``limit`` bytes of a child's output file and the count of those before them: never
+    more than ``limit`` bytes in memory, however much the child wrote. Empty when unreadable."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - limit))
+            data = f.read(limit)
+    except OSError:
+        return Output()
+    return Output(data.decode(errors="replace"), max(0, size - len(data)))
+
+
 def tail_lines(path: str | os.PathLike[str], lines: int = 3) -> str:
     """The last non-empty lines of a child's output file, joined with " | ", read from the
     file's last :data:`OUTPUT_TAIL_BYTES` only (a child may have printed gigabytes)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - OUTPUT_TAIL_BYTES))
-            data = f.read(OUTPUT_TAIL_BYTES)
-    except OSError:
-        return ""
-    text = [ln for ln in data.decode(errors="replace").splitlines() if ln.strip()]
-    return " | ".join(clip(ln, 200) for ln in text[-lines:])[-600:]
+    return read_tail(path).last_lines(lines)
 
 
 @dataclass(frozen=True)
 class ChildRun:
-    """How a :func:`run_child` ended: its exit status (None: killed at the time limit) and the
-    last lines of its output (stdout and stderr together)."""
+    """How a :func:`run_child` ended: its exit status (None: killed at the time limit), the last
+    lines of its output (stdout and stderr together, or stderr alone when stdout was kept apart),
+    that output's kept tail, and stdout's when it was kept apart."""
 
     returncode: int | None
     output_tail: str
+    output: Output = Output()
+    stdout: Output | None = None
 
     @property
     def timed_out(self) -> bool:
@@ -116,16 +157,18 @@ class ChildRun:
 
 
 def run_child(argv: Sequence[str], *, env: dict[str, str], timeout: float, cwd: str | os.PathLike[str] | None = None,
-              lines: int = 3) -> ChildRun:
+              lines: int = 3, keep: int = OUTPUT_TAIL_BYTES, separate_stdout: bool = False) -> ChildRun:
     """Run ``argv`` to its end or ``timeout`` seconds, whichever comes first; its process group is
-    killed either way (nothing it started outlives it) and only its output's last lines are kept."""
+    killed either way (nothing it started outlives it) and only its output's last ``keep`` bytes
+    are read (``separate_stdout``: stdout's apart from stderr's, each up to ``keep``)."""
     with tempfile.TemporaryDirectory(prefix="kernelopt-child-") as folder:
-        output = Path(folder) / "output.txt"
-        proc = start_child(argv, env=env, output=output, cwd=cwd)
+        output, stdout = Path(folder) / "output.txt", Path(folder) / "stdout.txt"
+        proc = start_child(argv, env=env, output=output, cwd=cwd, stdout_file=stdout if separate_stdout else None)
         try:
             code: int | None = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             code = None
         finally:
             kill_group(proc)
-        return ChildRun(code, tail_lines(output, lines))
+        kept = read_tail(output, keep)
+        return ChildRun(code, kept.last_lines(lines), kept, read_tail(stdout, keep) if separate_stdout else None)

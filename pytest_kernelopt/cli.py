@@ -26,7 +26,8 @@ from typing import Any, NoReturn, Sequence
 
 from .errors import KerneloptError, UsageError
 from .capture.variants import MODEL_VARIANTS, VARIANTS
-from .settings import FIELDS, add_arguments, cli_flag, positive_seconds
+from .config import kernels_folder, runs_folder
+from .settings import FIELDS, add_arguments, positive_seconds, validate
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
 
@@ -46,10 +47,11 @@ class _Parser(argparse.ArgumentParser):
             owner.error(f"unrecognized arguments: {' '.join(extras)}{_did_you_mean(extras, owner)}")
         return parsed
 
-    def _subcommand_parser(self, parsed: argparse.Namespace) -> "_Parser | None":
+    def _subcommand_parser(self, parsed: argparse.Namespace) -> _Parser | None:
         for action in self._actions:
             if isinstance(action, argparse._SubParsersAction):
-                return action.choices.get(getattr(parsed, action.dest, None))
+                name = getattr(parsed, action.dest, None)
+                return action.choices.get(name) if name is not None else None
         return None
 
     def error(self, message: str) -> NoReturn:
@@ -79,6 +81,15 @@ def _modes(text: str) -> list[str]:
         return parse_modes(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _optimizer(text: str) -> str:
+    # Imported here, not when the parser is built: bench's modules load for bench alone.
+    from .benchmark.records import OPTIMIZERS
+
+    if text not in OPTIMIZERS:
+        raise argparse.ArgumentTypeError(f"unknown optimizer {text!r} (known: {', '.join(OPTIMIZERS)})")
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,6 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="target seconds of interleaved timing per problem (default 3)")
     b.add_argument("--timeout", type=positive_seconds, default=None, metavar="S",
                    help="seconds one problem may take in all (default: no limit)")
+    b.add_argument("--optimizer", type=_optimizer, default=None, metavar="sgd|adam",
+                   help="training problems: time a torch.optim step (SGD or Adam, torch's defaults) after the "
+                        "backward, inside every mode's step (default: none)")
 
     v = sub.add_parser("verify", help="run the verification cascade on candidate kernels (one session)",
                        epilog=SETTINGS_HELP)
@@ -367,10 +381,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     # A row group per (problem, declared shape); a SHAPES the text does not show: the child benches its first.
     jobs = [benchmark.BenchJob(problem=str(p.resolve()), modes=args.modes, device=device, seconds=args.seconds,
-                               kernels_dir=str((args.kernels_dir or s.kernels_path).resolve()), shape=shape)
-            for p, s in zip(args.problems, settings) for shape in (declared_names(p) or [None])]
+                               kernels_dir=str(kernels_folder(s, args.kernels_dir)), shape=shape,
+                               optimizer=args.optimizer)
+            for p, s in zip(args.problems, settings) for shape in (declared_names(p) or (None,))]
     result = benchmark.run_bench(jobs, benchmark.BenchSettings(modes=args.modes, device=requested,
-                                                               seconds=args.seconds, timeout=args.timeout))
+                                                               seconds=args.seconds, timeout=args.timeout,
+                                                               optimizer=args.optimizer))
     benchmark.print_bench(result)
     if args.json:
         benchmark.write_json(result, args.json)
@@ -381,7 +397,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def verdict_lines(verdict: Any) -> list[str]:
     """One line per stage, then the verdict."""
     marks = {True: "pass", False: "FAIL", None: "skip"}
-    lines = [f"{s.name:<7} {marks[s.passed]:<4} {s.seconds:6.1f}s  {s.detail}" for s in verdict.stages]
+    width = max([6, *(len(s.name) for s in verdict.stages)]) + 1  # the stages' names, aligned
+    lines = [f"{s.name:<{width}} {marks[s.passed]:<4} {s.seconds:6.1f}s  {s.detail}" for s in verdict.stages]
     if verdict.reference == "eager":
         lines.append(f"note: judged against the fp32 eager model, not float64 ({verdict.reference_note})")
     tail = f"verdict: {verdict.status}"
@@ -408,26 +425,34 @@ def _compile_variants(text: str) -> list[str]:
     return names
 
 
-def cmd_verify_or_accept(args: argparse.Namespace) -> int:
+def _verify_options(args: argparse.Namespace, *, exact: bool = False) -> Any:
+    """The verifier's options of a subcommand (verify, accept, tune, refresh), from its flags: built here alone.
+    ``exact``: a --seed reproduces a run (``verify``); elsewhere it only adds its seeds to fresh ones."""
     from pydantic import ValidationError
 
+    from .verify.options import VerifyOptions
+
+    try:
+        return VerifyOptions(seeds=args.seeds, seed=args.seed, timeout=args.timeout, exact=exact,
+                             allow_reduced_precision=getattr(args, "allow_reduced_precision", False))
+    except ValidationError as exc:
+        raise UsageError(f"bad option: {exc.errors()[0]['msg']}") from exc
+
+
+def cmd_verify_or_accept(args: argparse.Namespace) -> int:
     from .capture.problem import load_problem
-    from .verify import VerifyOptions, VerifySession, read_candidate
+    from .verify import VerifySession, read_candidate
 
     candidates = args.candidate if isinstance(args.candidate, list) else [args.candidate]
     sources = [read_candidate(c) for c in candidates]  # read once: these bytes run and are stored
     problem = _shape_for(args, load_problem(args.problem))  # a bad problem file is exit 2 before any worker starts
     settings = _settings(args)
     device = _device(args, settings)
-    try:
-        # verify reproduces a --seed exactly; accept stores a kernel, so its --seed only adds seeds.
-        options = VerifyOptions(seeds=args.seeds, seed=args.seed, timeout=args.timeout, exact=args.command == "verify",
-                                allow_reduced_precision=args.allow_reduced_precision)
-    except ValidationError as exc:
-        raise UsageError(f"bad option: {exc.errors()[0]['msg']}") from exc
+    # verify reproduces a --seed exactly; accept stores a kernel, so its --seed only adds seeds.
+    options = _verify_options(args, exact=args.command == "verify")
     from .store import KernelStore
 
-    store = KernelStore((getattr(args, "kernels_dir", None) or settings.kernels_path).resolve())
+    store = KernelStore(kernels_folder(settings, getattr(args, "kernels_dir", None)))
     variant = store.compile_variant(problem.id)  # model.json's compile settings: its kernels are that compile's
     if args.command == "accept":  # a name the store cannot hold: say so before the verification runs
         store.kernel_dir(problem.id, problem.store_name(args.kernel))
@@ -463,7 +488,7 @@ def cmd_verify_or_accept(args: argparse.Namespace) -> int:
 def _accept(args: argparse.Namespace, settings: Any, model: str, verdict: Any, shape: str | None = None) -> int:
     from .store import KernelStore, Provenance, accept_verdict
 
-    store = KernelStore((args.kernels_dir or settings.kernels_path).resolve())
+    store = KernelStore(kernels_folder(settings, args.kernels_dir))
     outcome = accept_verdict(store, model, args.kernel, verdict.verified_source, verdict, allow_no_gain=args.allow_no_gain,
                              provenance=Provenance(proposed_by=args.proposed_by), shape=shape)
     if args.json:
@@ -504,28 +529,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _tune_passthrough(args: argparse.Namespace, device: str, kernels: Path) -> list[str]:
-    """The options every ``--workers`` process gets (its problems and run directory are its own)."""
-    out: list[str] = []
-    for name in ("agent", "budget_s", "min_share", "seeds", "timeout"):
-        out += [cli_flag(name), str(getattr(args, name))]
-    out += [cli_flag("device"), device, cli_flag("kernels_dir"), str(kernels)]
-    for flag, value in (("--model", args.model), ("--max-usd", args.max_usd),
-                        (cli_flag("run_budget_s"), args.run_budget_s), (cli_flag("config"), args.config),
-                        (cli_flag("seed"), args.seed)):
-        if value is not None:
-            out += [flag, str(value)]
-    for name in args.kernel or []:
-        out += ["--kernel", name]
-    if args.no_ncu:
-        out.append("--no-ncu")
-    if args.no_pin:
-        out.append("--no-pin")
-    if args.compile_variants is not None:
-        out += ["--compile-variants", ",".join(args.compile_variants) or "none"]
-    return out
-
-
 def cmd_tune(args: argparse.Namespace) -> int:
     """Exit 0: the run finished (whether or not anything faster was found); 2: bad input, or a
     problem that could not be tuned (the others still were); 130: interrupted (what was stored stays)."""
@@ -535,8 +538,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from .capture.problem import load_problem
     from .store import KernelStore
 
-    if not 0.0 <= args.min_share < 1.0:
-        raise UsageError(f"--min-share must be between 0 and 1, not {args.min_share}")
+    try:
+        validate("min_share", args.min_share)  # the field's bounds
+    except ValueError:
+        raise UsageError(f"--min-share must be between 0 and 1, not {args.min_share}") from None
     if not args.open_pr and (args.base is not None or args.remote != FIELDS["remote"].default):
         raise UsageError("--base and --remote apply to --open-pr only: without it tune pushes nothing (add --open-pr, "
                          "or run `kernelopt publish RUN_DIR --base BRANCH` after the run)")
@@ -548,8 +553,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.agent == "search" and (args.model or args.max_usd):
         raise UsageError("--model and --max-usd apply to --agent anthropic only")
     device = resolve_device(args.device or settings[0].device)
-    store = KernelStore((args.kernels_dir or settings[0].kernels_path).resolve())
-    runs = (args.runs_dir or settings[0].root / ".kernelopt" / "runs").resolve()
+    store = KernelStore(kernels_folder(settings[0], args.kernels_dir))
+    runs = runs_folder(settings[0], args.runs_dir)
     if args.open_pr:  # a repository the pull requests cannot come from: say so before any tuning
         from .gitops import PublishError, check_repository
 
@@ -570,10 +575,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         problems = mine
     if args.workers < 1:
         raise UsageError(f"--workers must be at least 1, not {args.workers}")
-    options = TuneOptions(device=device, budget_s=args.budget_s, run_budget_s=args.run_budget_s, seeds=args.seeds,
-                          seed=args.seed, timeout=args.timeout, min_share=args.min_share, kernels=args.kernel,
-                          ncu=not args.no_ncu,
-                          pin=not args.no_pin, compile_variants=args.compile_variants)
+    # Tune stores kernels: a --seed only adds its seeds to fresh ones (never exact).
+    options = TuneOptions(device=device, budget_s=args.budget_s, run_budget_s=args.run_budget_s,
+                          verify=_verify_options(args),
+                          min_share=args.min_share, kernels=args.kernel, ncu=not args.no_ncu, pin=not args.no_pin,
+                          compile_variants=args.compile_variants)
     agent_options: dict[str, Any] = {}
     if args.agent == "anthropic":
         agent_options = {k: v for k, v in (("model", args.model), ("max_usd", args.max_usd)) if v is not None}
@@ -589,8 +595,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             if args.workers > 1:
                 from .agents.multi_gpu import tune_workers
 
-                record = tune_workers(problems, _tune_passthrough(args, device, store.root), args.workers, device,
-                                      runs, say=ui.message)
+                record = tune_workers(problems, options, args.workers, runs, agent=args.agent,
+                                      agent_options=agent_options, kernels_dir=store.root, say=ui.message)
             else:
                 record = tune(problems, options, agent=args.agent, agent_options=agent_options, store=store,
                               runs_dir=runs, ui=ui)
@@ -671,7 +677,6 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     from .errors import ProblemError
     from .report import print_table
     from .store import KernelStore
-    from .verify.options import VerifyOptions
 
     paths = args.problems
     if not paths:
@@ -701,15 +706,17 @@ def cmd_refresh(args: argparse.Namespace) -> int:
         raise UsageError("the problems belong to projects with different kernel stores; refresh them separately "
                          "or pass --kernels-dir")
     device = resolve_device(args.device or settings[0].device)
-    store = KernelStore((args.kernels_dir or settings[0].kernels_path).resolve())
-    runs = (args.runs_dir or settings[0].root / ".kernelopt" / "runs").resolve()
-    say = (lambda line: print(line, file=sys.stderr))
+    store = KernelStore(kernels_folder(settings[0], args.kernels_dir))
+    runs = runs_folder(settings[0], args.runs_dir)
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr)
+
     say(f"settings: {settings[0].describe(args.kernels_dir)}")
     if device != "cuda":
         say("interpreter mode: replayed kernels are checked for correctness only; speed is not measured, so a "
             "correct one is stored without a speed comparison")
-    record = refresh(problems, store, device, VerifyOptions(seeds=args.seeds, seed=args.seed, timeout=args.timeout), runs_dir=runs,
-                     say=say, failed=failed)
+    record = refresh(problems, store, device, _verify_options(args), runs_dir=runs, say=say, failed=failed)
     if args.json:
         print(record.model_dump_json(indent=2))
     else:

@@ -4,7 +4,9 @@ Settings belong to the project that holds the problem files: the nearest
 pyproject.toml *with a ``[tool.kernelopt]`` table*, searched upwards from the
 problem file (command line) or from pytest's rootdir (plugin). Without one, the
 defaults apply, rooted at the nearest pyproject.toml's folder (else the start
-folder). Relative paths in the settings are relative to the file they are in.
+folder). Relative paths in the settings are relative to the file they are in;
+relative paths given as arguments, to the current folder. The kernel store and the
+runs folder are resolved by :func:`kernels_folder` and :func:`runs_folder` alone.
 """
 
 from __future__ import annotations
@@ -44,14 +46,20 @@ class Config(BaseModel):
 
     @property
     def kernels_path(self) -> Path:
-        return (self.root / self.kernels_dir).resolve()
+        """The kernel store these settings name (:func:`kernels_folder`)."""
+        return kernels_folder(self)
+
+    @property
+    def runs_path(self) -> Path:
+        """Where run directories go by default (:func:`runs_folder`)."""
+        return runs_folder(self)
 
     def describe(self, kernels_dir: Path | None = None) -> str:
         """One line: where the settings came from and where the kernel store is (``kernels_dir``: --kernels-dir)."""
         # Printed after "settings: ", so it does not say "settings" again.
         origin = f"{self.source} {SECTION}" if self.source else f"defaults, no {SECTION} found (root {self.root})"
         if kernels_dir is not None:
-            return f"{origin}; kernel store {kernels_dir.resolve()} (--kernels-dir)"
+            return f"{origin}; kernel store {kernels_folder(self, kernels_dir)} (--kernels-dir)"
         return f"{origin}; kernel store {self.kernels_path}"
 
     def problem_files(self, globs: list[str] | None = None) -> list[Path]:
@@ -68,6 +76,32 @@ class Config(BaseModel):
     def unmatched(self, globs: list[str] | None = None) -> list[str]:
         """The patterns of ``globs`` (default: the configured ones) that match no problem file."""
         return [p for p in (globs if globs is not None else self.problems) if not self.problem_files([p])]
+
+
+# --- the project's folders: one rule, every caller (CLI, gate, tune workers, the runtime) -----
+
+# Run directories (tune, refresh, the gate's --kernelopt-tune and --kernelopt-refresh), under the project's root.
+RUNS_DIR = Path(".kernelopt") / "runs"
+
+
+def kernels_folder(settings: Config | None, given: str | Path | None = None) -> Path:
+    """The kernel store, absolute: ``given`` (``--kernels-dir``, an argument) relative to the current folder,
+    else ``[tool.kernelopt] kernels_dir`` relative to the folder of the pyproject.toml holding it
+    (``settings.root``; without settings: the nearest pyproject.toml's folder, else the start folder).
+    ``settings`` None: the current folder's project (:func:`load_config`), read only when needed."""
+    if given is not None:  # what a person typed is taken from where they typed it
+        return Path(given).resolve()
+    settings = settings if settings is not None else load_config()
+    return (settings.root / settings.kernels_dir).resolve()  # what a file says, from that file's folder
+
+
+def runs_folder(settings: Config | None, given: str | Path | None = None) -> Path:
+    """Where run directories go, absolute: ``given`` (``--runs-dir``) relative to the current folder, else
+    ``.kernelopt/runs`` under ``settings.root`` (the rule of :func:`kernels_folder`)."""
+    if given is not None:
+        return Path(given).resolve()
+    settings = settings if settings is not None else load_config()
+    return (settings.root / RUNS_DIR).resolve()
 
 
 def find_pyproject(start: Path) -> Path | None:

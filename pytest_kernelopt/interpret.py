@@ -63,7 +63,8 @@ def enable() -> None:
 
         return hashlib.sha256(f"triton-{triton.__version__}-interpreter".encode()).hexdigest().upper()
 
-    torch_triton.triton_hash_with_backend = backend_hash
+    # A plain function where torch has an lru_cache-wrapped one: callers only call it.
+    torch_triton.triton_hash_with_backend = backend_hash  # type: ignore[assignment]
     _patch_libdevice()
     _patch_reduce_scan()
     _reinterpret_imported_helpers()

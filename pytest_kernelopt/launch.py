@@ -86,7 +86,7 @@ class FastJIT:
     def _values(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         values = list(args)
         for p in self._params[len(args):]:
-            values.append(kwargs[p.name] if p.name in kwargs else p.default)
+            values.append(kwargs.get(p.name, p.default))
         return values
 
     def _remember(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any], launched: Any) -> None:

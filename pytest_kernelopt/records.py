@@ -169,12 +169,12 @@ def redact_seeds(text: str | None, seeds: list[int] | tuple[int, ...] = (), hidd
         text = re.sub(r"(?<!\d)(?:" + "|".join(known) + r")(?!\d)", HIDDEN, text)
     return text
 
-StageName = Literal["static", "kernel", "model", "speed"]
-STAGES: tuple[StageName, ...] = ("static", "kernel", "model", "speed")
-
-
 class StageResult(Record):
-    name: StageName
+    """One row of a verdict: a stage of the cascade and how it ended."""
+
+    # A name from the one ordered list of stages (verify/stages.py), which the parent
+    # checks the worker's messages against.
+    name: str
     # None: not measured (speed in interpreter mode) or not reached.
     passed: bool | None
     detail: str = ""

@@ -294,6 +294,33 @@ def _range_text(info: FieldInfo, metavar: str | None) -> str:
     return ""
 
 
+def validate(name: str, value: Any) -> Any:
+    """``value`` checked by setting ``name``'s field (type, bounds, validators): pydantic's ValidationError
+    when it is no such value. The one check of a setting, whichever surface gave it."""
+    from pydantic import TypeAdapter
+
+    info = FIELDS[name]
+    # mypy cannot type an Annotated built at run time from a field's annotation.
+    return TypeAdapter(Annotated[info.annotation, info]).validate_python(value)  # type: ignore[arg-type]
+
+
+def rule_text(name: str) -> str:
+    """What a value of setting ``name`` must be, in words, from its field: the gate's usage errors say it."""
+    info = FIELDS[name]
+    base, ge = _base_type(info.annotation), _bound(info, "ge")
+    le, lt = _bound(info, "le"), _bound(info, "lt")
+    if _extra(info).get("parse") == "seconds":
+        return "must be a positive, finite number of seconds"
+    if base is int and ge is not None and le is not None:
+        return f"must be a whole number from {ge} to {le}"
+    if base is int and ge is not None and lt is not None:
+        upper = f"2**{lt.bit_length() - 1}" if lt > 10**6 and lt & (lt - 1) == 0 else str(lt)
+        return f"must be a whole number from {ge} up to {upper}"
+    if base is float and ge is not None and lt is not None:
+        return f"must be a fraction from {ge:g} up to, not including, {lt:g}"
+    raise KeyError(f"setting {name!r} has no rule in words")
+
+
 def _surface_default(name: str, surface: str) -> Any:
     info, extra = FIELDS[name], _extra(FIELDS[name])
     if extra["toml"]:

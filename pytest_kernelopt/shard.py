@@ -29,8 +29,9 @@ CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 class Shard(NamedTuple):
     """Shard ``index`` of ``count`` (1-based), written ``index/count``."""
 
-    index: int
-    count: int
+    # The fields shadow tuple's index() and count() methods: a shard is never searched as a tuple.
+    index: int  # type: ignore[assignment]
+    count: int  # type: ignore[assignment]
 
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"

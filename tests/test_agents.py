@@ -937,7 +937,7 @@ def test_tune_workers_and_shards_merge_into_one_run(tmp_path):
     problems = [str(_smaller_sum_reduce(tmp_path / "problems")), str(ROOT / "tests" / "problems" / "softmax_rows.py"),
                 str(other)]
     cmd = [sys.executable, "-m", "pytest_kernelopt.cli", "tune", *problems, "--device", "cpu", "--seeds", "1",
-           "--kernel", "none-selected", "--workers", "2", "--shard", f"{shard}/2", "--kernels-dir",
+           "--seed", "5", "--kernel", "none-selected", "--workers", "2", "--shard", f"{shard}/2", "--kernels-dir",
            str(tmp_path / "kernels"), "--runs-dir", str(tmp_path / "runs"), "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -948,6 +948,13 @@ def test_tune_workers_and_shards_merge_into_one_run(tmp_path):
     _, events = load_run(tmp_path / "runs" / record.run_id)
     assert {e.data.get("worker") for e in events} == {1, 2}
     assert other.stem not in {e.model for e in events}
+    # Each worker was handed the parent's options whole (the pinned seed among them), not flags parsed again.
+    from pytest_kernelopt.agents.multi_gpu import WorkerJob
+
+    jobs = [WorkerJob.model_validate_json((tmp_path / "runs" / record.run_id / f"worker-{k}.json").read_text())
+            for k in (1, 2)]
+    assert jobs[0].options == jobs[1].options and jobs[0].options.verify.seed == 5
+    assert jobs[0].options.verify.seeds == 1 and jobs[0].options.kernels == ["none-selected"]
     bad = subprocess.run([*cmd[:5], "--device", "cpu", "--shard", "3/2"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--shard" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 

@@ -67,7 +67,7 @@ def test_no_annotations_outside_github_actions_and_no_header_without_the_gate(pr
     run = gate(tmp_path, "--kernelopt", "--kernelopt-problems", "problems/*.py")
     assert run.returncode == 1, run.stdout + run.stderr
     assert "; settings: none (defaults)" in run.stdout
-    assert "problems/broken.py::model" in run.stdout and not any(l.startswith("::") for l in run.stdout.splitlines())
+    assert "problems/broken.py::model" in run.stdout and not any(line.startswith("::") for line in run.stdout.splitlines())
 
 
 def test_a_stale_kernel_is_a_warning_and_a_failure_an_error():

@@ -14,7 +14,6 @@ import math
 import random
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -210,7 +209,7 @@ def test_the_memory_limit_is_the_models_floor_of_bytes_over_the_copy_bandwidth(m
 
     from pytest_kernelopt.benchmark import ModeResult, ProblemResult
     from pytest_kernelopt.benchmark import one_problem
-    from pytest_kernelopt.verify import time_by_kernel
+    from pytest_kernelopt.measure import roofline
 
     model = torch.nn.Linear(256, 256)  # 256*256 + 256 fp32 parameters
     x, y = torch.zeros(1024, 256), torch.zeros(1024, 256)
@@ -218,7 +217,7 @@ def test_the_memory_limit_is_the_models_floor_of_bytes_over_the_copy_bandwidth(m
 
     floor = min_bytes(model, [x, 3], [y])
     assert floor == 4 * (2 * 1024 * 256 + 256 * 256 + 256)
-    monkeypatch.setattr(time_by_kernel, "copy_ceiling_gbps", lambda: 4000.0)
+    monkeypatch.setattr(roofline, "copy_ceiling_gbps", lambda: 4000.0)
     problem = ProblemResult(problem="p.py", model="p", min_bytes=4_000_000, triton_share=0.97,
                             modes=[ModeResult(mode="default", median_us=2.0), ModeResult(mode="kernelopt", median_us=1.25),
                                    ModeResult(mode="eager", median_us=None)])
@@ -235,9 +234,8 @@ def test_the_limit_counts_the_flops_of_matrix_products_at_their_dtypes_measured_
     from pytest_kernelopt.benchmark import ModeResult, ProblemResult
     from pytest_kernelopt.benchmark import one_problem
     from pytest_kernelopt.measure import roofline
-    from pytest_kernelopt.verify import time_by_kernel
 
-    monkeypatch.setattr(time_by_kernel, "copy_ceiling_gbps", lambda: 4000.0)
+    monkeypatch.setattr(roofline, "copy_ceiling_gbps", lambda: 4000.0)
     asked: list[list[str]] = []
     monkeypatch.setattr(roofline, "flop_ceiling_tflops", lambda dtypes: asked.append(dtypes) or {"float32": 50.0})
     # 8 GFLOP fp32 at 50 TFLOP/s: 160 us, far above 4 MB at 4 TB/s (1 us).
@@ -574,7 +572,7 @@ def test_ceilings_are_the_median_of_the_timed_calls_after_the_warm_up(monkeypatc
         def synchronize(self) -> None:
             pass
 
-        def elapsed_time(self, end: "Event") -> float:
+        def elapsed_time(self, end: Event) -> float:
             return next(elapsed_ms)
 
     calls = []
@@ -602,3 +600,27 @@ def test_the_kernelopt_row_says_where_its_speed_comes_from():
     assert "triton_per_fused_0 v2" in text
     assert note([None], [kernel("compiler")])[1].startswith("same as default: no compile setting")
     assert "compiler's kernel kept for triton_per_fused_0: stale" in note([None], [kernel("compiler", 1, "stale")])[1]
+
+
+def test_a_stray_overlong_protocol_line_is_dropped_as_it_comes(monkeypatch, tmp_path):
+    """A write to the protocol's descriptor without a newline is never held whole (it was: every byte)."""
+    import sys
+    import tracemalloc
+
+    from pytest_kernelopt.benchmark import run
+    from pytest_kernelopt.benchmark.records import BenchJob, ChildMessage, ProblemResult
+
+    done = ChildMessage(event="result", result=ProblemResult(problem="p.py", model="p", status="ok")).model_dump_json()
+    code = ("import os, sys\nfor _ in range(128): os.write(1, b'x' * 65536)\n"
+            f"os.write(1, b'\\n' + {done!r}.encode() + b'\\n')")
+    monkeypatch.setattr(run, "module_command", lambda *args: (sys.executable, "-c", code))
+    monkeypatch.setattr(run, "MESSAGE_BYTES", 256 * 1024)
+    job = BenchJob(problem="p.py", modes=["default"], device="cpu", kernels_dir=str(tmp_path), seconds=1.0)
+    tracemalloc.start()
+    try:
+        result = run.run_problem(job, 60, lambda text: None)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.status == "ok" and result.model == "p"
+    assert peak < 2 << 20, f"the parent held {peak} bytes of an 8 MiB stray line"

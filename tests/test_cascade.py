@@ -26,11 +26,12 @@ from typing import Any, Callable
 
 import pytest
 
+from pytest_kernelopt.verify.stages import names as stage_names
 from pytest_kernelopt.verify.worker import worker_env
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEMS = ROOT / "tests" / "problems"
-STAGES = ["static", "kernel", "model", "speed"]
+STAGES = list(stage_names())  # static, kernel, model, speed
 SEEDS = "2"  # two seeds: enough for every case below (the stale-cache case needs >= 2)
 
 

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 from pytest_kernelopt.child import (
-    OUTPUT_TAIL_BYTES, child_env, clip, module_command, run_child, scrubbed_env, tail_lines,
+    OUTPUT_TAIL_BYTES, Output, child_env, clip, interrupt_group, kill_group, module_command, read_tail, run_child,
+    scrubbed_env, start_child, tail_lines,
 )
 
 ROOT = str(Path(__file__).resolve().parents[1])
@@ -58,3 +59,58 @@ def test_at_its_time_limit_a_child_and_what_it_started_are_killed(tmp_path):
         time.sleep(0.05)
     else:
         raise AssertionError(f"process {grandchild}, started by the child, outlived it")
+
+
+def test_a_child_that_prints_more_than_the_bound_costs_the_parent_only_the_bound():
+    """The kept tail is the last ``keep`` bytes, the dropped count is exact, and the parent's memory
+    does not grow with what the child printed (reading it whole, as ``capture_output`` did, costs 8 MiB)."""
+    import tracemalloc
+
+    size, keep = 8 << 20, 1000
+    code = f"import sys\nsys.stdout.buffer.write(b'a' * {size} + b'TAIL')"
+    tracemalloc.start()
+    try:
+        done = run_child([sys.executable, "-c", code], env=child_env(), timeout=60, keep=keep)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert done.returncode == 0
+    assert done.output.text == "a" * (keep - 4) + "TAIL" and done.output.dropped == size + 4 - keep
+    assert done.output_tail.endswith("TAIL") and len(done.output_tail) <= 600
+    assert peak < 512 * 1024, f"the parent held {peak} bytes for a child's {size}"
+
+
+def test_stdout_kept_apart_from_stderr_each_bounded(tmp_path):
+    code = ("import sys\nprint('x' * 5000)\nprint('{\"answer\": 42}')\n"
+            "print('warning: ' + 'w' * 3000, file=sys.stderr)\nprint('the cause', file=sys.stderr)")
+    done = run_child([sys.executable, "-c", code], env=child_env(), timeout=60, keep=2048, separate_stdout=True)
+    assert done.stdout is not None and done.stdout.text.endswith('{"answer": 42}\n')
+    assert done.stdout.dropped == 5001 + 15 - 2048 and len(done.stdout.text) == 2048
+    assert done.output.text.endswith("the cause\n") and "answer" not in done.output.text
+    assert done.output.dropped == 3010 + 10 - 2048 and done.output_tail.endswith("the cause")
+    assert read_tail(tmp_path / "missing") == Output()
+
+
+def test_a_child_in_its_own_session_stops_cleanly_on_a_passed_on_ctrl_c(tmp_path):
+    """``tune --workers``: the workers do not get the terminal's SIGINT; the parent passes it on."""
+    ready, saved = tmp_path / "ready", tmp_path / "saved"
+    code = ("import pathlib, time\ntry:\n"
+            f"    pathlib.Path({str(ready)!r}).write_text('1')\n    time.sleep(60)\n"
+            f"except KeyboardInterrupt:\n    pathlib.Path({str(saved)!r}).write_text('records')\n")
+    proc = start_child([sys.executable, "-c", code], env=child_env(), output=tmp_path / "log", stdout_file=os.devnull)
+    try:
+        for _ in range(600):
+            if ready.exists():
+                break
+            time.sleep(0.05)
+        interrupt_group(proc)
+        assert proc.wait(timeout=30) == 0 and saved.read_text() == "records"
+    finally:
+        kill_group(proc)
+
+
+def test_a_harvest_child_that_fails_reports_its_last_line(tmp_path):
+    from pytest_kernelopt.agents.harvest import harvest
+
+    result = harvest(tmp_path / "no_such_problem.py", "cpu", ["default"], timeout=120)
+    assert set(result.errors) == {"default"} and "no_such_problem" in result.errors["default"], result.errors

@@ -123,3 +123,40 @@ def test_invalid_settings_are_one_line_naming_file_and_key(tmp_path: Path, secti
         message = str(err.value)
         assert message.startswith(f"{pyproject}: ") and key in message and words in message
         assert "\n" not in message
+
+
+def test_every_surface_resolves_the_projects_folders_alike(project: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel store and the runs folder, as the command line (from the problem file), the gate (from the
+    rootdir), the gate's tune, and the runtime (from a subfolder) see them: one rule, one answer."""
+    from types import SimpleNamespace
+
+    from pytest_kernelopt.config import kernels_folder, runs_folder
+    from pytest_kernelopt.gate.tuning import Tuning
+    from pytest_kernelopt.store.production import _kernels_path
+
+    store, runs = (project / "store" / "kernels").resolve(), (project / ".kernelopt" / "runs").resolve()
+    problem = project / "models" / "deep" / "x.py"
+    cli, gate = config_for_problem(problem), load_config(project)
+    monkeypatch.chdir(project / "models" / "deep")
+    assert cli.kernels_path == gate.kernels_path == kernels_folder(cli) == kernels_folder(None) == store
+    assert _kernels_path(None) == store  # pytest_kernelopt.compile(model) without kernels_dir
+    assert cli.runs_path == runs_folder(gate) == runs_folder(None) == runs
+    assert Tuning(SimpleNamespace(), gate, "cpu", lambda: None, None).runs_dir == runs
+    assert f"kernel store {store}" in cli.describe()
+    # A folder given as an argument (--kernels-dir, --runs-dir, compile(kernels_dir=...)): from the current folder.
+    monkeypatch.chdir(tmp_path)
+    for given in ("elsewhere", tmp_path / "elsewhere"):
+        assert kernels_folder(cli, given) == _kernels_path(given) == runs_folder(gate, given) == tmp_path / "elsewhere"
+    assert f"kernel store {tmp_path / 'elsewhere'} (--kernels-dir)" in cli.describe(Path("elsewhere"))
+
+
+def test_no_module_resolves_the_projects_folders_itself() -> None:
+    """The default runs folder is written in config.py alone, and no module roots kernels_dir itself."""
+    package = Path(__file__).resolve().parents[1] / "pytest_kernelopt"
+    for path in package.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if path.name == "config.py" and path.parent == package:
+            continue
+        assert '".kernelopt"' not in text and "root / settings.kernels_dir" not in text, path
+        assert "kernels_path).resolve()" not in text, path

@@ -1,4 +1,4 @@
-"""The README and docs/*.md say only what is true of this repository.
+"""The README, CONTRIBUTING.md and docs/*.md say only what is true of this repository.
 
 Every fenced block carries a language. ``python`` blocks compile, ``toml`` blocks are settings the
 loader accepts, ``sh`` blocks name only ``kernelopt`` subcommands and flags, ``pytest --kernelopt``
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))]
 LANGUAGES = {"python", "toml", "sh", "text"}
 # Paths under these folders name files of this repository; any other path in a snippet is the
 # user's own (models/my_model.py) or a placeholder (OUT, .kernelopt/runs/<run_id>).

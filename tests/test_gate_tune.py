@@ -107,3 +107,36 @@ def test_tune_then_gate_a_training_step(pytester: pytest.Pytester) -> None:
     assert 0 < backward < kernels and tried >= passed >= 1  # forward and backward kernels; candidates judged
     assert out.count("graph rewrites are not tried") == 1
     assert not (pytester.path / "kernels").exists()
+
+
+def test_tune_gets_the_gates_seed_and_verify_options_whole(repo: Path, pytester: pytest.Pytester,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pytest --kernelopt --kernelopt-tune --kernelopt-seed S`: the tune run checks with S's seeds added, like
+    the gate's own checks (it once dropped the seed: its options were copied field by field). No compile here."""
+    from types import SimpleNamespace
+
+    from pytest_kernelopt import agents
+    from pytest_kernelopt.runs.records import RunRecord
+    from pytest_kernelopt.config import load_config
+    from pytest_kernelopt.gate.options import read_options
+    from pytest_kernelopt.gate.tuning import Tuning
+
+    config = pytester.parseconfig("--kernelopt", "--kernelopt-tune", "--kernelopt-seed", "7", "--kernelopt-seeds", "2",
+                                  "--kernelopt-max-slowdown", "0.03", "-p", "no:cacheprovider")
+    settings = load_config(repo)
+    options = read_options(config, settings)
+    given: list[object] = []
+
+    def fake_tune(problems: list[Path], tune_options: object, **_: object) -> RunRecord:
+        given.append(tune_options)
+        return RunRecord(run_id="r", started="now", agent="search", kernels_dir=str(repo / "kernels"))
+
+    monkeypatch.setattr(agents, "tune", fake_tune)
+    tuning = Tuning(options, settings, "cpu", lambda: None, None)
+    tuning.before_checks(SimpleNamespace(path=repo / "problems" / "sum_reduce.py"), SimpleNamespace(prop=lambda *_: None))
+    (tune_options,) = given
+    verify = tune_options.verify  # type: ignore[attr-defined]
+    assert verify == options.verify  # handed down whole: seed, seeds, timeout and the speed policy
+    assert verify.seed == 7 and verify.seeds == 2 and verify.speed.max_slowdown == 0.03 and not verify.exact
+    seeds = verify.session_seeds()
+    assert seeds.pinned == 7 and len(seeds.seeds) == 4  # the pinned seed's two, added to two fresh ones

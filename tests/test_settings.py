@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import inspect
 from pathlib import Path
 from typing import Any
@@ -153,10 +152,11 @@ def test_options_models_take_their_defaults_from_the_settings():
         assert getattr(verify, name) == settings.default(name), name
     for name in ("max_slowdown", "max_regression"):
         assert getattr(verify.speed, name) == settings.default(name), name
-    tune = {f.name: f.default for f in dataclasses.fields(TuneOptions)}
-    for name in ("budget_s", "run_budget_s", "min_share", "seeds", "seed", "timeout"):
-        assert tune[name] == settings.default(name), name
-    assert MIN_SHARE == settings.default("min_share")
+    tune = TuneOptions(device="cpu")
+    for name in ("budget_s", "run_budget_s", "min_share"):
+        assert getattr(tune, name) == settings.default(name), name
+    assert tune.verify == verify  # seeds, seed, timeout: the verifier's, from the settings
+    assert settings.default("min_share") == MIN_SHARE
 
 
 def test_no_flag_of_a_setting_is_typed_again():
@@ -170,3 +170,37 @@ def test_no_flag_of_a_setting_is_typed_again():
             for file, text in sources.items():
                 typed = sum(text.count(f'{call}("{flag}"') for call in ("add_argument", "addoption"))
                 assert typed == sum(1 for _, other in OTHER_SETTING if other == flag and file == "cli.py"), (file, flag)
+
+
+def test_the_gates_option_rules_are_read_from_the_field(monkeypatch: pytest.MonkeyPatch):
+    """A pytest option's check and the words of its usage error come from the setting's field: a bound
+    changed there changes both (no second copy of the rule in the gate or the command line)."""
+    from pytest_kernelopt.gate import options as gate_options
+
+    assert settings.rule_text("seeds") == "must be a whole number from 1 to 1000"
+    assert settings.rule_text("seed") == "must be a whole number from 0 up to 2**63"
+    assert settings.rule_text("max_slowdown") == "must be a fraction from 0 up to, not including, 1"
+    assert settings.rule_text("budget_s") == settings.rule_text("timeout") == \
+        "must be a positive, finite number of seconds"
+    changed = copy.deepcopy(settings.FIELDS["budget_s"])
+    changed.metadata.append(next(m for m in settings.FIELDS["seeds"].metadata if hasattr(m, "le")))  # le=1000
+    monkeypatch.setitem(settings.FIELDS, "budget_s", changed)
+    assert gate_options._checked("budget_s", 5.0) == 5.0
+    with pytest.raises(UsageError, match=r"^--kernelopt-budget-s 2000.0: must be a positive"):
+        gate_options._checked("budget_s", 2000.0)
+    with pytest.raises(ValueError):
+        settings.validate("min_share", 1.0)  # `kernelopt tune --min-share` asks the field too
+
+
+def test_options_are_frozen_and_cross_a_process_boundary_whole():
+    from pytest_kernelopt.agents.multi_gpu import WorkerJob
+
+    options = TuneOptions(device="cpu", budget_s=5.0, kernels=["k"], compile_variants=[],
+                          verify=VerifyOptions(seeds=2, seed=9, timeout=7.0, speed=SpeedPolicy(max_slowdown=0.2)))
+    job = WorkerJob(problems=[Path("p.py")], options=options, agent="search", kernels_dir=Path("/k"),
+                    runs_dir=Path("/r"))
+    assert WorkerJob.model_validate_json(job.model_dump_json()) == job
+    with pytest.raises(ValueError):
+        options.budget_s = 1.0  # type: ignore[misc]
+    with pytest.raises(ValueError, match="never an exact replay"):
+        TuneOptions(device="cpu", verify=VerifyOptions(seed=1, exact=True))

@@ -85,10 +85,9 @@ def test_swapped_restores_when_the_block_raises(compiled_models, wrong_candidate
     expected = run(compiled)
     wrong = {name: write_candidate(tmp_path, name, wrong_candidate(dump(compiled, name))) for name in compiled.kernels}
 
-    with pytest.raises(RuntimeError, match="agent crashed"):
-        with swapped(compiled, wrong):
-            assert not torch.equal(run(compiled), expected)
-            raise RuntimeError("agent crashed")
+    with pytest.raises(RuntimeError, match="agent crashed"), swapped(compiled, wrong):
+        assert not torch.equal(run(compiled), expected)
+        raise RuntimeError("agent crashed")
 
     assert_compiler_kernels_in_place(compiled)
     assert torch.equal(run(compiled), expected)

@@ -143,6 +143,37 @@ def test_a_files_own_loss_is_used_and_integer_inputs_get_no_gradient():
     assert torch.allclose(grad_logits, x.grad) and torch.allclose(grad_scale, model.scale.grad)
 
 
+def test_a_drawn_incoming_gradient_reaches_the_backward_under_the_default_loss_and_a_files_own():
+    """Inside incoming_drawn() the backward runs from the loss's gradient of each output as the draw left it:
+    the default loss's weights (whose gradients are then the drawn ones through plain autograd) or the file's own
+    loss's gradient; outside, the loss's own again."""
+    import torch
+
+    from pytest_kernelopt.capture.problem import load_problem
+    from pytest_kernelopt.capture.training import incoming_drawn, step
+    from pytest_kernelopt.verify.kernel import IncomingDraw
+
+    for path in (MLP, XENT):
+        problem = load_problem(path)
+        model = problem.build_model()
+        inputs = problem.make_inputs(3)
+        plain = step(model, model, problem, inputs)
+        seen: list[Any] = []
+        draw = IncomingDraw("ties", 7)
+        with incoming_drawn(problem, lambda g, draw=draw, seen=seen: (draw(g), seen.extend(t.clone() for t in g))):
+            drawn = step(model, model, problem, inputs)
+        assert problem.incoming_draw is None and all(torch.equal(a, b) for a, b in
+                                                     zip(plain, step(model, model, problem, inputs)))
+        (g,) = seen  # one output: small integers now (ties), whatever the loss gave
+        assert torch.equal(g, g.round()) and float(g.abs().max()) <= 4 and len(set(g.flatten().tolist())) > 1
+        assert torch.equal(drawn[0], plain[0])  # the forward is the same
+        xs = [x.detach().requires_grad_(True) if x.is_floating_point() else x for x in inputs]
+        out = model(*xs)
+        expected = torch.autograd.grad(out, [xs[0], *model.parameters()], grad_outputs=g)
+        assert all(torch.allclose(a, b) for a, b in zip(drawn[1:], expected))
+        assert not torch.allclose(drawn[-1], plain[-1])
+
+
 @pytest.mark.slow
 def test_tune_lists_forward_and_backward_kernels_and_says_what_a_training_step_skips(kernelopt, tmp_path):
     """``kernelopt tune`` takes a training problem (tests/test_tune_training.py judges its candidates); here no
@@ -223,6 +254,62 @@ def test_bench_runs_and_judges_the_whole_step_in_every_mode(prepared, kernelopt,
     assert re.search(r"gradient of parameter \w+\.bias", modes["kernelopt"]["correctness_detail"])
 
 
+def test_the_optimizer_step_follows_the_backward_with_the_steps_own_gradients():
+    """bench --optimizer: each call of a mode is the step, then a torch.optim step (torch's defaults) over the
+    trained parameters with the gradients that step returned; a model with no such parameter is one error."""
+    import torch
+
+    from pytest_kernelopt.benchmark.one_problem import _parameters_kept, _with_optimizer
+    from pytest_kernelopt.capture.problem import load_problem
+    from pytest_kernelopt.capture.training import step, trained_parameters
+    from pytest_kernelopt.errors import KerneloptError
+
+    problem = load_problem(MLP)
+    model = problem.build_model()
+    inputs = problem.make_inputs(1)
+    params = trained_parameters(model)
+    before = [p.detach().clone() for p in params]
+    expected = step(model, model, problem, inputs)
+    for name, kind in (("sgd", torch.optim.SGD), ("adam", torch.optim.Adam)):
+        call = _with_optimizer(lambda *xs: step(model, model, problem, xs), model, name)
+        with _parameters_kept(model, True):
+            results = call(*inputs)
+            assert all(torch.equal(a, b) for a, b in zip(results, expected))  # judged before the update
+            assert all(p.grad is g for p, g in zip(params, results[-len(params):]))
+            assert all(not torch.equal(p, b) for p, b in zip(params, before))  # stepped
+            if kind is torch.optim.SGD:  # torch's default learning rate, its gradient
+                lr = kind([torch.zeros(1, requires_grad=True)]).defaults["lr"]
+                assert all(torch.allclose(p, b - lr * g) for p, b, g in zip(params, before, results[-len(params):]))
+        assert all(torch.equal(p, b) for p, b in zip(params, before))  # put back for the next mode
+    frozen = problem.build_model().requires_grad_(False)
+    with pytest.raises(KerneloptError, match="--optimizer adam: the model has no parameter that requires grad"):
+        _with_optimizer(lambda *xs: xs, frozen, "adam")
+
+
+@pytest.mark.slow
+def test_bench_times_an_optimizer_step_inside_each_training_modes_step(kernelopt, tmp_path):
+    """In interpreter mode (no timings): every mode ran the step and the optimizer step and is judged correct from
+    the weights the reference had (each mode's update put back); the JSON names the optimizer; an inference
+    problem beside it is benched as always (optimizer null)."""
+    import json
+
+    inference = write(tmp_path, "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                      "        return torch.relu(x) * 2.0\ndef get_inputs():\n    return [torch.randn(8, 16)]\n"
+                      "def get_init_inputs():\n    return []\n", name="plain")
+    out = tmp_path / "bench.json"
+    bench = kernelopt("bench", MLP, inference, "--device", "cpu", "--modes", "eager,default", "--optimizer", "adam",
+                      "--kernels-dir", tmp_path / "kernels", "--json", out)
+    assert bench.returncode == 0, bench.stderr
+    assert "mlp_layernorm_train (training step + adam step)" in bench.stdout
+    result = json.loads(out.read_text())
+    assert result["settings"]["optimizer"] == "adam" and result["speed_measured"] is False
+    train, plain = result["problems"]
+    assert train["training"] is True and train["optimizer"] == "adam" and train["status"] == "ok"
+    assert [(m["mode"], m["correct"], m["error"]) for m in train["modes"]] == [("eager", True, None),
+                                                                              ("default", True, None)]
+    assert plain["training"] is False and plain["optimizer"] is None and plain["status"] == "ok"
+
+
 @pytest.mark.slow
 def test_capture_names_backward_kernels_apart_and_lists_their_pass(prepared):
     from rich.console import Console
@@ -252,6 +339,13 @@ def test_the_unedited_backward_dump_passes_the_kernel_and_model_stages(prepared)
     info = _backward(prepared, "layer_norm_backward")
     stages = _check(prepared, info.name, {info.name: render_dump(info, "mlp_layernorm_train")})
     assert [(s.name, s.passed) for s in stages] == [("kernel", True), ("model", True)], stages
+    # Every stress variant drawn on the inputs and, in draws of their own, on the incoming gradients.
+    from pytest_kernelopt.verify.tensors import STRESS_VARIANTS
+
+    drawn = re.findall(r"(\w+) of the incoming gradients \(seed \d+\)", stages[0].detail)
+    skipped = re.findall(r"(\w+) of the incoming gradients \(the compiler's kernel wrote no finite number\)",
+                         stages[0].detail)
+    assert sorted(drawn + skipped) == sorted(STRESS_VARIANTS) and len(skipped) <= 1, stages[0].detail
 
 
 @pytest.mark.slow
@@ -262,6 +356,43 @@ def test_a_backward_kernel_off_by_one_percent_fails_the_kernel_stage(prepared):
     stages = _check(prepared, info.name, {info.name: _scaled(render_dump(info, "mlp_layernorm_train"))})
     assert [(s.name, s.passed) for s in stages] == [("kernel", False)]
     assert "outside the allowance" in stages[0].detail
+
+
+@pytest.mark.slow
+def test_a_backward_kernel_wrong_only_on_zero_incoming_gradients_is_rejected_by_a_gradient_draw(prepared,
+                                                                                                monkeypatch):
+    """The bias gradient's kernel (a sum of the incoming gradient over the batch), edited to read an exactly zero
+    incoming gradient as 1. The default loss's weights are never zero, so the seeds and the draws of the inputs
+    alone pass it (as before the gradient draws); a draw of the incoming gradients rejects it. (Honest backward
+    dumps pass every draw: test_the_unedited_backward_dump_passes_the_kernel_and_model_stages.)"""
+    from pytest_kernelopt.candidate import CandidateKernel, load_candidate_source, render_dump
+    from pytest_kernelopt.verify import kernel
+    from pytest_kernelopt.verify.prepared import StageFailure
+
+    info = _backward(prepared, "sum")
+    assert info.name == "triton_per_fused_sum_0__bwd"  # reads the incoming gradient (tangents_1) alone
+    honest = render_dump(info, "mlp_layernorm_train")
+    load = next(line for line in honest.splitlines() if "tl.load(in_ptr0" in line)
+    variable = load.split("=")[0].strip()
+    attack = honest.replace(load, f"{load}\n    {variable} = tl.where({variable} == 0.0, 1.0, {variable})")
+
+    def stage(source: str) -> Any:
+        prepared.begin_check(12345)
+        return kernel.kernel_stage(prepared, info.name, CandidateKernel(load_candidate_source(source, "c.py"), label="c.py"),
+                                   False)
+
+    module_before = {h.attr: getattr(h.module, h.attr) for h in prepared.compiled.kernels.values()}
+    # One variant (zeros: one in its own draw, one of the incoming gradients), fewer runs in interpreter mode.
+    monkeypatch.setattr(kernel, "STRESS_VARIANTS", ("zeros",))
+    monkeypatch.setattr(prepared, "extra_run_count", lambda: 1)
+    with monkeypatch.context() as before:  # incoming gradients as the loss gives them: accepted
+        before.setattr(kernel.IncomingDraw, "__call__", lambda self, gradients: None)
+        assert len(stage(attack).stress) == 3
+    with pytest.raises(StageFailure, match=r"draw 'zeros' of the incoming gradients .* outside the allowance"):
+        stage(attack)
+    # No side effect: the compiler's kernels back in both wrappers, the step's loss its own again.
+    assert {h.attr: getattr(h.module, h.attr) for h in prepared.compiled.kernels.values()} == module_before
+    assert prepared.compiled.problem.incoming_draw is None
 
 
 @pytest.mark.slow

@@ -144,7 +144,7 @@ def test_an_oversized_candidate_in_memory_is_rejected_before_parsing(fake_sessio
 
     session = fake_session("long-detail")
     session.open()
-    monkeypatch.setattr("pytest_kernelopt.verify._static_checker",
+    monkeypatch.setattr("pytest_kernelopt.verify.session._static_checker",
                         lambda: pytest.fail("a static checker started for an oversized candidate"))
     spare = session._checker
     text = _dump() + "#" * (2 << 20)
@@ -176,7 +176,7 @@ def test_a_pathological_candidate_is_stopped_at_the_static_bound(fake_session, m
     import pytest_kernelopt.verify as verify
     from pytest_kernelopt.verify import source_of
 
-    monkeypatch.setattr(verify, "STATIC_SECONDS", 0.3)
+    monkeypatch.setattr(verify.session, "STATIC_SECONDS", 0.3)  # where the session reads it
     helpers = "".join(f"\n@triton.jit\ndef helper_{i}(x):\n    y = x * 2.0\n    return tl.where(y > 0, y, 0.0) + x\n"
                       for i in range(5500))
     text = _dump() + helpers
@@ -194,7 +194,7 @@ def test_a_static_checker_out_of_memory_rejects(fake_session, monkeypatch):
     import pytest_kernelopt.verify as verify
     from pytest_kernelopt.verify import source_of
 
-    monkeypatch.setattr(verify, "STATIC_MEMORY", 96 << 20)
+    monkeypatch.setattr(verify.session, "STATIC_MEMORY", 96 << 20)  # where the session reads it
     text = _dump() + "".join(f"\nX{i} = {i}" for i in range(36_000))  # ~410 kB of module constants
     session = fake_session("long-detail")
     session.open()

@@ -131,7 +131,9 @@ def test_tune_judges_backward_candidates_on_the_step_in_interpreter_mode(interpr
     run = RunDir.create(tmp_path / "runs", RunRecord(run_id="t", started="now", agent="scripted",
                                                      kernels_dir=str(store.root)))
     coder = Scripted()
-    options = TuneOptions(device=interpreter, seeds=1, min_share=0.0, max_rounds=1, ncu=False)
+    from pytest_kernelopt.verify.options import VerifyOptions
+
+    options = TuneOptions(device=interpreter, verify=VerifyOptions(seeds=1), min_share=0.0, max_rounds=1, ncu=False)
     outcome = Tuner(options, coder, store, run, Lines()).tune_problem(MLP)
     run.close()
     assert outcome.error is None and outcome.training and not outcome.speed_measured, outcome.error

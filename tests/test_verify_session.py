@@ -265,7 +265,7 @@ def test_out_of_memory_is_the_verifiers_failure_not_a_rejection():
     from pathlib import Path
 
     from pytest_kernelopt.errors import VerifierError
-    from pytest_kernelopt.verify import _failure
+    from pytest_kernelopt.verify.session import _failure
     from pytest_kernelopt.verify.prepared import out_of_memory
     from pytest_kernelopt.verify.protocol import Failure
 

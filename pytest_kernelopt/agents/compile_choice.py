@@ -22,8 +22,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-
 from ..errors import KerneloptError
+from ..measure.text import interval, speedup_text
 from ..records import Verdict
 from ..runs.records import CompileOutcome, CompileTrial
 
@@ -76,7 +76,7 @@ def _choose(session: Any, variants: list[str], *, previous: str | None, measured
         outcome.tried.append(trial)
         verdicts[variant] = verdict
         ev("planner", "compile-trial", **trial.model_dump(exclude={"variant"}), variant=variant)
-        say(f"  {variant}: {trial.status}" + (f", {trial.speedup:.3f}x [{trial.ci_low:.3f}, {trial.ci_high:.3f}] over "
+        say(f"  {variant}: {trial.status}" + (f", {speedup_text(trial.speedup, trial.ci_low, trial.ci_high)} over "
                                               f"the default compile" if trial.speedup is not None else "")
             + (f" ({trial.reason})" if trial.reason and trial.status == "rejected" else ""))
     if not measured:
@@ -86,8 +86,9 @@ def _choose(session: Any, variants: list[str], *, previous: str | None, measured
     if accepted:
         best = max(accepted, key=lambda t: t.speedup or 0.0)
         outcome.chosen = best.variant
-        outcome.note = (f"{best.variant}: {best.speedup:.3f}x over the default compile "
-                        f"(95% CI [{best.ci_low:.3f}, {best.ci_high:.3f}])")
+        outcome.note = f"{best.variant}: {speedup_text(best.speedup or 0.0)} over the default compile" + (
+            f" (95% CI {interval(best.ci_low, best.ci_high)})" if best.ci_low is not None and best.ci_high is not None
+            else "")
         return outcome, verdicts[best.variant]
     if previous is not None and previous in verdicts:
         outcome.chosen = None

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -88,20 +87,19 @@ def harvest(problem: Path, device: str, variants: list[str], timeout: float, sha
     of a problem with SHAPES (None: its first)."""
     import tempfile
 
-    from ..verify.worker import worker_env
+    from ..child import child_env, module_command, run_child, scrubbed_env
 
     with tempfile.TemporaryDirectory(prefix="kernelopt-harvest-") as tmp:
         out = Path(tmp) / "harvest.json"
-        cmd = [sys.executable, "-m", "pytest_kernelopt.agents.harvest", str(problem), device, str(out),
-               *([f"--shape={shape}"] if shape else []), *variants]
-        try:
-            proc = subprocess.run(cmd, env=worker_env(), cwd=tmp, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
+        cmd = module_command("pytest_kernelopt.agents.harvest", str(problem), device, str(out),
+                             *([f"--shape={shape}"] if shape else []), *variants)
+        done = run_child(cmd, env=child_env(scrubbed_env()), cwd=tmp, timeout=timeout, lines=1)
+        if done.timed_out:
             return HarvestResult(errors={v: f"timed out after {timeout:g} s" for v in variants})
         if out.is_file():
             return HarvestResult.model_validate_json(out.read_text())
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-        return HarvestResult(errors={v: tail[0][:300] for v in variants})
+        tail = done.output_tail or f"exit {done.returncode}"
+        return HarvestResult(errors={v: tail[:300] for v in variants})
 
 
 def _compile_variant(problem: Any, device: str, variant: str) -> list[KernelInfo]:

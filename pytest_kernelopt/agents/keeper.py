@@ -21,6 +21,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..errors import StoreError
+from ..measure.rule import SpeedPolicy, above, below
+from ..measure.text import timing_text
 from ..records import KernelInfo, Verdict
 from ..store import sha256_text
 from .benchmarker import Benchmarker, KernelState, score
@@ -31,10 +33,11 @@ from .ui import UI
 
 class Keeper:
     def __init__(self, store: Any, coder: Coder, bench: Benchmarker, ui: UI, *, device: str, confirm: int, pin: bool,
-                 run_left: Callable[[], float], shape: str | None = None):
+                 run_left: Callable[[], float], shape: str | None = None, policy: SpeedPolicy | None = None):
         """``confirm``: how many of a kernel's best are confirmed at full length; ``pin``: run the pin pass;
         ``run_left()``: device seconds left to the run (its budget); ``shape``: the declared shape tuned (a
-        problem with SHAPES: versions go to ``<kernel>@<shape>/``)."""
+        problem with SHAPES: versions go to ``<kernel>@<shape>/``); ``policy``: the one speed rule, the
+        verifier's (its tolerances: ``VerifyOptions.speed``)."""
         self.store = store
         self.coder = coder
         self.bench = bench
@@ -44,6 +47,7 @@ class Keeper:
         self.pin = pin
         self.run_left = run_left
         self.shape = shape
+        self.policy = policy or SpeedPolicy()
 
     def _folder(self, name: str) -> str:
         """The store folder of kernel ``name`` at the shape tuned."""
@@ -82,10 +86,11 @@ class Keeper:
         origin = {a.sha256: a.origin for a in state.attempts}
         ranked = sorted(((sha, score(v)) for sha, v in state.verdicts.items() if not origin[sha].startswith("active:")),
                         key=lambda sv: sv[1] or 0.0, reverse=True)
-        # A candidate the short in-model timing already puts below the compiled model beyond noise is
-        # not worth a full-length confirmation (the alone-timing can rank it high, the model cannot
-        # accept it): on the H200 such a confirmation cost 9 s of a 40 s budget (2^31-element problem).
-        slower = {sha for sha, v in state.verdicts.items() if v.model_timing is not None and v.model_timing.ci_high < 1.0}
+        # A candidate the short in-model timing already calls slower than the compiled model (the one
+        # speed rule, with its tolerance) is not worth a full-length confirmation (the alone-timing can
+        # rank it high, the model cannot accept it): on the H200 such a confirmation cost 9 s of a 40 s
+        # budget (2^31-element problem).
+        slower = {sha for sha, v in state.verdicts.items() if self.policy.slower(v.model_timing)}
         finalists = [sha for sha, s in ranked if s is not None and s > 1.0 and sha not in slower][: self.n_confirm]
         confirmed = []
         for sha in finalists:
@@ -104,7 +109,7 @@ class Keeper:
         result.best_origin, result.best_timing, result.best_kernel_timing = attempt.origin, best.model_timing, best.kernel_timing
         result.best_sha256 = sha
         if active_ok and active_verdict is not None and active_verdict.model_timing is not None:
-            if not best.model_timing.ci_low > active_verdict.model_timing.ci_high:  # type: ignore[union-attr]
+            if not above(best.model_timing, active_verdict.model_timing):  # type: ignore[arg-type]
                 result.message += (f"best candidate {best.model_timing.speedup:.3f}x is not faster than the active "  # type: ignore[union-attr]
                                    f"v{active.record.version} ({active_verdict.model_timing.speedup:.3f}x) beyond noise")
                 return in_force
@@ -146,7 +151,7 @@ class Keeper:
             k, m = v.kernel_timing, v.model_timing
             if origin.get(sha, "").startswith("active:") or k is None or m is None:
                 continue
-            if k.ci_low > 1.0 and m.speedup > 1.0 and (best is None or m.speedup > best[1]):
+            if above(k) and m.speedup > 1.0 and (best is None or m.speedup > best[1]):
                 best = (sha, m.speedup)
         return best[0] if best else None
 
@@ -181,7 +186,7 @@ class Keeper:
             origin = next(a.origin for a in state.attempts if a.sha256 == sha)
             v = self.bench.confirm(state, sha, f"{origin} (combine)", ev)
             k, m = v.kernel_timing, v.model_timing
-            if v.status != "rejected" and k is not None and m is not None and k.ci_low > 1.0 and m.speedup > 1.0:
+            if v.status != "rejected" and k is not None and m is not None and above(k) and m.speedup > 1.0:
                 joined[name] = (state, result, sha, v)
             else:
                 result.message += f"; near miss {origin} not confirmed at full length"
@@ -190,8 +195,7 @@ class Keeper:
         sources = {**stored, **{name: state.sources[sha] for name, (state, _, sha, _) in joined.items()}}
         verdict = self.bench.model_check(sources, "combined", ev)
         t = verdict.model_timing
-        beats = base is None or (base.model_timing is not None and t is not None
-                                 and t.ci_low > base.model_timing.ci_high)
+        beats = base is None or (base.model_timing is not None and t is not None and above(t, base.model_timing))
         what = "+".join(sorted(sources))
         if verdict.status != "accepted" or t is None or not beats:
             why = verdict.reason or (f"{t.speedup:.3f}x, not beyond the threshold" if t is not None else "not timed")
@@ -216,12 +220,13 @@ class Keeper:
             ev("store", "stored" if stored_outcome.stored else "not-stored", kernel=name, combined=True,
                message=stored_outcome.message, version=stored_outcome.record.version if stored_outcome.record else None)
             if self._in_store(model, name, result, stored_outcome):
+                assert stored_outcome.record is not None  # _in_store says True only with a record
                 result.best_origin, result.best_sha256 = attempt.origin, sha
                 result.best_timing, result.best_kernel_timing = own.model_timing, own.kernel_timing
                 alone = own.model_timing.speedup if own.model_timing is not None else float("nan")
                 result.message = (f"alone {alone:.3f}x, under the model gain a version needs alone; stored "
                                   f"v{stored_outcome.record.version} as one of a set: the model with {what} is "
-                                  f"{t.speedup:.3f}x [{t.ci_low:.3f}, {t.ci_high:.3f}]")
+                                  f"{timing_text(t)}")
                 stored[name] = state.sources[sha]
         return verdict
 
@@ -260,14 +265,14 @@ class Keeper:
                 origin = next(a.origin for a in state.attempts if a.sha256 == sha)
                 v = self.bench.confirm(state, sha, f"{origin} (pin)", ev)
                 k, m = v.kernel_timing, v.model_timing
-                if v.status != "rejected" and k is not None and m is not None and k.ci_low > 1.0 and m.speedup >= 1.0:
+                if v.status != "rejected" and k is not None and m is not None and above(k) and m.speedup >= 1.0:
                     chosen[name] = (origin, state.sources[sha], v)
                     continue
             compiler = sha256_text(state.original)
             state.sources[compiler] = state.original
             v = self.bench.confirm(state, compiler, "compiler (pin)", ev)
             m = v.model_timing
-            if v.status != "rejected" and m is not None and m.ci_high >= 1.0:
+            if v.status != "rejected" and m is not None and not below(m):
                 chosen[name] = ("compiler", state.original, v)
             else:
                 result.message += "; not pinned: no configuration measured at least as fast as the compiler's pick"
@@ -276,10 +281,11 @@ class Keeper:
         together = self.bench.model_check({**stored, **{n: text for n, (_, text, _) in chosen.items()}},
                                           "stored and pinned", ev)
         t, without = together.model_timing, before.model_timing if before is not None else None
-        reference = without.ci_low if without is not None else 1.0
-        if together.status == "rejected" or t is None or t.ci_high < reference:
-            measured = f"{t.speedup:.3f}x [{t.ci_low:.3f}, {t.ci_high:.3f}]" if t is not None else together.reason
-            against = (f"{without.speedup:.3f}x [{without.ci_low:.3f}, {without.ci_high:.3f}] without them"
+        # No tolerance here (``below``, not the gate's ``slower``): a pin claims no gain, so one that
+        # makes the model measurably slower is a loss, however small.
+        if together.status == "rejected" or t is None or below(t, without if without is not None else 1.0):
+            measured = timing_text(t) if t is not None else together.reason
+            against = (f"{timing_text(without)} without them"
                        if without is not None else "the compiled model")
             for name in chosen:
                 tuned[name][1].message += (f"; not pinned: the model with the pinned version(s) measured {measured}, "

@@ -20,17 +20,19 @@ was accepted and leaves no half-written file.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from .. import settings
 from ..errors import KerneloptError
 from ..records import KernelInfo
+from ..verify.options import VerifyOptions
 from .benchmarker import Benchmarker, KernelState, score
 from .coder import Coder
 from .keeper import Keeper
-from .planner import LIMIT_PCT, MIN_SHARE, PlanItem, limit_pct, plan
+from .planner import LIMIT_PCT, PlanItem, limit_pct, plan
 from ..runs.records import CoderContext, KernelOutcome, ProblemOutcome, Proposal
 from ..runs.trace import RunDir
 from .ui import UI
@@ -43,19 +45,22 @@ REWRITES_DECLINE = ("training step: kernelopt's graph rewrites are not tried (th
                     "tuned, each judged on the whole step, gradients included")
 
 
-@dataclass
-class TuneOptions:
+class TuneOptions(BaseModel):
+    """How a tuning run goes: built once by its caller (``kernelopt tune``, the gate's ``--kernelopt-tune``)
+    and handed down whole, to the :class:`Tuner` and as JSON to ``--workers`` children."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     device: str
     # Defaults shared with the command line and the gate come from ..settings (one definition).
-    budget_s: float = settings.default("budget_s")  # device seconds per kernel
-    run_budget_s: float | None = settings.default("run_budget_s")  # device seconds for the whole run
+    budget_s: float = settings.field("budget_s")  # device seconds per kernel
+    run_budget_s: float | None = settings.field("run_budget_s")  # device seconds for the whole run
     max_rounds: int = 50
-    min_share: float = MIN_SHARE  # settings.default("min_share"), the Planner's
+    min_share: float = settings.field("min_share")  # MIN_SHARE, the Planner's
     kernels: list[str] | None = None  # only these kernels (names)
-    seeds: int = settings.default("seeds")
-    # --seed: its seeds are added to fresh ones in every session (tune stores kernels: never exact replay).
-    seed: int | None = settings.default("seed")
-    timeout: float = settings.default("timeout")  # one candidate's checks
+    # How every candidate is verified (seeds, a pinned --seed, timeout, the speed policy): the caller's
+    # options whole, never rebuilt from some of their fields here.
+    verify: VerifyOptions = VerifyOptions()
     ncu: bool = True
     # Exploration times each candidate briefly (seconds of paired timing, model and kernel);
     # the best few are then confirmed with the verifier's full-length timing, which alone
@@ -68,6 +73,14 @@ class TuneOptions:
     # The model-level compile settings tried first (capture/variants.py names); None: the
     # catalogue's MODEL_VARIANTS on a GPU, none on a CPU; []: keep model.json's choice as it is.
     compile_variants: list[str] | None = None
+
+    @field_validator("verify")
+    @classmethod
+    def _never_exact(cls, verify: VerifyOptions) -> VerifyOptions:
+        # Tune stores kernels: a pinned --seed only adds its seeds to fresh ones (VerifyOptions.session_seeds).
+        if verify.exact:
+            raise ValueError("tune stores kernels: its seeds are never an exact replay (exact=False)")
+        return verify
 
 
 class Tuner:
@@ -110,7 +123,7 @@ class Tuner:
         ``<kernel>@<shape>/``."""
         from ..capture.problem import load_problem
         from ..capture.training import is_training
-        from ..verify import VerifyOptions, VerifySession
+        from ..verify import VerifySession
         from .profiler import build_profile, ncu_counters
 
         t0 = time.monotonic()
@@ -132,8 +145,7 @@ class Tuner:
             if harvested is not None:
                 ev("coder", "harvest", kernels=len(harvested.kernels), errors=harvested.errors,
                    seconds=harvested.seconds)
-            full_options = VerifyOptions(seeds=self.options.seeds, seed=self.options.seed,
-                                         timeout=self.options.timeout)
+            full_options = self.options.verify
             factory = self.session_factory or VerifySession
             variant = self._variant = self._compile_step(problem.path, model, outcome, factory, full_options, ev,
                                                          shape, training=outcome.training)
@@ -150,7 +162,7 @@ class Tuner:
                 bench = Benchmarker(session, full_options, self.run, self.ui)
                 keeper = Keeper(self.store, self.coder, bench, self.ui, device=self.options.device,
                                 confirm=self.options.confirm, pin=self.options.pin, run_left=self._run_left,
-                                shape=shape)
+                                shape=shape, policy=full_options.speed)
                 opened = session.open()
                 ev("benchmarker", "opened", seconds=round(opened.seconds, 2), kernels=len(opened.kernels),
                    isolation=getattr(session, "isolation", None))
@@ -312,7 +324,7 @@ class Tuner:
                 break
             proposals = self.coder.propose(ctx)
             error = getattr(self.coder, "last_error", None)
-            reply = getattr(self.coder, "last_reply", None)
+            reply: Any = getattr(self.coder, "last_reply", None)  # optional on a coder; checked with hasattr below
             ev("coder", "proposals", round=rounds, count=len(proposals), origins=[p.origin for p in proposals],
                error=error, reply=reply.model_dump(mode="json") if hasattr(reply, "model_dump") else None)
             if not proposals:

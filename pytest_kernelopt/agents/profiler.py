@@ -20,7 +20,6 @@ import csv
 import io
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -33,6 +32,9 @@ LAUNCH_US = 6.0
 MEMORY_PCT = 50.0
 COMPUTE_PCT = 60.0
 NVTX_RANGE = "kernelopt-profile"
+# What is read of ncu's CSV (its head names the columns, so more is refused, not cut): one model
+# run's launches times the metrics, far below this.
+NCU_CSV_BYTES = 64 << 20
 
 _ITEMSIZE = {"float64": 8, "int64": 8, "complex64": 8, "float32": 4, "int32": 4, "uint32": 4, "float16": 2,
              "bfloat16": 2, "int16": 2, "uint16": 2, "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1,
@@ -138,22 +140,27 @@ def ncu_counters(problem: Path, timeout: float, variant: str | None = None) -> t
     ncu = ncu_available()
     if ncu is None:
         return None, "Nsight Compute (ncu) not found: roofline estimate from measured time and bytes moved"
-    from ..verify.worker import worker_env
+    from ..child import child_env, run_child, scrubbed_env
 
     with tempfile.TemporaryDirectory(prefix="kernelopt-ncu-") as tmp:
         cmd = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", "--csv",
                "--metrics", ",".join(NCU_METRICS), sys.executable, "-m", "pytest_kernelopt.agents.profiler",
                str(problem), *([variant] if variant else [])]
         try:
-            proc = subprocess.run(cmd, env=worker_env(), cwd=tmp, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None, f"Nsight Compute timed out after {timeout:g} s: roofline estimate instead"
+            done = run_child(cmd, env=child_env(scrubbed_env()), cwd=tmp, timeout=timeout, lines=1,
+                             keep=NCU_CSV_BYTES, separate_stdout=True)
         except OSError as exc:
             return None, f"Nsight Compute could not start ({exc}): roofline estimate instead"
-    counters = parse_ncu_csv(proc.stdout)
+    if done.timed_out:
+        return None, f"Nsight Compute timed out after {timeout:g} s: roofline estimate instead"
+    assert done.stdout is not None
+    if done.stdout.dropped:
+        return None, (f"Nsight Compute wrote more than the {NCU_CSV_BYTES:,} bytes of counters read "
+                      f"({done.stdout.dropped:,} more): roofline estimate instead")
+    counters = parse_ncu_csv(done.stdout.text)
     if not counters:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-        return None, f"Nsight Compute read no counters ({tail[0][:200]}): roofline estimate instead"
+        tail = done.output_tail or done.stdout.last_lines(1) or f"exit {done.returncode}"
+        return None, f"Nsight Compute read no counters ({tail[:200]}): roofline estimate instead"
     return counters, ""
 
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..measure.text import timing_text
 from .ui import UI
 from ..runs.records import Attempt, KernelOutcome
 
@@ -60,7 +61,7 @@ class RichUI(UI):
 
 
 def _x(t: Any) -> str:
-    return f"{t.speedup:.3f}x [{t.ci_low:.3f}, {t.ci_high:.3f}]" if t is not None else "-"
+    return timing_text(t) if t is not None else "-"
 
 
 def print_tune_table(record: Any) -> None:

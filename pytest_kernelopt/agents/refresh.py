@@ -40,6 +40,7 @@ from typing import Any, Callable, Literal
 from pydantic import Field
 
 from ..errors import KerneloptError
+from ..measure.text import timing_text
 from ..records import Environment, KernelInfo, Record
 
 REFRESH_SCHEMA_VERSION = 1
@@ -278,7 +279,7 @@ class Refresher:
         if session.options.speed.slower(verdict.model_timing):
             t = verdict.model_timing
             return retire("retired", f"the replayed recipe ({replayed.how}) is slower than the compiler kernel: model "
-                                     f"{t.speedup:.3f}x (95% CI [{t.ci_low:.3f}, {t.ci_high:.3f}])")
+                                     f"{timing_text(t, label=True)}")
         env_before = record.evidence.environment or manifest.environment
         provenance = Provenance(
             proposed_by=f"kernelopt refresh (v{record.version} of {name}: {recipe.describe()})",
@@ -300,7 +301,7 @@ class Refresher:
         result.stored_file = str((self.store.kernel_dir(model, folder_after) / outcome.record.file)
                                  .relative_to(self.store.root))
         speed = ("speed not measured (interpreter mode): stored because correct" if not verdict.speed_measured
-                 else f"model {verdict.model_timing.speedup:.3f}x")  # type: ignore[union-attr]
+                 else f"model {verdict.model_timing.speedup:.3f}x")
         result.reason = (f"replayed ({replayed.how}), verified against the new compiler kernel, "
                          f"{'already ' if not outcome.stored else ''}stored as v{outcome.record.version}; {speed}")
         self._event("store", "refreshed", model, folder_after, version=outcome.record.version, file=result.stored_file,

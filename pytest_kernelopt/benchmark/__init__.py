@@ -4,7 +4,7 @@ Usage::
 
     kernelopt bench PROBLEM.py [PROBLEM.py ...] [--modes eager,default,max-autotune-no-cudagraphs,kernelopt]
                     [--json OUT] [--device auto|cuda|cpu] [--kernels-dir DIR] [--config PYPROJECT]
-                    [--seconds S] [--timeout S]
+                    [--seconds S] [--timeout S] [--optimizer sgd|adam]
 
 Modes (``--modes``, comma-separated, ``default`` required: speedups are relative to it):
 
@@ -45,7 +45,7 @@ instance (weights drawn under seed 0; every mode shares them):
    Per mode: the median time with its 95% order-statistic interval, and the speedup over ``default``
    as the median of the per-round ratios ``default / mode`` with its 95% interval
    (:func:`pytest_kernelopt.measure.stats.mode_estimates`), called faster, slower, within noise or
-   too short to judge by the verifier's one :class:`~pytest_kernelopt.verify.options.SpeedPolicy`.
+   too short to judge by the one speed rule (:class:`~pytest_kernelopt.measure.rule.SpeedPolicy`).
 4. **Triton share (CUDA only).** The default mode runs 5 times (plain calls) under ``torch.profiler``
    (CUDA activity): GPU time in kernels named ``triton_*`` against everything else (cuBLAS/cuDNN,
    aten kernels, copies).
@@ -54,6 +54,10 @@ The table (stdout) has one row per problem and mode, and at the bottom the geome
 mode's speedup over ``default`` across the problems that were timed without error. ``--json OUT``
 writes :class:`BenchResult` (``schema_version``, ``kind: "kernelopt-bench"``) with every figure.
 A rich progress bar runs on stderr.
+
+A training problem (``TRAINING = True``) runs and is timed as its whole step in every mode (forward, loss,
+backward); ``--optimizer sgd|adam`` adds a ``torch.optim`` step after the backward inside that call
+(:func:`.one_problem._with_optimizer`; docs/bench.md).
 
 In interpreter mode (no CUDA device, or ``--device cpu``) the references, compile times and
 correctness checks run; speed is not measured: no timings, no speedups, no geometric means.

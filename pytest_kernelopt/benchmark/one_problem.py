@@ -11,7 +11,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Literal
 
 from ..errors import KerneloptError
 from ..measure.roofline import min_bytes, min_flops
@@ -19,6 +19,10 @@ from ..store.production import backend as production_backend
 from .records import (
     BASELINE, ERROR_FACTOR_NOTE, PROFILED_RUNS, SEED, BenchJob, ChildMessage, KernelTime, ModeResult, ProblemResult,
 )
+
+# The speed rule's word for a mode against the default compile, as bench's column says it.
+VS_DEFAULT: dict[str, Literal["faster", "slower", "within noise", "too short to judge"]] = {
+    "faster": "faster", "slower": "slower", "same": "within noise", "too short": "too short to judge"}
 
 
 @dataclass
@@ -45,6 +49,49 @@ def _as_step(fn: Callable[..., Any], model: Any, problem: Any) -> Callable[..., 
     if not is_training(problem):
         return fn
     return lambda *inputs: step(fn, model, problem, inputs)
+
+
+def _with_optimizer(fn: Callable[..., Any], model: Any, name: str) -> Callable[..., Any]:
+    """A training step ``fn`` (:func:`_as_step`) followed by a ``torch.optim`` step of ``name`` over the model's
+    trained parameters, their gradients the step's own (assigned to ``.grad``, never accumulated); torch's
+    defaults (learning rate, foreach or fused), one optimizer (and its state) per mode. Returns the step's results."""
+    import torch
+
+    from ..capture.training import trained_parameters
+
+    params = trained_parameters(model)
+    if not params:
+        raise KerneloptError(f"--optimizer {name}: the model has no parameter that requires grad (nothing to step)")
+    optimizer = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}[name](params)
+
+    def call(*inputs: Any) -> Any:
+        results = fn(*inputs)
+        for p, g in zip(params, results[len(results) - len(params):]):  # the step ends with the parameters' gradients
+            p.grad = g
+        optimizer.step()
+        return results
+
+    return call
+
+
+@contextlib.contextmanager
+def _parameters_kept(model: Any, active: bool) -> Iterator[None]:
+    """Put the model's trained parameters back after the block (``active``: an optimizer steps them in it), so
+    that every mode is judged, and timed, from the weights the reference ran with."""
+    if not active:
+        yield
+        return
+    from ..capture.training import trained_parameters
+
+    saved = [(p, p.detach().clone()) for p in trained_parameters(model)]
+    try:
+        yield
+    finally:
+        import torch
+
+        with torch.no_grad():
+            for p, value in saved:
+                p.copy_(value)
 
 
 def _short(exc: BaseException) -> str:
@@ -172,7 +219,9 @@ def _time_modes(result: ProblemResult, fns: dict[str, Callable[..., Any]], input
     from ..measure.stats import mode_estimates
     from ..measure.timing import graphed, interleaved_timings
 
-    nothing: Callable[[], None] = lambda: None
+    def nothing() -> None:
+        pass
+
     calls = {mode: (lambda fn=fn: fn(*inputs)) for mode, fn in fns.items()}
     steps: dict[str, Any] = {}
     for mode, call in calls.items():
@@ -196,8 +245,7 @@ def _time_modes(result: ProblemResult, fns: dict[str, Callable[..., Any]], input
 
 def record_timings(result: ProblemResult, estimates: dict[str, Any]) -> None:
     """Each mode's figures from :func:`~pytest_kernelopt.measure.stats.mode_estimates`, judged by the speed policy."""
-    from ..records import Timing
-    from ..verify.options import SpeedPolicy
+    from ..measure.rule import SpeedPolicy
 
     policy = SpeedPolicy()
     for mode, est in estimates.items():
@@ -207,12 +255,7 @@ def record_timings(result: ProblemResult, estimates: dict[str, Any]) -> None:
         row.speedup, row.samples = est.vs_baseline.speedup, est.samples
         row.speedup_ci_low, row.speedup_ci_high = est.vs_baseline.ci_low, est.vs_baseline.ci_high
         if mode != BASELINE:
-            v = est.vs_baseline
-            timing = Timing(baseline_ms=v.baseline_ms, candidate_ms=v.candidate_ms, speedup=v.speedup,
-                            ci_low=v.ci_low, ci_high=v.ci_high, pairs=v.pairs, method=result.method or "eager")
-            faster, _ = policy.judge(timing)
-            row.vs_default = ("too short to judge" if faster is None else "faster" if faster
-                              else "slower" if policy.slower(timing) else "within noise")
+            row.vs_default = VS_DEFAULT[policy.verdict(est.vs_baseline)]
     result.rounds = next(iter(estimates.values())).samples
     result.speed_measured = True
 
@@ -234,8 +277,7 @@ def _profile(result: ProblemResult, fn: Callable[..., Any], inputs: list[Any]) -
 
 def _limits(result: ProblemResult) -> None:
     """Each timed mode's percent of the model's limit, memory and FLOPs (see ModeResult.limit_pct)."""
-    from ..measure.roofline import LIMIT_MIN_TRITON_SHARE, flop_ceiling_tflops, limit_pct
-    from ..verify.time_by_kernel import copy_ceiling_gbps
+    from ..measure.roofline import LIMIT_MIN_TRITON_SHARE, copy_ceiling_gbps, flop_ceiling_tflops, limit_pct
 
     if not result.min_bytes or result.triton_share is None:
         return
@@ -281,6 +323,7 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
         from ..capture.training import is_training, output_names
 
         training = result.training = is_training(problem)  # then every mode runs and is timed as the whole step
+        optimizer = result.optimizer = job.optimizer if training else None  # stepped inside every mode's step
         model = problem.build_model(device)
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
@@ -306,10 +349,13 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
             step(where)
             inputs = problem.make_inputs(SEED, device)
             try:
-                with _own_wrapper_modules(), warnings.catch_warnings(record=True) as caught:
+                with _own_wrapper_modules(), warnings.catch_warnings(record=True) as caught, \
+                        _parameters_kept(model, optimizer is not None):
                     warnings.simplefilter("always")
                     fn, backend = _build(row.mode, model, problem.id, job.kernels_dir)
                     fn = _as_step(fn, model, problem)
+                    if optimizer is not None:
+                        fn = _with_optimizer(fn, model, optimizer)
                     first = time.perf_counter()
                     outputs = flatten(fn(*inputs))  # fresh tensors: nothing here reuses output buffers
                     _sync(device)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..measure.text import speedup_text, time_text
 from ..records import dump_json
 from .records import BASELINE, BenchResult, ModeResult
 
@@ -16,14 +17,15 @@ from .records import BASELINE, BenchResult, ModeResult
 def _us(m: ModeResult) -> str:
     if m.median_us is None:
         return "-"
-    return f"{m.median_us:.1f} [{m.ci_low_us:.1f}, {m.ci_high_us:.1f}]"
+    assert m.ci_low_us is not None and m.ci_high_us is not None
+    return time_text(m.median_us, m.ci_low_us, m.ci_high_us)
 
 
 def _x(m: ModeResult) -> str:
     if m.speedup is None:
         return "-"
     judged = f" {m.vs_default}" if m.vs_default else ""
-    return f"{m.speedup:.3f}x [{m.speedup_ci_low:.3f}, {m.speedup_ci_high:.3f}]{judged}"
+    return f"{speedup_text(m.speedup, m.speedup_ci_low, m.speedup_ci_high)}{judged}"
 
 
 def _error(m: ModeResult) -> str:
@@ -67,12 +69,13 @@ def bench_table(result: BenchResult) -> Any:
                 notes.append(f"no float64 reference: {p.reference_note}")
             share = f"{p.triton_share:.0%}" if m.mode == BASELINE and p.triton_share is not None else ""
             limit = f"{m.limit_pct:.0f}%" if m.limit_pct is not None else "-"
-            name = f"{_label(p)} (training step)" if p.training else _label(p)
+            step = f"training step + {p.optimizer} step" if p.optimizer else "training step"
+            name = f"{_label(p)} ({step})" if p.training else _label(p)
             table.add_row(name if i == 0 else "", m.mode, _us(m), _x(m), limit, _error(m),
                           f"{m.compile_seconds:.1f}" if m.compile_seconds is not None else "-", share,
                           "; ".join(notes), end_section=i == len(rows) - 1)
     for i, g in enumerate(result.geomeans):
-        table.add_row("geomean" if i == 0 else "", g.mode, "", f"{g.speedup:.3f}x", "", "", "", "",
+        table.add_row("geomean" if i == 0 else "", g.mode, "", speedup_text(g.speedup), "", "", "", "",
                       f"over {g.problems} problem(s) timed without error")
     return table
 

@@ -6,15 +6,17 @@ and its rows, the ``--json`` contract), plus the geometric means across problems
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field
 
 from ..records import SCHEMA_VERSION, Environment, Record
 
 MODES = ("eager", "default", "max-autotune-no-cudagraphs", "kernelopt")
+# ``--optimizer``: a torch.optim step timed inside a training problem's step, in every mode (torch.optim.SGD, Adam).
+OPTIMIZERS = ("sgd", "adam")
 BASELINE = "default"
-KIND = "kernelopt-bench"
+KIND: Final = "kernelopt-bench"
 SEED = 1  # the verifier's first seed
 PROFILED_RUNS = 5
 EXIT_GRACE_SECONDS = 60.0  # after its result, how long a child may take to exit
@@ -22,6 +24,7 @@ ERROR_FACTOR_NOTE = ("per element, error vs float64 at most 4x the default compi
                      "its absolute excess over 4 ulp, plus 4 ulp of the element)")
 
 Mode = Literal["eager", "default", "max-autotune-no-cudagraphs", "kernelopt"]
+Optimizer = Literal["sgd", "adam"]
 
 
 def parse_modes(text: str) -> list[str]:
@@ -127,6 +130,9 @@ class ProblemResult(Record):
     # A training problem (capture/training.py): every mode ran, was judged and was timed as the whole step
     # (forward, loss, backward; outputs and every gradient against float64); no % of limit for it yet.
     training: bool = False
+    # A training problem benched with --optimizer: the torch.optim step (torch's defaults) that ran after the
+    # backward inside every mode's call, timed with it; None: no optimizer step (or not a training problem).
+    optimizer: Optimizer | None = None
 
     def mode(self, name: str) -> ModeResult | None:
         return next((m for m in self.modes if m.mode == name), None)
@@ -144,6 +150,7 @@ class BenchSettings(Record):
     seconds: float
     timeout: float | None
     seed: int = SEED
+    optimizer: Optimizer | None = None  # --optimizer: stepped inside each training problem's step, every mode
 
 
 class BenchResult(Record):
@@ -172,6 +179,7 @@ class BenchJob(Record):
     seconds: float
     # A declared shape of a problem with SHAPES (docs/problems.md): the child benches the problem there.
     shape: str | None = None
+    optimizer: Optimizer | None = None  # --optimizer (training problems)
 
 
 class ChildMessage(Record):
@@ -182,7 +190,7 @@ class ChildMessage(Record):
     result: ProblemResult | None = None
 
 
-def geomeans(problems: list[ProblemResult], modes: list[str]) -> list[Geomean]:
+def geomeans(problems: list[ProblemResult], modes: list[Mode]) -> list[Geomean]:
     """Per mode (default excepted): the geometric mean of its speedups over the problems timed without error."""
     from ..measure.stats import geomean
 
@@ -193,5 +201,5 @@ def geomeans(problems: list[ProblemResult], modes: list[str]) -> list[Geomean]:
         values = [m.speedup for p in problems if p.status == "ok" and p.speed_measured
                   for m in [p.mode(mode)] if m is not None and m.speedup is not None]
         if values:
-            out.append(Geomean(mode=mode, speedup=geomean(values), problems=len(values)))  # type: ignore[arg-type]
+            out.append(Geomean(mode=mode, speedup=geomean(values), problems=len(values)))
     return out

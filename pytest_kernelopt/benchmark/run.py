@@ -17,6 +17,10 @@ from typing import Callable
 from ..child import child_env, kill_group, module_command, start_child, tail_lines
 from .records import EXIT_GRACE_SECONDS, BenchJob, BenchResult, BenchSettings, ChildMessage, ProblemResult, geomeans
 
+# The longest protocol line read (a result is a few KiB to a few hundred); a longer one is a stray
+# write to the protocol's descriptor, dropped as it comes without being held whole.
+MESSAGE_BYTES = 16 << 20
+
 
 def run_problem(job: BenchJob, timeout: float | None, on_step: Callable[[str], None]) -> ProblemResult:
     """Run one problem in a child process; a child that dies, hangs or breaks the protocol is an error row."""
@@ -28,7 +32,7 @@ def run_problem(job: BenchJob, timeout: float | None, on_step: Callable[[str], N
                            output=stderr_path, stdout_pipe=True)
         assert proc.stdout is not None
         deadline = None if timeout is None else time.monotonic() + timeout
-        buffer, result = b"", None
+        buffer, result, skipping = b"", None, False
         try:
             while True:
                 left = None if deadline is None else deadline - time.monotonic()
@@ -42,7 +46,14 @@ def run_problem(job: BenchJob, timeout: float | None, on_step: Callable[[str], N
                 chunk = os.read(proc.stdout.fileno(), 1 << 16)
                 if not chunk:
                     break
+                if skipping:  # the rest of an overlong line
+                    cut = chunk.find(b"\n")
+                    if cut < 0:
+                        continue
+                    chunk, skipping = chunk[cut + 1:], False
                 buffer += chunk
+                if b"\n" not in buffer and len(buffer) > MESSAGE_BYTES:
+                    buffer, skipping = b"", True  # not ours (a stray write): never held whole
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
                     try:
@@ -85,7 +96,11 @@ def run_bench(jobs: list[BenchJob], settings: BenchSettings, *, quiet: bool = Fa
         for job in jobs:
             name = Path(job.problem).stem + (f"@{job.shape}" if job.shape else "")
             bar.update(task, description=f"{name}: starting")
-            result = run_problem(job, settings.timeout, lambda text: bar.update(task, description=f"{name}: {text}"))
+
+            def progress(text: str, name: str = name) -> None:
+                bar.update(task, description=f"{name}: {text}")
+
+            result = run_problem(job, settings.timeout, progress)
             problems.append(result)
             bar.advance(task)
             if not quiet:

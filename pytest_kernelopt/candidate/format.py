@@ -63,7 +63,7 @@ def _helpers_source(names: set[str]) -> list[str]:
     try:
         from triton.runtime.jit import ConstexprFunction
     except ImportError:  # a Triton without compile-time helpers
-        ConstexprFunction = ()  # type: ignore[assignment,misc]
+        ConstexprFunction = ()
 
     ordered: list[str] = []
     constants: dict[str, str] = {}
@@ -88,7 +88,7 @@ def _helpers_source(names: set[str]) -> list[str]:
                     pending.append(node.id)
                     node.id = _helper_name(node.id)
                 elif value is not None and hasattr(value, "value") and node.id not in _KERNEL_GLOBALS:
-                    constants[node.id] = f"{node.id} = tl.constexpr({getattr(value, 'value')!r})"
+                    constants[node.id] = f"{node.id} = tl.constexpr({value.value!r})"
         func = tree.body[0]
         assert isinstance(func, ast.FunctionDef)
         func.name = _helper_name(name)
@@ -269,7 +269,7 @@ def _rereads_agree(module: ModuleType, tree: ast.Module, label: str) -> None:
     for node in tree.body:
         if not isinstance(node, ast.FunctionDef) or not node.decorator_list:
             continue
-        obj = module.__dict__.get(node.name)
+        obj: Any = module.__dict__.get(node.name)  # whatever the module binds; probed with getattr below
         for _ in range(8):  # a wrapper (autotuner, heuristics) around the Triton function
             inner = getattr(obj, "fn", None)
             if inner is None or inspect.isfunction(inner):

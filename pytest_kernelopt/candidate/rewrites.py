@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Callable
+from typing import Callable, TypeGuard
 
 REWRITES: dict[str, Callable[[str], str]] = {}
 RULE_CLASSES: dict[str, tuple[str, ...]] = {}  # rule -> the bottleneck classes the Planner tries it on
@@ -127,6 +127,7 @@ def reverse_second_passes(source: str) -> str:
             loop = _reduction_loop(node)
             if loop is None:
                 continue
+            assert isinstance(node, ast.For)  # _reduction_loop matches only a For
             count = seen.get(loop, 0)
             seen[loop] = count + 1
             if count % 2 == 0:
@@ -191,7 +192,7 @@ def drop_eviction_hints(source: str) -> str:
     return re.sub(r",\s*eviction_policy\s*=\s*'evict_(?:first|last)'", "", source)
 
 
-def _is_div(node: ast.AST) -> bool:
+def _is_div(node: ast.AST) -> TypeGuard[ast.BinOp]:
     return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
 
 

@@ -103,7 +103,7 @@ def fingerprint(source: str, name: str | None = None, semantics: dict[str, Any] 
     kernel's fingerprint is :func:`kernel_fingerprint`, which always passes it.
     """
     node = find_kernel_def(source, name)
-    clone = ast.FunctionDef(
+    clone = ast.FunctionDef(  # type: ignore[call-arg]  # typeshed has type_params from 3.12; 3.11's ast takes any field
         name="kernel", args=node.args, body=node.body, decorator_list=[], returns=None, type_comment=None, type_params=[]
     )
     normalized = ast.unparse(ast.fix_missing_locations(clone))
@@ -237,7 +237,8 @@ def extern_calls(wrapper_source: str, graph: int, start: int = 0) -> list[Extern
 
 def _call_args(text: str, start: int) -> list[str]:
     """Top-level comma-separated arguments of the call whose ``(`` ends at ``start``."""
-    depth, current, args = 0, [], []
+    depth, args = 0, []
+    current: list[str] = []
     for ch in text[start:]:
         if ch in "([{":
             depth += 1
@@ -358,7 +359,7 @@ def describe_value(name: str, value: Any, written: bool) -> ArgInfo:
         return info
     for kind, typ in (("bool", bool), ("int", int), ("float", float)):
         if isinstance(value, typ):
-            return ArgInfo(name=name, kind=kind, value=value)  # type: ignore[arg-type]
+            return ArgInfo(name=name, kind=kind, value=value)
     if value is None:
         return ArgInfo(name=name, kind="none")
     return ArgInfo(name=name, kind="other")
@@ -491,7 +492,8 @@ def _record_wrapper_modules() -> Iterator[list[ModuleType]]:
         loaded.append(module)
         return module
 
-    PyCodeCache.load_by_key_path = classmethod(load_by_key_path)  # type: ignore[method-assign]
+    # A patch for the compile (restored below); its signature is wider than the original's.
+    PyCodeCache.load_by_key_path = classmethod(load_by_key_path)  # type: ignore[method-assign, assignment]
     try:
         yield loaded
     finally:
@@ -586,6 +588,7 @@ def compile_problem(
     externs: list[ExternCallInfo] = []
     interpreted = device == "cpu"
     for index, module in enumerate(graphs):
+        assert module.__file__ is not None  # graphs holds modules with a file
         source = Path(module.__file__).read_text()
         externs += extern_calls(source, index, start=len(externs))
         backward = is_backward_wrapper(source)

@@ -108,7 +108,7 @@ def suffix_scan() -> Any:
     # The schema is written out: this module's annotations are strings (``from __future__``).
     @torch.library.custom_op("kernelopt::suffix_scan", mutates_args=(),
                              schema="(Tensor x, int dim, str kind) -> Tensor")
-    def op(x, dim, kind):  # type: ignore[no-untyped-def]
+    def op(x, dim, kind):
         if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             # No Triton for this device (a model tuned on a GPU, run on the CPU): what the pattern computed.
             scan = torch.cumsum if kind == "sum" else torch.cumprod
@@ -116,7 +116,7 @@ def suffix_scan() -> Any:
         return launch_suffix_scan(x, dim, kind)
 
     @op.register_fake
-    def _(x, dim, kind):  # type: ignore[no-untyped-def]
+    def _(x, dim, kind):
         return torch.empty_like(x, memory_format=torch.contiguous_format)
 
     return torch.ops.kernelopt.suffix_scan.default
@@ -185,13 +185,13 @@ def group_norm() -> Any:
 
     @torch.library.custom_op("kernelopt::group_norm", mutates_args=(),
                              schema="(Tensor x, int groups, Tensor? weight, Tensor? bias, float eps, str act) -> Tensor")
-    def op(x, groups, weight, bias, eps, act):  # type: ignore[no-untyped-def]
+    def op(x, groups, weight, bias, eps, act):
         if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             return _activate(torch.nn.functional.group_norm(x, groups, weight, bias, eps), act).contiguous()
         return launch_group_norm(x, groups, weight, bias, eps, act)
 
     @op.register_fake
-    def _(x, groups, weight, bias, eps, act):  # type: ignore[no-untyped-def]
+    def _(x, groups, weight, bias, eps, act):
         return torch.empty_like(x, memory_format=torch.contiguous_format)
 
     return torch.ops.kernelopt.group_norm.default
@@ -372,13 +372,13 @@ def wide_rows() -> Any:
     import torch
 
     @torch.library.custom_op("kernelopt::wide_rows", mutates_args=(), schema="(Tensor x, str kind, float eps) -> Tensor")
-    def op(x, kind, eps):  # type: ignore[no-untyped-def]
+    def op(x, kind, eps):
         if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
             return _row_reference(x, kind, eps).contiguous()
         return launch_wide_rows(x, kind, eps)
 
     @op.register_fake
-    def _(x, kind, eps):  # type: ignore[no-untyped-def]
+    def _(x, kind, eps):
         return torch.empty_like(x, memory_format=torch.contiguous_format)
 
     return torch.ops.kernelopt.wide_rows.default

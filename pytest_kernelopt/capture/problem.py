@@ -52,12 +52,16 @@ class Problem:
     # The seed of the latest make_inputs(): a training step's default loss weights derive from it
     # (capture/training.py), so a draw and its float64 reference get the same incoming gradients.
     draw_seed: int = field(default=0, repr=False)
+    # A training step's incoming gradients, drawn: a callable the verifier's stress draws set for one run
+    # (verify/kernel.py), given the loss's gradient of each output to turn in place into the draw before the
+    # backward runs (capture/training.py: step); None, the loss's own. Set only inside training.incoming_drawn().
+    incoming_draw: Any = field(default=None, repr=False)
 
     @property
     def id(self) -> str:
         return self.path.stem
 
-    def at(self, shape: str | None) -> "Problem":
+    def at(self, shape: str | None) -> Problem:
         """This problem opened at ``shape`` (None: the first declared); an undeclared one is a ProblemError."""
         return Problem(path=self.path, module=self.module, shapes=self.shapes,
                        shape=choose_shape(self.path, self.shapes, shape), shape_weights=self.shape_weights)

@@ -137,7 +137,7 @@ def declared_names(path: Path) -> list[str] | None:
         if any(isinstance(t, ast.Name) and t.id == "SHAPES" for t in targets):
             value = getattr(node, "value", None)
             keys = value.keys if isinstance(value, ast.Dict) else None
-            found = [k.value for k in keys] if keys is not None and all(
-                isinstance(k, ast.Constant) and isinstance(k.value, str) for k in keys) else None
+            names = [k.value for k in keys or [] if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+            found = names if keys is not None and len(names) == len(keys) else None
     return found
 

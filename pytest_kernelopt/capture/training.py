@@ -145,9 +145,41 @@ def step(fn: Any, model: Any, problem: Any, inputs: Any) -> tuple[Any, ...]:
     with torch.enable_grad():
         out = fn(*xs)
         loss = loss_of(problem, out)
-        grads = torch.autograd.grad(loss, [xs[i] for i in wanted] + params, allow_unused=True,
-                                    materialize_grads=True)
+        wrt = [xs[i] for i in wanted] + params
+        draw = getattr(problem, "incoming_draw", None)
+        if draw is None:
+            grads = torch.autograd.grad(loss, wrt, allow_unused=True, materialize_grads=True)
+        else:
+            grads = _backward_from_drawn(loss, out, wrt, draw)
     return (*(t.detach() for t in flatten(out)), *grads)
+
+
+def _backward_from_drawn(loss: Any, out: Any, wrt: list[Any], draw: Any) -> tuple[Any, ...]:
+    """The step's gradients with each output's incoming gradient (the loss's gradient of it, computed eagerly:
+    the default loss's weights, or what the file's own loss gives) turned in place by ``draw`` first, then
+    the compiled backward run from those (``grad_outputs``)."""
+    import torch
+
+    from .outputs import flatten
+
+    outputs = [t for t in flatten(out) if t.is_floating_point() and t.requires_grad]
+    # Copies: the loss's gradient may be an expanded (stride 0) view or shared between outputs.
+    incoming = [g.clone() for g in torch.autograd.grad(loss, outputs, retain_graph=True, allow_unused=True,
+                                                        materialize_grads=True)]
+    draw(incoming)
+    return torch.autograd.grad(outputs, wrt, grad_outputs=incoming, allow_unused=True, materialize_grads=True)
+
+
+@contextlib.contextmanager
+def incoming_drawn(problem: Any, draw: Any) -> Iterator[None]:
+    """Within the block, a training step of ``problem`` runs its backward from incoming gradients that
+    ``draw(gradients)`` turned, in place, into a draw (None: the loss's own, as outside the block)."""
+    before = getattr(problem, "incoming_draw", None)
+    problem.incoming_draw = draw
+    try:
+        yield
+    finally:
+        problem.incoming_draw = before
 
 
 def run_eager(model: Any, problem: Any, args: list[Any]) -> list[Any]:

@@ -79,7 +79,7 @@ class BaseRef:
                           stdin=b"".join(f"{sha}\n".encode() for _, sha in entries))
         files: dict[tuple[str, ...], bytes] = {}
         at = 0
-        for parts, sha in entries:  # "<sha> blob <size>\n<bytes>\n" per object, in order
+        for parts, _sha in entries:  # "<sha> blob <size>\n<bytes>\n" per object, in order
             header_end = batch.index(b"\n", at)
             size = int(batch[at:header_end].split()[2])
             files[parts] = batch[header_end + 1:header_end + 1 + size]

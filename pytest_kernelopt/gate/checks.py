@@ -24,6 +24,7 @@ from typing import Any
 
 from ..capture.shapes import split_name
 from ..errors import KerneloptError
+from ..measure.text import speedup_text, timing_text
 from ..records import worst_error
 from .base import BaseRef, base_files
 from .failure import GateFailure, reproduce, stale
@@ -79,8 +80,8 @@ class VerifySessions:
 
     def close(self, key: tuple[Path, str | None] | None = None) -> None:
         """Stop the session of the problem (and shape) ``key`` (None: every open session)."""
-        for key in [key] if key is not None else list(self._open):
-            session = self._open.pop(key, None)
+        for open_key in [key] if key is not None else list(self._open):
+            session = self._open.pop(open_key, None)
             if session is not None:
                 session.close()
 
@@ -152,8 +153,7 @@ class Checks:
         timing = verdict.model_timing
         try:
             accepted = self.rules.judge(problem.id, lambda policy: policy.slower(timing), lambda: (
-                f"{path}: slower than the compiler kernel: model {timing.speedup:.3f}x "
-                f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])"))
+                f"{path}: slower than the compiler kernel: model {timing_text(timing, label=True)}"))
         except GateFailure:
             item.prop("status", "slower")
             raise
@@ -234,8 +234,7 @@ class Checks:
         timing = verdict.model_timing
         if replacements:
             accepted.append(self.rules.judge(problem.id, lambda policy: policy.slower(timing), lambda: (
-                f"{problem.id}: committed kernels make the model slower: {timing.speedup:.3f}x "
-                f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])")))
+                f"{problem.id}: committed kernels make the model slower: {timing_text(timing, label=True)}")))
         accepted.append(self._check_recorded(item, problem.id, verdict, problem.shape))
         _limit(item, session, verdict)
         base = verdict.base_timing
@@ -243,8 +242,7 @@ class Checks:
             assert self.base is not None
             ref = self.base.ref
             accepted.append(self.rules.judge(problem.id, lambda policy: policy.slower(base), lambda: (
-                f"{problem.id}: slower than at {ref}: {base.speedup:.3f}x "
-                f"(95% CI [{base.ci_low:.3f}, {base.ci_high:.3f}])")))
+                f"{problem.id}: slower than at {ref}: {timing_text(base, label=True)}")))
         # Passed: with committed kernels swapped in or a committed compile setting ("committed"), or the
         # compiler's alone (it was null).
         return "committed" if replacements or problem.variant is not None else "baseline"
@@ -313,8 +311,7 @@ class Checks:
             item.prop("compile_speedup", round(timing.speedup, 4))
             item.prop("compile_speedup_ci", [round(timing.ci_low, 4), round(timing.ci_high, 4)])
         return self.rules.judge(problem.id, lambda policy: policy.slower(timing), lambda: (
-            f"{where}: the model is slower than under the default compile: {timing.speedup:.3f}x "
-            f"(95% CI [{timing.ci_low:.3f}, {timing.ci_high:.3f}])"))
+            f"{where}: the model is slower than under the default compile: {timing_text(timing, label=True)}"))
 
     def _check_recorded(self, item: ModelItem, model: str, verdict: Any, shape: str | None = None) -> str | None:
         """Compare the measured speedup with the one recorded in kernels/<model>/model.json for this environment
@@ -338,8 +335,8 @@ class Checks:
         def message() -> str:
             if note is not None:
                 return f"{model}: slower than recorded on {recorded.measured:%Y-%m-%d} in this environment: {note}"
-            return (f"{model}: speedup over the compiled model regressed: now {timing.speedup:.3f}x (95% CI "
-                    f"[{timing.ci_low:.3f}, {timing.ci_high:.3f}]), recorded {recorded.timing.speedup:.3f}x on "
+            return (f"{model}: speedup over the compiled model regressed: now {timing_text(timing, label=True)}, "
+                    f"recorded {speedup_text(recorded.timing.speedup)} on "
                     f"{recorded.measured:%Y-%m-%d} in this environment")
 
         return self.rules.judge(model, lambda p: p.against_recorded(timing, recorded.timing)[0], message)

@@ -20,6 +20,8 @@ from .failure import GateFailure
 from .problems import Problem
 
 if TYPE_CHECKING:
+    from _pytest._code.code import TerminalRepr
+
     from .session import GateSession
 
 PREFIX = "kernelopt_"  # of every property an item records
@@ -75,7 +77,7 @@ class GateItem(pytest.Item):
     def check(self) -> None:
         raise NotImplementedError
 
-    def repr_failure(self, excinfo: Any, style: Any = None) -> str:
+    def repr_failure(self, excinfo: Any, style: Any = None) -> str | TerminalRepr:
         if isinstance(excinfo.value, (GateFailure, KerneloptError)):
             from ..report.untrusted import plain
 

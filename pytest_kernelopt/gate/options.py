@@ -8,42 +8,39 @@ checking each value where the gate's command line names it. A bad one is a
 
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel, ConfigDict
 
 from ..errors import UsageError
+from ..settings import Agent, rule_text
+from ..shard import Shard
+from ..verify.options import VerifyOptions
 
-# What each verifier option must be, in the words of the gate's command line; the
-# check itself is VerifyOptions' / SpeedPolicy's (one rule, parsed once).
-# (The option's name comes from the settings, where it is defined once.)
-_OPTION_RULES = {
-    "seeds": "must be a whole number from 1 to 1000",
-    "seed": "must be a whole number from 0 up to 2**63",
-    "timeout": "must be a positive, finite number of seconds",
-    "max_slowdown": "must be a fraction from 0 up to, not including, 1",
-    "max_regression": "must be a fraction from 0 up to, not including, 1",
-}
+# The verifier's options the gate's command line gives; each is checked by VerifyOptions / SpeedPolicy
+# (one rule, parsed once) and a bad one named in the words of its field (settings.rule_text).
+_VERIFY_OPTIONS = ("seeds", "seed", "timeout", "max_slowdown", "max_regression")
 
 
-@dataclass(frozen=True)
-class GateOptions:
-    """Everything the gate was told, checked."""
+class GateOptions(BaseModel):
+    """Everything the gate was told, checked: built once when pytest configures, then handed down whole
+    (the checks, the outputs, and ``--kernelopt-tune``, which takes ``verify`` as it is)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     strict: bool  # a stale committed kernel fails (else: skipped with a note)
-    verify: Any  # verify.VerifyOptions: seeds, seed, timeout and the speed policy
-    shard: Any  # shard.Shard, or None: every problem
+    verify: VerifyOptions  # seeds, seed, timeout and the speed policy
+    shard: Shard | None  # None: every problem
     json_path: Path | None  # --kernelopt-json
     report_path: Path | None  # --kernelopt-report
     history_path: Path | None  # --kernelopt-history
     tune: bool
     refresh: bool
     open_pr: bool
-    agent: str  # --kernelopt-tune's agent backend
+    agent: Agent  # --kernelopt-tune's agent backend
     budget_s: float  # --kernelopt-tune: device seconds per kernel
     device: str | None  # --kernelopt-device (None: [tool.kernelopt] device)
     problem_globs: list[str] | None  # --kernelopt-problems (None: [tool.kernelopt] problems)
@@ -54,7 +51,7 @@ def read_options(config: pytest.Config, settings: Any) -> GateOptions:
     """The gate's options from pytest's ``config`` and the project's ``settings``, cheapest check first."""
     get = config.getoption
     strict = _strict(get("kernelopt_strict"), get("kernelopt_allow_stale"), settings.allow_stale)
-    verify = _verify_options({name: get(f"kernelopt_{name}") for name in _OPTION_RULES})
+    verify = _verify_options({name: get(f"kernelopt_{name}") for name in _VERIFY_OPTIONS})
     shard = _shard(get("kernelopt_shard"))
     here = config.invocation_params.dir
     json_path = _writable("--kernelopt-json", here, get("kernelopt_json"))
@@ -68,9 +65,7 @@ def read_options(config: pytest.Config, settings: Any) -> GateOptions:
     if open_pr and not (tune or refresh):
         raise UsageError("--kernelopt-open-pr publishes what --kernelopt-tune or --kernelopt-refresh stored; "
                          "give one of them too")
-    budget = get("kernelopt_budget_s")
-    if not (isinstance(budget, float) and math.isfinite(budget) and budget > 0):
-        raise UsageError(f"--kernelopt-budget-s {budget}: must be a positive, finite number of seconds")
+    budget = _checked("budget_s", get("kernelopt_budget_s"))
     return GateOptions(strict=strict, verify=verify, shard=shard, json_path=json_path, report_path=report_path,
                        history_path=history_path, tune=tune, refresh=refresh, open_pr=open_pr, agent=get("kernelopt_agent"), budget_s=budget,
                        device=get("kernelopt_device"), problem_globs=get("kernelopt_problems"),
@@ -88,10 +83,23 @@ def _strict(strict: bool, allow: bool | None, allow_setting: bool) -> bool:
     return bool(strict or not (allow or allow_setting))
 
 
-def _verify_options(given: dict[str, Any]) -> Any:
+def _checked(name: str, value: Any) -> Any:
+    """``value`` of setting ``name`` checked by its field (type, bounds, validators); else a UsageError
+    naming the pytest option, the value and the rule."""
     from pydantic import ValidationError
 
-    from ..verify import SpeedPolicy, VerifyOptions
+    from ..settings import pytest_option, validate
+
+    try:
+        return validate(name, value)
+    except ValidationError:
+        raise UsageError(f"{pytest_option(name)} {value}: {rule_text(name)}") from None
+
+
+def _verify_options(given: dict[str, Any]) -> VerifyOptions:
+    from pydantic import ValidationError
+
+    from ..verify import SpeedPolicy
 
     try:
         # Slower "beyond noise" must also be slower by more than max_slowdown: an unedited
@@ -104,10 +112,10 @@ def _verify_options(given: dict[str, Any]) -> Any:
         name = str(exc.errors()[0]["loc"][-1])
         from ..settings import pytest_option
 
-        raise UsageError(f"{pytest_option(name)} {given[name]}: {_OPTION_RULES[name]}") from None
+        raise UsageError(f"{pytest_option(name)} {given[name]}: {rule_text(name)}") from None
 
 
-def _shard(text: str | None) -> Any:
+def _shard(text: str | None) -> Shard | None:
     from ..shard import parse_shard
 
     if text is None:

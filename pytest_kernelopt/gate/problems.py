@@ -27,7 +27,7 @@ class Problem:
     # A problem file with SHAPES: one Problem per declared shape (``shape`` set, compiled at its inputs), each
     # with its own items; the file's own Problem then has no kernels of its own.
     shape: str | None = None
-    shapes: list["Problem"] = field(default_factory=list)
+    shapes: list[Problem] = field(default_factory=list)
     declared: list[str] = field(default_factory=list)  # the shapes the file declares ([]: no SHAPES)
 
     def owns(self, folder: str) -> bool:
@@ -52,7 +52,7 @@ class Problem:
         return store_name(kernel, self.shape)
 
     @property
-    def parts(self) -> list["Problem"]:
+    def parts(self) -> list[Problem]:
         """What gets items: each declared shape, or the problem itself."""
         return self.shapes or [self]
 

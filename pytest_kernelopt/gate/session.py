@@ -222,18 +222,20 @@ def gpu_names() -> str:
     """The visible GPUs' model ("NVIDIA H200", "NVIDIA H200 x 4"), read by nvidia-smi: asking torch would
     start CUDA in the controller, which never touches a GPU (its workers do). "GPU name unknown" without it."""
     import os
-    import subprocess
     from collections import Counter
+
+    from ..child import child_env, run_child
 
     query = ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible:
         query += ["-i", visible]
     try:
-        out = subprocess.run(query, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
+        out = run_child(query, env=child_env(), timeout=10, separate_stdout=True)
+    except OSError:
         return "GPU name unknown"
-    names = Counter(line.strip() for line in out.stdout.splitlines() if line.strip()) if out.returncode == 0 else {}
+    text = out.stdout.text if out.stdout is not None and out.returncode == 0 else ""
+    names = Counter(line.strip() for line in text.splitlines() if line.strip())
     if not names:
         return "GPU name unknown"
     return ", ".join(name if n == 1 else f"{name} x {n}" for name, n in sorted(names.items()))

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..config import runs_folder
 from ..errors import KerneloptError
 from .problems import Problem
 from .torch_warnings import internal_warnings_ignored
@@ -23,7 +24,7 @@ class Tuning:
 
     def __init__(self, options: Any, settings: Any, device: str, store: Any, sessions: Any):
         self.options = options  # gate.options.GateOptions
-        self.runs_dir: Path = settings.root / ".kernelopt" / "runs"
+        self.runs_dir: Path = runs_folder(settings)  # where `kernelopt tune` and `refresh` put theirs
         self.device = device
         self.store = store  # () -> a KernelStore of the project's kernels/
         self.sessions = sessions  # checks.VerifySessions: refresh borrows the problem's
@@ -47,11 +48,11 @@ class Tuning:
         """Tune the problem in a session of its own before the gate opens its session."""
         from ..agents import TuneOptions, tune
 
-        verify = self.options.verify
-        # Kernels only: the problem was compiled for its items under model.json's compile settings,
+        # The gate's verify options whole (seeds, --kernelopt-seed, timeout, speed policy): tune checks as the
+        # gate does. Kernels only: the problem was compiled for its items under model.json's compile settings,
         # which `kernelopt tune` chooses (a new choice here would leave the items on the old compile).
-        options = TuneOptions(device=self.device, budget_s=self.options.budget_s, seeds=verify.seeds,
-                              timeout=verify.timeout, compile_variants=[])
+        options = TuneOptions(device=self.device, budget_s=self.options.budget_s, verify=self.options.verify,
+                              compile_variants=[])
         started = time.monotonic()
         with internal_warnings_ignored():
             record = tune([problem.path], options, agent=self.options.agent, store=self.store(),

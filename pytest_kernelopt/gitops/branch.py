@@ -92,7 +92,7 @@ class Repository:
     def git(self, *args: str, env: dict[str, str] | None = None, stdin: bytes | None = None) -> str:
         """Run git in the repository; a failure is one PublishError line with git's own message."""
         try:
-            return self.repo.git.execute(["git", *args], env=env, with_extended_output=False)  # type: ignore[call-overload]
+            return self.repo.git.execute(["git", *args], env=env, with_extended_output=False)
         except self._git.GitCommandError as exc:
             raise PublishError(f"git {args[0]} failed: {redact(_why(exc))}") from None
 
@@ -173,7 +173,7 @@ class Repository:
         """Commits in ``base..tip`` that kernelopt did not make for this kernel, newest first."""
         foreign = []
         for commit in self.repo.iter_commits(f"{base}..{tip}"):
-            if not is_ours(commit.message, model, kernel):
+            if not is_ours(commit.message if isinstance(commit.message, str) else "", model, kernel):
                 foreign.append(Foreign(commit.hexsha, commit.summary if isinstance(commit.summary, str) else "",
                                        f"{commit.author.name} <{commit.author.email}>"))
         return foreign

@@ -185,7 +185,7 @@ class GitHub:
             for comment in found:
                 if not isinstance(comment, dict) or marker not in str(comment.get("body") or ""):
                     continue
-                user = comment.get("user") if isinstance(comment.get("user"), dict) else {}
+                user = found_user if isinstance(found_user := comment.get("user"), dict) else {}
                 if author is None or user.get("login") == author:
                     ours = ours or comment  # the first one: later runs keep editing it
             if len(found) < PAGE_SIZE:

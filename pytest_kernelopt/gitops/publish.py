@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from ..capture.shapes import store_name
 from ..errors import KerneloptError, StoreError
+from ..measure.text import interval, speedup_text, timing_text
 from ..records import load_json
 from ..report import build_view, render_report
 from ..report.chart import draw_chart
@@ -370,7 +371,7 @@ def _plan(ctx: _Context, problem: Any, model: str, kernel: str, version: int, ou
     new = verdict.model_timing if verdict.speed_measured else None
     if verdict.speed_measured and verdict.status != "accepted":
         return (f"v{version}: re-verified correct but not faster beyond noise here"
-                f"{f' ({new.speedup:.3f}x [{new.ci_low:.3f}, {new.ci_high:.3f}])' if new else ''}")
+                f"{f' ({timing_text(new)})' if new else ''}")
     replaced = "the compiler's kernel"
     if active is not None:
         old = active.evidence.model_timing  # committed on the base branch: reviewed, gated
@@ -392,13 +393,13 @@ def _plan(ctx: _Context, problem: Any, model: str, kernel: str, version: int, ou
                 from None
     env = verdict.environment
     on = f" on {_words(env.gpu or env.device)}" if env else ""
-    measured = f"model {new.speedup:.3f}x [{new.ci_low:.3f}, {new.ci_high:.3f}]" if new else \
+    measured = f"model {timing_text(new)}" if new else \
         "speed not measured (re-verified in interpreter mode: correctness only)"
     speed = f"v{version}, {measured}{on}"
     errors = [e for e in verdict.errors if e.candidate_vs_fp64 is not None]
     error_line = ""
     if errors:
-        worst = max(e.candidate_vs_fp64 for e in errors)  # type: ignore[type-var]
+        worst = max(e.candidate_vs_fp64 for e in errors)
         baseline = max((e.baseline_vs_fp64 for e in errors if e.baseline_vs_fp64 is not None), default=None)
         error_line = f"Max error vs float64: {worst:.3g}" + (f" (compiled baseline {baseline:.3g})" if baseline else "") \
             + ".\n"
@@ -413,7 +414,7 @@ def _plan(ctx: _Context, problem: Any, model: str, kernel: str, version: int, ou
     why_pinned = ("Pinned: Inductor picks among several launch configurations of this kernel by timing them once "
                   "at each compile, so its pick varies; this is the fastest configuration the run measured.\n"
                   if pinned and new is not None else "")
-    timing_line = (f"Model speedup vs torch.compile: {new.speedup:.3f}x, 95% CI [{new.ci_low:.3f}, {new.ci_high:.3f}] "
+    timing_line = (f"Model speedup vs torch.compile: {speedup_text(new.speedup)}, 95% CI {interval(new.ci_low, new.ci_high)} "
                    f"({new.pairs} pairs, {_words(new.method)}){on}.\n" if new is not None else
                    f"Speed not measured: re-verified in interpreter mode{on} (correctness only).\n")
     message = (f"kernelopt: {model}/{kernel} v{version}, {headline}\n\n"
@@ -451,15 +452,14 @@ def _body(ctx: _Context, model: str, kernel: str, version: int, verdict: Any, ne
                                                          if env else "")),
             ("verdict", md_inline(verdict.status)),
             ("model speedup vs torch.compile [95% CI]",
-             f"{new.speedup:.3f}x [{new.ci_low:.3f}, {new.ci_high:.3f}] ({new.pairs} pairs)" if new else
+             f"{timing_text(new)} ({new.pairs} pairs)" if new else
              "not measured (interpreter mode: correctness only)")]
     kernel_timing = verdict.kernel_timing if verdict.speed_measured else None
     if kernel_timing is not None:
-        rows.append(("kernel alone", f"{kernel_timing.speedup:.3f}x [{kernel_timing.ci_low:.3f}, "
-                                     f"{kernel_timing.ci_high:.3f}]"))
+        rows.append(("kernel alone", timing_text(kernel_timing)))
     errors = [e for e in verdict.errors if e.candidate_vs_fp64 is not None]
     if errors:
-        worst = max(e.candidate_vs_fp64 for e in errors)  # type: ignore[type-var]
+        worst = max(e.candidate_vs_fp64 for e in errors)
         base = max((e.baseline_vs_fp64 for e in errors if e.baseline_vs_fp64 is not None), default=None)
         rows.append((f"max error vs float64 over {len(errors)} seed(s)",
                      f"{worst:.3g}" + (f" (compiled baseline {base:.3g})" if base is not None else "")))

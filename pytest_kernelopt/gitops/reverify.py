@@ -27,7 +27,7 @@ class Judge(Protocol):
     ``shape`` (a declared shape of a problem with SHAPES; passed only for one)."""
 
     def __call__(self, problem: Path, model: str, kernel: str, source: str, variant: str | None,
-                 **shape: str) -> Any: ...
+                 *, shape: str = ...) -> Any: ...
 
 
 class SessionJudge:

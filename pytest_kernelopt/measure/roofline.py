@@ -3,7 +3,7 @@
 Two floors, each a lower bound on a call's time, and the limit is the larger:
 
 * **memory**: the model's tensor inputs, parameters and buffers read once and its outputs
-  written once, at the copy bandwidth measured on the same device (``verify.time_by_kernel``);
+  written once, at the copy bandwidth measured on the same device (:func:`copy_ceiling_gbps`);
 * **compute**: the FLOPs of its matrix products and convolutions (counted with torch's own
   formulas, :mod:`torch.utils.flop_counter`, per rate: the operands' dtype, or ``tf32`` for
   float32 work torch lets run on TF32 tensor cores), each rate's at the matrix-product
@@ -27,6 +27,7 @@ from typing import Any, Callable
 LIMIT_MIN_TRITON_SHARE = 0.9
 # The matrix product the FLOP ceiling is measured with (square, n x n by n x n).
 CEILING_N = 8192
+COPY_BYTES = 1 << 30  # the copy ceiling's buffer; at most a tenth of free memory
 
 
 def min_bytes(model: Any, inputs: list[Any], outputs: list[Any]) -> int:
@@ -46,7 +47,9 @@ def tf32_allowed(convolution: bool) -> bool:
     try:
         return bool(torch.backends.cudnn.allow_tf32 if convolution else torch.backends.cuda.matmul.allow_tf32)
     except RuntimeError:
-        chain = ([torch.backends.cudnn.conv, torch.backends.cudnn, torch.backends] if convolution
+        # torch's CudnnModule replaces the module at import and adds ``conv``; its stubs show the plain module.
+        cudnn: Any = torch.backends.cudnn
+        chain = ([cudnn.conv, cudnn, torch.backends] if convolution
                  else [torch.backends.cuda.matmul, torch.backends])
         for module in chain:
             precision = getattr(module, "fp32_precision", "none")
@@ -152,6 +155,18 @@ def median_event_seconds(fn: Callable[[], object], runs: int = 10, warmup: int =
     return statistics.median(times)
 
 
+def copy_ceiling_gbps() -> float:
+    """Device-to-device copy bandwidth (GB/s, read + write counted), median of 10 timed copies."""
+    import torch
+
+    free, _ = torch.cuda.mem_get_info()
+    n = max(1 << 24, min(COPY_BYTES, free // 10)) // 2
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    seconds = median_event_seconds(lambda: dst.copy_(src))
+    return 2 * n / seconds / 1e9
+
+
 def _matmul_tflops(rate: str) -> float:
     """An n x n by n x n product at ``rate`` (a dtype, or ``tf32``: float32 with TF32 allowed) on the
     current CUDA device: median of 10 timed (TFLOP/s). Sets torch's TF32 flag: run it in a
@@ -169,16 +184,17 @@ def _matmul_tflops(rate: str) -> float:
 def _measure_in_child(rate: str, timeout: float = 120.0) -> float:
     """:func:`_matmul_tflops` in a fresh Python on the same device: the caller's TF32 settings are
     never touched (torch refuses mixing its two APIs for them, and Inductor reads them)."""
-    import subprocess
     import sys
 
-    from ..child import child_env
+    from ..child import child_env, run_child
 
     code = ("import json, sys\nfrom pytest_kernelopt.measure.roofline import _matmul_tflops\n"
             "print(json.dumps(_matmul_tflops(sys.argv[1])))")
-    done = subprocess.run([sys.executable, "-c", code, rate], capture_output=True, text=True, timeout=timeout,
-                          env=child_env(), check=True)
-    return float(json.loads(done.stdout.strip().splitlines()[-1]))
+    done = run_child([sys.executable, "-c", code, rate], env=child_env(), timeout=timeout, separate_stdout=True)
+    if done.returncode != 0 or done.stdout is None or not done.stdout.text.strip():
+        why = "timed out" if done.timed_out else f"exit {done.returncode}"
+        raise RuntimeError(f"the {rate} ceiling's child failed ({why}): {done.output_tail}")
+    return float(json.loads(done.stdout.text.strip().splitlines()[-1]))
 
 
 def flop_ceiling_tflops(rates: list[str], measure: Callable[[str], float] | None = None,

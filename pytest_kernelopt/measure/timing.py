@@ -51,7 +51,7 @@ def graphed(prepare: Callable[[], None], fn: Callable[[], object], cleanup: Call
     return (lambda: None, graph.replay, lambda: None)
 
 
-def _l2_flush_buffer():  # type: ignore[no-untyped-def]
+def _l2_flush_buffer():
     import torch
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import UsageError, install_hint
+from ..measure.text import speedup_text
 
 KEEP = 500  # entries per suite
 TOOL = "customSmallerIsBetter"
@@ -104,7 +105,7 @@ def benches(result: Any) -> list[Bench]:
         extra = f"{where}; {item.outcome}"
         if item.speedup is not None and item.speedup_ci:
             lo, hi = item.speedup_ci
-            extra += f"; {item.speedup:.3f}x [{lo:.3f}, {hi:.3f}] over the compiled model"
+            extra += f"; {speedup_text(item.speedup, lo, hi)} over the compiled model"
         if item.compiled_ms is not None:
             extra += f" ({item.compiled_ms:.4g} ms)"
         found.append(Bench(name=item.model, value=item.model_ms, unit="ms", extra=extra))

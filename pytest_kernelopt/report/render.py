@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..measure.text import speedup_text, timing_text
 from .chart import CHART_FILE, draw_chart
 from .untrusted import HTML_FILTERS, MD_FILTERS, MdSafe, md_finalize
 from .view import RunView, build_view, kernels_path, repository_root
@@ -26,13 +27,13 @@ class ReportFiles:
 
 
 def _speedup(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}x"
+    return "-" if value is None else speedup_text(value)
 
 
 def _ci(timing: Any) -> str:
     if timing is None:
         return "-"
-    return f"{timing.speedup:.3f}x [{timing.ci_low:.3f}, {timing.ci_high:.3f}]"
+    return timing_text(timing)
 
 
 def _ms(value: float | None) -> str:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..capture.shapes import split_name
+from ..measure.text import speedup_text
 from ..records import ArgInfo, CaptureSummary
 from ..runs.gate_summary import GateSummary
 from .untrusted import INLINE_LIMIT, plain
@@ -116,7 +117,7 @@ def summary_table_lines(summary: Any) -> list[str]:
 def _speed(p: Any) -> str:
     if p.speed == "measured":
         lo, hi = p.ci
-        return f"{p.speedup:.3f}x [{lo:.3f}, {hi:.3f}]"
+        return speedup_text(p.speedup, lo, hi)
     return {"compiler baseline": "compiler baseline", "not timed": "not measured",
             "not reached": "not measured"}.get(p.speed, "-")
 
@@ -124,7 +125,7 @@ def _speed(p: Any) -> str:
 def _vs_base(p: Any) -> str:
     if p.vs_base_speedup is not None:
         lo, hi = p.vs_base_ci
-        return f"{p.vs_base_speedup:.3f}x [{lo:.3f}, {hi:.3f}]"
+        return speedup_text(p.vs_base_speedup, lo, hi)
     return _inert(p.vs_base) if p.vs_base else "-"
 
 

@@ -19,10 +19,15 @@ from pathlib import Path
 from ..capture.shapes import store_name
 from ..runs.records import Attempt, KernelOutcome, ProblemOutcome, RunRecord, TraceEvent
 from ..errors import StoreError
+from ..measure.text import speedup_text
 from ..records import Environment, SeedErrors, Timing
+from ..verify import stages as cascade
 
-# The order in which a kernel's attempts are counted: where the cascade stopped them, then what passed.
-STAGE_ORDER = ("reviewed", "duplicate", "static", "kernel", "model", "speed", "correct", "accepted")
+
+def stage_order() -> tuple[str, ...]:
+    """The order in which a kernel's attempts are counted: turned away before the cascade, where
+    the cascade stopped them (its stages, in order: verify/stages.py), then what passed."""
+    return ("reviewed", "duplicate", *cascade.names(), "correct", "accepted")
 
 
 @dataclass(frozen=True)
@@ -167,7 +172,7 @@ def build_view(record: RunRecord, events: list[TraceEvent], kernels_dir: Path | 
             continue  # another shape's outcome of the model: not this kernel's report
         models.append(view)
     roles = Counter(e.role for e in events)
-    view = RunView(
+    run_view = RunView(
         run_id=record.run_id, started=record.started, finished=record.finished, agent=record.agent,
         agent_model=record.agent_model, budget_s=record.budget_s, environment=record.environment,
         kernels_dir=record.kernels_dir, input_tokens=record.input_tokens, output_tokens=record.output_tokens,
@@ -175,7 +180,7 @@ def build_view(record: RunRecord, events: list[TraceEvent], kernels_dir: Path | 
         trace_events=len(events), trace_roles=sorted(roles.items(), key=lambda kv: (-kv[1], kv[0])),
         last_event=events[-1] if events else None,
     )
-    return relative_paths(view, roots) if roots else view
+    return relative_paths(run_view, roots) if roots else run_view
 
 
 def repository_root(path: Path) -> Path | None:
@@ -242,7 +247,7 @@ def _compile_note(problem: ProblemOutcome) -> str | None:
     chosen = problem.compile
     if chosen is None:
         return None
-    tried = [f"{t.variant} " + (f"{t.speedup:.3f}x [{t.ci_low:.3f}, {t.ci_high:.3f}] " if t.speedup is not None
+    tried = [f"{t.variant} " + (f"{speedup_text(t.speedup, t.ci_low, t.ci_high)} " if t.speedup is not None
                                 and t.ci_low is not None and t.ci_high is not None else "") + t.status
              for t in chosen.tried]
     on = f"kernels tuned on {chosen.chosen!r}" if chosen.chosen else "kernels tuned on the default compile"
@@ -302,8 +307,9 @@ def _stages(outcome: KernelOutcome) -> list[tuple[str, int]]:
     counts = dict(outcome.by_stage)
     if not counts and outcome.history:
         counts = dict(Counter(a.stage if a.status == "rejected" and a.stage else a.status for a in outcome.history))
-    known = [(s, counts[s]) for s in STAGE_ORDER if counts.get(s)]
-    return known + sorted((s, n) for s, n in counts.items() if s not in STAGE_ORDER and n)
+    order = stage_order()
+    known = [(s, counts[s]) for s in order if counts.get(s)]
+    return known + sorted((s, n) for s, n in counts.items() if s not in order and n)
 
 
 def _reasons(history: list[Attempt]) -> list[Reason]:

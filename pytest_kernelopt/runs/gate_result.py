@@ -20,7 +20,7 @@ import platform
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field, ValidationError
 
@@ -31,7 +31,7 @@ from ..shard import Shard, select, shard_of
 from ..store.files import atomic_write
 
 PREFIX = "kernelopt_"
-KIND = "kernelopt-gate-result"
+KIND: Final = "kernelopt-gate-result"
 
 
 class ItemResult(Record):
@@ -370,6 +370,7 @@ def _check_plan(results: list[tuple[str, GateResult]]) -> None:
             raise MergeError(f"{_where(first_name, first)} and {where} were written by different versions of "
                              f"pytest-kernelopt ({first.tool_version} vs {result.tool_version}): not one gate run")
         if result.run_problems != first.run_problems:
+            assert first.run_problems is not None  # checked on the loop's first pass (first is results[0])
             diff = sorted(set(result.run_problems) ^ set(first.run_problems))
             raise MergeError(f"{_where(first_name, first)} and {where} ran over different problem lists "
                              f"(differing: {', '.join(diff) or 'order'}): not one gate run")

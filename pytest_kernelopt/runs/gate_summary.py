@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..measure.text import speedup_text
 from .gate_result import GateResult, ItemResult, item_from_properties, outcome_counts
 
 Speed = Literal["measured", "compiler baseline", "not timed", "not reached", "not run"]
@@ -108,7 +109,7 @@ class ProblemSummary:
             text = f"base {self.base_ms:.4g} ms, head {self.head_ms:.4g} ms"
             if self.vs_base_speedup is not None and self.vs_base_ci:
                 lo, hi = self.vs_base_ci
-                text += f" ({self.vs_base_speedup:.3f}x [{lo:.3f}, {hi:.3f}])"
+                text += f" ({speedup_text(self.vs_base_speedup, lo, hi)})"
             text += "; "
         return text + f"base ran {self.base_ran}"
 
@@ -120,7 +121,7 @@ class ProblemSummary:
         text = f"compiled as {self.compile!r} (model.json)"
         if self.compile_speedup is not None and self.compile_ci:
             lo, hi = self.compile_ci
-            text += f": {self.compile_speedup:.3f}x [{lo:.3f}, {hi:.3f}] over the default compile"
+            text += f": {speedup_text(self.compile_speedup, lo, hi)} over the default compile"
         return text + ("; the speedup column is over that compile" if self.speed == "measured" else "")
 
 

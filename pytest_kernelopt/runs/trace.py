@@ -67,7 +67,7 @@ class RunDir:
 
     def event(self, role: str, event: str, *, model: str | None = None, kernel: str | None = None,
               **data: Any) -> TraceEvent:
-        entry = TraceEvent(t=round(time.monotonic() - self._t0, 3), role=role, event=event, model=model,  # type: ignore[arg-type]
+        entry = TraceEvent(t=round(time.monotonic() - self._t0, 3), role=role, event=event, model=model,
                            kernel=kernel, data=data)
         self.append(entry)
         return entry

@@ -38,7 +38,7 @@ from ..candidate.format import render_dump
 from ..capture.shapes import SHAPE_NAME_RE, split_name, store_name
 from ..capture.variants import unknown_variant
 from ..errors import StoreError
-from ..records import Verdict, dump_json, worst_error
+from ..records import ArgInfo, Environment, Timing, Verdict, dump_json, worst_error
 from .files import atomic_write, create_exclusive, load_record, why
 from .manifest import (
     FINGERPRINT_RE, MANIFEST, MANIFEST_SCHEMA_VERSION, MODEL_RECORD, NAME_RE, ORIGINAL, ORIGINAL_FILE_RE,

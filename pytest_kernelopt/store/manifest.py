@@ -131,7 +131,7 @@ class VersionRecord(Record):
             raise ValueError(f"version {self.version} must be stored as v{self.version}.py, not {self.file}")
         return self
 
-    def unverified_reason(self, fingerprint: str) -> str | None:
+    def unverified_reason(self, fingerprint: str | None) -> str | None:
         """Why this version has no recorded passing verification against compiler kernel ``fingerprint``
         (None: it has one). Evidence only exists for passing verdicts (accepted or correct)."""
         verified = self.evidence

@@ -548,6 +548,7 @@ _BACKENDS: list[KerneloptBackend] = []
 def status(model: Any) -> ProductionStatus:
     """Which kernels of a model compiled by :func:`compile` (or a backend, or a model id) come from the
     store and which are the compiler's, and why: ``print(pytest_kernelopt.status(compiled))``."""
+    found: KerneloptBackend | None
     if isinstance(model, KerneloptBackend):
         found = model
     elif isinstance(model, str):
@@ -603,11 +604,9 @@ def _inductor_patches(mode: str | None, options: dict[str, Any]) -> dict[str, An
 
 def _kernels_path(kernels_dir: str | Path | None) -> Path:
     """``kernels_dir`` (relative: to the current folder), or ``[tool.kernelopt] kernels_dir`` of the current project."""
-    if kernels_dir is None:
-        from ..config import load_config
+    from ..config import kernels_folder
 
-        return load_config().kernels_path
-    return Path(kernels_dir).resolve()
+    return kernels_folder(None, kernels_dir)
 
 
 def model_id_of(model: Any) -> str:

@@ -57,7 +57,7 @@ def open_base(prepared: Prepared, problem: str, kernels_dir: str | None) -> tupl
 
     key = (problem, kernels_dir)
     if key in prepared.base:
-        return prepared.base[key]  # type: ignore[no-any-return]
+        return prepared.base[key]
     prepared.base.clear()
     try:
         base = _compile(prepared, problem, kernels_dir)

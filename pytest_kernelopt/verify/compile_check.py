@@ -233,6 +233,7 @@ def _draws(prepared: Prepared, variant: str, default: Any, chosen: Any, rule: Nu
             references = [_draw_reference(b, r) for b, r in zip(base, refs)]
             del inputs, refs, base, floating
             inputs = again()
+            assert inputs is not None  # the same draw as above, which had floating-point inputs
             try:
                 with torch.no_grad():
                     outs = [t.clone() for t in flatten(chosen(*inputs))]

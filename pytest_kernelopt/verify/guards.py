@@ -148,14 +148,15 @@ class Guard:
         pad = -(-pad // ALIGN) * ALIGN
         draw = random.Random(seed)  # 0 to 100% more padding on each side: where the neighbours start is not known
         front, back = ((pad + draw.randrange(pad // ALIGN + 1) * ALIGN) // size for _ in range(2))
-        self.buffer = torch.empty(front + ALIGN // size + self.span + back, dtype=t.dtype, device=t.device)
+        # Tensors, None after release(): Any, as every tensor in this module (torch is imported lazily).
+        self.buffer: Any = torch.empty(front + ALIGN // size + self.span + back, dtype=t.dtype, device=t.device)
         # Same address modulo ALIGN as the original: Triton's 16-byte specialisation sees the same layout.
         shift = (t.data_ptr() - self.buffer.data_ptr() - front * size) % ALIGN
         self.offset = front + shift // size
         _fill(self.buffer, pattern, seed)
         # A copy of the bytes: clone() of a bool buffer turns the padding's 2..255 into 1.
-        self.canary = self.buffer.view(torch.uint8).clone().view(t.dtype)
-        self.view = self.buffer.as_strided(self.shape, self.stride, self.offset)
+        self.canary: Any = self.buffer.view(torch.uint8).clone().view(t.dtype)
+        self.view: Any = self.buffer.as_strided(self.shape, self.stride, self.offset)
         self.view.copy_(t)
 
     def breaches(self) -> tuple[int, str]:
@@ -329,6 +330,7 @@ class GuardedKernel:
         written = [i for i in tensors if i in self.written]
         read_only = [i for i in tensors if i not in self.written]
         self.launches += 1
+        guards: list[Guard]
         if self._unguarded():  # as production: no copies, outputs as the model allocated them
             ran_on, guards = list(args), []
             self.unguarded += 1

@@ -51,6 +51,11 @@ is NaN/Inf the candidate's must be the same; where finite, within the rule above
 draw on which the model raises without the candidate, or does not launch the kernel,
 or where the compiler's kernel writes no finite number at all, is skipped and the
 stage's detail says so. The draws' seeds are in the stage's detail.
+
+**Incoming gradients.** A backward kernel of a training step (capture/training.py) reads mostly the
+step's incoming gradients; for one, every stress variant runs once more in a draw of its own, the
+inputs plain and the loss's gradient of each output turned into the variant (:class:`IncomingDraw`)
+before the compiled backward runs from it.
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ from typing import Any
 
 from ..capture import launch_signature
 from ..records import SeedErrors
-from .guards import CANARIES, UNGUARDED, Bands, GuardedKernel
+from .guards import CANARIES, UNGUARDED, Bands, Guard, GuardedKernel
 from .numerics import Judgement, NumericsFailure, NumericsRule, Tolerance, judge
 from .prepared import Prepared, StageFailure
 from .tensors import (EXACT_COPY_BYTES, STRESS_VARIANTS, checksum, chunks, limits_of, poison, random_fill, restore,
@@ -123,7 +128,7 @@ class _Checker:
 
     def __init__(self, original: Any, candidate: Any, infos: list[Any], where: str, rule: NumericsRule,
                  device: str, entropy: Any, passes: int = 3, draw: bool = False, mode: str | None = None,
-                 condition: float = 1.0):
+                 condition: float = 1.0, incoming: IncomingDraw | None = None):
         self.original, self.candidate, self.infos = original, candidate, infos
         self.where, self.rule, self.device, self.entropy = where, rule, device, entropy
         self.passes, self.draw, self.mode = passes, draw, mode
@@ -132,6 +137,9 @@ class _Checker:
         # proportion to the offset, a wrong algorithm (a one-pass variance) with its square
         # (NumericsRule.shifted_rtol).
         self.condition = condition
+        # A draw of a training step's incoming gradients conditions the backward's reductions the same way;
+        # known once the backward starts (the draw is made then), so read at each comparison.
+        self.incoming = incoming
         self.launches = self.compared = self.unguarded = 0
         self.verified: set[tuple[str, ...]] = set()  # the launches compared, as capture.launch_signature writes them
         self.failure: StageFailure | None = None
@@ -217,6 +225,7 @@ class _Checker:
         an UNGUARDED pass, on the model's own argument tensors exactly as production calls it."""
         import torch
 
+        guards: list[Guard]
         if canary == UNGUARDED:
             ran_on, guards = list(args), []
             # Nothing pads these tensors: a store outside them may land in the verifier's copy of the
@@ -251,10 +260,11 @@ class _Checker:
     def _compare(self, args: Any, results: dict[int, Any], written: list[int], read_only: list[int],
                  before: dict[int, Any], fill: str, canary: str) -> None:
         """``args``: what the candidate ran on (guarded copies or the real tensors)."""
+        condition = max(self.condition, self.incoming.condition if self.incoming is not None else 1.0)
         for i in written:
             rtol = None
-            if self.condition > 1.0 and not self.rule.pointwise and results[i].dtype.is_floating_point:
-                rtol = self.rule.shifted_rtol(results[i].dtype, self.condition)
+            if condition > 1.0 and not self.rule.pointwise and results[i].dtype.is_floating_point:
+                rtol = self.rule.shifted_rtol(results[i].dtype, condition)
             j = compare(results[i], args[i], rtol, f"{self.where}, launch {self.launches}, written argument "
                                              f"{self._label(i, fill, canary)}", self.rule)
             w = self.worst
@@ -342,7 +352,8 @@ def kernel_stage(prepared: Prepared, name: str, candidate: Any, allow_reduced_pr
 
 
 def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, rows: KernelRows) -> None:
-    """The input draws, one checked pass each (see the module's docstring).
+    """The input draws, one checked pass each (see the module's docstring); for a backward kernel, each
+    stress variant once more on the step's incoming gradients (:class:`IncomingDraw`).
 
     Each draw's inputs are drawn under a seed of its own, fresh for this check, and
     transformed in place, so one draw's inputs are on the device at a time.
@@ -350,29 +361,44 @@ def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, ro
     import torch
 
     from ..capture.swap import swapped
+    from ..capture.training import incoming_drawn
 
     compiled, handle = prepared.compiled, prepared.compiled.kernel(name)
     entropy = prepared.entropy
-    variants = entropy.shuffled([FRESH, *STRESS_VARIANTS])  # no fixed order to count on either
+    draws = [(FRESH, False), *((v, False) for v in STRESS_VARIANTS)]
+    if getattr(handle.info, "backward", False):
+        # What a backward kernel reads is mostly the incoming gradient: each variant on it too, in draws of
+        # their own (inputs plain), since the backward is linear in it: a zero or NaN gradient drawn with the
+        # same variant of the inputs would hide what that input draw checks.
+        draws += [(v, True) for v in STRESS_VARIANTS]
+    draws = entropy.shuffled(draws)  # no fixed order to count on either
     within = narrowest_float(handle.info.args)
     # A drawn share of the draws (one to half of them, which ones drawn) runs the candidate on
     # the model's own tensors, as production does; the others on guarded copies.
-    unguarded = set(entropy.shuffled(variants)[:1 + entropy.below((len(variants) + 1) // 2)])
-    for variant in variants:
+    unguarded = set(entropy.shuffled(draws)[:1 + entropy.below((len(draws) + 1) // 2)])
+    for variant, on_gradients in draws:
         seed, transform = entropy.input_seed(), entropy.seed()
-        inputs, condition = _stressed_inputs(prepared, seed, variant, transform, within)
+        inputs, condition, gradients = _drawn(prepared, seed, variant, transform, within, on_gradients)
+        label = f"{variant} of the incoming gradients" if on_gradients else variant
         if inputs is None:
             if "every stress draw (no floating-point model input)" not in rows.skipped:
                 rows.skipped.append("every stress draw (no floating-point model input)")
             continue
-        where = f"draw {variant!r} (input seed {seed}, {_text(variant, inputs, within)}, transform seed {transform})"
+        if on_gradients:
+            where = (f"draw {variant!r} of the incoming gradients (input seed {seed}, "
+                     f"{_text(FRESH, inputs, within)}; the loss's gradient of each output "
+                     f"{stress_text(variant, within or torch.float32)}, transform seed {transform})")
+        else:
+            where = (f"draw {variant!r} (input seed {seed}, {_text(variant, inputs, within)}, "
+                     f"transform seed {transform})")
         if condition > 1.0 and not rule.pointwise:
             where += f", a reduction's allowance widened for shifts up to {condition:.3g}"
         checker = _Checker(handle.original, candidate, handle.info.args, where, rule, prepared.device, entropy,
-                           passes=1, draw=True, mode=UNGUARDED if variant in unguarded else None, condition=condition)
+                           passes=1, draw=True, mode=UNGUARDED if (variant, on_gradients) in unguarded else None,
+                           condition=condition, incoming=gradients)
         raised = None
         try:
-            with swapped(compiled, {name: checker}):
+            with incoming_drawn(compiled.problem, gradients), swapped(compiled, {name: checker}):
                 compiled(*inputs)
         except torch.OutOfMemoryError:
             raise
@@ -382,22 +408,40 @@ def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, ro
             raised = type(exc).__name__  # not the exception: its frames hold the inputs
         del inputs
         if raised is not None:
-            if not _raises_alone(prepared, seed, variant, transform, within):
+            if not _raises_alone(prepared, seed, variant, transform, within, on_gradients):
                 raise StageFailure(f"{where}: the model raised with the candidate checked in place, and not without "
                                    f"it ({raised})")
             # The model itself rejects these inputs: nothing to check the candidate on.
-            rows.skipped.append(f"{variant} (the model raises on it: {raised})")
+            rows.skipped.append(f"{label} (the model raises on it: {raised})")
             continue
         if checker.failure is not None:
             raise checker.failure
         if not checker.launches:
-            rows.skipped.append(f"{variant} (the model did not launch the kernel)")
+            rows.skipped.append(f"{label} (the model did not launch the kernel)")
             continue
         if not checker.compared:
-            rows.skipped.append(f"{variant} (the compiler's kernel wrote no finite number)")
+            rows.skipped.append(f"{label} (the compiler's kernel wrote no finite number)")
             continue
         rows.saw(checker)
-        rows.stress.append(f"{variant} (seed {seed})")
+        rows.stress.append(f"{label} (seed {seed})")
+
+
+class IncomingDraw:
+    """A stress draw of a training step's incoming gradients: called by the step (capture/training.py,
+    :func:`..capture.training.incoming_drawn`) with the loss's gradient of each output, before the backward
+    runs, it turns each in place into ``variant`` (:func:`.tensors.stress`, within ``within``'s limits),
+    seeds ``seed``, ``seed + 1``, ... per output; ``condition``: the worst shift drawn (the ``offset`` draw)."""
+
+    def __init__(self, variant: str, seed: int, within: Any = None):
+        self.variant, self.seed, self.within = variant, seed, within
+        self.condition = 1.0
+
+    def __call__(self, gradients: list[Any]) -> None:
+        seen: set[tuple[int, Any]] = set()
+        for k, g in enumerate(gradients):
+            if (g.data_ptr(), g.dtype) not in seen:
+                seen.add((g.data_ptr(), g.dtype))
+                self.condition = max(self.condition, stress(g, self.variant, self.seed + k, self.within))
 
 
 def narrowest_float(args: list[Any]) -> Any:
@@ -444,13 +488,27 @@ def _stressed_inputs(prepared: Prepared, seed: int, variant: str, transform: int
     return inputs, condition
 
 
-def _raises_alone(prepared: Prepared, seed: int, variant: str, transform: int, within: Any = None) -> bool:
+def _drawn(prepared: Prepared, seed: int, variant: str, transform: int, within: Any,
+           on_gradients: bool) -> tuple[list[Any] | None, float, IncomingDraw | None]:
+    """A draw's inputs and condition (:func:`_stressed_inputs`) and, for a draw of the incoming gradients,
+    the inputs plain and the :class:`IncomingDraw` the step applies (seeded from ``transform``)."""
+    if on_gradients:
+        return prepared.inputs(seed), 1.0, IncomingDraw(variant, transform, within)
+    inputs, condition = _stressed_inputs(prepared, seed, variant, transform, within)
+    return inputs, condition, None
+
+
+def _raises_alone(prepared: Prepared, seed: int, variant: str, transform: int, within: Any = None,
+                  on_gradients: bool = False) -> bool:
     """Whether the compiled model, with the compiler's kernels only, raises on this draw."""
     import torch
 
-    inputs, _ = _stressed_inputs(prepared, seed, variant, transform, within)
+    from ..capture.training import incoming_drawn
+
+    inputs, _, gradients = _drawn(prepared, seed, variant, transform, within, on_gradients)
     try:
-        prepared.compiled(*(inputs or []))
+        with incoming_drawn(prepared.compiled.problem, gradients):
+            prepared.compiled(*(inputs or []))
     except torch.OutOfMemoryError:
         raise
     except Exception:  # noqa: BLE001 - any error of the model's own

@@ -214,12 +214,12 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
 
     compiled = prepared.compiled
     rule = NumericsRule(error_factor=error_factor, reduced_precision=reduced_precision)
-    rows = []
+    rows: list[SeedErrors] = []
     shares = unguarded_shares(prepared)
     for seed in prepared.seeds:
         inputs = prepared.inputs(seed)
 
-        def guarded(run: str, share: float = 0.0) -> dict[str, GuardedKernel]:
+        def guarded(run: str, share: float = 0.0, seed: int = seed) -> dict[str, GuardedKernel]:
             return {name: GuardedKernel(c, compiled.kernel(name).info.args, f"seed {seed}{run}, kernel {name}",
                                         prepared.device, prepared.entropy, unguarded=share)
                     for name, c in candidates.items()}
@@ -252,8 +252,8 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
         for k, (c, r) in enumerate(zip(outs, ref)):
             try:
                 j = judge_output(c, r, rule, f"seed {seed}, {names[k]}")
-            except StageFailure as failure:
-                failure.errors = [*rows, failed_row(row, r, failure)]
+            except StageFailure as caught:
+                caught.errors = [*rows, failed_row(row, r, caught)]
                 raise
             if j is None:
                 continue  # an integer output, equal to the baseline's

@@ -1,9 +1,9 @@
-"""Every default of the verifier, and the one rule that says "faster" or "slower".
+"""Every default of the verifier.
 
-:class:`VerifyOptions` is what callers (CLI, gate, tune, bench) configure;
-:class:`SpeedPolicy` is the single speed rule every one of them asks: the verdict's
-``accepted``, the gate's "slower than the compiler's kernel" and "regressed
-against the recorded speedup" all come from it.
+:class:`VerifyOptions` is what callers (CLI, gate, tune, bench) configure; its ``speed``
+is the one speed rule every one of them asks (:class:`~pytest_kernelopt.measure.rule.SpeedPolicy`,
+re-exported here): the verdict's ``accepted``, the gate's "slower than the compiler's kernel"
+and "regressed against the recorded speedup" all come from it.
 """
 
 from __future__ import annotations
@@ -16,77 +16,9 @@ import secrets
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .. import settings
-from ..records import Timing
+from ..measure.rule import SpeedPolicy
 # The numerics defaults are written once, in the one numerics rule (:mod:`.numerics`).
 from .numerics import ERROR_FACTOR, KERNEL_RTOL, REDUCED_PRECISION_RTOL, ULP_FLOOR, NumericsRule  # noqa: F401
-
-
-class SpeedPolicy(BaseModel):
-    """When a measured model speedup counts as faster, slower or a regression.
-
-    * too short to judge: the compiled model runs under ``min_model_us``. On the H200
-      the unedited dump of a 5.7 us model measured 1.036x, 95% CI [1.028, 1.044], as
-      CUDA-graph replays: below that scale, sub-microsecond differences between two
-      builds of the same kernel decide, not the kernel's work.
-    * faster: the whole 95% interval above 1 and the median gain at least ``min_gain``.
-    * slower: the whole interval below ``1 - max_slowdown``. An unedited dump measured
-      0.996x with its interval entirely below 1 in 15 of 20 runs (H200), hence a
-      tolerance of 1% by default.
-    * regressed: below a speedup recorded in an earlier run by more than
-      ``max_regression``. Runs on different days and machines of one kind differ more
-      than one run's interval says: softmax_rows' committed kernel was recorded at
-      1.074x [1.073, 1.075] when tuned and gated at 1.046x [1.045, 1.047] on another
-      H200 the next session, hence 5% by default.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    min_gain: float = Field(0.02, ge=0.0, lt=1.0)
-    max_slowdown: float = settings.field("max_slowdown")
-    min_model_us: float = Field(20.0, ge=0.0)
-    max_regression: float = settings.field("max_regression")
-    max_baseline_drift: float = Field(0.05, ge=0.0, lt=1.0)
-
-    def measurable(self, t: Timing) -> bool:
-        return t.baseline_ms * 1e3 >= self.min_model_us
-
-    def judge(self, t: Timing) -> tuple[bool | None, str]:
-        """(faster?, why not). None: too short to judge."""
-        if not self.measurable(t):
-            return None, (f"too short to judge: the model runs in {t.baseline_ms * 1e3:.1f} us "
-                          f"(floor {self.min_model_us:g} us)")
-        if t.ci_low > 1.0 and t.speedup >= 1.0 + self.min_gain:
-            return True, ""
-        return False, f"not faster beyond noise (needs the 95% CI above 1 and a gain of at least {self.min_gain:.0%})"
-
-    def slower(self, t: Timing | None) -> bool:
-        """Slower than the baseline beyond noise and beyond the tolerated slowdown."""
-        return t is not None and self.measurable(t) and t.ci_high < 1.0 - self.max_slowdown
-
-    def regressed(self, t: Timing | None, recorded_speedup: float) -> bool:
-        """Below a speedup recorded earlier (in the same environment) beyond noise and ``max_regression``."""
-        return t is not None and self.measurable(t) and t.ci_high < recorded_speedup * (1.0 - self.max_regression)
-
-    def against_recorded(self, t: Timing | None, recorded: Timing) -> tuple[bool, str | None]:
-        """(regressed?, why the speedups were not compared) against a timing recorded in the same environment.
-
-        A speedup is a ratio to the compiled model, and the compiled model itself is not
-        the same from one compile to the next: Inductor picks among launch configurations
-        by timing them while it compiles. On the H200 one pooling model's compiled kernel
-        ran at 82.7 us in one compile and 51.3 us in another. So speedups are compared only
-        while the compiled model runs within ``max_baseline_drift`` of its recorded time;
-        beyond it, the model's time with the committed kernels is compared with the recorded
-        one instead (regressed: slower by more than ``max_regression``).
-        """
-        if t is None or not self.measurable(t) or recorded.baseline_ms <= 0:
-            return False, None
-        if abs(t.baseline_ms / recorded.baseline_ms - 1.0) <= self.max_baseline_drift:
-            return self.regressed(t, recorded.speedup), None
-        slower = t.candidate_ms > recorded.candidate_ms * (1.0 + self.max_regression)
-        return slower, (f"the compiled model runs in {t.baseline_ms * 1e3:.1f} us now, {recorded.baseline_ms * 1e3:.1f} us "
-                        f"when recorded (Inductor chose other launch configurations): speedups not compared; with the "
-                        f"committed kernels {t.candidate_ms * 1e3:.1f} us now, {recorded.candidate_ms * 1e3:.1f} us "
-                        f"recorded")
 
 
 class SessionSeeds(BaseModel):

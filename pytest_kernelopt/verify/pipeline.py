@@ -1,40 +1,27 @@
-"""The cascade's stage order, and the worker's side of a verification session.
+"""The worker's side of a verification session: a problem prepared once, then each check's stages.
 
-Stages run in order and stop at the first failure; the compiler's kernel stays in
-place whenever a candidate fails:
-
-1. ``static`` (:mod:`.static`, in the parent: the candidate is parsed, never run);
-2. ``kernel`` (:mod:`.kernel`): the candidate against the compiler's kernel on the
-   model's real arguments, every argument compared;
-3. ``model`` (:mod:`.model`): the whole model with the candidate swapped in,
-   against a float64 reference;
-4. ``speed`` (:mod:`.speed`, GPU only): paired, L2-flushed timings of the model
-   (and the kernel alone); the parent judges them with the one speed policy.
-
-Stages 2-4 run here, in the worker, against a :class:`Prepared` problem: compiled
-once, the compiled baseline's outputs and the float64 reference computed once per
-seed, and checksums of everything a candidate may only read (inputs, weights).
-Many candidates are then checked against it.
+The stages and their order are :data:`.stages.STAGES` (static, kernel, model, speed);
+:func:`run_check` runs those that belong in the worker, in that order, and stops at the
+first failure. They run against a :class:`Prepared` problem: compiled once, the
+compiled baseline's outputs and the float64 reference computed once per seed, and
+checksums of everything a candidate may only read (inputs, weights). Many candidates
+are then checked against it.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..records import StageResult
-from . import compile_check
-from . import kernel as kernel_stage
 from . import model as model_stage
-from . import speed as speed_stage
+from . import stages
 from .prepared import GIB, Prepared, StageFailure, VerifierOutOfMemory, out_of_memory, weight_sums
 from .protocol import CheckDone, CheckRequest, Opened, OpenRequest, StageDone, StageStarted
+from .stages import Check, Outcome, Stage, first_line, raised_in_candidate
 
-__all__ = ["STAGES", "Prepared", "StageFailure", "VerifierOutOfMemory", "healthy", "open_problem", "run_check"]
-
-STAGES = ("static", "kernel", "model", "speed")
+__all__ = ["Prepared", "StageFailure", "VerifierOutOfMemory", "healthy", "open_problem", "run_check", "run_stage"]
 
 
 def _peak() -> int | None:
@@ -65,7 +52,6 @@ class _PeakTracker:
 
 def environment(device: str) -> Any:
     import platform
-    import subprocess
 
     import torch
     import triton
@@ -76,11 +62,14 @@ def environment(device: str) -> Any:
     if device == "cuda":
         env.gpu = torch.cuda.get_device_name()
         env.cuda = torch.version.cuda
+        from ..child import child_env, run_child
+
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=10)
-            env.driver = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
-        except (OSError, subprocess.SubprocessError):
+            out = run_child(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], env=child_env(),
+                            timeout=10, separate_stdout=True)
+            text = out.stdout.text.strip() if out.stdout is not None and out.returncode == 0 else ""
+            env.driver = text.splitlines()[0] if text else None
+        except OSError:
             env.driver = None
     return env
 
@@ -150,164 +139,84 @@ def healthy(prepared: Prepared) -> bool:
 
 
 def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], None]) -> None:
-    """Stages 2-4 for one candidate (or a set of committed kernels), in order."""
-    import torch
+    """The worker's stages (:data:`.stages.STAGES`) for one candidate, or a set of committed kernels."""
+    import gc
 
+    prepared.begin_check(request.entropy)  # fresh per check: nothing of an earlier check predicts this one
+    check = Check(prepared=prepared, request=request)
+    _run_stages(check, emit)  # an exception here (out of memory, our own bug) is the verifier's, sent as a Failure
+    check.candidates.clear()
+    check.base = None
+    gc.collect()  # graphs and launch records of the speed stage hold device memory through reference cycles
+    emit(CheckDone(peak_bytes=_PeakTracker.overall or None, base=check.base_run))
+
+
+def _run_stages(check: Check, emit: Callable[[Any], None]) -> None:
+    """Each worker stage that applies, in order, until one fails or a stage's ``then`` stops the cascade."""
+    request = check.request
+    if request.compile_variant is not None:
+        from ..capture.training import refuse
+
+        refuse(check.prepared.compiled.problem, "compile settings (a compile variant)")  # the verifier's limit
+    todo = [s for s in stages.in_worker() if s.applies(request, check.prepared.device)]
+    if not todo or not _load_candidates(check, todo[0], emit):
+        return
+    for stage in todo:
+        if not run_stage(check, stage, emit) or (stage.then is not None and not stage.then(check)):
+            return
+
+
+def _load_candidates(check: Check, first: Stage, emit: Callable[[Any], None]) -> bool:
+    """Compile each candidate's text; one that fails to load fails the first stage (its row says why)."""
     from ..candidate import load_candidate_source
     from ..capture.swap import CandidateKernel
 
-    candidates: dict[str, Any] = {}
-    prepared.begin_check(request.entropy)  # fresh per check: nothing of an earlier check predicts this one
-
-    def stage(name: str, fn: Callable[[], tuple[str, dict[str, Any]]]) -> bool:
-        emit(StageStarted(stage=name))
-        _reset_peak()
-        t0 = time.monotonic()
-        figures: dict[str, Any] = {}
+    for name, cand in check.request.replacements.items():
         try:
-            detail, figures = fn()
-            passed: bool | None = True if name != "speed" else None
-        except StageFailure as failure:
-            detail, passed = failure.detail, False
-            figures = {"errors": failure.errors}
-        except torch.OutOfMemoryError as exc:
-            raise out_of_memory(exc, f"{name} stage") from exc
+            module = load_candidate_source(cand.source, cand.label, cand.sha256)
+            check.candidates[name] = CandidateKernel(module, label=cand.label)
         except Exception as exc:
-            if _raised_in_candidate(exc):
-                detail, passed = f"the candidate raised: {type(exc).__name__}: {_first_line(exc)}", False
-            elif not healthy(prepared):  # the candidate broke the device: its failure
-                detail, passed = f"the device failed after the candidate ran: {type(exc).__name__}: {_first_line(exc)}", False
-            else:
-                raise
-        if prepared.restore_weights_if_changed() and passed is not False:
-            detail, passed = "the candidate wrote into the model's weights, which it may only read", False
-        if not prepared.references_intact():  # whatever the stage said: the judge itself was written to
-            detail, passed = ("the candidate wrote into the verifier's own memory (the reference outputs); "
-                              "this worker is replaced"), False
-        peak = _PeakTracker.stage()
-        result = StageResult(name=name, passed=passed, detail=detail, seconds=time.monotonic() - t0,
-                             peak_gib=None if peak is None else round(peak / GIB, 3))
-        emit(StageDone(result=result, peak_bytes=peak, **figures))
-        return passed is not False
-
-    def compile_stages(variant: str) -> None:
-        from ..capture.training import refuse
-
-        refuse(prepared.compiled.problem, "compile settings (a compile variant)")  # the verifier's limit, not a verdict
-
-        def model() -> tuple[str, dict[str, Any]]:
-            rows = compile_check.compile_stage(prepared, variant, request.error_factor,
-                                               request.allow_reduced_precision)
-            worst = max(rows, key=lambda r: r.candidate_vs_fp64 or 0.0)
-            return ((f"{len(rows)} seed(s) and {rows.describe()}: the model compiled as {variant!r} has every "
-                     f"output element within its allowance against the reference, the default compile's own error "
-                     f"on the same inputs (the worst at {rows.worst:.2g} of its allowance; on the seeds max abs error "
-                     f"{worst.candidate_vs_fp64:.3g}, default compile {worst.baseline_vs_fp64:.3g})"),
-                    {"errors": list(rows), "launches": compile_check.verified_graphs(prepared, variant)})
-        if not stage("model", model) or prepared.device != "cuda" or not request.measure_speed:
-            return
-
-        def speed() -> tuple[str, dict[str, Any]]:
-            timing = compile_check.compile_speed(prepared, variant, request.model_seconds)
-            return f"model, default compile -> {variant}: {speed_stage.describe(timing)}", {"model_timing": timing}
-        stage("speed", speed)
-
-    def stages() -> None:
-        if request.compile_variant is not None:
-            compile_stages(request.compile_variant)
-            return
-        for name, cand in request.replacements.items():
-            try:
-                module = load_candidate_source(cand.source, cand.label, cand.sha256)
-                candidates[name] = CandidateKernel(module, label=cand.label)
-            except Exception as exc:
-                def fail(exc: Exception = exc, label: str = cand.label) -> tuple[str, dict[str, Any]]:
-                    raise StageFailure(f"{label}: {type(exc).__name__}: {_first_line(exc)}")
-                stage("kernel" if request.kernel else "model", fail)
-                return
-        if request.kernel is not None:
-            def kernel() -> tuple[str, dict[str, Any]]:
-                rows = kernel_stage.kernel_stage(prepared, request.kernel, candidates[request.kernel],
-                                                 request.allow_reduced_precision)
-                return (f"{len(rows)} seed(s) and {rows.describe()}: every element of every written argument "
-                        f"within its allowance against the compiler kernel (the worst at {rows.worst:.2g} of its "
-                        f"allowance; verify/numerics.py)"), {"errors": list(rows), "launches": rows.launches()}
-            if not stage("kernel", kernel):
-                return
-
-        def model() -> tuple[str, dict[str, Any]]:
-            rows = model_stage.model_stage(prepared, candidates, request.error_factor, request.allow_reduced_precision)
-            worst = max(rows, key=lambda r: r.candidate_vs_fp64 or 0.0)
-            ratio = max((r.model_ratio or 0.0) for r in rows)
-            return (f"{len(rows)} seed(s): every output element within its allowance against the reference (the "
-                    f"worst at {ratio:.2g} of its allowance; max abs error {worst.candidate_vs_fp64:.3g}, compiled "
-                    f"baseline {worst.baseline_vs_fp64:.3g}, scale {worst.scale:.3g})"), {"errors": rows}
-        if not stage("model", model):
-            return
-        base = None
-        if request.base_problem:  # compiled and run here, on a CPU too: the report says what ran at the base
-            base = open_base(request.base_problem, request.base_kernels)
-            if prepared.corrupted:
-                return  # the base wrote into the verifier's memory: said as the base's failure; worker replaced
-        if prepared.device != "cuda" or not request.measure_speed:
-            return
-
-        def speed() -> tuple[str, dict[str, Any]]:
-            model_t, kernel_t = speed_stage.speed_stage(prepared, candidates, request.kernel,
-                                                        request.model_seconds, request.kernel_seconds)
-            figures: dict[str, Any] = {"model_timing": model_t, "kernel_timing": kernel_t}
-            text = f"model {speed_stage.describe(model_t)}"
-            if kernel_t:
-                text += f"; kernel {speed_stage.describe(kernel_t)}"
-            if base is not None:
-                try:
-                    figures["base_timing"] = base_t = speed_stage.base_speed(prepared, candidates, base,
-                                                                             request.model_seconds)
-                    text += f"; vs base revision {speed_stage.describe(base_t)}"
-                except torch.OutOfMemoryError:
-                    raise
-                except Exception as exc:
-                    if _raised_in_candidate(exc):
-                        raise
-                    # The candidates were just timed alone without fault: the base's failure, not theirs.
-                    base_run[0] = base_run[0].model_copy(update={"failure": (
-                        f"timing it side by side failed: {type(exc).__name__}: {_first_line(exc)}")})
-                    text += "; vs base revision: not timed (the base failed)"
-            return text, figures
-        stage("speed", speed)
-
-    base_run: list[Any] = [None]  # what ran at the base revision (records.BaseRun), for CheckDone
-
-    def open_base(problem: str, kernels_dir: str | None) -> Any:
-        """The base revision compiled as production ran it (verify/base.py); None when it failed or wrote
-        into what the verifier holds (said in ``base_run``; weights are put back, a written reference marks
-        this worker corrupted)."""
-        from .base import open_base as compile_base
-
-        compiled, base_run[0] = compile_base(prepared, problem, kernels_dir)
-        written = prepared.restore_weights_if_changed()
-        if not prepared.references_intact() or written:
-            what = "the verifier's own memory (the reference outputs)" if prepared.corrupted else "the model's weights"
-            base_run[0] = base_run[0].model_copy(update={"failure": f"running it wrote into {what}"})
-            return None
-        return compiled if base_run[0].failure is None else None
-
-    stages()  # an exception here (out of memory, our own bug) is the verifier's, sent as a Failure
-    candidates.clear()
-    import gc
-
-    gc.collect()  # graphs and launch records of the speed stage hold device memory through reference cycles
-    emit(CheckDone(peak_bytes=_PeakTracker.overall or None, base=base_run[0]))
+            def fail(_: Check, exc: Exception = exc, label: str = cand.label) -> Outcome:
+                raise StageFailure(f"{label}: {type(exc).__name__}: {first_line(exc)}")
+            run_stage(check, first, emit, run=fail)
+            return False
+    return True
 
 
-def _raised_in_candidate(exc: BaseException) -> bool:
-    """Whether a frame of the traceback is candidate code (its file name is set by the loader)."""
-    import traceback
+def run_stage(check: Check, stage: Stage, emit: Callable[[Any], None],
+              run: Callable[[Check], Outcome] | None = None) -> bool:
+    """One stage (``run`` in place of its function): StageStarted, then its row in a StageDone, whatever
+    the candidate did. Whether the cascade goes on. A candidate's exception, or a device it broke, fails
+    the stage; a write into the weights or the references fails it whatever it said."""
+    import torch
 
-    return any(f.filename.startswith("<kernelopt-candidate") for f in traceback.extract_tb(exc.__traceback__))
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else ""
-
+    emit(StageStarted(stage=stage.name))
+    _reset_peak()
+    t0 = time.monotonic()
+    figures: dict[str, Any] = {}
+    try:
+        detail, figures = (run or stage.run)(check)
+        passed: bool | None = None if stage.measures else True
+    except StageFailure as failure:
+        detail, passed = failure.detail, False
+        figures = {"errors": failure.errors}
+    except torch.OutOfMemoryError as exc:
+        raise out_of_memory(exc, f"{stage.name} stage") from exc
+    except Exception as exc:
+        if raised_in_candidate(exc):
+            detail, passed = f"the candidate raised: {type(exc).__name__}: {first_line(exc)}", False
+        elif not healthy(check.prepared):  # the candidate broke the device: its failure
+            detail, passed = f"the device failed after the candidate ran: {type(exc).__name__}: {first_line(exc)}", False
+        else:
+            raise
+    prepared = check.prepared
+    if prepared.restore_weights_if_changed() and passed is not False:
+        detail, passed = "the candidate wrote into the model's weights, which it may only read", False
+    if not prepared.references_intact():  # whatever the stage said: the judge itself was written to
+        detail, passed = ("the candidate wrote into the verifier's own memory (the reference outputs); "
+                          "this worker is replaced"), False
+    peak = _PeakTracker.stage()
+    result = StageResult(name=stage.name, passed=passed, detail=detail, seconds=time.monotonic() - t0,
+                         peak_gib=None if peak is None else round(peak / GIB, 3))
+    emit(StageDone(result=result, peak_bytes=peak, **figures))
+    return passed is not False

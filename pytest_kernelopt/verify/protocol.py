@@ -15,11 +15,11 @@ reply line has a size cap (:mod:`.worker`); past it the sender is killed.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
-from ..records import BaseRun, Environment, ExternCallInfo, KernelInfo, SeedErrors, StageName, StageResult, Timing
+from ..records import BaseRun, Environment, ExternCallInfo, KernelInfo, SeedErrors, StageResult, Timing
 
 
 class Message(BaseModel):
@@ -91,7 +91,7 @@ class StaticRequest(Message):
     entry_args: list[str] | None = None
 
 
-Request = Annotated[Union[OpenRequest, CheckRequest, ProfileRequest, CloseRequest], Field(discriminator="type")]
+Request = Annotated[OpenRequest | CheckRequest | ProfileRequest | CloseRequest, Field(discriminator="type")]
 
 
 # --- worker -> parent ------------------------------------------------------------------
@@ -116,14 +116,37 @@ class Opened(Message):
     min_flops: dict[str, int] | None = None
 
 
+def _known_stage(name: str) -> str:
+    # What the worker says is checked here, in the parent: a stage of the one list (verify/stages.py),
+    # imported when a stage's message first arrives (it imports the stages' modules; reading a
+    # candidate, which builds a CandidateSource, need not).
+    from . import stages
+
+    if name not in stages.names():
+        raise ValueError(f"not a stage of the cascade: {name[:100]!r} (stages: {', '.join(stages.names())})")
+    return name
+
+
 class StageStarted(Message):
     type: Literal["start"] = "start"
-    stage: StageName
+    stage: str
+
+    @field_validator("stage")
+    @classmethod
+    def _stage_known(cls, name: str) -> str:
+        return _known_stage(name)
 
 
 class StageDone(Message):
     type: Literal["stage"] = "stage"
     result: StageResult
+
+    @field_validator("result")
+    @classmethod
+    def _stage_known(cls, result: StageResult) -> StageResult:
+        _known_stage(result.name)
+        return result
+
     errors: list[SeedErrors] = Field(default_factory=list)
     model_timing: Timing | None = None
     kernel_timing: Timing | None = None
@@ -177,7 +200,7 @@ class StaticDone(Message):
     more: int = Field(default=0, ge=0)
 
 
-Reply = Annotated[Union[Opened, StageStarted, StageDone, CheckDone, Profiled, Failure], Field(discriminator="type")]
+Reply = Annotated[Opened | StageStarted | StageDone | CheckDone | Profiled | Failure, Field(discriminator="type")]
 
 REQUEST = TypeAdapter(Request)
 REPLY = TypeAdapter(Reply)

@@ -98,7 +98,8 @@ def disable(why: str) -> None:
 
 def _probe() -> Isolation:
     import shutil
-    import subprocess
+
+    from ..child import run_child
 
     if os.environ.get(_SWITCH, "").strip().lower() in ("0", "off", "no", "false"):
         return Isolation((), (), f"switched off by {_SWITCH}={os.environ[_SWITCH]}")
@@ -107,7 +108,7 @@ def _probe() -> Isolation:
     unshare = shutil.which("unshare")
     if unshare is None:
         return Isolation((), (), "the unshare command (util-linux) is not installed")
-    tries = [NAMESPACES]
+    tries: list[tuple[str, ...]] = [NAMESPACES]
     if os.geteuid() == 0:  # root can make the others without a user namespace
         tries.append(tuple(n for n in NAMESPACES if n != "user"))
     why = ""
@@ -115,14 +116,17 @@ def _probe() -> Isolation:
         prefix = (unshare, *(f for n in names for f in _FLAGS[n]), "--",
                   sys.executable, "-I", "-S", os.path.realpath(__file__))
         try:
-            probe = subprocess.run([*prefix, sys.executable, "-I", "-S", "-c", _PROBE], capture_output=True,
-                                   text=True, timeout=30, env=_probe_env(), cwd="/")
-            if probe.returncode == 0 and probe.stdout.strip() == "sandbox ok":
-                return Isolation(names, prefix)
-            lines = (probe.stderr + probe.stdout).strip().splitlines()
-            why = lines[-1] if lines else f"exit status {probe.returncode}"
-        except (OSError, subprocess.SubprocessError) as exc:
+            probe = run_child([*prefix, sys.executable, "-I", "-S", "-c", _PROBE], env=_probe_env(), timeout=30,
+                              cwd="/", separate_stdout=True)
+        except OSError as exc:
             why = str(exc)
+            continue
+        stdout = probe.stdout.text if probe.stdout is not None else ""
+        if probe.returncode == 0 and stdout.strip() == "sandbox ok":
+            return Isolation(names, prefix)
+        lines = (probe.output.text + stdout).strip().splitlines()
+        why = ("timed out after 30 s" if probe.timed_out else
+               lines[-1] if lines else f"exit status {probe.returncode}")
     return Isolation((), (), why + _userns_hint())
 
 

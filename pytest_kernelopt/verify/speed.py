@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ..measure.text import interval, speedup_text
 from ..records import Timing
 from .prepared import Prepared
 
 
 def describe(t: Timing) -> str:
-    return (f"{t.speedup:.3f}x, 95% CI [{t.ci_low:.3f}, {t.ci_high:.3f}], "
+    return (f"{speedup_text(t.speedup)}, 95% CI {interval(t.ci_low, t.ci_high)}, "
             f"{t.baseline_ms * 1e3:.1f} -> {t.candidate_ms * 1e3:.1f} us over {t.pairs} pairs ({t.method})")
 
 
@@ -88,7 +89,9 @@ def speed_stage(prepared: Prepared, replacements: dict[str, Any], kernel: str | 
 
     compiled = prepared.compiled
     inputs = prepared.inputs(prepared.seeds[0])
-    nothing: Callable[[], None] = lambda: None
+
+    def nothing() -> None:
+        pass
 
     def swap_in() -> None:
         for name, rep in replacements.items():

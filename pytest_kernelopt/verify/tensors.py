@@ -152,10 +152,7 @@ def same_bits(a: Any, b: Any) -> bool:
     """Whether two tensors of one shape and dtype hold the same bytes, compared in chunks."""
     import torch
 
-    for x, y in chunks(a.detach(), b.detach()):
-        if not torch.equal(_bytes(x), _bytes(y)):
-            return False
-    return True
+    return all(torch.equal(_bytes(x), _bytes(y)) for x, y in chunks(a.detach(), b.detach()))
 
 
 def restore(t: Any, snap: Any) -> None:
@@ -176,12 +173,12 @@ class Entropy:
         self._draw = random.Random(root)
 
     @classmethod
-    def from_seeds(cls, seeds: list[int]) -> "Entropy":
+    def from_seeds(cls, seeds: list[int]) -> Entropy:
         digest = hashlib.sha256(("kernelopt:" + ",".join(map(str, seeds))).encode()).digest()
         return cls(int.from_bytes(digest[:8], "little"))
 
     @classmethod
-    def from_os(cls) -> "Entropy":
+    def from_os(cls) -> Entropy:
         return cls(int.from_bytes(os.urandom(8), "little"))
 
     def seed(self) -> int:
@@ -404,8 +401,8 @@ def stress(t: Any, variant: str, seed: int, within: Any = None) -> float:
                     value = torch.where(kind == 0, float("nan"), torch.where(kind == 1, float("inf"), float("-inf")))
                     piece.copy_(torch.where(hit, value.to(piece.dtype), piece))
             if variant == "special" and t.is_contiguous():  # one of each at least, wherever they fall
-                for value in (float("nan"), float("inf"), float("-inf")):
-                    t.view(-1)[scalar.randrange(t.numel())] = value
+                for special in (float("nan"), float("inf"), float("-inf")):
+                    t.view(-1)[scalar.randrange(t.numel())] = special
     return 1.0
 
 

@@ -4,18 +4,18 @@ The Profiler role (:mod:`pytest_kernelopt.agents.profiler`) classifies kernels
 from these figures; this module only measures: per Triton kernel the device time
 and launches per model run (``torch.profiler``, CUDA activity), the model's total
 device time, registers and spills of the launched configuration, and the device's
-copy bandwidth (the memory roof every kernel is compared against). No candidate
-code runs here.
+copy bandwidth (the memory roof every kernel is compared against:
+:func:`~pytest_kernelopt.measure.roofline.copy_ceiling_gbps`). No candidate code runs here.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+from ..measure.roofline import copy_ceiling_gbps
 from .prepared import Prepared
 from .protocol import KernelTime, Profiled
-
-COPY_BYTES = 1 << 30  # copy-ceiling buffer; at most a tenth of free memory
 
 
 def _launcher_figures(handle: Any) -> tuple[int | None, int | None]:
@@ -24,21 +24,6 @@ def _launcher_figures(handle: Any) -> tuple[int | None, int | None]:
         return None, None
     regs, spills = getattr(launchers[0], "n_regs", None), getattr(launchers[0], "n_spills", None)
     return (int(regs) if isinstance(regs, int) else None), (int(spills) if isinstance(spills, int) else None)
-
-
-def copy_ceiling_gbps() -> float:
-    """Device-to-device copy bandwidth (GB/s, read + write counted), median of 10 timed copies."""
-    import torch
-
-    from ..measure.roofline import median_event_seconds
-
-    free, _ = torch.cuda.mem_get_info()
-    n = max(1 << 24, min(COPY_BYTES, free // 10)) // 2
-    src = torch.empty(n, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    seconds = median_event_seconds(lambda: dst.copy_(src))
-    del src, dst
-    return 2 * n / seconds / 1e9
 
 
 def profile_model(prepared: Prepared, runs: int) -> Profiled:
@@ -58,7 +43,7 @@ def profile_model(prepared: Prepared, runs: int) -> Profiled:
 
     inputs = prepared.inputs(prepared.seeds[0])
     with torch.no_grad():
-        times = device_times(lambda: compiled(*inputs), runs)
+        times = device_times(functools.partial(compiled, *inputs), runs)
     total = 0.0
     for name, durations in times.items():
         total += sum(durations)

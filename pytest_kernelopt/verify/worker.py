@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 # OUTPUT_TAIL_BYTES, TEXT_CHARS, clip and tail_lines are also read from here (verify, gate, tests).
-from ..child import OUTPUT_TAIL_BYTES, TEXT_CHARS, child_env, clip, kill_group, module_command, start_child, tail_lines
+from ..child import OUTPUT_TAIL_BYTES, TEXT_CHARS, child_env, clip, kill_group, module_command, start_child, tail_lines  # noqa: F401 (re-exports, above)
 from ..child import scrubbed_env as worker_env  # its name here, for the agents' children and the tests
 from . import sandbox
 

@@ -56,6 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...candidate import ENTRY_POINT
 from ...errors import UsageError, install_hint
+from ...measure.text import timing_text
 from ...records import redact_seeds
 from ...runs.records import Attempt, CoderContext, Proposal
 from ...templates import project_templates, render
@@ -468,7 +469,7 @@ def _attempt_view(n: int, attempt: Attempt) -> dict[str, Any]:
     speedup = ""
     if attempt.model_timing is not None:
         t = attempt.model_timing
-        speedup = f"whole model {t.speedup:.3f}x [{t.ci_low:.3f}, {t.ci_high:.3f}]"
+        speedup = f"whole model {timing_text(t)}"
     rationale = attempt.rationale.strip()
     if len(rationale) > 300:
         rationale = rationale[:297] + "..."
@@ -488,7 +489,8 @@ def _api_error(exc: Any) -> tuple[int, str, str]:
 def _retry_after(headers: Any) -> float | None:
     """Seconds the API asks to wait (``retry-after-ms`` or numeric ``retry-after``)."""
     for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
-        value = headers.get(name) if headers is not None else None
+        if headers is None or (value := headers.get(name)) is None:
+            continue
         try:
             seconds = float(value) * scale
         except (TypeError, ValueError):

@@ -83,7 +83,7 @@ class Checker(NameRules):
                                        "import libdevice, import math)")
                         continue
                     local, module = IMPORTS[spelled]
-                    if local is not None:
+                    if local is not None and module is not None:  # both or neither (allowlist.IMPORTS)
                         bind(stmt, local, module)
                         self.modules[local] = module
             elif isinstance(stmt, ast.FunctionDef):
@@ -392,9 +392,9 @@ class Checker(NameRules):
             self._expr(node.value)
             self._expr(node.slice)
         elif isinstance(node, ast.Slice):
-            for value in (node.lower, node.upper, node.step):
-                if value is not None:
-                    self._expr(value)
+            for bound in (node.lower, node.upper, node.step):
+                if bound is not None:
+                    self._expr(bound)
         elif isinstance(node, ast.Tuple) or (isinstance(node, ast.List) and self.kind == "device"):
             for element in node.elts:
                 self._expr(element)

@@ -9,6 +9,7 @@ import ast
 import io
 import re
 import tokenize
+from typing import TypeGuard
 
 # --- the text itself: what every reader of the file sees -----------------------------------
 #
@@ -90,7 +91,7 @@ def _coding_problems(source: str) -> list[tuple[int, str]]:
 _DEF_LINE = re.compile(r"[ \t]*def\s")
 
 
-def _is_triton_function(node: ast.stmt) -> bool:
+def _is_triton_function(node: ast.stmt) -> TypeGuard[ast.FunctionDef]:
     return isinstance(node, ast.FunctionDef) and bool(node.decorator_list)
 
 

@@ -1,0 +1,42 @@
+"""One way to print a timing: a speedup with its 95% interval, a time with its interval.
+
+``1.234x [1.200, 1.268]`` everywhere a speedup is shown with its interval (the tuner's
+messages, reports, pull requests, ``kernelopt bench``); ``1.234x (95% CI [1.200, 1.268])``
+where a sentence names the interval (the gate's failures). Numbers only: no records.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class _Speedup(Protocol):
+    @property
+    def speedup(self) -> float: ...
+    @property
+    def ci_low(self) -> float: ...
+    @property
+    def ci_high(self) -> float: ...
+
+
+def interval(low: float, high: float, digits: int = 3) -> str:
+    """``[low, high]`` with ``digits`` decimals."""
+    return f"[{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def speedup_text(value: float, low: float | None = None, high: float | None = None, *, label: bool = False) -> str:
+    """``1.234x``; with its interval ``1.234x [1.200, 1.268]``; ``label``: ``1.234x (95% CI [1.200, 1.268])``."""
+    text = f"{value:.3f}x"
+    if low is None or high is None:
+        return text
+    return f"{text} (95% CI {interval(low, high)})" if label else f"{text} {interval(low, high)}"
+
+
+def timing_text(t: _Speedup, *, label: bool = False) -> str:
+    """:func:`speedup_text` of a timing (a :class:`~.stats.SpeedEstimate` or the record it becomes)."""
+    return speedup_text(t.speedup, t.ci_low, t.ci_high, label=label)
+
+
+def time_text(median: float, low: float, high: float, digits: int = 1) -> str:
+    """A median time and its interval, in the caller's unit: ``12.3 [12.0, 12.5]``."""
+    return f"{median:.{digits}f} {interval(low, high, digits)}"
