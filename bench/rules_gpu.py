@@ -25,7 +25,7 @@ def _say(text: str) -> None:
 
 
 def main() -> int:
-    from pytest_kernelopt.agents.rewrites import REWRITES
+    from pytest_kernelopt.candidate.rewrites import REWRITES
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.verify import VerifyOptions, VerifySession, source_of
 

@@ -1,7 +1,7 @@
 """The ``kernelopt`` command line.
 
 One module of about 660 lines on purpose: the parser and one short handler per subcommand
-(each hands over to its stage: capture, verify, store, agents, benchmark, gate.results,
+(each hands over to its stage: capture, verify, store, agents, benchmark, runs.gate_result,
 gitops), so the whole command surface, with its exit codes, reads in one place.
 
 Exit codes (a contract, documented in docs/cli.md):
@@ -644,7 +644,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     ``tune --open-pr``), or a run whose stored files changed since the run (naming the file)."""
     from dataclasses import asdict
 
-    from .agents.trace import load_run
+    from .runs.trace import load_run
     from .config import load_config
     from .gitops import PublishError, check_repository, publish_run, store_for_run
 
@@ -672,7 +672,8 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     store, the verifier's own failure; the other problems still were); 130: interrupted (what was stored or retired stays)."""
     from .config import config_for_problem, load_config, resolve_device
     from .capture.problem import load_problem
-    from .agents.refresh import ProblemRefresh, refresh, refresh_table
+    from .agents.refresh import ProblemRefresh, refresh
+    from .report.terminal import refresh_table
     from .errors import ProblemError
     from .report import print_table
     from .store import KernelStore
@@ -731,7 +732,7 @@ def cmd_refresh(args: argparse.Namespace) -> int:
 
 def cmd_merge(args: argparse.Namespace) -> int:
     from .errors import MergeError
-    from .gate import results
+    from .runs import gate_result as results
     from .gate.output import summary_lines
     from .report.untrusted import plain
 
@@ -750,7 +751,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         write_gate_report(merged, args.report, project_templates())
         print(f"wrote {args.report}", file=sys.stderr)
     if args.history:
-        from .report.history import append_history
+        from .gitops.history import append_history
 
         print(append_history(merged, args.history, Path.cwd()), file=sys.stderr)
     return EXIT_REJECTED if merged.failed else EXIT_OK
@@ -759,7 +760,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 def cmd_comment(args: argparse.Namespace) -> int:
     """Exit 0: the comment was created or updated (or printed); 2: bad input, or GitHub refused (one line saying
     what to fix: the token, its permissions, the repository or pull request)."""
-    from .gate import results
+    from .runs import gate_result as results
     from .gitops.comment import comment_body, post_comment
     from .templates import project_templates
 

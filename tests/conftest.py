@@ -86,7 +86,7 @@ class CompiledModels:
         model silently recompiles on its next call and swapping its kernels has no
         effect (torch 2.13). Tests that swap kernels need a model that is still live.
         """
-        from pytest_kernelopt.capture import _record_wrapper_modules
+        from pytest_kernelopt.capture.compiled import _record_wrapper_modules
 
         compiled = self.get(path)
         with _record_wrapper_modules() as loaded:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pytest_kernelopt.agents.run_records import (
+from pytest_kernelopt.runs.records import (
     Attempt,
     KernelOutcome,
     KernelProfile,
@@ -18,7 +18,7 @@ from pytest_kernelopt.agents.run_records import (
     ProblemOutcome,
     RunRecord,
 )
-from pytest_kernelopt.agents.trace import RunDir
+from pytest_kernelopt.runs.trace import RunDir
 from pytest_kernelopt.records import ArgInfo, Environment, SeedErrors, Timing
 from pytest_kernelopt.store import Evidence, KernelStore, Provenance, sha256_text
 

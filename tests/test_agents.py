@@ -16,13 +16,14 @@ import pytest
 
 from pytest_kernelopt.agents import TuneOptions, Tuner
 from pytest_kernelopt.agents.harvest import Harvested, HarvestResult, layout, matches, stem
-from pytest_kernelopt.agents.launch_space import Limits, describe, neighbours, read_point, with_point
+from pytest_kernelopt.candidate.launch_space import Limits, describe, neighbours, read_point, with_point
 from pytest_kernelopt.agents.planner import limit_pct, plan
 from pytest_kernelopt.agents.profiler import build_profile, bytes_moved, classify, parse_ncu_csv
-from pytest_kernelopt.agents.run_records import Attempt, CoderContext, ModelProfile, KernelProfile, Proposal, RunRecord
+from pytest_kernelopt.runs.records import Attempt, CoderContext, ModelProfile, KernelProfile, Proposal, RunRecord
 from pytest_kernelopt.agents.reviewer import review
-from pytest_kernelopt.agents.search import SearchCoder, approximate_divisions, drop_eviction_hints
-from pytest_kernelopt.agents.trace import RunDir, load_run
+from pytest_kernelopt.agents.search import SearchCoder
+from pytest_kernelopt.candidate.rewrites import approximate_divisions, drop_eviction_hints
+from pytest_kernelopt.runs.trace import RunDir, load_run
 from pytest_kernelopt.records import ArgInfo, Environment, KernelInfo, LaunchConfig, StageResult, Timing, Verdict
 from pytest_kernelopt.verify.protocol import KernelTime, Profiled
 
@@ -309,7 +310,7 @@ def test_search_offers_the_other_configurations_inductor_compiled_first():
 
     import triton
 
-    from pytest_kernelopt.capture import _alternatives
+    from pytest_kernelopt.capture.compiled import _alternatives
 
     kept = triton.Config({"XBLOCK": 8, "R0_BLOCK": 128}, num_warps=4, num_stages=1)
     other = triton.Config({"XBLOCK": 16, "R0_BLOCK": 64}, num_warps=8, num_stages=1)
@@ -961,7 +962,7 @@ def test_tune_workers_and_shards_merge_into_one_run(tmp_path):
 def test_kernel_limits_place_the_compiler_max_autotune_and_the_stored_version(capsys):
     from pytest_kernelopt.agents.planner import kernel_limits
     from pytest_kernelopt.agents.progress import print_tune_table
-    from pytest_kernelopt.agents.run_records import Attempt, KernelOutcome, KernelProfile, ProblemOutcome
+    from pytest_kernelopt.runs.records import Attempt, KernelOutcome, KernelProfile, ProblemOutcome
 
     prof = KernelProfile(kernel="k", source="roofline", bottleneck="memory", share=0.9, roofline_pct=78.5)
     autotuned = Attempt(kernel="k", origin="harvest:max-autotune", sha256="a", status="correct",

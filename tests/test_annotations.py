@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelopt.gate.results import ItemResult
+from pytest_kernelopt.runs.gate_result import ItemResult
 from pytest_kernelopt.report.annotations import annotation_lines, escape_data, escape_property, one_line
 
 ROOT = Path(__file__).resolve().parent.parent

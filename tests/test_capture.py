@@ -267,7 +267,7 @@ def test_capture_bypasses_inductors_remembered_pick_and_restores_it():
     """A machine that compiled the model before must still show every configuration Inductor builds."""
     from torch._inductor.runtime.autotune_cache import AutotuneCache
 
-    from pytest_kernelopt.capture import _without_autotune_cache
+    from pytest_kernelopt.capture.compiled import _without_autotune_cache
 
     original = AutotuneCache.read_best
     with _without_autotune_cache():
@@ -285,7 +285,7 @@ def test_alternatives_come_fastest_first_in_inductors_own_race_and_the_race_is_r
 
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
-    from pytest_kernelopt.capture import _alternatives, _recording_races
+    from pytest_kernelopt.capture.compiled import _alternatives, _recording_races
 
     def config(xblock: int, warps: int) -> SimpleNamespace:
         return SimpleNamespace(kwargs={"XBLOCK": xblock}, num_warps=warps, num_stages=1)

@@ -130,7 +130,7 @@ def kernel() -> dict[str, Any]:
 
 
 def context(kernel: dict[str, Any], **fields: Any) -> Any:
-    from pytest_kernelopt.agents.run_records import CoderContext
+    from pytest_kernelopt.runs.records import CoderContext
 
     base = {"model": kernel["model"], "device": "cpu", "kernel": kernel["info"], "original": kernel["dump"],
             "best": kernel["dump"]}
@@ -387,7 +387,7 @@ def test_prices_by_model_family(fake, kernel):
 # --- the prompt -----------------------------------------------------------------------------
 
 def test_prompt_carries_profile_attempts_and_their_reasons(fake, kernel):
-    from pytest_kernelopt.agents.run_records import Attempt, KernelProfile
+    from pytest_kernelopt.runs.records import Attempt, KernelProfile
     from pytest_kernelopt.records import Timing
 
     info = kernel["info"]

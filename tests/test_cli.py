@@ -422,7 +422,7 @@ def test_base_or_remote_without_open_pr_is_an_error_before_any_work(tmp_path, mo
 def test_merge_writes_the_gate_report(tmp_path, monkeypatch, capsys):
     """``kernelopt merge --report``: the merged gate's Markdown (what gate-matrix.yml puts on the summary page)."""
     from pytest_kernelopt.cli import main
-    from pytest_kernelopt.gate import results
+    from pytest_kernelopt.runs import gate_result as results
 
     env = results.ResultEnvironment(device="cpu", torch="2.13.0", triton="3.7.1", python="3.11.7")
     settings = results.GateSettings(seeds=1, timeout=600.0, max_slowdown=0.01, strict=True)
@@ -443,7 +443,7 @@ def test_a_cpu_tune_ends_saying_that_accept_stores(tmp_path, monkeypatch, capsys
     """On a CPU tune keeps nothing (no speed to compare): its last line says so and names the command that
     stores a correct candidate there."""
     import pytest_kernelopt.agents as agents
-    from pytest_kernelopt.agents.run_records import ProblemOutcome, RunRecord
+    from pytest_kernelopt.runs.records import ProblemOutcome, RunRecord
     from pytest_kernelopt.cli import main
 
     shutil.copy(PROBLEMS / "softmax_rows.py", tmp_path / "softmax_rows.py")

@@ -14,7 +14,7 @@ from test_gate_report import FAILING, PASSING, result
 from test_gitops import TOKEN, FakeGitHub
 
 from pytest_kernelopt.cli import main
-from pytest_kernelopt.gate.results import ItemResult, write
+from pytest_kernelopt.runs.gate_result import ItemResult, write
 from pytest_kernelopt.gitops.comment import MARKER
 
 PR = 7

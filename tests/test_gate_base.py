@@ -146,7 +146,7 @@ def test_gate_reports_what_ran_at_the_base_commit(compiled_models: Any, pytester
 def test_report_shows_base_time_head_time_change_and_what_ran_at_base() -> None:
     from datetime import datetime, timezone
 
-    from pytest_kernelopt.gate.results import GateResult, GateSettings, ItemResult, ResultEnvironment
+    from pytest_kernelopt.runs.gate_result import GateResult, GateSettings, ItemResult, ResultEnvironment
     from pytest_kernelopt.report import gate_lines
     from pytest_kernelopt.report.gate import render_gate_report
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_kernelopt.report.gate import render_gate_report, write_gate_report
-from pytest_kernelopt.gate.results import GateResult, GateSettings, ItemResult, ResultEnvironment
+from pytest_kernelopt.runs.gate_result import GateResult, GateSettings, ItemResult, ResultEnvironment
 
 SOFTMAX = "tests/problems/softmax_rows.py"
 RMS = "tests/problems/rms_norm.py"

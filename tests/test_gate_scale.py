@@ -143,7 +143,7 @@ def test_json_and_two_workers_match_the_serial_run(repo: Path, pytester: pytest.
                                     for k in (template["kernels"]["elementwise_chain"], "model"))
     assert all(e < 1e-5 for e in errors.values()), errors
     # The figures are the junit properties, one for one.
-    from pytest_kernelopt.gate.results import ItemResult
+    from pytest_kernelopt.runs.gate_result import ItemResult
 
     for case in ET.parse(repo / "serial.xml").getroot().iter("testcase"):
         nodeid = case.get("classname").replace(".", "/") + ".py::" + case.get("name")

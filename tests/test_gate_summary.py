@@ -1,12 +1,12 @@
-"""The gate's summary is computed once (``gate/summary.py``); the terminal table and the Markdown report
+"""The gate's summary is computed once (``runs/gate_summary.py``); the terminal table and the Markdown report
 render the same figures from it (no compile here)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from pytest_kernelopt.gate.results import GateResult, GateSettings, ItemResult, ResultEnvironment
-from pytest_kernelopt.gate.summary import GateSummary
+from pytest_kernelopt.runs.gate_result import GateResult, GateSettings, ItemResult, ResultEnvironment
+from pytest_kernelopt.runs.gate_summary import GateSummary
 from pytest_kernelopt.report import gate_lines
 from pytest_kernelopt.report.gate import render_gate_report
 

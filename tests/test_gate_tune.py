@@ -63,7 +63,7 @@ def test_the_summary_says_per_problem_what_tune_did(tmp_path: Path, monkeypatch:
     from types import SimpleNamespace
 
     import pytest_kernelopt.agents as agents
-    from pytest_kernelopt.agents.run_records import KernelOutcome, ProblemOutcome, RunRecord
+    from pytest_kernelopt.runs.records import KernelOutcome, ProblemOutcome, RunRecord
     from pytest_kernelopt.gate.tuning import Tuning
     from pytest_kernelopt.verify.options import VerifyOptions
 
@@ -116,7 +116,7 @@ def test_tune_gets_the_gates_seed_and_verify_options_whole(repo: Path, pytester:
     from types import SimpleNamespace
 
     from pytest_kernelopt import agents
-    from pytest_kernelopt.agents.run_records import RunRecord
+    from pytest_kernelopt.runs.records import RunRecord
     from pytest_kernelopt.config import load_config
     from pytest_kernelopt.gate.options import read_options
     from pytest_kernelopt.gate.tuning import Tuning

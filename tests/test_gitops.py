@@ -60,7 +60,7 @@ class FakeJudge:
 @pytest.fixture(autouse=True)
 def judge(monkeypatch):
     """Publish re-verifies with FakeJudge (tests of the real cascade on a real problem: test_trust_data.py)."""
-    import pytest_kernelopt.gitops as gitops
+    import pytest_kernelopt.gitops.publish as gitops
 
     FakeJudge.measured, FakeJudge.calls = {}, []
     monkeypatch.setattr(gitops, "SessionJudge", FakeJudge)

@@ -105,7 +105,7 @@ def test_production_model_computes_what_the_gate_measures_at_its_speed(large: No
     import torch
 
     import pytest_kernelopt
-    from pytest_kernelopt.agents.launch_space import read_point, with_point
+    from pytest_kernelopt.candidate.launch_space import read_point, with_point
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.capture import compile_problem
     from pytest_kernelopt.config import resolve_device

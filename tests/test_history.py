@@ -12,8 +12,9 @@ from test_gate_report import result
 
 from pytest_kernelopt.cli import main
 from pytest_kernelopt.errors import UsageError
-from pytest_kernelopt.gate.results import ItemResult, write
-from pytest_kernelopt.report.history import append_history, read_history
+from pytest_kernelopt.runs.gate_result import ItemResult, write
+from pytest_kernelopt.gitops.history import append_history
+from pytest_kernelopt.report.history import read_history
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -186,7 +186,7 @@ def test_merge_needs_neither_torch_nor_triton(tmp_path):
     """gate-matrix.yml merges on a GitHub-hosted machine without torch: ``kernelopt merge --report`` imports neither."""
     code = """
 import sys
-from pytest_kernelopt.gate import results
+from pytest_kernelopt.runs import gate_result as results
 env = results.ResultEnvironment(device="cpu", torch="2.13.0", triton="3.7.1", python="3.11.7")
 settings = results.GateSettings(seeds=1, timeout=600.0, max_slowdown=0.01, strict=True)
 item = results.ItemResult(nodeid="problems/r.py::model", problem="problems/r.py", model="r", item="model",

@@ -118,7 +118,7 @@ def run(compiled: Any, *inputs: Any) -> tuple[Any, list[str]]:
 
 def wrapper_globals(compiled: Any, *inputs: Any) -> tuple[Any, dict[str, Any], list[str]]:
     """(output, {kernel global: object} over every graph, warnings) of a first call that compiles."""
-    from pytest_kernelopt.capture import _KERNEL_DEF, _record_wrapper_modules
+    from pytest_kernelopt.capture.compiled import _KERNEL_DEF, _record_wrapper_modules
 
     with _record_wrapper_modules() as loaded:
         out, messages = run(compiled, *inputs)

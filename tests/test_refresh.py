@@ -44,8 +44,8 @@ def refreshed(tmp_path_factory: pytest.TempPathFactory, interpreter: str) -> dic
     """Five stores, each with v1 of the kernel made one way, accepted against the old problem; then the problem
     changes and each store is refreshed against the new one. A copy of the launch store, still stale, is kept
     for the gate test."""
-    from pytest_kernelopt.agents.launch_space import with_point
-    from pytest_kernelopt.agents.search import approximate_divisions
+    from pytest_kernelopt.candidate.launch_space import with_point
+    from pytest_kernelopt.candidate.rewrites import approximate_divisions
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.agents.refresh import Refresher
     from pytest_kernelopt.store import KernelStore, accept_verdict
@@ -160,7 +160,7 @@ def test_the_problem_change_changed_the_compiler_kernel(refreshed: dict[str, Any
 
 
 def test_a_launch_recipe_is_replayed_and_stored_as_a_new_version(refreshed: dict[str, Any]) -> None:
-    from pytest_kernelopt.agents.launch_space import with_point
+    from pytest_kernelopt.candidate.launch_space import with_point
 
     k = _only(refreshed, "launch")
     assert (k.status, k.version, k.new_version, k.successor, k.match) == ("refreshed", 1, 2, KERNEL, "same name")
@@ -218,7 +218,8 @@ def test_a_replayed_kernel_that_is_now_wrong_is_not_stored(refreshed: dict[str, 
 def test_the_table_says_what_happened_to_each_kernel(refreshed: dict[str, Any]) -> None:
     from rich.console import Console
 
-    from pytest_kernelopt.agents.refresh import RefreshRecord, refresh_table
+    from pytest_kernelopt.agents.refresh import RefreshRecord
+    from pytest_kernelopt.report.terminal import refresh_table
 
     record = RefreshRecord(device="cpu", kernels_dir="k", problems=list(refreshed["results"].values()))
     console = Console(width=300, record=True)

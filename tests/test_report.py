@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import synthetic_run as s
 
-from pytest_kernelopt.agents.run_records import ProblemOutcome
+from pytest_kernelopt.runs.records import ProblemOutcome
 from pytest_kernelopt.cli import main
 from pytest_kernelopt.errors import UsageError
 from pytest_kernelopt.report import build_view, render_report, write_report
-from pytest_kernelopt.agents.trace import load_run
+from pytest_kernelopt.runs.trace import load_run
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_kernelopt.gate import results
+from pytest_kernelopt.runs import gate_result as results
 from pytest_kernelopt.gate.output import summary_lines
 from pytest_kernelopt.errors import MergeError, UsageError
 from pytest_kernelopt.records import dump_json

@@ -1,4 +1,4 @@
-"""The structural rewrite rules (``agents/rewrites.py``): what each changes, what it leaves, and that
+"""The structural rewrite rules (``candidate/rewrites.py``): what each changes, what it leaves, and that
 the rewritten kernel computes the same values (interpreter mode)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from pytest_kernelopt.agents.planner import STRATEGIES
 from pytest_kernelopt.agents.reviewer import review
-from pytest_kernelopt.agents.rewrites import REWRITES, reverse_second_passes, streaming_stores
+from pytest_kernelopt.candidate.rewrites import REWRITES, reverse_second_passes, streaming_stores
 from pytest_kernelopt.records import ArgInfo, KernelInfo, LaunchConfig
 
 # Inductor's looped two-pass reduction (torch 2.11's spelling): x / sum(|x|) over rows.
@@ -142,7 +142,7 @@ def test_memory_bound_kernels_get_the_l2_rules_first_on_the_compilers_kernel():
     stored); the rules measured to win on the compiler's own kernel now come before it."""
     from pytest_kernelopt.agents.search import SearchCoder
     from pytest_kernelopt.agents.harvest import Harvested, HarvestResult
-    from pytest_kernelopt.agents.run_records import CoderContext
+    from pytest_kernelopt.runs.records import CoderContext
 
     assert STRATEGIES["memory"] == ["rewrite:reverse-pass", "rewrite:streaming-stores", "harvest", "rewrite:eviction",
                                     "rewrite:approx-div", "launch"]
@@ -164,7 +164,7 @@ def test_memory_bound_kernels_get_the_l2_rules_first_on_the_compilers_kernel():
 
 
 def test_a_composed_rewrite_is_stored_as_a_replayable_recipe():
-    from pytest_kernelopt.agents.launch_space import with_point
+    from pytest_kernelopt.candidate.launch_space import with_point
     from pytest_kernelopt.store.recipe import derive_recipe
 
     source = with_point(streaming_stores(reverse_second_passes(TWO_PASS)), {"R0_BLOCK": 32})

@@ -150,7 +150,7 @@ def test_tune_tunes_each_shape_with_its_share_of_the_budget_and_stores_per_shape
     from test_agents import FakeSession, _inductor_info, _tuner
 
     from pytest_kernelopt.agents import shape_shares
-    from pytest_kernelopt.agents.trace import load_run
+    from pytest_kernelopt.runs.trace import load_run
 
     class ShapedSession(FakeSession):
         def __call__(self, problem, device, options, progress=None, variant=None, shape=None):
@@ -358,7 +358,8 @@ def test_refresh_carries_a_stale_version_over_at_its_shape_only(repo, tmp_path):
     assert [(o["shape"], [k["kernel"] for k in o["kernels"]]) for o in outcomes] == [("b2", [kernel]), ("b4", [])]
     from rich.console import Console
 
-    from pytest_kernelopt.agents.refresh import RefreshRecord, refresh_table
+    from pytest_kernelopt.agents.refresh import RefreshRecord
+    from pytest_kernelopt.report.terminal import refresh_table
 
     console = Console(width=400, record=True)
     console.print(refresh_table(RefreshRecord.model_validate(record)))

@@ -82,7 +82,7 @@ def test_visible_gpus() -> None:
 
 
 def test_importing_shard_does_not_import_torch() -> None:
-    code = "import sys, pytest_kernelopt.shard, pytest_kernelopt.gate.results; assert 'torch' not in sys.modules"
+    code = "import sys, pytest_kernelopt.shard, pytest_kernelopt.runs.gate_result; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from pytest_kernelopt.agents.benchmarker import KernelState
 from pytest_kernelopt.agents.keeper import Keeper
-from pytest_kernelopt.agents.run_records import Attempt, KernelOutcome
+from pytest_kernelopt.runs.records import Attempt, KernelOutcome
 from pytest_kernelopt.benchmark.one_problem import VS_DEFAULT
 from pytest_kernelopt.measure.rule import SpeedPolicy, above, below
 from pytest_kernelopt.measure.stats import SpeedEstimate

@@ -92,7 +92,7 @@ def test_an_added_stage_runs_in_order_and_lands_in_the_verdict(extra_stage, inte
 def test_an_added_stage_is_ordered_in_the_run_report(extra_stage, tmp_path):
     import synthetic_run as s
 
-    from pytest_kernelopt.agents.trace import load_run
+    from pytest_kernelopt.runs.trace import load_run
     from pytest_kernelopt.report import build_view, render_report
 
     run_dir, _ = s.standard_run(tmp_path)

@@ -43,7 +43,7 @@ def test_inductor_helper_library_passes(interpreter: str):
     """All of ``triton_helpers`` as a dump inlines it (welford, sort, scans, random, bucketize, ...)."""
     import torch._inductor.runtime.triton_helpers as helpers
 
-    from pytest_kernelopt.candidate import _helpers_source
+    from pytest_kernelopt.candidate.format import _helpers_source
 
     names = {n for n in dir(helpers) if getattr(getattr(helpers, n), "fn", None) is not None}
     assert len(names) > 30, sorted(names)  # the library is there (46 functions in torch 2.13)

@@ -18,7 +18,7 @@ from pytest_kernelopt.gate.checks import Checks
 from pytest_kernelopt.gate.failure import GateFailure
 from pytest_kernelopt.gate.output import summary_lines
 from pytest_kernelopt.gate.problems import Problem
-from pytest_kernelopt.gate.results import GateResult, GateSettings, ItemResult, ResultEnvironment, \
+from pytest_kernelopt.runs.gate_result import GateResult, GateSettings, ItemResult, ResultEnvironment, \
     item_from_properties
 from pytest_kernelopt.gate.thresholds import ACCEPT_MAX_DAYS, SpeedRules
 from pytest_kernelopt.records import Timing

@@ -273,7 +273,7 @@ def test_publish_re_judges_a_zeros_kernel_in_interpreter_mode(tmp_path, monkeypa
     every sha256 recorded again and the figure inflated. Publish's own cascade (interpreter mode) rejects it."""
     import shutil
 
-    from pytest_kernelopt.agents.run_records import KernelOutcome, ProblemOutcome
+    from pytest_kernelopt.runs.records import KernelOutcome, ProblemOutcome
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.gitops import reverify
     from pytest_kernelopt.store import Evidence, Provenance
@@ -312,7 +312,7 @@ def test_publish_re_judges_a_zeros_kernel_in_interpreter_mode(tmp_path, monkeypa
     run = s.write_run(tmp_path / "runs", clone / "kernels", [ProblemOutcome(
         model="sum_reduce", problem="problems/sum_reduce.py", device="cuda", speed_measured=True, kernels=[outcome])])
 
-    import pytest_kernelopt.gitops as gitops
+    import pytest_kernelopt.gitops.publish as gitops
 
     monkeypatch.setattr(gitops, "SessionJudge", reverify.SessionJudge)  # not test_gitops's fake: the real cascade
     judged: list[Any] = []

@@ -257,7 +257,7 @@ def test_redaction_keeps_positions_and_hides_every_draw_number():
 
 
 def test_agent_records_carry_no_seed():
-    from pytest_kernelopt.agents.run_records import Attempt, KernelOutcome, TraceEvent
+    from pytest_kernelopt.runs.records import Attempt, KernelOutcome, TraceEvent
     from pytest_kernelopt.records import SeedErrors
 
     raw = "kernel: draw 'mid' (input seed 1849233098, ..., transform seed 77), launch 1"

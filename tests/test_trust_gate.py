@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from pytest_kernelopt.gate import results
+from pytest_kernelopt.runs import gate_result as results
 from pytest_kernelopt.gate.output import summary_lines
 from pytest_kernelopt.records import dump_json
 from pytest_kernelopt.shard import Shard, shard_of
@@ -449,7 +449,7 @@ def test_gate_report_shows_a_hostile_reason_as_text(tmp_path: Path) -> None:
 
 def test_tuning_report_and_pull_request_body_show_a_hostile_reason_as_text(tmp_path: Path) -> None:
     import synthetic_run as s
-    from pytest_kernelopt.agents.trace import load_run
+    from pytest_kernelopt.runs.trace import load_run
     from pytest_kernelopt.report import build_view, render_report
 
     outcome = s.softmax_outcome(s.variant(64), 1)

@@ -105,7 +105,7 @@ def test_def_line_in_a_string_is_rejected_statically_on_its_line():
 def test_hidden_def_is_refused_by_the_loader_and_never_runs(interpreter, tmp_path, monkeypatch):
     """Even with the static stage's line rule off, the loader sees that the interpreter would
     compile other text, and refuses before anything runs."""
-    from pytest_kernelopt import candidate
+    from pytest_kernelopt.candidate import format as candidate
     from pytest_kernelopt.errors import CandidateError
 
     mark = tmp_path / "mark"
@@ -115,7 +115,7 @@ def test_hidden_def_is_refused_by_the_loader_and_never_runs(interpreter, tmp_pat
 
 
 def test_hidden_def_control_really_runs_without_the_loader_check(interpreter, tmp_path, monkeypatch):
-    from pytest_kernelopt import candidate
+    from pytest_kernelopt.candidate import format as candidate
 
     mark = tmp_path / "mark"
     monkeypatch.setattr(candidate, "_rereads_agree", lambda *a: None)

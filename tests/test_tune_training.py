@@ -51,7 +51,7 @@ def test_a_backward_kernel_is_tuned_and_stored_as_for_inference_and_the_run_name
     compile settings are not tried (refused for training steps, said once) and no compile check runs."""
     from pytest_kernelopt.agents.loop import REWRITES_DECLINE
     from pytest_kernelopt.agents.progress import problem_lines
-    from pytest_kernelopt.agents.run_records import RunRecord
+    from pytest_kernelopt.runs.records import RunRecord
     from pytest_kernelopt.report.render import write_report
 
     info = _inductor_info().model_copy(update={"name": BWD, "backward": True})
@@ -109,7 +109,7 @@ class Scripted:
     def prepare(self, *a: Any, **k: Any) -> None: ...
 
     def propose(self, ctx: Any) -> list[Any]:
-        from pytest_kernelopt.agents.run_records import Proposal
+        from pytest_kernelopt.runs.records import Proposal
 
         if not ctx.kernel.backward or self.kernel not in (None, ctx.kernel.name) or ctx.round:
             return []
@@ -123,8 +123,8 @@ def test_tune_judges_backward_candidates_on_the_step_in_interpreter_mode(interpr
     """The real session on a training problem: a correct backward candidate passes the cascade, a wrong one is
     rejected; on a CPU nothing is stored (speed is not measured), as for inference."""
     from pytest_kernelopt.agents import TuneOptions, Tuner
-    from pytest_kernelopt.agents.run_records import RunRecord
-    from pytest_kernelopt.agents.trace import RunDir
+    from pytest_kernelopt.runs.records import RunRecord
+    from pytest_kernelopt.runs.trace import RunDir
     from pytest_kernelopt.store import KernelStore
 
     store = KernelStore(tmp_path / "kernels")

@@ -1,81 +1,31 @@
 """Agents: five roles that turn a compiled problem into candidates the cascade judges.
 
-    Profiler (profiler.py)   where the model's GPU time goes, and why (bottleneck class)
-    Planner  (planner.py)    which kernels to tune, in which order, with which strategies
-    Coder    (coder.py)      writes candidate files: search.py (offline) or claude.py (Anthropic),
-                             chosen by name in backends.py (``--agent``)
-    Reviewer (reviewer.py)   the static checks and a critique before anything runs
-    Benchmarker (benchmarker.py)  judges candidates in the verification session
-                             (pytest_kernelopt.verify) and confirms the best at full length
+Three parts behind inner walls (tests/test_layout.py checks them):
 
-``loop.py`` drives them for ``kernelopt tune``, problem by problem and kernel by kernel;
-``keeper.py`` decides what of it is stored (``kernels/``); ``trace.py`` writes the run
-directory. The search backend's parts: ``strategies/`` (one module per strategy),
-``rewrites.py`` (source rewrite rules), ``harvest.py`` and ``launch_space.py``.
+* the shared roles, which know no backend: the Coder protocol (coder.py), the Profiler
+  (profiler.py: where the model's GPU time goes, and why), the Reviewer (reviewer.py: the
+  static checks and a critique before anything runs), Inductor's harvested alternatives
+  (harvest.py), the model's compile settings (compile_choice.py), the terminal (ui.py);
+* the backends, which import the shared roles and never each other: ``search/`` (offline:
+  SearchCoder and its strategies, one module each) and ``claude/`` (Claude through the
+  Anthropic SDK, and the parsing of its replies);
+* the shared loop above them: the Planner (planner.py: which kernels, in which order, with
+  which of the search's strategies), the Benchmarker (benchmarker.py: judges candidates in
+  the verification session and confirms the best at full length), what is stored
+  (keeper.py), the loop (loop.py), a backend chosen by name (backends.py, ``--agent``; the
+  module is imported only when chosen), progress output, tuning on several GPUs
+  (multi_gpu.py), ``kernelopt refresh`` (refresh.py) and ``kernelopt tune`` (tuning.py).
 
-Extension points: a Coder backend is one module and one line in ``backends.BACKENDS``;
-a search strategy one module and one line in ``strategies.REGISTRY``; a rewrite rule one
-decorated function in ``rewrites.py``.
+A run's records and its run directory are ``runs/``; the candidate's launch space and
+source rewrites are ``candidate/``. Extension points: a Coder backend is one package and
+one line in ``backends.BACKENDS``; a search strategy one module and one line in
+``search.strategies.REGISTRY``; a rewrite rule one decorated function in
+``candidate/rewrites.py``. This file only re-exports.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 from .loop import UI, Tuner, TuneOptions
-from .run_records import RunRecord
-from .trace import RunDir, new_run_id, now_iso
+from .tuning import shape_shares, tune
 
 __all__ = ["UI", "TuneOptions", "Tuner", "shape_shares", "tune"]
-
-
-def shape_shares(problem: Path) -> list[tuple[str | None, float]]:
-    """(declared shape, its share of each kernel's budget by SHAPE_WEIGHTS) per shape the problem declares;
-    [(None, 1.0)] for a problem without SHAPES."""
-    from ..capture.problem import load_problem
-
-    weights = load_problem(problem).shape_weights
-    total = sum(weights.values())
-    return [(name, w / total) for name, w in weights.items()] or [(None, 1.0)]
-
-
-def tune(problems: list[Path], options: TuneOptions, *, agent: str = "search", agent_options: dict[str, Any] | None = None,
-         store: Any, runs_dir: Path, ui: UI | None = None) -> RunRecord:
-    """Tune every problem in turn; returns the run's record (also in ``runs_dir/<run_id>/run.json``).
-
-    Ctrl-C stops at once: the record says ``interrupted`` and keeps every kernel finished
-    (stored versions are complete files; nothing is half-written).
-    """
-    from .backends import make_coder
-
-    ui = ui or UI()
-    coder = make_coder(agent, **(agent_options or {}))
-    record = RunRecord(run_id=new_run_id(), started=now_iso(), agent=agent, agent_model=coder.model,
-                       budget_s=options.budget_s, kernels_dir=str(store.root) if store is not None else "")
-    run = RunDir.create(runs_dir, record)
-    ui.message(f"run directory: {run.root}")
-    tuner = Tuner(options, coder, store, run, ui)
-    try:
-        for problem in problems:
-            for shape, share in shape_shares(problem):
-                if shape is not None:
-                    ui.message(f"{Path(problem).stem}: tuning shape {shape} ({share:.0%} of each kernel's budget, "
-                               "by SHAPE_WEIGHTS)")
-                tuner.tune_problem(problem, shape, share) if shape is not None else tuner.tune_problem(problem)
-                if tuner.stop_reason:
-                    break
-            if tuner.stop_reason:
-                ui.message(f"stopping: {tuner.stop_reason}")
-                break
-    except KeyboardInterrupt as exc:
-        record.interrupted = True
-        exc.kernelopt_record = record  # type: ignore[attr-defined]  # the command line prints its summary
-        raise
-    finally:
-        spend = coder.spend
-        record.input_tokens, record.output_tokens, record.usd = spend.input_tokens, spend.output_tokens, spend.usd
-        record.stop_reason = tuner.stop_reason
-        record.finished = now_iso()
-        run.close()
-    return record

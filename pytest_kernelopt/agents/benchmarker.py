@@ -22,8 +22,8 @@ from typing import Any, Callable, Iterator
 from ..errors import VerifierError
 from ..records import KernelInfo, Verdict
 from .reviewer import review
-from .run_records import Attempt, Proposal
-from .trace import RunDir
+from ..runs.records import Attempt, Proposal
+from ..runs.trace import RunDir
 from .ui import UI
 
 IMPROVE = 0.01  # a launch point must be this much faster (kernel alone) to become the search's best

@@ -1,10 +1,10 @@
 """The Coder role: what a backend that writes candidate files is (the types every backend shares).
 
 A backend knows nothing of timing (as Inductor's coordinate-descent tuner takes a
-scoring callable): it reads a :class:`~.run_records.CoderContext` (the kernel, the best
+scoring callable): it reads a :class:`~pytest_kernelopt.runs.records.CoderContext` (the kernel, the best
 source so far, the profile, every earlier attempt with the cascade's reasons) and
-returns :class:`~.run_records.Proposal` objects. The Reviewer and the Benchmarker decide
-what becomes of them. The backends themselves (``search.py``, ``claude.py``) and how
+returns :class:`~pytest_kernelopt.runs.records.Proposal` objects. The Reviewer and the Benchmarker decide
+what becomes of them. The backends themselves (``search/``, ``claude/``) and how
 one is chosen by name are in ``backends.py``; this module imports none of them.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from .run_records import CoderContext, Proposal
+from ..runs.records import CoderContext, Proposal
 
 
 class Spend(BaseModel):

@@ -20,33 +20,12 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Literal
-
-from pydantic import Field
+from typing import Any, Callable
 
 from ..errors import KerneloptError
 from ..measure.text import interval, speedup_text
-from ..records import Record, Verdict
-
-
-class CompileTrial(Record):
-    variant: str
-    status: Literal["accepted", "correct", "rejected", "error"]
-    speedup: float | None = None  # over the default compile, whole model
-    ci_low: float | None = None
-    ci_high: float | None = None
-    reason: str | None = None
-    seconds: float = 0.0
-
-
-class CompileOutcome(Record):
-    """What the compile step tried and chose (``run.json``, per problem)."""
-
-    tried: list[CompileTrial] = Field(default_factory=list)
-    previous: str | None = None  # model.json's choice before the run
-    chosen: str | None = None  # the compile the kernels were tuned on (None: the defaults)
-    stored: bool = False  # model.json was written (a new choice, or the old one removed)
-    note: str = ""
+from ..records import Verdict
+from ..runs.records import CompileOutcome, CompileTrial
 
 
 def _trial(variant: str, verdict: Verdict, seconds: float) -> CompileTrial:

@@ -27,7 +27,7 @@ from ..records import KernelInfo, Verdict
 from ..store import sha256_text
 from .benchmarker import Benchmarker, KernelState, score
 from .coder import Coder
-from .run_records import KernelOutcome, ProblemOutcome
+from ..runs.records import KernelOutcome, ProblemOutcome
 from .ui import UI
 
 

@@ -33,8 +33,8 @@ from .benchmarker import Benchmarker, KernelState, score
 from .coder import Coder
 from .keeper import Keeper
 from .planner import LIMIT_PCT, PlanItem, limit_pct, plan
-from .run_records import CoderContext, KernelOutcome, ProblemOutcome, Proposal
-from .trace import RunDir
+from ..runs.records import CoderContext, KernelOutcome, ProblemOutcome, Proposal
+from ..runs.trace import RunDir
 from .ui import UI
 
 __all__ = ["UI", "TuneOptions", "Tuner"]

@@ -24,8 +24,8 @@ from ..child import child_env, interrupt_group, kill_group, module_command, star
 from ..errors import KerneloptError, UsageError
 from ..shard import CUDA_VISIBLE_DEVICES, check_workers, visible_gpus
 from .loop import TuneOptions
-from .run_records import RunRecord
-from .trace import RunDir, load_run, new_run_id, now_iso
+from ..runs.records import RunRecord
+from ..runs.trace import RunDir, load_run, new_run_id, now_iso
 
 
 class WorkerJob(BaseModel):

@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from typing import get_args
 
 from .. import settings
-from .run_records import Bottleneck, KernelOutcome, KernelProfile, ModelProfile
-from .strategies import REGISTRY
+from ..runs.records import Bottleneck, KernelOutcome, KernelProfile, ModelProfile
+from .search.strategies import REGISTRY
 
 MIN_SHARE: float = settings.default("min_share")  # kernelopt tune --min-share
 BOTTLENECKS: tuple[Bottleneck, ...] = get_args(Bottleneck)  # the Profiler's classes
 
-# bottleneck class -> plan entries, from the strategies' registry (agents/strategies/) and
-# the rewrite rules' classes (agents/rewrites.py): the rules registered first=True, harvest, the
+# bottleneck class -> plan entries, from the strategies' registry (agents/search/strategies/) and
+# the rewrite rules' classes (candidate/rewrites.py): the rules registered first=True, harvest, the
 # other rules that apply, launch.
 STRATEGIES: dict[str, list[str]] = {
     bottleneck: [entry for name, strategy in REGISTRY.items() for entry in strategy.entries(name, bottleneck)]

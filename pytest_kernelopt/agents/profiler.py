@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..records import KernelInfo
-from .run_records import Bottleneck, KernelProfile, ModelProfile
+from ..runs.records import Bottleneck, KernelProfile, ModelProfile
 
 LAUNCH_US = 6.0
 MEMORY_PCT = 50.0

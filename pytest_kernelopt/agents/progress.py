@@ -8,7 +8,7 @@ from typing import Any
 
 from ..measure.text import timing_text
 from .ui import UI
-from .run_records import Attempt, KernelOutcome
+from ..runs.records import Attempt, KernelOutcome
 
 
 class RichUI(UI):

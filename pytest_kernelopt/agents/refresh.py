@@ -170,7 +170,7 @@ class Refresher:
                  harvest_timeout: float = 900.0):
         self.store = store
         self.device = device
-        self.run = run  # agents.trace.RunDir or None
+        self.run = run  # runs.trace.RunDir or None
         self.say = say or (lambda _: None)
         self.harvest_timeout = harvest_timeout
 
@@ -340,7 +340,7 @@ class _Alternatives:
 def run_outcome(problem: ProblemRefresh, device: str) -> Any:
     """The refresh of one problem as a tuning run's ProblemOutcome: ``kernelopt publish`` and
     ``kernelopt report`` read the versions it stored from there."""
-    from .run_records import KernelOutcome, ProblemOutcome
+    from ..runs.records import KernelOutcome, ProblemOutcome
     from ..capture.shapes import split_name
 
     kernels = []
@@ -364,8 +364,8 @@ def refresh(problems: list[Path], store: Any, device: str, options: Any, *, runs
     with SHAPES, opened only when the store holds active versions there); the run is written under ``runs_dir``
     when given. ``failed``: problems that could not be loaded, recorded as they are (error rows) before the
     others. ``shapes``: only these declared shapes (the gate: the one its session was opened at; None: all)."""
-    from .run_records import RunRecord
-    from .trace import RunDir, new_run_id, now_iso
+    from ..runs.records import RunRecord
+    from ..runs.trace import RunDir, new_run_id, now_iso
     from ..capture.shapes import split_name
     from ..records import dump_json
 
@@ -445,38 +445,3 @@ def declared_shapes(problem: Path) -> list[str | None]:
     from ..capture.problem import load_problem
 
     return list(load_problem(problem).shapes) or [None]
-
-
-def refresh_table(record: RefreshRecord) -> Any:
-    """The terminal table: one row per stale kernel (and a row per problem with an error)."""
-    from rich.table import Table
-
-    from ..capture.shapes import split_name
-    from ..report.untrusted import plain
-
-    def speed(value: float | None, measured: bool = True) -> str:
-        return f"{value:.3f}x" if value is not None else ("not measured" if not measured else "-")
-
-    table = Table(title=f"kernelopt refresh ({record.device}): {record.stale} stale kernel(s)")
-    for col in ("model", "kernel", "status", "successor", "recipe", "speed before", "speed after", "why"):
-        table.add_column(col, overflow="fold")
-    for p in record.problems:
-        label = f"{p.model}@{p.shape}" if p.shape else p.model  # a row group per declared shape
-        if p.error:
-            table.add_row(label, "", "error", "", "", "", "", plain(p.error, 300, lines=False))
-        for k in p.kernels:
-            successor = "" if k.successor in (None, split_name(k.kernel)[0]) else k.successor
-            after = f"v{k.new_version}: " if k.new_version else ""
-            table.add_row(label, f"{k.kernel} v{k.version}", k.status, successor,
-                          (k.recipe or "") + (" (derived)" if k.recipe_derived else ""),
-                          speed(k.speed_before, k.speed_before_measured),
-                          after + speed(k.speed_after, k.speed_measured or k.status != "refreshed"),
-                          plain(k.reason, 400, lines=False))
-        for folder in p.undeclared:
-            table.add_row(p.model, folder, "undeclared shape", "", "", "", "",
-                          f"{Path(p.problem).name} does not declare this shape: not refreshed (production runs the "
-                          "compiler's kernel there; remove the folder, or declare the shape)")
-        if not p.kernels and not p.error and (p.current or not p.undeclared):
-            table.add_row(label, "", "current", "", "", "", "",
-                          f"{len(p.current)} committed kernel(s), none stale" if p.current else "nothing committed")
-    return table

@@ -14,7 +14,7 @@ from ..records import KernelInfo
 from ..store import sha256_text
 from ..verify.limits import size_problem
 from ..verify.static import check_candidate
-from .launch_space import Limits, read_point
+from ..candidate.launch_space import Limits, read_point
 
 
 @dataclass

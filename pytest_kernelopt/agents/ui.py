@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .run_records import Attempt, KernelOutcome
+from ..runs.records import Attempt, KernelOutcome
 
 
 class UI:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Literal
 
 from ..errors import KerneloptError
 from ..measure.roofline import min_bytes, min_flops
+from ..store.production import backend as production_backend
 from .records import (
     BASELINE, ERROR_FACTOR_NOTE, PROFILED_RUNS, SEED, BenchJob, ChildMessage, KernelTime, ModeResult, ProblemResult,
 )
@@ -132,10 +133,8 @@ def _build(mode: str, model: Any, model_id: str, kernels_dir: str) -> tuple[Call
         return torch.compile(model), None
     if mode == "max-autotune-no-cudagraphs":
         return torch.compile(model, mode="max-autotune-no-cudagraphs"), None
-    import pytest_kernelopt
-
     # What pytest_kernelopt.compile() uses; its start-up line is the row's kernels note here.
-    backend = pytest_kernelopt.backend(model_id, kernels_dir, quiet=True)
+    backend = production_backend(model_id, kernels_dir, quiet=True)
     return torch.compile(model, backend=backend), backend
 
 

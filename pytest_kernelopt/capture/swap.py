@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..candidate import CandidateKernel, load_candidate
-from . import CompiledModel
+from .compiled import CompiledModel, is_current
 
 
 def swap(compiled: CompiledModel, name: str, replacement: Any) -> None:
     """Make kernel ``name`` of ``compiled`` launch ``replacement.run`` instead."""
-    from . import is_current
     from ..errors import CaptureError
 
     if not is_current(compiled):

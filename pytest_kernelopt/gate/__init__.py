@@ -9,7 +9,9 @@ compiled: a bad one is one line and pytest's usage exit (4). Figures travel in
 computed once from them and rendered in the terminal, the Markdown report and
 ``kernelopt merge``.
 
-The modules, in the order a run meets them:
+The modules, in the order a run meets them (the typed result of a run, ``--kernelopt-json``
+and ``kernelopt merge``, and its summary are run records: ``runs/gate_result.py``,
+``runs/gate_summary.py``):
 
     session.py        GateSession: one per pytest run, ties the parts together; plugin.py's hooks call it
     options.py        the --kernelopt-* options and [tool.kernelopt], read and checked into GateOptions
@@ -21,8 +23,6 @@ The modules, in the order a run meets them:
     checks.py         what a kernel item and a model item check (the cascade, the speed policy)
     thresholds.py     each model's speed tolerances ([tool.kernelopt.thresholds]), accepted regressions
     failure.py        GateFailure; a stale kernel fails, or is skipped when allowed
-    results.py        the typed result of a run (--kernelopt-json) and `kernelopt merge`
-    summary.py        GateSummary: the run's summary, computed once from the results
     output.py         header, terminal summary, --kernelopt-json and --kernelopt-report
     publish.py        --kernelopt-open-pr: branches and pull requests after the run
     torch_warnings.py torch's and triton's own warnings, silenced while the gate compiles

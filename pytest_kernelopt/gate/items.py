@@ -3,7 +3,7 @@ kernel (``problems/x.py::<kernel>``) and a :class:`ModelItem` per model (``probl
 a problem with SHAPES, per declared shape (``problems/x.py::<kernel>@<shape>``, ``problems/x.py::model@<shape>``).
 
 An item records its figures as ``kernelopt_*`` user properties (junit XML and pytest-xdist
-carry them; :mod:`.results` reads them back); what it checks is :mod:`.checks`'.
+carry them; :mod:`pytest_kernelopt.runs.gate_result` reads them back); what it checks is :mod:`.checks`'.
 """
 
 from __future__ import annotations

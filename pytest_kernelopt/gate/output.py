@@ -1,8 +1,8 @@
 """What the gate says: the header, the terminal summary, ``--kernelopt-json`` and ``--kernelopt-report``.
 
 The controller (the process that writes them; under pytest-xdist, the one that starts
-the workers) keeps each gate item's result (:func:`.results.item_result`) as its report
-arrives; after the last item the run's :class:`~.summary.GateSummary` is computed once,
+the workers) keeps each gate item's result (:func:`pytest_kernelopt.runs.gate_result.item_result`) as its report
+arrives; after the last item the run's :class:`~pytest_kernelopt.runs.gate_summary.GateSummary` is computed once,
 and the terminal table, the Markdown report and ``kernelopt merge`` render it.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .results import GateResult, GateSettings, ItemResult, environment, gate_result, item_result, write
-from .summary import GateSummary, summarize
+from ..runs.gate_result import GateResult, GateSettings, ItemResult, environment, gate_result, item_result, write
+from ..runs.gate_summary import GateSummary, summarize
 
 
 class GateOutput:
@@ -64,7 +64,7 @@ class GateOutput:
         """``--kernelopt-history``: this run's model times appended to ``path`` (github-action-benchmark's
         format); what was done, or why nothing was (the file is then left as it was)."""
         from ..errors import KerneloptError
-        from ..report.history import append_history
+        from ..gitops.history import append_history
 
         try:
             return append_history(result, path, self.rootpath)

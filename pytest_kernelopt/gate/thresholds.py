@@ -28,7 +28,7 @@ from ..config import toml_key as _key
 from ..errors import UsageError
 from ..settings import AcceptedRegression
 from .failure import GateFailure
-from .results import ModelThresholds
+from ..runs.gate_result import ModelThresholds
 
 # How far ahead an accepted regression may expire: long enough for a compiler fix to ship
 # (torch releases come about every three months), short enough that none is forgotten.

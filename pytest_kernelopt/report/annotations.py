@@ -48,7 +48,7 @@ def command(level: str, file: str, title: str, message: str) -> str:
 
 def annotation_lines(items: Iterable[Any], file_of: Callable[[Any], str]) -> list[str]:
     """One command per failed item (``error``) and per stale kernel skipped with a note (``warning``);
-    ``items``: :class:`~pytest_kernelopt.gate.results.ItemResult`; ``file_of(item)``: its file, from the
+    ``items``: :class:`~pytest_kernelopt.runs.gate_result.ItemResult`; ``file_of(item)``: its file, from the
     repository's root."""
     lines = []
     seen: set[str] = set()

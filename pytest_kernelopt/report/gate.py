@@ -1,7 +1,7 @@
 """The report of a gate run (``pytest --kernelopt --kernelopt-report PATH``, ``kernelopt merge --report``).
 
-Rendered from the summary (:mod:`pytest_kernelopt.gate.summary`) of the gate's typed result
-(:class:`~pytest_kernelopt.gate.results.GateResult`, the same record ``--kernelopt-json``
+Rendered from the summary (:mod:`pytest_kernelopt.runs.gate_summary`) of the gate's typed result
+(:class:`~pytest_kernelopt.runs.gate_result.GateResult`, the same record ``--kernelopt-json``
 writes) through ``templates/gate.md.j2``: what was checked, each model's verdict and
 speedup, each kernel's status, and every failure with the stage and reason the gate gave.
 Markdown, so that CI can show it as the job summary.
@@ -13,12 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..runs.gate_summary import GateSummary
+from ..store.files import atomic_write
+from ..templates import render
 from .render import MD
+from .untrusted import md_finalize
 
 
 @dataclass
 class GateView:
-    """The template's ``gate``: the run's summary (:class:`~pytest_kernelopt.gate.summary.GateSummary`)
+    """The template's ``gate``: the run's summary (:class:`~pytest_kernelopt.runs.gate_summary.GateSummary`)
     with where and how it ran. ``problems`` are the summary's rows, by model id."""
 
     passed: bool
@@ -27,7 +31,7 @@ class GateView:
     shards: str
     environment: Any
     settings: Any
-    problems: list[Any]  # gate.summary.ProblemSummary
+    problems: list[Any]  # runs.gate_summary.ProblemSummary
     failures: list[Any]
     skipped: list[Any]
 
@@ -35,8 +39,6 @@ class GateView:
 def gate_view(result: Any, summary: Any = None) -> GateView:
     """The report's context from a GateResult (``result.items`` as the gate recorded them) and its
     summary (computed here when not given)."""
-    from ..gate.summary import GateSummary
-
     summary = summary if summary is not None else GateSummary.of_result(result)
     return GateView(
         passed=summary.passed, counts=summary.counts, created=result.created.isoformat(timespec="seconds"),
@@ -48,16 +50,10 @@ def gate_view(result: Any, summary: Any = None) -> GateView:
 
 def render_gate_report(result: Any, templates_dir: Path | None = None, summary: Any = None) -> str:
     """The gate report's Markdown (``templates/gate.md.j2``; the user's ``templates/`` override it)."""
-    from ..templates import render
-
-    from .untrusted import md_finalize
-
     return render("gate.md.j2", {"gate": gate_view(result, summary)}, templates_dir, filters=MD, finalize=md_finalize)
 
 
 def write_gate_report(result: Any, path: Path, templates_dir: Path | None = None, summary: Any = None) -> Path:
-    from ..store import atomic_write
-
     atomic_write(Path(path), render_gate_report(result, templates_dir, summary))
     return Path(path)
 
@@ -76,7 +72,7 @@ class CommentRow:
     vs_base: Any  # (speedup, [low, high]) over the base commit, or None
     vs_base_note: str | None  # why there is no comparison ("new at REF", "base failed at REF")
     vs_compiled: Any  # (speedup, [low, high]) over the compiled model, or None
-    speed: str  # gate.summary's speed word: measured, compiler baseline, not timed, ...
+    speed: str  # runs.gate_summary's speed word: measured, compiler baseline, not timed, ...
     notes: list[str]  # what ran at the base, why it failed; accepted regressions
 
 
@@ -100,11 +96,6 @@ def render_gate_comment(result: Any, templates_dir: Path | None = None, *, run_u
     """The pull-request comment's Markdown (``templates/gate_comment.md.j2``): per model the time at the base
     revision and at the head with the change and its interval (else the speedup over the compiled model), and
     the failures. Everything from the result file is escaped (``md_finalize`` and the text filters)."""
-    from ..gate.summary import GateSummary
-    from ..templates import render
-
-    from .untrusted import md_finalize
-
     summary = GateSummary.of_result(result)
     return render("gate_comment.md.j2", {"gate": gate_view(result, summary), "rows": comment_rows(summary),
                                          "run_url": run_url}, templates_dir, filters=MD, finalize=md_finalize)

@@ -89,7 +89,7 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, fmt: str = "md",
     """Render the report of the run in ``run_dir`` from ``run.json`` and ``trace.jsonl`` into
     ``out_dir`` (default: the run directory), with ``speedup.png`` beside it. Paths are shown
     relative to the git repository that holds the kernel store (when there is one)."""
-    from ..agents.trace import load_run
+    from ..runs.trace import load_run
     from ..store import atomic_write
 
     if fmt not in FORMATS:

@@ -1,17 +1,23 @@
 """Rendering for people: terminal tables (rich). Numbers are computed elsewhere (the gate's in
-:mod:`pytest_kernelopt.gate.summary`)."""
+:mod:`pytest_kernelopt.runs.gate_summary`)."""
 
 from __future__ import annotations
 
 import io
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
+from ..capture.shapes import split_name
 from ..measure.text import speedup_text
 from ..records import ArgInfo, CaptureSummary
+from ..runs.gate_summary import GateSummary
 from .untrusted import INLINE_LIMIT, plain
+
+if TYPE_CHECKING:  # the record only (the agents' package imports the tuner)
+    from ..agents.refresh import RefreshRecord
 
 
 def _inert(value: Any) -> Any:
@@ -59,13 +65,11 @@ def print_table(table: Table) -> None:
 def gate_lines(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
     """The gate's terminal summary of ``rows``: (node id, outcome, ``kernelopt_*`` properties without the
     prefix) of the items that ran. See :func:`summary_table_lines`."""
-    from ..gate.summary import GateSummary
-
     return summary_table_lines(GateSummary.of_rows(rows))
 
 
 def summary_table_lines(summary: Any) -> list[str]:
-    """The gate's terminal summary (a :class:`~pytest_kernelopt.gate.summary.GateSummary`): one row per
+    """The gate's terminal summary (a :class:`~pytest_kernelopt.runs.gate_summary.GateSummary`): one row per
     problem file that items of ran, then the notes.
 
     committed/stale/baseline say what the store holds for the model's kernels (0 where
@@ -123,3 +127,33 @@ def _vs_base(p: Any) -> str:
         lo, hi = p.vs_base_ci
         return speedup_text(p.vs_base_speedup, lo, hi)
     return _inert(p.vs_base) if p.vs_base else "-"
+
+
+def refresh_table(record: RefreshRecord) -> Table:
+    """``kernelopt refresh``'s terminal table: one row per stale kernel (and a row per problem with an error)."""
+    def speed(value: float | None, measured: bool = True) -> str:
+        return f"{value:.3f}x" if value is not None else ("not measured" if not measured else "-")
+
+    table = Table(title=f"kernelopt refresh ({record.device}): {record.stale} stale kernel(s)")
+    for col in ("model", "kernel", "status", "successor", "recipe", "speed before", "speed after", "why"):
+        table.add_column(col, overflow="fold")
+    for p in record.problems:
+        label = f"{p.model}@{p.shape}" if p.shape else p.model  # a row group per declared shape
+        if p.error:
+            table.add_row(label, "", "error", "", "", "", "", plain(p.error, 300, lines=False))
+        for k in p.kernels:
+            successor = "" if k.successor in (None, split_name(k.kernel)[0]) else k.successor
+            after = f"v{k.new_version}: " if k.new_version else ""
+            table.add_row(label, f"{k.kernel} v{k.version}", k.status, successor,
+                          (k.recipe or "") + (" (derived)" if k.recipe_derived else ""),
+                          speed(k.speed_before, k.speed_before_measured),
+                          after + speed(k.speed_after, k.speed_measured or k.status != "refreshed"),
+                          plain(k.reason, 400, lines=False))
+        for folder in p.undeclared:
+            table.add_row(p.model, folder, "undeclared shape", "", "", "", "",
+                          f"{Path(p.problem).name} does not declare this shape: not refreshed (production runs the "
+                          "compiler's kernel there; remove the folder, or declare the shape)")
+        if not p.kernels and not p.error and (p.current or not p.undeclared):
+            table.add_row(label, "", "current", "", "", "", "",
+                          f"{len(p.current)} committed kernel(s), none stale" if p.current else "nothing committed")
+    return table

@@ -1,6 +1,6 @@
 """What a tuning-run report shows, computed from the run's records (numbers only, no rendering).
 
-:func:`build_view` reads a :class:`~pytest_kernelopt.agents.run_records.RunRecord`, its
+:func:`build_view` reads a :class:`~pytest_kernelopt.runs.records.RunRecord`, its
 trace and the kernel store the run wrote into, and returns a :class:`RunView`: per
 model and per kernel the figures the templates print. Nothing here measures anything:
 every number comes from the records as the tuning run wrote them.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..capture.shapes import store_name
-from ..agents.run_records import Attempt, KernelOutcome, ProblemOutcome, RunRecord, TraceEvent
+from ..runs.records import Attempt, KernelOutcome, ProblemOutcome, RunRecord, TraceEvent
 from ..errors import StoreError
 from ..measure.text import speedup_text
 from ..records import Environment, SeedErrors, Timing

@@ -46,6 +46,7 @@ from types import ModuleType
 from typing import Any, Literal
 
 from ..errors import UsageError
+from .kernel_store import KernelStore
 
 __all__ = ["BACKEND_NAME", "KerneloptBackend", "KerneloptWarning", "ProductionKernel", "ProductionStatus",
            "VerifiedLaunches", "backend", "compile", "kernelopt_backend", "status"]
@@ -101,8 +102,6 @@ class KerneloptBackend:
 
     def __init__(self, model: str, kernels_dir: str | Path | None = None, *, mode: str | None = None,
                  options: dict[str, Any] | None = None, quiet: bool = False):
-        from . import KernelStore
-
         if not isinstance(model, str) or not model:
             raise UsageError(f"kernelopt backend: the model id must be a non-empty string, not {model!r}")
         self.model = model
@@ -132,7 +131,7 @@ class KerneloptBackend:
                  options: dict[str, Any] | None = None) -> Any:
         from torch._inductor.compile_fx import compile_fx
 
-        from ..capture import _record_wrapper_modules
+        from ..capture.compiled import _record_wrapper_modules
 
         from ..capture.variants import compiling
 
@@ -190,7 +189,7 @@ class KerneloptBackend:
     # --- one graph -----------------------------------------------------------------
 
     def _install(self, module: ModuleType, graph: int) -> None:
-        from ..capture import _KERNEL_DEF
+        from ..capture.compiled import _KERNEL_DEF
 
         try:
             source = Path(module.__file__).read_text()  # type: ignore[arg-type]
@@ -526,8 +525,6 @@ class ProductionStatus:
         lines = [status_line(self.model, self.kernels_dir, g, [k for (kg, _), k in latest.items() if kg == g])
                  for g in graphs]
         try:
-            from . import KernelStore
-
             from ..capture.shapes import split_name
 
             names = {k.name for k in self.kernels}  # a folder per shape (name@b64) belongs to its kernel

@@ -25,6 +25,7 @@ unbound one. Importing this module imports neither torch nor triton (the store r
 
 from __future__ import annotations
 
+import ast
 import difflib
 import re
 from dataclasses import dataclass
@@ -33,13 +34,17 @@ from typing import Any, Callable, Iterable, Literal
 
 from pydantic import Field
 
+from ..candidate.launch_space import Limits, describe, read_point, with_point
+from ..candidate.rewrites import REWRITES
+from ..capture.variants import VARIANTS
+from ..errors import StoreError
 from ..records import KernelInfo, Record
 
 RecipeKind = Literal["compiler", "launch", "rewrite", "inductor", "edit"]
 
 
 class RewriteStep(Record):
-    """One source rewrite of the search backend (``agents/rewrites.py`` REWRITES), with its parameters."""
+    """One source rewrite of the search backend (``candidate/rewrites.py`` REWRITES), with its parameters."""
 
     rule: str
     params: dict[str, Any] = Field(default_factory=dict)
@@ -93,8 +98,6 @@ class Recipe(Record):
 
 
 def _rewrites() -> dict[str, Callable[[str], str]]:
-    from ..agents.rewrites import REWRITES  # lazily: agents imports the store, which imports this module
-
     return REWRITES
 
 
@@ -122,9 +125,6 @@ def derive_recipe(original: str, source: str, *, fingerprint: str | None = None,
     (the tuner's harvest) that ``source`` may have started from. A structured recipe is
     returned only when replaying it reproduces ``source`` byte for byte; otherwise an edit.
     """
-    from ..capture.variants import VARIANTS
-    from ..agents.launch_space import read_point, with_point
-
     point, compiler_point = read_point(source), read_point(original)
     names = sorted(_rewrites())
     for variant, base in [(None, original), *alternatives]:
@@ -148,8 +148,6 @@ def derive_recipe(original: str, source: str, *, fingerprint: str | None = None,
 
 def split_docstring(text: str) -> tuple[str, str]:
     """``text`` as (its leading module docstring with the line end after it, the rest); ("", text) without one."""
-    import ast
-
     try:
         body = ast.parse(text).body
     except SyntaxError:
@@ -236,7 +234,6 @@ def replay(recipe: Recipe, original: str, info: KernelInfo,
     ``alternative(variant)``: the new compile's kernel of that Inductor variant matching
     ``info`` (None: none). The result still has to go through the cascade.
     """
-    from ..agents.launch_space import Limits, describe, read_point, with_point
 
     if recipe.kind == "edit":
         # The new compiler kernel's docstring (its fingerprint) heads the result; the code is patched.
@@ -296,7 +293,6 @@ def binding_error(recipe: Recipe, original: str, source: str) -> str | None:
     chooses which of the new compiler's own kernels a refresh starts from. The module docstring, which
     no replay carries over, is not compared. Text only, no compile.
     """
-    from ..agents.launch_space import read_point, with_point
 
     if recipe.kind == "edit":
         if recipe.rewrites or recipe.inductor is not None:
@@ -375,7 +371,6 @@ def replay_bound(recipe: Recipe, made: tuple[str, str], original: str, info: Ker
 def check_recipe(folder: Any, manifest: Any, record: Any, source: str) -> None:
     """Raise StoreError naming the files when ``record`` (a VersionRecord of ``manifest`` in ``folder``)
     carries a recipe that is not bound to ``source``, its bytes; versions without a recipe pass."""
-    from ..errors import StoreError
 
     if record.recipe is None:
         return

@@ -11,11 +11,30 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..records import Environment, KernelInfo, Record, SeedErrors, Timing, redact_seeds
-from .compile_choice import CompileOutcome
 
 RUN_SCHEMA_VERSION = 1
 
 Bottleneck = Literal["memory", "compute", "occupancy", "launch", "unknown"]
+
+
+class CompileTrial(Record):
+    variant: str
+    status: Literal["accepted", "correct", "rejected", "error"]
+    speedup: float | None = None  # over the default compile, whole model
+    ci_low: float | None = None
+    ci_high: float | None = None
+    reason: str | None = None
+    seconds: float = 0.0
+
+
+class CompileOutcome(Record):
+    """What the compile step tried and chose (``run.json``, per problem)."""
+
+    tried: list[CompileTrial] = Field(default_factory=list)
+    previous: str | None = None  # model.json's choice before the run
+    chosen: str | None = None  # the compile the kernels were tuned on (None: the defaults)
+    stored: bool = False  # model.json was written (a new choice, or the old one removed)
+    note: str = ""
 
 
 class KernelProfile(Record):

@@ -7,12 +7,12 @@ each) in plan order:
    kernels), on the compiler's own kernel, where they were measured to win.
 2. ``harvest``: Inductor's own alternatives for the same kernel: the other launch
    configurations the default compile built (it raced them once, briefly, at the first
-   call) and recompiles (:mod:`.harvest`: max-autotune, coordinate descent, looped
+   call) and recompiles (:mod:`..harvest`: max-autotune, coordinate descent, looped
    reductions), each a drop-in candidate; then the other ``rewrite:<rule>`` entries
-   (:mod:`.rewrites`, where each rule says what it changes and for which classes). Each
+   (:mod:`pytest_kernelopt.candidate.rewrites`, where each rule says what it changes and for which classes). Each
    rule is applied to the best candidate so far, so rules that win compose.
 3. ``launch``: coordinate descent over the launch configuration of the best
-   candidate so far (:mod:`.launch_space`: single steps, then diagonal steps that
+   candidate so far (:mod:`pytest_kernelopt.candidate.launch_space`: single steps, then diagonal steps that
    keep the tile size or the work per thread): every neighbour not yet tried, each
    judged by the session; when the best stops changing, every neighbour of it has
    been tried and the search ends.
@@ -27,11 +27,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..store import sha256_text
-from .coder import Spend
-from .harvest import CPU_VARIANTS, HARVEST_VARIANTS, HarvestResult, harvest
-from .rewrites import REWRITES, approximate_divisions, drop_eviction_hints
-from .run_records import CoderContext, Proposal
+from ...candidate.rewrites import REWRITES, approximate_divisions, drop_eviction_hints
+from ...runs.records import CoderContext, Proposal
+from ...store import sha256_text
+from ..coder import Spend
+from ..harvest import CPU_VARIANTS, HARVEST_VARIANTS, HarvestResult, harvest
 from .strategies import parse
 
 HARVEST_TIMEOUT = 900.0

@@ -27,7 +27,7 @@ of ``ANTHROPIC_*`` anyway, ``verify/worker.py``).
 
 Each request is one turn with the whole context (no conversation state): ``ctx.attempts``
 carries what earlier rounds learned. A reply is parsed into :class:`ParsedReply`
-(``claude_reply.py``, pure text processing): every
+(``reply.py``, pure text processing): every
 fenced ```` ```python ```` block is a candidate, validated structurally (it parses and
 defines ``run`` with the kernel's runtime arguments, in order); the candidate language
 itself is the Reviewer's and the static stage's business, so a language violation comes
@@ -54,12 +54,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..candidate import ENTRY_POINT
-from ..errors import UsageError, install_hint
-from ..measure.text import timing_text
-from .claude_reply import ParsedReply, ReplyCandidate, parse_reply
-from .coder import Spend
-from .run_records import Attempt, CoderContext, Proposal
+from ...candidate import ENTRY_POINT
+from ...errors import UsageError, install_hint
+from ...measure.text import timing_text
+from ...records import redact_seeds
+from ...runs.records import Attempt, CoderContext, Proposal
+from ...templates import project_templates, render
+from ...verify.static import IMPORTS
+from ..coder import Spend
+from .reply import ParsedReply, ReplyCandidate, parse_reply
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
 SYSTEM_TEMPLATE = "prompts/system.md.j2"
@@ -272,8 +275,6 @@ class ClaudeCoder:
 
     def render_prompts(self, ctx: CoderContext) -> tuple[str, str]:
         """The system prompt and the user message this round sends, rendered from the templates."""
-        from ..templates import project_templates, render
-        from ..verify.static import IMPORTS
 
         user_dir = self.templates_dir if self.templates_dir is not None else project_templates()
         system = render(SYSTEM_TEMPLATE, {
@@ -462,8 +463,6 @@ class ClaudeCoder:
 
 
 def _attempt_view(n: int, attempt: Attempt) -> dict[str, Any]:
-    from ..records import redact_seeds
-
     reason = (redact_seeds(attempt.reason) or "").strip()  # an Attempt is redacted already; the prompt makes sure
     if len(reason) > MAX_REASON_CHARS:
         reason = reason[: MAX_REASON_CHARS - 3] + "..."

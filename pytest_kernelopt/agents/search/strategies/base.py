@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from ..run_records import CoderContext, Proposal
+from ....runs.records import CoderContext, Proposal
 
 
 class SearchState(Protocol):

@@ -1,15 +1,15 @@
 """``launch``: coordinate descent over the launch configuration of the best candidate so far.
 
-Every neighbour not yet tried (:mod:`..launch_space`: single steps, then diagonal steps
+Every neighbour not yet tried (:mod:`pytest_kernelopt.candidate.launch_space`: single steps, then diagonal steps
 that keep the tile size or the work per thread), at most ``launch_per_round`` a round;
 when the best stops changing, every neighbour of it has been tried and the search ends.
 """
 
 from __future__ import annotations
 
-from ...store import sha256_text
-from ..launch_space import Limits, describe, neighbours, read_point, with_point
-from ..run_records import CoderContext, Proposal
+from ....store import sha256_text
+from ....candidate.launch_space import Limits, describe, neighbours, read_point, with_point
+from ....runs.records import CoderContext, Proposal
 from .base import SearchState
 
 # In interpreter mode nothing is timed, so the launch search has no direction: a few

@@ -20,22 +20,36 @@ import ast
 import builtins
 import hashlib
 import inspect
+import linecache
 import os
 import re
 import sys
 import textwrap
+import types
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from .capture import find_kernel_def
-from .errors import CandidateError, CaptureError
-from .launch import set_stream
-from .records import KernelInfo
+from ..errors import CandidateError, CaptureError, UsageError
+from ..launch import fast_entry_point, set_stream
+from ..records import KernelInfo
 
 ENTRY_POINT = "run"
 # Module names a kernel body may use, as Inductor imports them.
 _KERNEL_GLOBALS = {"tl", "triton", "tl_math", "libdevice", "triton_helpers", "math"}
+
+
+def find_kernel_def(source: str, name: str | None = None) -> ast.FunctionDef:
+    """The ``@triton.jit`` function named ``name`` (or the last jit function) in ``source``."""
+    tree = ast.parse(source)
+    found = None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in node.decorator_list):
+            if name is None or node.name == name:
+                found = node
+    if found is None:
+        raise CaptureError(f"no @triton.jit function {name or ''} in kernel source".replace("  ", " "))
+    return found
 
 
 def _helper_name(name: str) -> str:
@@ -171,8 +185,6 @@ def _configs_note(compiled: int | None) -> list[str]:
 
 def write_dumps(infos: list[KernelInfo], model_id: str, folder: Path) -> list[Path]:
     """Write each kernel to ``folder/<kernel>.py``; a folder that cannot be written is bad input."""
-    from .errors import UsageError
-
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--dump {folder}: exists and is not a folder")
@@ -201,16 +213,14 @@ def load_candidate_source(source: str, label: str, sha256: str | None = None) ->
     was compiled here (:func:`_rereads_agree`). This runs on every path that runs a
     candidate: the verifier's worker, the gate, the production loader.
     """
-    import linecache
-    import types
-
-    from .verify.static import text_problems
+    # Lazily: verify.static is standard library only, but importing it runs verify/__init__.py,
+    # whose stages import this module.
+    from ..verify.limits import size_problem
+    from ..verify.static import text_problems
 
     digest = sha256 or hashlib.sha256(source.encode()).hexdigest()
     if hashlib.sha256(source.encode()).hexdigest() != digest:
         raise CandidateError(f"{label}: the source does not match its recorded sha256")
-    from .verify.limits import size_problem
-
     too_big = size_problem(source, label)
     if too_big:
         raise CandidateError(too_big)
@@ -344,7 +354,6 @@ class CandidateKernel:
             import torch
 
             if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-                from .launch import fast_entry_point
 
                 entry, self._fast = fast_entry_point(module, entry), True
         except ImportError:

@@ -7,10 +7,10 @@ max-autotune, coordinate descent, looped reductions).
 
 from __future__ import annotations
 
-from ...store import sha256_text
-from ..harvest import matches
-from ..launch_space import describe, read_point, with_point
-from ..run_records import CoderContext, Proposal
+from ....store import sha256_text
+from ...harvest import matches
+from ....candidate.launch_space import describe, read_point, with_point
+from ....runs.records import CoderContext, Proposal
 from .base import SearchState
 
 

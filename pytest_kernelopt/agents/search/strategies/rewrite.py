@@ -5,9 +5,9 @@ Which rules a kernel gets follows its bottleneck class (each rule's ``classes``)
 
 from __future__ import annotations
 
-from ...store import sha256_text
-from ..rewrites import REWRITES, RULE_CLASSES, RULES_FIRST
-from ..run_records import CoderContext, Proposal
+from ....store import sha256_text
+from ....candidate.rewrites import REWRITES, RULE_CLASSES, RULES_FIRST
+from ....runs.records import CoderContext, Proposal
 from .base import SearchState
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..measure.text import speedup_text
-from .results import GateResult, ItemResult, item_from_properties, outcome_counts
+from .gate_result import GateResult, ItemResult, item_from_properties, outcome_counts
 
 Speed = Literal["measured", "compiler baseline", "not timed", "not reached", "not run"]
 

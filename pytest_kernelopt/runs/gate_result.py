@@ -4,7 +4,7 @@
 A :class:`GateResult` holds one :class:`ItemResult` per gate item that ran: the same
 figures the junit properties carry (``kernelopt_*`` without the prefix), typed; the
 terminal table and the Markdown report render the summary computed from them
-(:mod:`.summary`). Results of shards ``1/N .. N/N`` of one gate run merge into the result
+(:mod:`.gate_summary`). Results of shards ``1/N .. N/N`` of one gate run merge into the result
 the unsharded run would have written (items, problems, table); shards that overlap,
 are missing, or ran with other settings or in another environment are refused, and so
 is a result that does not hold what its shard of the run must hold: the shard plan is
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import platform
 from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -27,6 +28,7 @@ from ..errors import MergeError, UsageError
 from ..records import SCHEMA_VERSION, Record, dump_json
 from ..settings import AcceptedRegression
 from ..shard import Shard, select, shard_of
+from ..store.files import atomic_write
 
 PREFIX = "kernelopt_"
 KIND: Final = "kernelopt-gate-result"
@@ -243,8 +245,6 @@ def environment(device: str, items: list[ItemResult]) -> ResultEnvironment:
 
 
 def tool_version() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("pytest-kernelopt")
     except PackageNotFoundError:  # a checkout on sys.path, not installed
@@ -263,8 +263,6 @@ def gate_result(*, shard: Shard | None, problems: list[str], environment: Result
 
 def write(result: GateResult, path: Path) -> None:
     """Atomically, so a reader never sees half a file."""
-    from ..store import atomic_write
-
     atomic_write(Path(path), dump_json(result))
 
 

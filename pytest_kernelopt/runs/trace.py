@@ -21,7 +21,8 @@ from typing import Any
 
 from ..errors import UsageError
 from ..records import dump_json, load_json
-from .run_records import ModelProfile, RunRecord, TraceEvent
+from ..store.files import atomic_write
+from .records import ModelProfile, RunRecord, TraceEvent
 
 RUN_FILE = "run.json"
 TRACE_FILE = "trace.jsonl"
@@ -86,13 +87,9 @@ class RunDir:
         return str(rel)
 
     def save_profile(self, profile: ModelProfile) -> None:
-        from ..store import atomic_write
-
         atomic_write(self.root / "profile" / f"{profile.model}.json", dump_json(profile))
 
     def save(self) -> None:
-        from ..store import atomic_write
-
         atomic_write(self.root / RUN_FILE, dump_json(self.record))
 
     def close(self) -> None:

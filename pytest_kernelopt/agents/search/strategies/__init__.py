@@ -3,18 +3,18 @@
 A plan entry names a strategy, with an argument after a colon (``rewrite:eviction``);
 the Planner gives each kernel the entries of every registered strategy for its
 bottleneck class (:meth:`.base.Strategy.entries`), in the order of this table, and the
-search backend (``agents/search.py``) asks them in that order: once-only strategies
+search backend (``agents/search/coder.py``) asks them in that order: once-only strategies
 first, one each round until one proposes something, then the repeating one (a descent)
 round after round. Strategies never time anything; the loop judges what they propose.
 
     rewrite-first (rewrite.py) the rules registered ``first=True``, on the compiler's kernel
     harvest   (harvest.py)   Inductor's own alternatives for the kernel
-    rewrite   (rewrite.py)   a source rewrite rule (``agents/rewrites.py``) of the best so far
+    rewrite   (rewrite.py)   a source rewrite rule (``candidate/rewrites.py``) of the best so far
     launch    (launch.py)    coordinate descent over the best's launch configuration
 
 Adding a strategy: a module here with ``propose(search, ctx, tried, arg) -> list[Proposal]``
 (see :mod:`.base`) and one line below. Adding a rewrite rule: one decorated function in
-``agents/rewrites.py``. Adding a Coder backend (an ``--agent`` value): ``agents/backends.py``.
+``candidate/rewrites.py``. Adding a Coder backend (an ``--agent`` value): ``agents/backends.py``.
 """
 
 from __future__ import annotations

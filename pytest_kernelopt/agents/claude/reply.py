@@ -14,7 +14,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from ..candidate import ENTRY_POINT
+from ...candidate import ENTRY_POINT
 
 MAX_SOURCE_CHARS = 200_000  # a candidate file larger than this is not a kernel
 MAX_RATIONALE_CHARS = 1_000

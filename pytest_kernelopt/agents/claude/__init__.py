@@ -1,0 +1,11 @@
+"""The ``anthropic`` backend: :class:`ClaudeCoder` (:mod:`.coder`) and the parsing of its replies
+(:mod:`.reply`, pure text). Behind the agents' inner wall: it imports the shared roles (the Coder
+protocol), never the search nor the loop; ``anthropic`` is imported only when a coder is made.
+This file only re-exports.
+"""
+
+from __future__ import annotations
+
+from .coder import DEFAULT_MODEL, ClaudeCoder, price_for
+
+__all__ = ["DEFAULT_MODEL", "ClaudeCoder", "price_for"]
