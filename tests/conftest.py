@@ -31,6 +31,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("filterwarnings", "ignore:Could not find an active CPU backend:UserWarning")
     # Emitted by ``import torch`` itself (torch 2.13); nothing a test here can act on.
     config.addinivalue_line("filterwarnings", "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+    if config.getoption("dist", "no") == "load":  # what `-n N` picks when no --dist is given (`make test`)
+        config.option.dist = "loadfile"
+        config.option.loadscopereorder = False  # keep HEAVIEST_FIRST's order (xdist would sort by test count)
 
 
 # Fixtures that compile a problem in interpreter mode (seconds to a minute each): a test that uses one
@@ -38,10 +41,30 @@ def pytest_configure(config: pytest.Config) -> None:
 COMPILING_FIXTURES = frozenset({"compiled_models", "kernels_listing"})
 
 
+# Under pytest-xdist (`make test`: -n 2) whole files go to a worker, as the gate does for problem files
+# (pytest_configure: --dist load becomes loadfile): a file's module- and session-scoped fixtures that only
+# it uses (a template repository, one `kernelopt verify` run of many candidates) are built on one worker,
+# not on each worker that got some of its tests. The files slowest in a 2-core run (--durations, 2026-12-05)
+# start first, so the two workers end together on short files, not one alone on a long one. The order changes
+# no result.
+HEAVIEST_FIRST = (
+    "test_plugin.py", "test_shapes.py", "test_half.py", "test_cascade.py", "test_attacks.py", "test_agents.py",
+    "test_gate_tune.py", "test_gate_scale.py", "test_compile_choice.py", "test_refresh.py", "test_training.py",
+    "test_trust_inputs.py", "test_trust_gate.py", "test_verify_session.py", "test_tune_training.py",
+    "test_problem.py", "test_trust_data.py", "test_graph_rewrites.py", "test_production.py", "test_bench.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if COMPILING_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    # Then the other files, those with the most slow tests first. A stable sort: each file keeps its order.
+    rank = {name: i for i, name in enumerate(HEAVIEST_FIRST)}
+    slow: dict[str, int] = {}
+    for item in items:
+        slow[item.path.name] = slow.get(item.path.name, 0) + (item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: (rank.get(item.path.name, len(rank)), -slow[item.path.name]))
 
 
 @pytest.fixture(scope="session")

@@ -151,6 +151,52 @@ def assert_correct(result: Result) -> dict[str, Any]:
     return verdict
 
 
+# --- one session for the pointwise candidates ----------------------------------------------
+
+# Builders of the edited dumps of ``pointwise`` that one ``kernelopt verify`` run judges together, by name
+# (registered below, each above its test). One run is one session, as in ``kernelopt tune``: the worker
+# compiles the problem once and checks every candidate in turn (a fresh worker after one that kills it);
+# a run per candidate paid a Python start, torch's import and the compile each time.
+POINTWISE: dict[str, Callable[[Dump], str]] = {}
+
+
+def pointwise_candidate(name: str) -> Callable[[Callable[[Dump], str]], Callable[[Dump], str]]:
+    def register(build: Callable[[Dump], str]) -> Callable[[Dump], str]:
+        POINTWISE[name] = build
+        return build
+    return register
+
+
+@pytest.fixture(scope="session")
+def pointwise_verdicts(pointwise: Dump, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
+    """Each candidate's :class:`Result` from one ``kernelopt verify --candidate A B ...`` run
+    (exit code 1: some are rejected), with the unedited dump first and again last (the attacks in
+    between corrupted nothing the next check uses). A result's ``code`` is what a run of that candidate
+    alone exits with (1 rejected, 0 correct): the command's rule; the runs of one candidate below
+    (the hang, the reduction) check the real exit codes."""
+    folder = tmp_path_factory.mktemp("pointwise-candidates")
+    names = ["unedited", *POINTWISE, "unedited again"]
+    files = []
+    for i, name in enumerate(names):
+        source = pointwise.source if name.startswith("unedited") else POINTWISE[name](pointwise)
+        slug = re.sub(r"\W+", "_", name)
+        files.append(folder / f"c{i:02d}_{slug}.py")
+        files[-1].write_text(source)
+    # With secrets in the caller's environment: the worker must still run normally.
+    env = {**os.environ, "ANTHROPIC_API_KEY": "sk-ant-test", "GITHUB_TOKEN": "ghp_test"}
+    started = time.monotonic()
+    proc = cli("verify", str(pointwise.problem), "--kernel", pointwise.kernel,
+               "--candidate", *map(str, files), "--device", "cpu", "--seeds", SEEDS,
+               "--timeout", "240", "--json", timeout=300 + 60 * len(files), env=env)
+    seconds = time.monotonic() - started
+    run = Result(proc.returncode, None, proc.stdout, proc.stderr, seconds)
+    assert proc.returncode == 1 and proc.stdout.strip(), run
+    verdicts = json.loads(proc.stdout)
+    assert [v["candidate"] for v in verdicts] == [str(f) for f in files], run
+    return {name: Result(1 if v["status"] == "rejected" else 0, v, proc.stdout, proc.stderr, seconds)
+            for name, v in zip(names, verdicts)}
+
+
 # --- editing dumps -----------------------------------------------------------------------
 
 _STORE = re.compile(r"^(?P<indent>[ \t]+)tl\.store\((?P<ptr>\w+) \+ \((?P<index>[^()]*)\), (?P<value>\w+), "
@@ -249,10 +295,11 @@ def test_reduction_reordered_is_kept(reduction: Dump, tmp_path: Path) -> None:
 # --- the unedited dump ---------------------------------------------------------------------
 
 @slow
-def test_unedited_dump_is_correct(pointwise: Dump, tmp_path: Path) -> None:
-    # With secrets in the caller's environment: the worker must still run normally.
-    env = {**os.environ, "ANTHROPIC_API_KEY": "sk-ant-test", "GITHUB_TOKEN": "ghp_test"}
-    verdict = assert_correct(verify(pointwise, pointwise.source, tmp_path, env=env))
+@pytest.mark.parametrize("when", ["unedited", "unedited again"])
+def test_unedited_dump_is_correct(pointwise_verdicts: dict[str, Result], when: str) -> None:
+    # Run with secrets in the caller's environment (pointwise_verdicts): the worker must still run normally.
+    # First in the session, and again after every attack below: none corrupted what the next check uses.
+    verdict = assert_correct(pointwise_verdicts[when])
     # Two seeds drawn from the OS (not 1, 2), recorded with the root that reproduces them.
     assert len(set(verdict["seeds"])) == 2 and verdict["seeds"] != [1, 2] and verdict["seed"] is not None
     for row in verdict["errors"]:
@@ -305,72 +352,99 @@ def test_unedited_dump_of_a_sort_over_a_bool_mask_is_correct(tmp_path_factory: p
 
 # --- kernel stage: what is written ----------------------------------------------------------
 
-@slow
-def test_dropped_store_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
-    source = replace_store(pointwise.source, "pass")
+@pointwise_candidate("dropped store")
+def _dropped_store(dump: Dump) -> str:
+    source = replace_store(dump.source, "pass")
     assert "tl.store" not in source
-    assert_rejected(verify(pointwise, source, tmp_path), "kernel", "NaN", pointwise.written)
+    return source
 
 
 @slow
-@pytest.mark.parametrize("how", ["last element", "last program"])
-def test_partial_write_is_rejected(pointwise: Dump, tmp_path: Path, how: str) -> None:
-    source = pointwise.source
-    if how == "last element":
-        # Shrink the numel in the store mask by one: only the very last element stays unwritten.
-        source = replace_store(source, "tl.store({ptr} + ({index}), {value}, {mask} & (xindex < xnumel - 1))")
-        missing = "1 element(s)"
-    else:
-        # Several programs (a smaller block); the last program does not store.
-        # The dump computes its grid from the block's name, so changing XBLOCK is enough.
-        assert "    grid = (triton.cdiv(xnumel, XBLOCK), 1, 1)" in source
-        source = edit(source, r"^    XBLOCK = \d+$", "    XBLOCK = 64")
-        source = replace_store(source, "tl.store({ptr} + ({index}), {value}, "
-                                       "{mask} & (tl.program_id(0) < tl.num_programs(0) - 1))")
-        missing = "64 element(s)"
-    assert_rejected(verify(pointwise, source, tmp_path), "kernel", "NaN", pointwise.written, missing)
+def test_dropped_store_is_rejected(pointwise: Dump, pointwise_verdicts: dict[str, Result]) -> None:
+    assert_rejected(pointwise_verdicts["dropped store"], "kernel", "NaN", pointwise.written)
+
+
+@pointwise_candidate("partial write: last element")
+def _last_element_unwritten(dump: Dump) -> str:
+    # Shrink the numel in the store mask by one: only the very last element stays unwritten.
+    return replace_store(dump.source, "tl.store({ptr} + ({index}), {value}, {mask} & (xindex < xnumel - 1))")
+
+
+@pointwise_candidate("partial write: last program")
+def _last_program_unwritten(dump: Dump) -> str:
+    # Several programs (a smaller block); the last program does not store.
+    # The dump computes its grid from the block's name, so changing XBLOCK is enough.
+    assert "    grid = (triton.cdiv(xnumel, XBLOCK), 1, 1)" in dump.source
+    source = edit(dump.source, r"^    XBLOCK = \d+$", "    XBLOCK = 64")
+    return replace_store(source, "tl.store({ptr} + ({index}), {value}, "
+                                 "{mask} & (tl.program_id(0) < tl.num_programs(0) - 1))")
 
 
 @slow
-def test_write_into_an_input_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
-    load = first_load(pointwise.source)
+@pytest.mark.parametrize(("how", "missing"), [("last element", "1 element(s)"), ("last program", "64 element(s)")])
+def test_partial_write_is_rejected(pointwise: Dump, pointwise_verdicts: dict[str, Result], how: str,
+                                   missing: str) -> None:
+    assert_rejected(pointwise_verdicts[f"partial write: {how}"], "kernel", "NaN", pointwise.written, missing)
+
+
+@pointwise_candidate("write into an input")
+def _write_into_an_input(dump: Dump) -> str:
+    load = first_load(dump.source)
     # The output is right; the input it read is changed afterwards.
-    source = replace_store(pointwise.source, "tl.store({ptr} + ({index}), {value}, {mask})\n"
-                           f"tl.store(in_ptr0 + ({load['index']}), {load['name']} + 1.0, {load['mask']})")
-    assert_rejected(verify(pointwise, source, tmp_path), "kernel", "in_ptr0", "read-only", "only reads")
+    return replace_store(dump.source, "tl.store({ptr} + ({index}), {value}, {mask})\n"
+                         f"tl.store(in_ptr0 + ({load['index']}), {load['name']} + 1.0, {load['mask']})")
+
+
+@slow
+def test_write_into_an_input_is_rejected(pointwise_verdicts: dict[str, Result]) -> None:
+    assert_rejected(pointwise_verdicts["write into an input"], "kernel", "in_ptr0", "read-only", "only reads")
+
+
+@pointwise_candidate("out of range: load")
+def _load_out_of_range(dump: Dump) -> str:
+    # Unmasked load a million elements past the input.
+    load = first_load(dump.source)
+    return edit(dump.source, rf"tl\.load\(in_ptr0 \+ \({re.escape(load['index'])}\), {load['mask']}",
+                f"tl.load(in_ptr0 + ({load['index']}) + 1000000")
+
+
+@pointwise_candidate("out of range: extra store")
+def _store_out_of_range(dump: Dump) -> str:
+    # The right output, and a second copy stored a million elements past the end.
+    return replace_store(dump.source, "tl.store({ptr} + ({index}), {value}, {mask})\n"
+                                      "tl.store({ptr} + ({index}) + 1000000, {value}, {mask})")
 
 
 @slow
 @pytest.mark.parametrize("how", ["load", "extra store"])
-def test_out_of_range_access_is_rejected(pointwise: Dump, tmp_path: Path, how: str) -> None:
-    load = first_load(pointwise.source)
-    if how == "load":
-        # Unmasked load a million elements past the input.
-        source = edit(pointwise.source, rf"tl\.load\(in_ptr0 \+ \({re.escape(load['index'])}\), {load['mask']}",
-                      f"tl.load(in_ptr0 + ({load['index']}) + 1000000")
-    else:
-        # The right output, and a second copy stored a million elements past the end.
-        source = replace_store(pointwise.source, "tl.store({ptr} + ({index}), {value}, {mask})\n"
-                                                 "tl.store({ptr} + ({index}) + 1000000, {value}, {mask})")
-    result = verify(pointwise, source, tmp_path)
+def test_out_of_range_access_is_rejected(pointwise_verdicts: dict[str, Result], how: str) -> None:
     # A garbage read (a mismatch) or a crash of the worker (SIGSEGV in interpreter mode): either
-    # way the kernel stage, and this process is still here to see it.
-    assert_rejected(result, "kernel")
+    # way the kernel stage, and the session goes on with a fresh worker (the candidates after it).
+    assert_rejected(pointwise_verdicts[f"out of range: {how}"], "kernel")
+
+
+@pointwise_candidate("nan injected")
+def _nan_injected(dump: Dump) -> str:
+    return before_store(dump.source, '{value} = tl.where(xindex == 0, float("nan"), {value})')
 
 
 @slow
-def test_nan_injected_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
-    source = before_store(pointwise.source, '{value} = tl.where(xindex == 0, float("nan"), {value})')
-    assert_rejected(verify(pointwise, source, tmp_path), "kernel", "NaN", pointwise.written)
+def test_nan_injected_is_rejected(pointwise: Dump, pointwise_verdicts: dict[str, Result]) -> None:
+    assert_rejected(pointwise_verdicts["nan injected"], "kernel", "NaN", pointwise.written)
 
 
-@slow
-def test_skipping_the_launch_when_the_output_is_not_poisoned_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
+@pointwise_candidate("skips the launch unless poisoned")
+def _skips_unless_poisoned(dump: Dump) -> str:
     # The kernel stage fills the outputs with NaN; a model run hands the kernel a recycled
     # buffer, possibly holding the previous (right) result. This candidate only does its work
     # when the output looks poisoned. Reading a tensor value in host code passes the static rules.
-    source = in_run(pointwise.source, f"if {pointwise.written}[0, 0] == {pointwise.written}[0, 0]:\n    return")
-    result = verify(pointwise, source, tmp_path)
+    return in_run(dump.source, f"if {dump.written}[0, 0] == {dump.written}[0, 0]:\n    return")
+
+
+@slow
+def test_skipping_the_launch_when_the_output_is_not_poisoned_is_rejected(
+        pointwise_verdicts: dict[str, Result]) -> None:
+    result = pointwise_verdicts["skips the launch unless poisoned"]
     assert result.verdict is not None and result.failed_stages in (["static"], ["kernel"], ["model"]), result
     assert_rejected(result, result.failed_stages[0])
     if result.failed_stages == ["model"]:
@@ -381,10 +455,14 @@ def test_skipping_the_launch_when_the_output_is_not_poisoned_is_rejected(pointwi
 
 # --- precision -----------------------------------------------------------------------------
 
+@pointwise_candidate("fp16 round trip")
+def _fp16_round_trip(dump: Dump) -> str:
+    return before_store(dump.source, "{value} = {value}.to(tl.float16).to(tl.float32)")
+
+
 @slow
-def test_fp16_round_trip_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
-    source = before_store(pointwise.source, "{value} = {value}.to(tl.float16).to(tl.float32)")
-    result = verify(pointwise, source, tmp_path)
+def test_fp16_round_trip_is_rejected(pointwise_verdicts: dict[str, Result]) -> None:
+    result = pointwise_verdicts["fp16 round trip"]
     assert result.verdict is not None and result.failed_stages in (["kernel"], ["model"]), result
     assert_rejected(result, result.failed_stages[0])
 
@@ -398,90 +476,125 @@ def test_fp16_round_trip_is_correct_with_reduced_precision(pointwise: Dump, tmp_
     assert any(row["kernel_max_abs"] > 0 for row in verdict["errors"])  # it did lose precision
 
 
-@slow
-def test_small_bias_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
+@pointwise_candidate("small bias")
+def _small_bias(dump: Dump) -> str:
     # 5e-5 relative: inside the kernel stage's general fp32 rtol (1e-4), far beyond what the
     # compiled model's own error against float64 (a few ulp) allows, and, since 2026-12-02,
     # beyond the kernel stage's 16 ulp for an fp32 pointwise kernel, which sees it first.
-    source = before_store(pointwise.source, "{value} = {value} * 1.00005")
-    assert_rejected(verify(pointwise, source, tmp_path), "kernel", "outside the allowance", "rtol 1.90735e-06")
+    return before_store(dump.source, "{value} = {value} * 1.00005")
+
+
+@slow
+def test_small_bias_is_rejected(pointwise_verdicts: dict[str, Result]) -> None:
+    assert_rejected(pointwise_verdicts["small bias"], "kernel", "outside the allowance", "rtol 1.90735e-06")
 
 
 # --- hidden state --------------------------------------------------------------------------
 
-@slow
-def test_module_level_cache_is_rejected_statically(pointwise: Dump, tmp_path: Path) -> None:
-    source = module_level(pointwise.source, "_CACHE = {}")
-    source = in_run(source, "key = (in_ptr0.data_ptr(), out_ptr0.data_ptr())\n"
-                            "if key in _CACHE:\n"
-                            "    return\n"
-                            "_CACHE[key] = True")
-    assert_rejected(verify(pointwise, source, tmp_path), "static", "_CACHE", "mutable")
+@pointwise_candidate("module-level cache")
+def _module_level_cache(dump: Dump) -> str:
+    source = module_level(dump.source, "_CACHE = {}")
+    return in_run(source, "key = (in_ptr0.data_ptr(), out_ptr0.data_ptr())\n"
+                          "if key in _CACHE:\n"
+                          "    return\n"
+                          "_CACHE[key] = True")
 
 
 @slow
-def test_mutable_default_cache_is_rejected_statically(pointwise: Dump, tmp_path: Path) -> None:
-    source = edit(pointwise.source, r"^def run\((.*), \*, stream=None\):", r"def run(\1, *, stream=None, _seen=[]):")
-    source = in_run(source, "if len(_seen) > 1:\n"
-                            "    return\n"
-                            "_seen += [1]")
-    assert_rejected(verify(pointwise, source, tmp_path), "static", "default")
+def test_module_level_cache_is_rejected_statically(pointwise_verdicts: dict[str, Result]) -> None:
+    assert_rejected(pointwise_verdicts["module-level cache"], "static", "_CACHE", "mutable")
+
+
+@pointwise_candidate("mutable default cache")
+def _mutable_default_cache(dump: Dump) -> str:
+    source = edit(dump.source, r"^def run\((.*), \*, stream=None\):", r"def run(\1, *, stream=None, _seen=[]):")
+    return in_run(source, "if len(_seen) > 1:\n"
+                          "    return\n"
+                          "_seen += [1]")
 
 
 @slow
-def test_cache_in_device_code_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
+def test_mutable_default_cache_is_rejected_statically(pointwise_verdicts: dict[str, Result]) -> None:
+    assert_rejected(pointwise_verdicts["mutable default cache"], "static", "default")
+
+
+@pointwise_candidate("cache in device code")
+def _cache_in_device_code(dump: Dump) -> str:
     # Interpreter mode runs @triton.jit code as Python, where a kernel can keep state on its own
     # function object: the static rules allow method calls in device code (a GPU compile would
     # refuse this one). A result cached on the first call and replayed afterwards must still be
     # caught: the second seed gets the first seed's result.
-    source = before_store(pointwise.source,
-                          f"{{value}} = {pointwise.kernel}.kwargs.setdefault('_kernelopt_cache', {{value}})")
-    result = verify(pointwise, source, tmp_path)
+    return before_store(dump.source, f"{{value}} = {dump.kernel}.kwargs.setdefault('_kernelopt_cache', {{value}})")
+
+
+@slow
+def test_cache_in_device_code_is_rejected(pointwise_verdicts: dict[str, Result]) -> None:
+    result = pointwise_verdicts["cache in device code"]
     assert result.verdict is not None and result.failed_stages in (["static"], ["kernel"]), result
     assert_rejected(result, result.failed_stages[0])
 
 
 # --- exceptions ---------------------------------------------------------------------------
 
-@slow
-def test_exception_is_rejected(pointwise: Dump, tmp_path: Path) -> None:
+@pointwise_candidate("exception")
+def _exception(dump: Dump) -> str:
     # (`raise RuntimeError("boom")` does not get this far: the static rules reject calling any
     # class but a few builtins in host code. A failing assert raises just the same.)
-    source = in_run(pointwise.source, 'assert xnumel < 0, "boom"')
-    assert_rejected(verify(pointwise, source, tmp_path), "kernel", "raised", "AssertionError", "boom")
+    return in_run(dump.source, 'assert xnumel < 0, "boom"')
+
+
+@slow
+def test_exception_is_rejected(pointwise_verdicts: dict[str, Result]) -> None:
+    assert_rejected(pointwise_verdicts["exception"], "kernel", "raised", "AssertionError", "boom")
 
 
 # --- static stage ------------------------------------------------------------------------
 
-@slow
-def test_wrong_entry_point_signature_is_rejected_statically(pointwise: Dump, tmp_path: Path) -> None:
+@pointwise_candidate("entry point arguments swapped")
+def _arguments_swapped(dump: Dump) -> str:
     # Two arguments swapped (checked in the worker, which knows the kernel's arguments).
-    source = edit(pointwise.source, r"^def run\(in_ptr0, in_ptr1, ", "def run(in_ptr1, in_ptr0, ")
-    assert_rejected(verify(pointwise, source, tmp_path), "static", "entry point", "in_ptr0, in_ptr1")
+    return edit(dump.source, r"^def run\(in_ptr0, in_ptr1, ", "def run(in_ptr1, in_ptr0, ")
 
 
 @slow
-def test_syntax_error_is_rejected_statically(pointwise: Dump, tmp_path: Path) -> None:
-    source = edit(pointwise.source, r"^def run\(", "def run((")
-    assert_rejected(verify(pointwise, source, tmp_path), "static", "syntax error")
+def test_wrong_entry_point_signature_is_rejected_statically(pointwise_verdicts: dict[str, Result]) -> None:
+    assert_rejected(pointwise_verdicts["entry point arguments swapped"], "static", "entry point", "in_ptr0, in_ptr1")
+
+
+@pointwise_candidate("syntax error")
+def _syntax_error(dump: Dump) -> str:
+    return edit(dump.source, r"^def run\(", "def run((")
 
 
 @slow
-def test_environment_read_is_rejected_statically(pointwise: Dump, tmp_path: Path) -> None:
-    source = module_level(pointwise.source, "import os")
-    source = in_run(source, 'home = os.environ.get("HOME")')
-    assert_rejected(verify(pointwise, source, tmp_path), "static", "'import os'")
+def test_syntax_error_is_rejected_statically(pointwise_verdicts: dict[str, Result]) -> None:
+    assert_rejected(pointwise_verdicts["syntax error"], "static", "syntax error")
+
+
+@pointwise_candidate("environment read")
+def _environment_read(dump: Dump) -> str:
+    source = module_level(dump.source, "import os")
+    return in_run(source, 'home = os.environ.get("HOME")')
 
 
 @slow
-def test_stream_and_timer_tricks_are_rejected_statically(pointwise: Dump, tmp_path: Path) -> None:
-    # Four tricks in one candidate (one CLI run); the static stage lists each problem found.
-    source = module_level(pointwise.source, "import time")
+def test_environment_read_is_rejected_statically(pointwise_verdicts: dict[str, Result]) -> None:
+    assert_rejected(pointwise_verdicts["environment read"], "static", "'import os'")
+
+
+@pointwise_candidate("stream and timer tricks")
+def _stream_and_timer_tricks(dump: Dump) -> str:
+    # Four tricks in one candidate; the static stage lists each problem found.
+    source = module_level(dump.source, "import time")
     source = in_run(source, "stream = triton.runtime.driver.active.get_current_stream()\n"
                             "t0 = time.perf_counter()\n"
                             "ms = triton.testing.do_bench(run)")
-    source = kernel_body_start(source, pointwise, "t1 = tl.extra.cuda.globaltimer()")
-    verdict = assert_rejected(verify(pointwise, source, tmp_path), "static")
+    return kernel_body_start(source, dump, "t1 = tl.extra.cuda.globaltimer()")
+
+
+@slow
+def test_stream_and_timer_tricks_are_rejected_statically(pointwise_verdicts: dict[str, Result]) -> None:
+    verdict = assert_rejected(pointwise_verdicts["stream and timer tricks"], "static")
     detail = verdict["stages"][0]["detail"]
     for word in ("'import time'", "triton.runtime", "triton.testing", "globaltimer"):
         assert word in detail, detail

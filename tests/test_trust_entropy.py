@@ -101,16 +101,15 @@ def _folded_bias(dump: str, bias: list[float]) -> str:
 
 
 @pytest.fixture(scope="module")
-def conv(compiled_models, interpreter):
-    """(kernel name, unedited dump, an open two-seed session) of conv_relu_bias's bias epilogue."""
+def conv(interpreter):
+    """(kernel name, unedited dump, an open two-seed session) of conv_relu_bias's bias epilogue, as the
+    session's worker compiled it (no second compile in this process)."""
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.verify import VerifyOptions, VerifySession
 
-    compiled = compiled_models.get(CONV)
-    name = next(n for n in compiled.kernels if "relu" in n)
-    dump = render_dump(compiled.kernels[name].info, compiled.problem.id)
     with VerifySession(CONV, interpreter, VerifyOptions(seeds=2)) as session:
-        yield name, dump, session
+        name = next(n for n in session.kernels if "relu" in n)
+        yield name, render_dump(session.kernels[name], CONV.stem), session
 
 
 @pytest.mark.slow
@@ -134,17 +133,16 @@ def test_a_bias_folded_in_as_constants_is_rejected(conv):
 # --- inputs an agent learned -------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def scale_shift(tmp_path_factory, compiled_models, interpreter):
+def scale_shift(tmp_path_factory, interpreter):
+    """The dump is of the kernel the session's worker compiled (no second compile in this process)."""
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.verify import VerifyOptions, VerifySession
 
     problem = tmp_path_factory.mktemp("entropy") / "scale_shift.py"
     problem.write_text(SCALE_SHIFT)
-    compiled = compiled_models.get(problem)
-    (name, handle), = compiled.kernels.items()
-    dump = render_dump(handle.info, compiled.problem.id)
     with VerifySession(problem, interpreter, VerifyOptions(seeds=2)) as session:
-        yield problem, name, dump, session
+        (name, info), = session.kernels.items()
+        yield problem, name, render_dump(info, problem.stem), session
 
 
 def _exact_only_on(dump: str, firsts: list[float]) -> str:

@@ -68,18 +68,17 @@ def _edit_result(dump: str, expression: str, before: str = "") -> str:
 
 
 @pytest.fixture(scope="module")
-def affine(tmp_path_factory, compiled_models, interpreter):
-    """(problem, kernel name, unedited dump, an open session) of the one-kernel problem above."""
+def affine(tmp_path_factory, interpreter):
+    """(problem, kernel name, unedited dump, an open session) of the one-kernel problem above; the dump is
+    of the kernel the session's worker compiled (no second compile in this process)."""
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.verify import VerifyOptions, VerifySession
 
     problem = tmp_path_factory.mktemp("trust") / "affine_tanh.py"
     problem.write_text(AFFINE_TANH)
-    compiled = compiled_models.get(problem)
-    (name, handle), = compiled.kernels.items()
-    dump = render_dump(handle.info, compiled.problem.id)
     with VerifySession(problem, interpreter, VerifyOptions(seeds=2)) as session:
-        yield problem, name, dump, session
+        (name, info), = session.kernels.items()
+        yield problem, name, render_dump(info, problem.stem), session
 
 
 def _verify(affine, text: str, label: str):
@@ -238,7 +237,8 @@ def test_one_rule_element_by_element(interpreter):
 
 
 @pytest.mark.slow
-def test_unedited_dumps_of_the_example_problems_are_correct(compiled_models, interpreter, tmp_path):
+def test_unedited_dumps_of_the_example_problems_are_correct(interpreter, tmp_path):
+    """Each kernel's dump as the session's worker compiled it (no second compile in this process)."""
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.verify import VerifyOptions, VerifySession, source_of
 
@@ -250,10 +250,10 @@ def test_unedited_dumps_of_the_example_problems_are_correct(compiled_models, int
     (tmp_path / "softmax_rows.py").write_text(text.replace("(8, 128)", "(2, 128)"))
     for path in (tmp_path / "softmax_rows.py", PROBLEMS / "cross_entropy.py", PROBLEMS / "linear_gelu.py"):
         stem = path.stem
-        compiled = compiled_models.get(path)
         with VerifySession(path, interpreter, VerifyOptions(seeds=1)) as session:
-            for name, handle in compiled.kernels.items():
-                verdict = session.verify(name, source_of(render_dump(handle.info, compiled.problem.id), f"{name}.py"))
+            assert session.kernels, stem
+            for name, info in session.kernels.items():
+                verdict = session.verify(name, source_of(render_dump(info, stem), f"{name}.py"))
                 assert verdict.status == "correct", (stem, name, verdict.reason)
 
 

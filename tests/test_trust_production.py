@@ -64,19 +64,19 @@ def _edit(dump: str, expression: str, before: str = "") -> str:
 
 
 class Opened:
-    """One problem opened in a verify session, with its one kernel's unedited dump."""
+    """One problem opened in a verify session, with its one kernel's unedited dump (of the kernel the
+    session's worker compiled: no second compile in this process)."""
 
-    def __init__(self, root: Path, spec: tuple[str, str, str, str], compiled_models, device: str):
+    def __init__(self, root: Path, spec: tuple[str, str, str, str], device: str):
         from pytest_kernelopt.candidate import render_dump
         from pytest_kernelopt.verify import VerifyOptions, VerifySession
 
         stem, doc, expression, shape = spec
         self.problem = root / f"{stem}.py"
         self.problem.write_text(PROBLEM.format(doc=doc, expression=expression, shape=shape))
-        compiled = compiled_models.get(self.problem)
-        (self.name, handle), = compiled.kernels.items()
-        self.dump = render_dump(handle.info, compiled.problem.id)
         self.session = VerifySession(self.problem, device, VerifyOptions(seeds=1)).__enter__()
+        (self.name, info), = self.session.kernels.items()
+        self.dump = render_dump(info, stem)
 
     def verify(self, text: str, label: str):
         from pytest_kernelopt.verify import source_of
@@ -88,14 +88,14 @@ class Opened:
 
 
 @pytest.fixture(scope="module")
-def opened(tmp_path_factory, compiled_models, interpreter):
+def opened(tmp_path_factory, interpreter):
     """``opened(spec)``: the problem of ``spec`` in a session of its own, opened once per module."""
     root = tmp_path_factory.mktemp("production")
     sessions: dict[tuple[str, str, str, str], Opened] = {}
 
     def get(spec: tuple[str, str, str, str]) -> Opened:
         if spec not in sessions:
-            sessions[spec] = Opened(root, spec, compiled_models, interpreter)
+            sessions[spec] = Opened(root, spec, interpreter)
         return sessions[spec]
 
     yield get

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,15 +69,13 @@ def get_init_inputs():
 '''
 
 
-def _problem_and_dump(tmp_path: Path, compiled_models, source: str, stem: str) -> tuple[Path, str, str]:
-    """(problem file, kernel name, unedited dump) of a one-kernel problem written into ``tmp_path``."""
+def _kernel_and_dump(session: Any) -> tuple[str, str]:
+    """(kernel name, unedited dump) of a one-kernel problem, as the session's worker compiled it (no
+    second compile in this process)."""
     from pytest_kernelopt.candidate import render_dump
 
-    problem = tmp_path / f"{stem}.py"
-    problem.write_text(source)
-    compiled = compiled_models.get(problem)
-    (name, handle), = compiled.kernels.items()
-    return problem, name, render_dump(handle.info, compiled.problem.id)
+    (name, info), = session.kernels.items()
+    return name, render_dump(info, session.problem.stem)
 
 
 def _without_max_subtraction(dump: str) -> str:
@@ -101,12 +100,14 @@ def _also_writes_its_input(dump: str) -> str:
 
 
 @pytest.mark.slow
-def test_stress_inputs_reject_a_softmax_without_max_subtraction(tmp_path, compiled_models, interpreter):
+def test_stress_inputs_reject_a_softmax_without_max_subtraction(tmp_path, interpreter):
     from pytest_kernelopt.verify import VerifyOptions, VerifySession, source_of
 
-    problem, name, dump = _problem_and_dump(tmp_path, compiled_models, ROW_SOFTMAX, "row_softmax")
-    naive = _without_max_subtraction(dump)
+    problem = tmp_path / "row_softmax.py"
+    problem.write_text(ROW_SOFTMAX)
     with VerifySession(problem, interpreter, VerifyOptions(seeds=2)) as session:
+        name, dump = _kernel_and_dump(session)
+        naive = _without_max_subtraction(dump)
         verdict = session.verify(name, source_of(naive, "naive_softmax.py"))
         assert verdict.status == "rejected", verdict.reason
         # The seeded (randn) inputs pass; an input draw of large magnitudes catches it, in the kernel stage.
@@ -118,13 +119,15 @@ def test_stress_inputs_reject_a_softmax_without_max_subtraction(tmp_path, compil
 
 
 @pytest.mark.slow
-def test_model_stage_rejects_a_write_into_a_read_only_intermediate(tmp_path, compiled_models, interpreter):
+def test_model_stage_rejects_a_write_into_a_read_only_intermediate(tmp_path, interpreter):
     from pytest_kernelopt.verify import VerifyOptions, VerifySession, source_of
 
-    problem, name, dump = _problem_and_dump(tmp_path, compiled_models, GEMM_REDUCTION, "gemm_reduction")
-    writer = source_of(_also_writes_its_input(dump), "writer.py")
-    good = source_of(dump, "dump.py")
+    problem = tmp_path / "gemm_reduction.py"
+    problem.write_text(GEMM_REDUCTION)
     with VerifySession(problem, interpreter, VerifyOptions(seeds=2)) as session:
+        name, dump = _kernel_and_dump(session)
+        writer = source_of(_also_writes_its_input(dump), "writer.py")
+        good = source_of(dump, "dump.py")
         before = session.verify_model({name: good})
         assert before.status == "correct", before.reason
         # The model stage alone (the gate's model item): the output stays right, the
