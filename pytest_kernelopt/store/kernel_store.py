@@ -42,18 +42,12 @@ from ..records import ArgInfo, Environment, Timing, Verdict, dump_json, worst_er
 from .files import atomic_write, create_exclusive, load_record, why
 from .manifest import (
     FINGERPRINT_RE, MANIFEST, MANIFEST_SCHEMA_VERSION, MODEL_RECORD, NAME_RE, ORIGINAL, ORIGINAL_FILE_RE,
-    VERSION_FILE_RE, CompileChoice, Evidence, Manifest, ModelBaseline, ModelRecord, OriginalName, Provenance, Retirement,
+    VERSION_FILE_RE, CompileChoice, Evidence, Manifest, ModelBaseline, ModelRecord, Provenance, Retirement,
     VersionRecord, environment_key, sha256_text,
 )
 from .recipe import Recipe, check_recipe, derive_recipe
 
-__all__ = [
-    "MANIFEST", "MANIFEST_SCHEMA_VERSION", "MODEL_RECORD", "ORIGINAL", "AcceptOutcome", "ActiveVersion", "CompileChoice",
-    "Evidence",
-    "KernelStore", "Manifest", "ModelBaseline", "ModelRecord", "OriginalName", "Provenance", "Recipe", "Retirement",
-    "VersionRecord", "accept_verdict", "atomic_write", "baseline_key", "environment_key", "model_baseline",
-    "sha256_text",
-]
+__all__ = ["AcceptOutcome", "ActiveVersion", "KernelStore", "accept_verdict", "baseline_key", "model_baseline"]
 
 
 @dataclass(frozen=True)
