@@ -225,7 +225,10 @@ def test_an_argmax_breaking_ties_the_other_way_is_rejected(opened):
                    before="last = tl.max(tl.where(({x} == tmp2_val[:, None]) & xmask, r0_index, -1), 1)[:, None]")
     verdict = argmax.verify(edited, "last_index.py")
     assert verdict.status == "rejected", verdict.reason
-    assert re.match(r"kernel: draw '(constant|ties|repeated|zeros)' \(input seed \d+", verdict.reason), verdict.reason
+    # Any draw with a tie in a row catches it, whichever runs first (the order is drawn): 'special' puts
+    # several infinities in a small tensor, two of a sign in one row at times (CI, 2026-12-05).
+    assert re.match(r"kernel: draw '(constant|ties|repeated|zeros|special)' \(input seed \d+", verdict.reason), \
+        verdict.reason
     assert "element(s) differ" in verdict.reason
     honest = argmax.verify(argmax.dump, "dump.py")
     assert honest.status == "correct", honest.reason
