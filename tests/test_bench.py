@@ -624,3 +624,35 @@ def test_a_stray_overlong_protocol_line_is_dropped_as_it_comes(monkeypatch, tmp_
         tracemalloc.stop()
     assert result.status == "ok" and result.model == "p"
     assert peak < 2 << 20, f"the parent held {peak} bytes of an 8 MiB stray line"
+
+
+def test_the_memory_floor_is_a_copy_for_a_copy_and_a_read_for_a_reduction():
+    from pytest_kernelopt.measure.roofline import limit_pct, memory_seconds
+
+    copy, read = 4000.0, 4800.0
+    gib = 1 << 30
+    # As many bytes written as read: exactly the copy's time, whatever the read ceiling.
+    assert memory_seconds(2 * gib, copy, gib, read) == pytest.approx(2 * gib / (copy * 1e9))
+    # Nothing written: the read ceiling's time; a reduction at the read ceiling is at 100%, no more.
+    assert memory_seconds(gib, copy, 0, read) == pytest.approx(gib / (read * 1e9))
+    assert limit_pct(gib, gib / (read * 1e9), copy, written=0, read_gbps=read) == pytest.approx(100.0)
+    # Read-mostly work streaming faster than a copy was over 100% of a copy-only floor.
+    assert limit_pct(gib, gib / (read * 1e9), copy) > 100.0
+    # No read figure: every byte at the copy bandwidth, as before.
+    assert memory_seconds(3 * gib, copy, gib, None) == pytest.approx(3 * gib / (copy * 1e9))
+    # A read figure below the copy's (a slow read kernel) never makes a byte cheaper than a copy's.
+    assert memory_seconds(gib, copy, 0, 1000.0) == pytest.approx(gib / (copy * 1e9))
+    # Writes cost more than reads once reads stream faster, and a floor is never negative.
+    assert memory_seconds(gib, copy, gib, read) > memory_seconds(gib, copy, 0, read) > 0
+
+
+def test_the_read_ceiling_kernel_reads_every_element():
+    import torch
+
+    from pytest_kernelopt.measure import read_kernel
+
+    n = 3 * read_kernel.BLOCK * read_kernel.STEPS + 123  # a ragged last program
+    src = torch.arange(n, dtype=torch.float32) % 7
+    partial = torch.zeros(read_kernel.programs(n), dtype=torch.float32)
+    read_kernel.launch(src, partial)
+    assert partial.sum().item() == src.sum().item()

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..measure.roofline import memory_seconds
 from ..records import KernelInfo
 from ..runs.records import Bottleneck, KernelProfile, ModelProfile
 
@@ -51,7 +52,12 @@ NCU_METRICS = {
 
 def bytes_moved(info: KernelInfo) -> int:
     """Bytes one launch reads and writes, from its tensor arguments (each read and each write once)."""
-    total = 0
+    return sum(_moved(info))
+
+
+def _moved(info: KernelInfo) -> tuple[int, int]:
+    """(bytes read, bytes written) by one launch, from its tensor arguments."""
+    read = written = 0
     for a in info.args:
         if a.kind != "tensor" or a.shape is None:
             continue
@@ -59,8 +65,9 @@ def bytes_moved(info: KernelInfo) -> int:
         for d in a.shape:
             n *= d
         n *= _ITEMSIZE.get((a.dtype or "float32").replace("torch.", ""), 4)
-        total += n * (int(a.read) + int(a.written))
-    return total
+        read += n * int(a.read)
+        written += n * int(a.written)
+    return read, written
 
 
 def classify(per_launch_us: float | None, roofline_pct: float | None, counters: dict[str, float]) -> Bottleneck:
@@ -82,7 +89,8 @@ def build_profile(model: str, device: str, kernels: list[KernelInfo], profiled: 
                   counters: dict[str, dict[str, float]] | None, ncu_note: str = "") -> ModelProfile:
     """Combine the session's measurements (and Nsight Compute counters) into a ModelProfile."""
     rows: list[KernelProfile] = []
-    moved = {k.name: bytes_moved(k) for k in kernels}
+    split = {k.name: _moved(k) for k in kernels}
+    moved = {name: sum(rw) for name, rw in split.items()}
     if profiled.measured and profiled.model_gpu_us:
         total = profiled.model_gpu_us
         triton_us = sum(t.gpu_us for t in profiled.kernels.values())
@@ -92,14 +100,18 @@ def build_profile(model: str, device: str, kernels: list[KernelInfo], profiled: 
             launches = t.launches if t and t.launches else 1
             per_launch = gpu_us / launches if gpu_us else None
             achieved = moved[k.name] / (per_launch * 1e-6) / 1e9 if per_launch else None
-            roof = 100.0 * achieved / profiled.copy_gbps if achieved is not None and profiled.copy_gbps else None
+            # Percent of the memory floor (measure/roofline.py: reads at the read ceiling, writes at the
+            # rest of a copy's cost) this launch reaches.
+            roof = (100.0 * memory_seconds(moved[k.name], profiled.copy_gbps, split[k.name][1],
+                                           getattr(profiled, "read_gbps", None)) / (per_launch * 1e-6)
+                    if per_launch and profiled.copy_gbps else None)
             c = (counters or {}).get(k.function, {})
             source = "ncu" if c else "roofline"
             notes = [] if c else [ncu_note] if ncu_note else []
             if roof is not None and roof > 100.0:
                 # Argument sizes overstate what a launch reads when it indexes into a tensor
                 # or when its inputs stay in L2 between runs.
-                notes.append("bytes moved overestimated (indexed reads or L2 hits): above the copy ceiling")
+                notes.append("bytes moved overestimated (indexed reads or L2 hits): above the memory limit")
             rows.append(KernelProfile(
                 kernel=k.name, source=source, bottleneck=classify(per_launch, roof, c), share=gpu_us / total,
                 gpu_us=round(gpu_us, 3), launches=launches, bytes_moved=moved[k.name],
@@ -111,6 +123,7 @@ def build_profile(model: str, device: str, kernels: list[KernelInfo], profiled: 
                 note="; ".join(notes),
             ))
         profile = ModelProfile(model=model, device=device, copy_ceiling_gbps=profiled.copy_gbps,
+                               read_ceiling_gbps=getattr(profiled, "read_gbps", None),
                                model_gpu_us=round(total, 3), triton_share=triton_us / total if total else None)
     else:
         all_bytes = sum(moved.values()) or 1

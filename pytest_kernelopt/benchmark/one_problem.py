@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Literal
 
 from ..errors import KerneloptError
-from ..measure.roofline import min_bytes, min_flops
+from ..measure.roofline import min_bytes, min_flops, written_bytes
 from ..store.production import backend as production_backend
 from .records import (
     BASELINE, ERROR_FACTOR_NOTE, PROFILED_RUNS, SEED, BenchJob, ChildMessage, KernelTime, ModeResult, ProblemResult,
@@ -277,19 +277,30 @@ def _profile(result: ProblemResult, fn: Callable[..., Any], inputs: list[Any]) -
 
 def _limits(result: ProblemResult) -> None:
     """Each timed mode's percent of the model's limit, memory and FLOPs (see ModeResult.limit_pct)."""
-    from ..measure.roofline import LIMIT_MIN_TRITON_SHARE, copy_ceiling_gbps, flop_ceiling_tflops, limit_pct
+    from ..measure.roofline import (
+        LIMIT_MIN_TRITON_SHARE,
+        copy_ceiling_gbps,
+        flop_ceiling_tflops,
+        limit_pct,
+        read_ceiling_gbps,
+    )
 
     if not result.min_bytes or result.triton_share is None:
         return
     if result.triton_share < LIMIT_MIN_TRITON_SHARE and not result.min_flops:
         return  # the rest of its time is work neither floor counts
     result.copy_ceiling_gbps = round(copy_ceiling_gbps(), 1)
+    try:
+        result.read_ceiling_gbps = round(read_ceiling_gbps(), 1)
+    except Exception:  # noqa: BLE001 - the read ceiling refines the floor: without it, every byte at the copy's rate
+        result.read_ceiling_gbps = None
     if result.min_flops:
         result.flop_ceilings_tflops = flop_ceiling_tflops(sorted(result.min_flops))
     for row in result.modes:
         if row.median_us:
             row.limit_pct = limit_pct(result.min_bytes, row.median_us * 1e-6, result.copy_ceiling_gbps,
-                                      result.min_flops, result.flop_ceilings_tflops)
+                                      result.min_flops, result.flop_ceilings_tflops,
+                                      written=result.min_written_bytes, read_gbps=result.read_ceiling_gbps)
 
 
 def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
@@ -381,6 +392,7 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
                 row.compile_setting = next((s for s in backend.settings_applied if s is not None), None)
             if row.mode == BASELINE and not training:  # a step's floors (backward included) are not counted yet
                 result.min_bytes = min_bytes(model, inputs, outputs)
+                result.min_written_bytes = written_bytes(outputs)
                 result.min_flops = min_flops(model, inputs)
             names = output_names(problem, model, inputs, len(outputs))
             del inputs

@@ -70,7 +70,8 @@ class ModeResult(Record):
     # The verifier's speed policy on that speedup: faster, slower, within noise, or too short to judge.
     vs_default: Literal["faster", "slower", "within noise", "too short to judge"] | None = None
     # Percent of the model's limit this mode reaches (measure/roofline.py): the larger of two floors,
-    # the bytes any implementation must move (ProblemResult.min_bytes) at the measured copy bandwidth
+    # the bytes any implementation must move (ProblemResult.min_bytes; reads at the measured read
+    # ceiling, writes at the rest of a copy's cost: measure/roofline.py memory_seconds)
     # and the FLOPs of its matrix products and convolutions (ProblemResult.min_flops) at the measured
     # matrix-product rate of their dtype, over the mode's median time. For models whose default
     # compile spends 90% or more of its GPU time in Triton kernels, or whose FLOPs were counted.
@@ -122,7 +123,10 @@ class ProblemResult(Record):
     # FLOPs per call of its matrix products and convolutions, by dtype ({} none; None: not countable,
     # the model does not run on meta tensors).
     min_flops: dict[str, int] | None = None
+    min_written_bytes: int | None = None  # the part of min_bytes that is the outputs, written once
     copy_ceiling_gbps: float | None = None  # measured in this run (CUDA)
+    # A kernel that only reads (GB/s), measured in this run (CUDA); None: not measured, every byte at the copy's rate.
+    read_ceiling_gbps: float | None = None
     flop_ceilings_tflops: dict[str, float] | None = None  # matrix-product rate per dtype, measured once per machine
     peak_gib: float | None = None
     wall_seconds: float = 0.0

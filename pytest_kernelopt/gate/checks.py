@@ -370,9 +370,11 @@ def _limit(item: Any, session: Any, verdict: Any) -> None:
     flops = session.opened.min_flops
     if triton / profiled.model_gpu_us < LIMIT_MIN_TRITON_SHARE and not flops:
         return  # the rest of its time is work neither floor counts
-    item.prop("limit_pct", limit_pct(floor, timing.candidate_ms / 1e3, profiled.copy_gbps, flops, profiled.flop_tflops))
+    memory = {"written": session.opened.min_written_bytes, "read_gbps": profiled.read_gbps}
+    item.prop("limit_pct", limit_pct(floor, timing.candidate_ms / 1e3, profiled.copy_gbps, flops, profiled.flop_tflops,
+                                     **memory))
     item.prop("baseline_limit_pct", limit_pct(floor, timing.baseline_ms / 1e3, profiled.copy_gbps, flops,
-                                              profiled.flop_tflops))
+                                              profiled.flop_tflops, **memory))
 
 
 def figures(item: Any, verdict: Any) -> None:

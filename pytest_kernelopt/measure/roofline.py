@@ -3,7 +3,11 @@
 Two floors, each a lower bound on a call's time, and the limit is the larger:
 
 * **memory**: the model's tensor inputs, parameters and buffers read once and its outputs
-  written once, at the copy bandwidth measured on the same device (:func:`copy_ceiling_gbps`);
+  written once, at the bandwidths measured on the same device (:func:`memory_seconds`): a byte
+  read costs what it costs in a kernel that only reads (:func:`read_ceiling_gbps`), a byte
+  written the rest of what a copy costs (:func:`copy_ceiling_gbps`), so a copy's floor is the
+  copy and a reduction's (which reads far more than it writes, and streams faster than a copy
+  on the H200) is that of a read; without a read ceiling, every byte at the copy bandwidth;
 * **compute**: the FLOPs of its matrix products and convolutions (counted with torch's own
   formulas, :mod:`torch.utils.flop_counter`, per rate: the operands' dtype, or ``tf32`` for
   float32 work torch lets run on TF32 tensor cores), each rate's at the matrix-product
@@ -36,6 +40,29 @@ def min_bytes(model: Any, inputs: list[Any], outputs: list[Any]) -> int:
 
     tensors = [*inputs, *model.parameters(), *model.buffers(), *outputs]
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def written_bytes(outputs: list[Any]) -> int:
+    """The part of :func:`min_bytes` a call writes: its tensor outputs, once."""
+    import torch
+
+    return sum(t.numel() * t.element_size() for t in outputs if isinstance(t, torch.Tensor))
+
+
+def memory_seconds(total_bytes: int, copy_gbps: float, written: int | None = None,
+                   read_gbps: float | None = None) -> float:
+    """The memory floor of ``total_bytes`` moved, ``written`` of them writes (seconds).
+
+    With a read ceiling: reads at the read bandwidth ``R`` (at least the copy's ``C``: a kernel
+    that writes nothing cannot stream slower than a copy's reads), and writes at the rate ``W``
+    that makes a copy (as many bytes read as written) take exactly its measured time:
+    ``1/W = 2/C - 1/R``. Without one (``read_gbps`` or ``written`` None), every byte at ``C``."""
+    if read_gbps is None or written is None:
+        return total_bytes / (copy_gbps * 1e9)
+    read_rate = max(read_gbps, copy_gbps) * 1e9
+    write_cost = 2.0 / (copy_gbps * 1e9) - 1.0 / read_rate  # > 0: read_rate >= copy
+    written = min(max(written, 0), total_bytes)
+    return (total_bytes - written) / read_rate + written * write_cost
 
 
 def tf32_allowed(convolution: bool) -> bool:
@@ -112,11 +139,13 @@ def min_flops(model: Any, inputs: list[Any]) -> dict[str, int] | None:
 
 
 def floor_seconds(floor_bytes: int, copy_gbps: float, flops: dict[str, int] | None = None,
-                  tflops: dict[str, float] | None = None) -> float | None:
-    """The limit of one call: the larger of the memory floor and the compute floor (seconds).
+                  tflops: dict[str, float] | None = None, *, written: int | None = None,
+                  read_gbps: float | None = None) -> float | None:
+    """The limit of one call: the larger of the memory floor (:func:`memory_seconds`; ``written``
+    of the ``floor_bytes`` are writes) and the compute floor (seconds).
 
     None when a rate with counted FLOPs has no measured ceiling (the compute floor is unknown)."""
-    seconds = floor_bytes / (copy_gbps * 1e9)
+    seconds = memory_seconds(floor_bytes, copy_gbps, written, read_gbps)
     compute = 0.0
     for rate_name, n in (flops or {}).items():
         rate = (tflops or {}).get(rate_name)
@@ -127,9 +156,10 @@ def floor_seconds(floor_bytes: int, copy_gbps: float, flops: dict[str, int] | No
 
 
 def limit_pct(floor_bytes: int, seconds: float, copy_gbps: float, flops: dict[str, int] | None = None,
-              tflops: dict[str, float] | None = None) -> float | None:
+              tflops: dict[str, float] | None = None, *, written: int | None = None,
+              read_gbps: float | None = None) -> float | None:
     """Percent of its limit (:func:`floor_seconds`) a call of ``seconds`` reaches."""
-    floor = floor_seconds(floor_bytes, copy_gbps, flops, tflops)
+    floor = floor_seconds(floor_bytes, copy_gbps, flops, tflops, written=written, read_gbps=read_gbps)
     return None if floor is None else round(100.0 * floor / seconds, 1)
 
 
@@ -165,6 +195,24 @@ def copy_ceiling_gbps() -> float:
     dst = torch.empty_like(src)
     seconds = median_event_seconds(lambda: dst.copy_(src))
     return 2 * n / seconds / 1e9
+
+
+def read_ceiling_gbps() -> float:
+    """Read bandwidth (GB/s): the faster of two kernels that read a buffer once and write almost nothing
+    (ours, :mod:`.read_kernel`, and torch's sum), median of 10 timed runs each, on the copy's buffer size.
+    A reduction streams faster than a copy (no writes to turn the bus around for): at the copy
+    bandwidth alone, a mean read as 101-107% of its limit on the H200."""
+    import torch
+
+    from . import read_kernel
+
+    free, _ = torch.cuda.mem_get_info()
+    n = max(1 << 24, min(COPY_BYTES, free // 10)) // 4
+    src = torch.ones(n, dtype=torch.float32, device="cuda")
+    partial = torch.empty(read_kernel.programs(n), dtype=torch.float32, device="cuda")
+    ours = median_event_seconds(lambda: read_kernel.launch(src, partial))
+    torchs = median_event_seconds(lambda: src.sum())
+    return 4 * n / min(ours, torchs) / 1e9
 
 
 def _matmul_tflops(rate: str) -> float:

@@ -51,7 +51,8 @@ class KernelProfile(Record):
     gpu_us: float | None = None
     launches: int = 1
     bytes_moved: int = 0
-    # Achieved bandwidth and the percent of the measured copy ceiling it reaches.
+    # Achieved bandwidth, and the percent of the memory limit it reaches: its reads at the measured read
+    # ceiling, its writes at the rest of a copy's cost (measure/roofline.py memory_seconds).
     achieved_gbps: float | None = None
     roofline_pct: float | None = None
     # Nsight Compute counters when available (percent of peak unless named otherwise).
@@ -71,6 +72,7 @@ class ModelProfile(Record):
     device: str
     # Measured once per run on this device (GB/s); None in interpreter mode.
     copy_ceiling_gbps: float | None = None
+    read_ceiling_gbps: float | None = None
     model_gpu_us: float | None = None
     triton_share: float | None = None  # of the model's GPU time, Triton kernels vs everything
     kernels: list[KernelProfile] = Field(default_factory=list)

@@ -106,7 +106,8 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
             del inputs
         prepared.references, kind, note = model_stage.build_references(prepared)
         first_seed = prepared.references[seeds[0]].outputs
-        floor += sum(math.prod(out.shape) * out.dtype.itemsize for out in first_seed)
+        written = sum(math.prod(out.shape) * out.dtype.itemsize for out in first_seed)
+        floor += written
         prepared.weights = weight_sums(compiled.model)
         prepared.seal_references()
     except torch.OutOfMemoryError as exc:
@@ -116,7 +117,7 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
         device=device, graphs=summary.graphs, kernels=summary.kernels, externs=summary.externs,
         environment=environment(device), seconds=time.monotonic() - started, reference=kind, reference_note=note,
         eager_peak_bytes=eager_peak, peak_bytes=_PeakTracker.stage(), min_bytes=floor,
-        min_flops=flops,
+        min_written_bytes=written, min_flops=flops,
     )
     return prepared, opened
 

@@ -112,6 +112,7 @@ class Opened(Message):
     peak_bytes: int | None = None
     # The bytes one model call must move at the least (measure/roofline.py): the memory limit's floor.
     min_bytes: int | None = None
+    min_written_bytes: int | None = None  # the part of min_bytes that is the outputs, written
     # FLOPs of its matrix products and convolutions per call, by dtype: the compute limit's floor.
     min_flops: dict[str, int] | None = None
 
@@ -180,6 +181,7 @@ class Profiled(Message):
     model_gpu_us: float | None = None  # every device activity of one model run
     kernels: dict[str, KernelTime] = Field(default_factory=dict)
     copy_gbps: float | None = None
+    read_gbps: float | None = None  # a read-only kernel's bandwidth (measure/roofline.py read_ceiling_gbps)
     # Matrix-product rate per dtype with counted FLOPs (TFLOP/s; measured once per machine, cached).
     flop_tflops: dict[str, float] | None = None
 

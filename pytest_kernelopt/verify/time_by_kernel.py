@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..measure.roofline import copy_ceiling_gbps
+from ..measure.roofline import copy_ceiling_gbps, read_ceiling_gbps
 from .prepared import Prepared
 from .protocol import KernelTime, Profiled
 
@@ -60,5 +60,9 @@ def profile_model(prepared: Prepared, runs: int) -> Profiled:
     from ..measure.roofline import flop_ceiling_tflops
 
     tflops = flop_ceiling_tflops(sorted(prepared.min_flops)) if prepared.min_flops else None
+    try:
+        read_gbps: float | None = read_ceiling_gbps()
+    except Exception:  # noqa: BLE001 - the read ceiling refines the floor: without it, every byte at the copy's rate
+        read_gbps = None
     return Profiled(measured=True, model_gpu_us=total / runs, kernels=figures, copy_gbps=copy_ceiling_gbps(),
-                    flop_tflops=tflops)
+                    read_gbps=read_gbps, flop_tflops=tflops)
