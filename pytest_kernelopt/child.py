@@ -68,6 +68,11 @@ def start_child(argv: Sequence[str], *, env: dict[str, str], output: Path, cwd: 
                 pass_fds: Sequence[int] = (), preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen[bytes]:
     """Start ``argv`` in a new session, stdin closed, stderr into ``output``; stdout into ``output`` too, or
     a pipe (``stdout_pipe``), or a file of its own (``stdout_file``; ``os.devnull`` discards it)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # An ignored signal stays ignored across exec: a parent started with SIGINT ignored (`nohup`, a
+        # background job of a shell without job control, some test runners' workers) would start children
+        # that never get the Ctrl-C :func:`interrupt_group` passes on, and never save their records.
+        preexec_fn = _with_default_sigint(preexec_fn)
     with contextlib.ExitStack() as files:
         out = files.enter_context(open(output, "wb"))
         stdout: Any = subprocess.PIPE if stdout_pipe else out
@@ -77,6 +82,14 @@ def start_child(argv: Sequence[str], *, env: dict[str, str], output: Path, cwd: 
             list(argv), stdin=subprocess.DEVNULL, stdout=stdout, stderr=out,
             env=env, cwd=cwd, pass_fds=tuple(pass_fds), start_new_session=True, preexec_fn=preexec_fn,
         )
+
+
+def _with_default_sigint(then: Callable[[], None] | None) -> Callable[[], None]:
+    def preexec() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if then is not None:
+            then()
+    return preexec
 
 
 def interrupt_group(proc: subprocess.Popen[bytes]) -> None:

@@ -114,3 +114,15 @@ def test_a_harvest_child_that_fails_reports_its_last_line(tmp_path):
 
     result = harvest(tmp_path / "no_such_problem.py", "cpu", ["default"], timeout=120)
     assert set(result.errors) == {"default"} and "no_such_problem" in result.errors["default"], result.errors
+
+
+def test_a_child_gets_the_passed_on_ctrl_c_even_when_its_parent_ignores_sigint(tmp_path):
+    """A parent started with SIGINT ignored (nohup, a shell's background job) must not hand that on to the
+    children it means to interrupt: the ignored disposition survives exec, and the child would never stop."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        test_a_child_in_its_own_session_stops_cleanly_on_a_passed_on_ctrl_c(tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
