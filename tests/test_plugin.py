@@ -9,12 +9,15 @@ and `problems/elementwise_chain.py::model`. Bad settings and options: test_gate_
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,42 +99,116 @@ def test_gate_passes_with_committed_kernel_under_xdist(repo: Path, pytester: pyt
     assert float(props["kernelopt_error_vs_fp64"]) < 1e-5
 
 
-@pytest.mark.slow
-def test_hand_edit_of_committed_kernel_blocks(repo: Path, pytester: pytest.Pytester) -> None:
-    version = _kernel_dir(repo) / "v1.py"
-    source = version.read_text()
+# --- damaged stores: one gate run ------------------------------------------------------------
+# Each kind of damage is done to its own copy of the problem (problems/<damage>.py, its store
+# kernels/<damage>/) and one gate run checks them all (a gate run starts Python, torch and a verifier
+# worker: seconds each). Every item is judged on its own problem's store, so each test below reads
+# its problem's items (outcome and message, from --kernelopt-json) and the run's output.
+
+def _edit_the_store(source: str) -> str:
     edited = re.sub(r"(tl\.store\([^\n]*?,\s*)(tmp\d+)(\s*,)", r"\1\2 * 1.001\3", source, count=1)
     assert edited != source
-    version.write_text(edited)
-    result = _gate(pytester)
-    result.assert_outcomes(failed=2)
-    out = result.stdout.str()
-    # The store notices the edit before anything runs: the file no longer has the recorded sha256.
-    assert out.count("differ from the sha256 recorded at accept") >= 2, out
-    assert result.ret == 1
+    return edited
 
 
-@pytest.mark.slow
-def test_edit_recorded_in_the_manifest_is_still_reverified(repo: Path, pytester: pytest.Pytester) -> None:
-    """Nothing recorded is trusted: an edit with a matching sha256 in the manifest is caught by the cascade."""
+def _hand_edit(folder: Path) -> None:
+    version = folder / "v1.py"
+    version.write_text(_edit_the_store(version.read_text()))
+
+
+def _edit_recorded_in_the_manifest(folder: Path) -> None:
     import hashlib
 
-    folder = _kernel_dir(repo)
     version = folder / "v1.py"
-    source = version.read_text()
-    edited = re.sub(r"(tl\.store\([^\n]*?,\s*)(tmp\d+)(\s*,)", r"\1\2 * 1.001\3", source, count=1)
-    assert edited != source
+    edited = _edit_the_store(version.read_text())
     version.write_text(edited)
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["versions"][0]["sha256"] = hashlib.sha256(edited.encode()).hexdigest()
     # Without a recipe (a manifest of schema 2 had none), so the cascade, not the recipe binding, catches it.
     manifest["versions"][0].pop("recipe", None)
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    result = _gate(pytester)
-    result.assert_outcomes(failed=2)
-    out = result.stdout.str()
+
+
+def _broken_model_record(folder: Path) -> None:
+    (folder.parent / "model.json").write_text("[1,2")
+
+
+def _corrupt_manifest(folder: Path) -> None:
+    (folder / "manifest.json").write_text("{ this is not json")
+
+
+def _stray_file(folder: Path) -> None:
+    (folder / "v2.py").write_text("# not accepted\n")
+
+
+DAMAGES = {f.__name__.lstrip("_"): f for f in (_hand_edit, _edit_recorded_in_the_manifest, _broken_model_record,
+                                               _corrupt_manifest, _stray_file)}
+
+
+@dataclass
+class DamagedRun:
+    result: pytest.RunResult
+    items: dict[str, dict[str, Any]]  # gate.json's items by node id
+    kernel: str
+
+    def outcomes(self, damage: str) -> dict[str, str]:
+        """Item (the kernel's name or "model") -> outcome, of the copy that has ``damage``."""
+        prefix = f"problems/{damage}.py::"
+        return {i["nodeid"].removeprefix(prefix): i["outcome"] for i in self.items.values()
+                if i["nodeid"].startswith(prefix)}
+
+    def message(self, damage: str, item: str) -> str:
+        return str(self.items[f"problems/{damage}.py::{item}"]["message"])
+
+
+@pytest.fixture(scope="module")
+def damaged(template: Path, tmp_path_factory: pytest.TempPathFactory) -> DamagedRun:
+    """The template with one copy of the problem per entry of DAMAGES (none of the original), gated once."""
+    project = tmp_path_factory.mktemp("damaged")
+    (project / "problems").mkdir()
+    shutil.copy(template / "pyproject.toml", project)
+    kernel = (template / "kernel_name").read_text()
+    for damage, do in DAMAGES.items():
+        shutil.copy(PROBLEM, project / "problems" / f"{damage}.py")
+        store = shutil.copytree(template / "kernels" / "elementwise_chain", project / "kernels" / damage)
+        for record in (store / "model.json", store / kernel / "manifest.json"):  # the records name their model
+            record.write_text(json.dumps({**json.loads(record.read_text()), "model": damage}))
+        do(store / kernel)
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    run = subprocess.run([sys.executable, "-m", "pytest", "--kernelopt", "--kernelopt-seeds", "2", "-W", "ignore",
+                          "-p", "no:cacheprovider", "--kernelopt-json", "gate.json"],
+                         cwd=project, env=env, capture_output=True, text=True, timeout=900)
+    result = pytest.RunResult(run.returncode, run.stdout.splitlines(), run.stderr.splitlines(), 0.0)
+    items = {i["nodeid"]: i for i in json.loads((project / "gate.json").read_text())["items"]}
+    assert len(items) == 2 * len(DAMAGES), run.stdout  # a kernel item and a model item per copy
+    return DamagedRun(result, items, kernel)
+
+
+@pytest.mark.slow
+def test_damaged_stores_fail_only_their_own_items(damaged: DamagedRun) -> None:
+    # Two items per copy: every copy's store is damaged, and only two damages leave one item passing.
+    damaged.result.assert_outcomes(passed=2, failed=8)
+    assert damaged.result.ret == 1
+
+
+@pytest.mark.slow
+def test_hand_edit_of_committed_kernel_blocks(damaged: DamagedRun) -> None:
+    assert damaged.outcomes("hand_edit") == {damaged.kernel: "failed", "model": "failed"}
+    # The store notices the edit before anything runs: the file no longer has the recorded sha256.
+    for item in (damaged.kernel, "model"):
+        assert "differ from the sha256 recorded at accept" in damaged.message("hand_edit", item)
+    assert "differ from the sha256 recorded at accept" in damaged.result.stdout.str()
+
+
+@pytest.mark.slow
+def test_edit_recorded_in_the_manifest_is_still_reverified(damaged: DamagedRun) -> None:
+    """Nothing recorded is trusted: an edit with a matching sha256 in the manifest is caught by the cascade."""
+    damage = "edit_recorded_in_the_manifest"
+    assert damaged.outcomes(damage) == {damaged.kernel: "failed", "model": "failed"}
+    assert "rejected at kernel" in damaged.message(damage, damaged.kernel)
+    assert "rejected at model" in damaged.message(damage, "model")
+    out = damaged.result.stdout.str()
     assert "rejected at kernel" in out and "rejected at model" in out
-    assert result.ret == 1
 
 
 @pytest.mark.slow
@@ -182,32 +259,29 @@ def test_committed_kernels_the_compiler_no_longer_generates_are_reported_and_fai
 
 
 @pytest.mark.slow
-def test_a_broken_model_record_fails_the_model_item_without_a_gpu(repo: Path, pytester: pytest.Pytester) -> None:
+def test_a_broken_model_record_fails_the_model_item_without_a_gpu(damaged: DamagedRun) -> None:
     """model.json is read even where nothing is timed: CI on a CPU must not pass a corrupt one."""
-    (repo / "kernels" / "elementwise_chain" / "model.json").write_text("[1,2")
-    result = _gate(pytester)
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines([f"FAILED {FILE}::model*"])
-    assert "elementwise_chain/model.json: invalid model record" in result.stdout.str()
+    assert damaged.outcomes("broken_model_record") == {damaged.kernel: "passed", "model": "failed"}
+    damaged.result.stdout.fnmatch_lines(["FAILED problems/broken_model_record.py::model*"])
+    assert "broken_model_record/model.json: invalid model record" in damaged.message("broken_model_record", "model")
+    assert "broken_model_record/model.json: invalid model record" in damaged.result.stdout.str()
 
 
 @pytest.mark.slow
-def test_corrupt_manifest_fails_the_item_not_the_run(repo: Path, pytester: pytest.Pytester) -> None:
-    (_kernel_dir(repo) / "manifest.json").write_text("{ this is not json")
-    result = _gate(pytester)
-    result.assert_outcomes(failed=2)
-    assert "manifest.json: invalid manifest" in result.stdout.str()
+def test_corrupt_manifest_fails_the_item_not_the_run(damaged: DamagedRun) -> None:
+    assert damaged.outcomes("corrupt_manifest") == {damaged.kernel: "failed", "model": "failed"}
+    assert "manifest.json: invalid manifest" in damaged.message("corrupt_manifest", damaged.kernel)
+    assert "manifest.json: invalid manifest" in damaged.result.stdout.str()
 
 
 @pytest.mark.slow
-def test_a_stray_file_in_a_kernel_folder_fails_its_kernel_item(repo: Path, pytester: pytest.Pytester) -> None:
+def test_a_stray_file_in_a_kernel_folder_fails_its_kernel_item(damaged: DamagedRun) -> None:
     """Nothing loads an unrecorded file, but the gate reports what the store holds: a file the
     manifest does not record (here a version nobody verified) fails the kernel item."""
-    (_kernel_dir(repo) / "v2.py").write_text("# not accepted\n")
-    result = _gate(pytester)
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines([f"FAILED {FILE}::triton_*"])
-    assert "v2.py not recorded in manifest.json" in result.stdout.str()
+    assert damaged.outcomes("stray_file") == {damaged.kernel: "failed", "model": "passed"}
+    damaged.result.stdout.fnmatch_lines(["FAILED problems/stray_file.py::triton_*"])
+    assert "v2.py not recorded in manifest.json" in damaged.message("stray_file", damaged.kernel)
+    assert "v2.py not recorded in manifest.json" in damaged.result.stdout.str()
 
 
 @pytest.mark.slow
