@@ -88,17 +88,6 @@ def test_plain_pytest_does_not_import_torch(pytester: pytest.Pytester) -> None:
     assert "kernelopt" in pytester.runpytest_subprocess("--help").stdout.str()
 
 
-@pytest.mark.slow
-def test_gate_passes_with_committed_kernel_under_xdist(repo: Path, pytester: pytest.Pytester) -> None:
-    result = _gate(pytester, "-n", "2", "--junitxml=gate.xml")
-    result.assert_outcomes(passed=2)
-    out = result.stdout.str()
-    assert re.search(ROW + r"1\s+0\s+0\s+0\s+not measured", out), out
-    props = _junit(repo / "gate.xml")[(repo / "kernel_name").read_text()]
-    assert props["kernelopt_status"] == "committed"
-    assert float(props["kernelopt_error_vs_fp64"]) < 1e-5
-
-
 # --- damaged stores: one gate run ------------------------------------------------------------
 # Each kind of damage is done to its own copy of the problem (problems/<damage>.py, its store
 # kernels/<damage>/) and one gate run checks them all (a gate run starts Python, torch and a verifier
