@@ -256,31 +256,39 @@ def test_production_compiles_with_model_json_s_settings_and_warns_on_an_unknown_
 
 @pytest.mark.slow
 def test_the_gate_compiles_under_model_json_s_settings_checks_them_and_fails_an_unknown_one(pytester):
-    import shutil
-
+    """Two copies of softmax_rows in one gate run (each run costs a Python start, torch's import and the
+    compiles): softmax_rows.py with the looped compile in its model.json, unknown.py with a setting this
+    version does not know. Both at 2 rows instead of 8 (the reduction, 128 long, is what the compile loops;
+    its rows are independent programs the interpreter runs one by one)."""
+    text = SOFTMAX.read_text()
+    assert "else (8, 128)" in text
     (pytester.path / "problems").mkdir()
-    shutil.copy(SOFTMAX, pytester.path / "problems")
+    for model in ("softmax_rows", "unknown"):
+        (pytester.path / "problems" / f"{model}.py").write_text(text.replace("else (8, 128)", "else (2, 128)"))
     (pytester.path / "pyproject.toml").write_text('[tool.kernelopt]\nproblems = ["problems/*.py"]\ndevice = "cpu"\n')
     _write_choice(pytester.path / "kernels", "softmax_rows", LOOPED)
-    args = ("--kernelopt", "--kernelopt-seeds", "1", "-W", "ignore", "-p", "no:cacheprovider",
-            "--kernelopt-json", "gate.json")
-    run = pytester.runpytest_subprocess(*args)
-    run.assert_outcomes(passed=2)
+    _write_choice(pytester.path / "kernels", "unknown", "no-such-setting")
+    run = pytester.runpytest_subprocess("--kernelopt", "--kernelopt-seeds", "1", "-W", "ignore", "-p",
+                                        "no:cacheprovider", "--kernelopt-json", "gate.json")
+    run.assert_outcomes(passed=3, failed=1)
     items = json.loads((pytester.path / "gate.json").read_text())["items"]
     # The kernel item is the looped compile's kernel; the model item checked the setting and counts it committed.
-    (kernel,) = [i for i in items if i["item"] == "kernel"]
-    assert kernel["kernel"].startswith("triton_red_")
-    (model,) = [i for i in items if i["item"] == "model"]
+    (kernel,) = [i for i in items if i["item"] == "kernel" and i["model"] == "softmax_rows"]
+    assert kernel["kernel"].startswith("triton_red_") and kernel["outcome"] == "passed"
+    (model,) = [i for i in items if i["item"] == "model" and i["model"] == "softmax_rows"]
     assert model["compile"] == LOOPED and model["status"] == "committed" and model["speed_measured"] is False
+    assert model["outcome"] == "passed"
     run.stdout.fnmatch_lines(["*softmax_rows.py*not measured*passed*",
                               f"*softmax_rows.py: compiled as '{LOOPED}' (model.json)*"])
-
-    _write_choice(pytester.path / "kernels", "softmax_rows", "no-such-setting")
-    run = pytester.runpytest_subprocess(*args)
-    # The kernels are then the default compile's (nothing committed: they pass); the model item fails, naming the file.
-    run.assert_outcomes(passed=1, failed=1)
+    # An unknown setting: the kernels are then the default compile's (nothing committed: they pass); the model
+    # item fails, naming the file.
+    (kernel,) = [i for i in items if i["item"] == "kernel" and i["model"] == "unknown"]
+    assert kernel["kernel"].startswith("triton_per_") and kernel["outcome"] == "passed"
+    (model,) = [i for i in items if i["item"] == "model" and i["model"] == "unknown"]
+    assert model["outcome"] == "failed" and "model.json: unknown compile variant 'no-such-setting'" in model["message"]
     run.stdout.fnmatch_lines(["*model.json: unknown compile variant 'no-such-setting'*",
-                              "FAILED problems/softmax_rows.py::model*"])
+                              "FAILED problems/unknown.py::model*"])
+    assert "compiled as" not in "".join(line for line in run.stdout.lines if "unknown.py" in line)
 
 
 def test_kernels_lists_the_compile_model_json_names(kernelopt, tmp_path):
