@@ -27,6 +27,21 @@ def _choice(variant: str, graphs: list[list[str]] | None = None) -> dict:
             "graphs": graphs}
 
 
+def _small_softmax(folder: Path, stem: str = "softmax_rows") -> Path:
+    """softmax_rows at 2 rows instead of 8, as ``folder/<stem>.py``: the 128-long reduction, which is what
+    the looped compile changes, is kept; its rows are independent programs the interpreter runs one by one."""
+    text = SOFTMAX.read_text()
+    assert "else (8, 128)" in text
+    path = folder / f"{stem}.py"
+    path.write_text(text.replace("else (8, 128)", "else (2, 128)"))
+    return path
+
+
+@pytest.fixture(scope="module")
+def small_softmax(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _small_softmax(tmp_path_factory.mktemp("softmax"))
+
+
 def _write_choice(kernels: Path, model: str, variant: str, graphs: list[list[str]] | None = None) -> None:
     folder = kernels / model
     folder.mkdir(parents=True, exist_ok=True)
@@ -76,17 +91,17 @@ def test_model_json_stores_a_name_the_store_checks_against_the_catalogue(tmp_pat
 # --- the check in the verifier ----------------------------------------------------------
 
 @pytest.mark.slow
-def test_verify_compile_judges_the_variant_against_the_default_compile_from_either_side(interpreter):
+def test_verify_compile_judges_the_variant_against_the_default_compile_from_either_side(interpreter, small_softmax):
     from pytest_kernelopt.errors import UsageError
     from pytest_kernelopt.verify import VerifyOptions, VerifySession
 
     options = VerifyOptions(seeds=2, seed=7)
-    with VerifySession(SOFTMAX, interpreter, options) as session:  # tune's side: the defaults
+    with VerifySession(small_softmax, interpreter, options) as session:  # tune's side: the defaults
         assert [k.name.startswith("triton_per_") for k in session.open().kernels] == [True]
         # The memory limit's floor (the gate's note): the input read once, the softmax written once.
         from pytest_kernelopt.capture.problem import load_problem
 
-        (x,) = load_problem(SOFTMAX).make_inputs(0, "cpu")
+        (x,) = load_problem(small_softmax).make_inputs(0, "cpu")
         assert session.opened.min_bytes == 2 * x.numel() * x.element_size()
         assert session.opened.min_flops == {}  # counted in the worker: a softmax has no matrix product
         verdict = session.verify_compile(LOOPED)
@@ -94,25 +109,25 @@ def test_verify_compile_judges_the_variant_against_the_default_compile_from_eith
     assert [s.name for s in verdict.stages] == ["static", "model", "speed"]
     # A given seed only adds: its two seeds and two fresh ones.
     assert "the default compile's own error" in verdict.stages[1].detail and len(verdict.errors) == 4
-    with VerifySession(SOFTMAX, interpreter, options, variant=LOOPED) as session:  # the gate's side: the variant
+    with VerifySession(small_softmax, interpreter, options, variant=LOOPED) as session:  # the gate's side: the variant
         assert [k.name.startswith("triton_red_") for k in session.open().kernels] == [True]
         verdict = session.verify_compile(LOOPED)
         assert verdict.status == "correct", verdict.reason
         with pytest.raises(UsageError, match="cannot check 'max-autotune'"):
             session.verify_compile("max-autotune")
     with pytest.raises(UsageError, match="unknown compile variant"):
-        VerifySession(SOFTMAX, interpreter, options, variant="nope")
+        VerifySession(small_softmax, interpreter, options, variant="nope")
 
 
 @pytest.mark.slow
-def test_a_variant_outside_the_default_compiles_error_is_rejected(interpreter):
+def test_a_variant_outside_the_default_compiles_error_is_rejected(interpreter, small_softmax):
     """In the worker's own code: the other compile's outputs nudged by 1e-3 fail the model stage's rule."""
     from pytest_kernelopt.verify import compile_check
     from pytest_kernelopt.verify.pipeline import open_problem
     from pytest_kernelopt.verify.prepared import StageFailure
     from pytest_kernelopt.verify.protocol import OpenRequest
 
-    prepared, _ = open_problem(OpenRequest(problem=str(SOFTMAX), device=interpreter, seeds=[3]))
+    prepared, _ = open_problem(OpenRequest(problem=str(small_softmax), device=interpreter, seeds=[3]))
     rows = compile_check.compile_stage(prepared, LOOPED, error_factor=4.0, reduced_precision=False)
     assert rows[0].model_ratio <= 1.0  # the real looped compile passes
     looped = prepared.others[LOOPED]
@@ -256,31 +271,36 @@ def test_production_compiles_with_model_json_s_settings_and_warns_on_an_unknown_
 
 @pytest.mark.slow
 def test_the_gate_compiles_under_model_json_s_settings_checks_them_and_fails_an_unknown_one(pytester):
-    import shutil
-
+    """Two copies of softmax_rows in one gate run (each run costs a Python start, torch's import and the
+    compiles): softmax_rows.py with the looped compile in its model.json, unknown.py with a setting this
+    version does not know. Both at 2 rows instead of 8 (_small_softmax)."""
     (pytester.path / "problems").mkdir()
-    shutil.copy(SOFTMAX, pytester.path / "problems")
+    for model in ("softmax_rows", "unknown"):
+        _small_softmax(pytester.path / "problems", model)
     (pytester.path / "pyproject.toml").write_text('[tool.kernelopt]\nproblems = ["problems/*.py"]\ndevice = "cpu"\n')
     _write_choice(pytester.path / "kernels", "softmax_rows", LOOPED)
-    args = ("--kernelopt", "--kernelopt-seeds", "1", "-W", "ignore", "-p", "no:cacheprovider",
-            "--kernelopt-json", "gate.json")
-    run = pytester.runpytest_subprocess(*args)
-    run.assert_outcomes(passed=2)
+    _write_choice(pytester.path / "kernels", "unknown", "no-such-setting")
+    run = pytester.runpytest_subprocess("--kernelopt", "--kernelopt-seeds", "1", "-W", "ignore", "-p",
+                                        "no:cacheprovider", "--kernelopt-json", "gate.json")
+    run.assert_outcomes(passed=3, failed=1)
     items = json.loads((pytester.path / "gate.json").read_text())["items"]
     # The kernel item is the looped compile's kernel; the model item checked the setting and counts it committed.
-    (kernel,) = [i for i in items if i["item"] == "kernel"]
-    assert kernel["kernel"].startswith("triton_red_")
-    (model,) = [i for i in items if i["item"] == "model"]
+    (kernel,) = [i for i in items if i["item"] == "kernel" and i["model"] == "softmax_rows"]
+    assert kernel["kernel"].startswith("triton_red_") and kernel["outcome"] == "passed"
+    (model,) = [i for i in items if i["item"] == "model" and i["model"] == "softmax_rows"]
     assert model["compile"] == LOOPED and model["status"] == "committed" and model["speed_measured"] is False
+    assert model["outcome"] == "passed"
     run.stdout.fnmatch_lines(["*softmax_rows.py*not measured*passed*",
                               f"*softmax_rows.py: compiled as '{LOOPED}' (model.json)*"])
-
-    _write_choice(pytester.path / "kernels", "softmax_rows", "no-such-setting")
-    run = pytester.runpytest_subprocess(*args)
-    # The kernels are then the default compile's (nothing committed: they pass); the model item fails, naming the file.
-    run.assert_outcomes(passed=1, failed=1)
+    # An unknown setting: the kernels are then the default compile's (nothing committed: they pass); the model
+    # item fails, naming the file.
+    (kernel,) = [i for i in items if i["item"] == "kernel" and i["model"] == "unknown"]
+    assert kernel["kernel"].startswith("triton_per_") and kernel["outcome"] == "passed"
+    (model,) = [i for i in items if i["item"] == "model" and i["model"] == "unknown"]
+    assert model["outcome"] == "failed" and "model.json: unknown compile variant 'no-such-setting'" in model["message"]
     run.stdout.fnmatch_lines(["*model.json: unknown compile variant 'no-such-setting'*",
-                              "FAILED problems/softmax_rows.py::model*"])
+                              "FAILED problems/unknown.py::model*"])
+    assert "compiled as" not in "".join(line for line in run.stdout.lines if "unknown.py" in line)
 
 
 def test_kernels_lists_the_compile_model_json_names(kernelopt, tmp_path):

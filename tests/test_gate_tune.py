@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +18,7 @@ from conftest import gate_project
 pytest_plugins = ["pytester"]
 
 PROBLEM = Path(__file__).resolve().parent / "problems" / "sum_reduce.py"
+TRAIN = Path(__file__).resolve().parent / "problems_train" / "softmax_xent_train.py"
 
 
 @pytest.fixture
@@ -20,24 +26,41 @@ def repo(pytester: pytest.Pytester) -> Path:
     return gate_project(pytester.path, PROBLEM)
 
 
-def test_tune_then_gate(repo: Path, pytester: pytest.Pytester) -> None:
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One `pytest --kernelopt --kernelopt-tune --kernelopt-open-pr` run over two problems (each run costs a
+    Python start, torch's import and the compiles): sum_reduce and a training problem. The project and the
+    run's output (stdout and stderr)."""
+    repo = gate_project(tmp_path_factory.mktemp("tuned"), PROBLEM)
+    shutil.copy(TRAIN, repo / "problems")
     # sum_reduce at 16 output rows instead of 128 (the same kernel, 8x fewer interpreted programs: one
     # candidate's checks took about 13 s), and a budget of 1 s: the first candidate is always judged (nothing
     # is estimated before it), which is all this needs; a second one would only add time.
     problem = repo / "problems" / "sum_reduce.py"
     assert "(4, 16, 32)" in problem.read_text()
     problem.write_text(problem.read_text().replace("(4, 16, 32)", "(2, 16, 8)"))
-    result = pytester.runpytest_subprocess("--kernelopt", "--kernelopt-tune", "--kernelopt-open-pr", "--kernelopt-seeds", "1",
-                                           "--kernelopt-budget-s", "1", "-p", "no:cacheprovider", timeout=900)
-    out = result.stdout.str()
-    assert result.ret == 0, out + result.stderr.str()
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    run = subprocess.run([sys.executable, "-m", "pytest", "--kernelopt", "--kernelopt-tune", "--kernelopt-open-pr",
+                          "--kernelopt-seeds", "1", "--kernelopt-budget-s", "1", "-p", "no:cacheprovider"],
+                         cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return repo, run.stdout
+
+
+def _run_of(repo: Path, model: str) -> dict[str, Any]:
+    """The run record of the tune run of ``model`` (one run directory per problem)."""
+    records = [json.loads((run / "run.json").read_text()) for run in (repo / ".kernelopt" / "runs").iterdir()]
+    (record,) = [r for r in records if [p["model"] for p in r["problems"]] == [model]]
+    return record
+
+
+def test_tune_then_gate(tuned: tuple[Path, str]) -> None:
+    repo, out = tuned
     assert "kernelopt tune: run directory" in out
     assert "kernelopt tune: sum_reduce: 1 kernel(s) tuned, " in out and "nothing stored: interpreter mode" in out
     # Interpreter mode stores nothing, so --kernelopt-open-pr has nothing to publish (and touches no git).
     assert "kernelopt publish: problems/sum_reduce.py: the tuning run stored nothing new" in out
-    (run,) = (repo / ".kernelopt" / "runs").iterdir()
-    record = json.loads((run / "run.json").read_text())
-    (problem,) = record["problems"]
+    (problem,) = _run_of(repo, "sum_reduce")["problems"]
     assert problem["model"] == "sum_reduce" and problem["error"] is None
     (kernel,) = problem["kernels"]
     assert kernel["attempts"] >= 1 and kernel["stored_version"] is None  # interpreter mode: nothing stored
@@ -92,21 +115,19 @@ def test_the_summary_says_per_problem_what_tune_did(tmp_path: Path, monkeypatch:
 
 
 @pytest.mark.slow
-def test_tune_then_gate_a_training_step(pytester: pytest.Pytester) -> None:
+def test_tune_then_gate_a_training_step(tuned: tuple[Path, str]) -> None:
     """A training problem is tuned (forward and backward kernels, judged on the whole step), then gated; the
-    summary counts the backward kernels and says once that the graph rewrites are not tried."""
-    gate_project(pytester.path, Path(__file__).resolve().parent / "problems_train" / "softmax_xent_train.py")
-    result = pytester.runpytest_subprocess("--kernelopt", "--kernelopt-tune", "--kernelopt-seeds", "1",
-                                           "--kernelopt-budget-s", "1", "-p", "no:cacheprovider", timeout=900)
-    out = result.stdout.str()
-    assert result.ret == 0, out + result.stderr.str()
-    tuned = re.search(r"kernelopt tune: softmax_xent_train: (\d+) kernel\(s\) tuned \((\d+) backward\), (\d+) "
-                      r"candidate\(s\) tried, (\d+) passed the cascade; nothing stored: interpreter mode", out)
-    assert tuned, out
-    kernels, backward, tried, passed = map(int, tuned.groups())
+    summary counts the backward kernels and says once that the graph rewrites are not tried (sum_reduce, an
+    inference problem tuned in the same run, does not say it)."""
+    repo, out = tuned
+    tuned_line = re.search(r"kernelopt tune: softmax_xent_train: (\d+) kernel\(s\) tuned \((\d+) backward\), (\d+) "
+                           r"candidate\(s\) tried, (\d+) passed the cascade; nothing stored: interpreter mode", out)
+    assert tuned_line, out
+    kernels, backward, tried, passed = map(int, tuned_line.groups())
     assert 0 < backward < kernels and tried >= passed >= 1  # forward and backward kernels; candidates judged
     assert out.count("graph rewrites are not tried") == 1
-    assert not (pytester.path / "kernels").exists()
+    assert _run_of(repo, "softmax_xent_train")["problems"][0]["error"] is None
+    assert not (repo / "kernels").exists()
 
 
 def test_tune_gets_the_gates_seed_and_verify_options_whole(repo: Path, pytester: pytest.Pytester,

@@ -9,12 +9,16 @@ and `problems/elementwise_chain.py::model`. Bad settings and options: test_gate_
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterable
+from typing import Any
 
 import pytest
 
@@ -85,129 +89,242 @@ def test_plain_pytest_does_not_import_torch(pytester: pytest.Pytester) -> None:
     assert "kernelopt" in pytester.runpytest_subprocess("--help").stdout.str()
 
 
-@pytest.mark.slow
-def test_gate_passes_with_committed_kernel_under_xdist(repo: Path, pytester: pytest.Pytester) -> None:
-    result = _gate(pytester, "-n", "2", "--junitxml=gate.xml")
-    result.assert_outcomes(passed=2)
-    out = result.stdout.str()
-    assert re.search(ROW + r"1\s+0\s+0\s+0\s+not measured", out), out
-    props = _junit(repo / "gate.xml")[(repo / "kernel_name").read_text()]
-    assert props["kernelopt_status"] == "committed"
-    assert float(props["kernelopt_error_vs_fp64"]) < 1e-5
+# --- damaged stores: one gate run ------------------------------------------------------------
+# Each kind of damage is done to its own copy of the problem (problems/<damage>.py, its store
+# kernels/<damage>/) and one gate run checks them all (a gate run starts Python, torch and a verifier
+# worker: seconds each). Every item is judged on its own problem's store, so each test below reads
+# its problem's items (outcome and message, from --kernelopt-json) and the run's output.
 
-
-@pytest.mark.slow
-def test_hand_edit_of_committed_kernel_blocks(repo: Path, pytester: pytest.Pytester) -> None:
-    version = _kernel_dir(repo) / "v1.py"
-    source = version.read_text()
+def _edit_the_store(source: str) -> str:
     edited = re.sub(r"(tl\.store\([^\n]*?,\s*)(tmp\d+)(\s*,)", r"\1\2 * 1.001\3", source, count=1)
     assert edited != source
-    version.write_text(edited)
-    result = _gate(pytester)
-    result.assert_outcomes(failed=2)
-    out = result.stdout.str()
-    # The store notices the edit before anything runs: the file no longer has the recorded sha256.
-    assert out.count("differ from the sha256 recorded at accept") >= 2, out
-    assert result.ret == 1
+    return edited
 
 
-@pytest.mark.slow
-def test_edit_recorded_in_the_manifest_is_still_reverified(repo: Path, pytester: pytest.Pytester) -> None:
-    """Nothing recorded is trusted: an edit with a matching sha256 in the manifest is caught by the cascade."""
+def _hand_edit(folder: Path) -> None:
+    version = folder / "v1.py"
+    version.write_text(_edit_the_store(version.read_text()))
+
+
+def _edit_recorded_in_the_manifest(folder: Path) -> None:
     import hashlib
 
-    folder = _kernel_dir(repo)
     version = folder / "v1.py"
-    source = version.read_text()
-    edited = re.sub(r"(tl\.store\([^\n]*?,\s*)(tmp\d+)(\s*,)", r"\1\2 * 1.001\3", source, count=1)
-    assert edited != source
+    edited = _edit_the_store(version.read_text())
     version.write_text(edited)
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["versions"][0]["sha256"] = hashlib.sha256(edited.encode()).hexdigest()
     # Without a recipe (a manifest of schema 2 had none), so the cascade, not the recipe binding, catches it.
     manifest["versions"][0].pop("recipe", None)
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    result = _gate(pytester)
-    result.assert_outcomes(failed=2)
-    out = result.stdout.str()
-    assert "rejected at kernel" in out and "rejected at model" in out
-    assert result.ret == 1
+
+
+def _broken_model_record(folder: Path) -> None:
+    (folder.parent / "model.json").write_text("[1,2")
+
+
+def _corrupt_manifest(folder: Path) -> None:
+    (folder / "manifest.json").write_text("{ this is not json")
+
+
+def _stray_file(folder: Path) -> None:
+    (folder / "v2.py").write_text("# not accepted\n")
+
+
+DAMAGES = {f.__name__.lstrip("_"): f for f in (_hand_edit, _edit_recorded_in_the_manifest, _broken_model_record,
+                                               _corrupt_manifest, _stray_file)}
+
+
+@dataclass
+class DamagedRun:
+    result: pytest.RunResult
+    items: dict[str, dict[str, Any]]  # gate.json's items by node id
+    kernel: str
+
+    def outcomes(self, damage: str) -> dict[str, str]:
+        """Item (the kernel's name or "model") -> outcome, of the copy that has ``damage``."""
+        prefix = f"problems/{damage}.py::"
+        return {i["nodeid"].removeprefix(prefix): i["outcome"] for i in self.items.values()
+                if i["nodeid"].startswith(prefix)}
+
+    def message(self, damage: str, item: str) -> str:
+        return str(self.items[f"problems/{damage}.py::{item}"]["message"])
+
+
+def _copies(template: Path, project: Path, names: Iterable[str]) -> str:
+    """``project`` with a copy of the template's problem and store per name (problems/<name>.py,
+    kernels/<name>/); the template's kernel name."""
+    (project / "problems").mkdir()
+    shutil.copy(template / "pyproject.toml", project)
+    kernel = (template / "kernel_name").read_text()
+    for name in names:
+        shutil.copy(PROBLEM, project / "problems" / f"{name}.py")
+        store = shutil.copytree(template / "kernels" / "elementwise_chain", project / "kernels" / name)
+        for record in (store / "model.json", store / kernel / "manifest.json"):  # the records name their model
+            record.write_text(json.dumps({**json.loads(record.read_text()), "model": name}))
+    return kernel
+
+
+def _gate_in(project: Path, *args: str, cache: bool = False) -> pytest.RunResult:
+    """:func:`_gate` in ``project`` (a module's shared run, where pytester's per-test folder does not fit)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    run = subprocess.run([sys.executable, "-m", "pytest", "--kernelopt", "--kernelopt-seeds", "2", "-W", "ignore",
+                          *([] if cache else ["-p", "no:cacheprovider"]), *args],
+                         cwd=project, env=env, capture_output=True, text=True, timeout=900)
+    return pytest.RunResult(run.returncode, run.stdout.splitlines(), run.stderr.splitlines(), 0.0)
+
+
+def _items(path: Path) -> dict[str, dict[str, Any]]:
+    """--kernelopt-json's items by node id."""
+    return {i["nodeid"]: i for i in json.loads(path.read_text())["items"]}
+
+
+@pytest.fixture(scope="module")
+def damaged(template: Path, tmp_path_factory: pytest.TempPathFactory) -> DamagedRun:
+    """The template with one copy of the problem per entry of DAMAGES (none of the original), gated once."""
+    project = tmp_path_factory.mktemp("damaged")
+    kernel = _copies(template, project, DAMAGES)
+    for damage, do in DAMAGES.items():
+        do(project / "kernels" / damage / kernel)
+    result = _gate_in(project, "--kernelopt-json", "gate.json")
+    items = _items(project / "gate.json")
+    assert len(items) == 2 * len(DAMAGES), result.stdout.str()  # a kernel item and a model item per copy
+    return DamagedRun(result, items, kernel)
 
 
 @pytest.mark.slow
-def test_stale_kernel_is_reported_and_fails_when_strict(repo: Path, pytester: pytest.Pytester) -> None:
-    manifest_path = _kernel_dir(repo) / "manifest.json"
+def test_damaged_stores_fail_only_their_own_items(damaged: DamagedRun) -> None:
+    # Two items per copy: every copy's store is damaged, and only two damages leave one item passing.
+    damaged.result.assert_outcomes(passed=2, failed=8)
+    assert damaged.result.ret == 1
+
+
+@pytest.mark.slow
+def test_hand_edit_of_committed_kernel_blocks(damaged: DamagedRun) -> None:
+    assert damaged.outcomes("hand_edit") == {damaged.kernel: "failed", "model": "failed"}
+    # The store notices the edit before anything runs: the file no longer has the recorded sha256.
+    for item in (damaged.kernel, "model"):
+        assert "differ from the sha256 recorded at accept" in damaged.message("hand_edit", item)
+    assert "differ from the sha256 recorded at accept" in damaged.result.stdout.str()
+
+
+@pytest.mark.slow
+def test_edit_recorded_in_the_manifest_is_still_reverified(damaged: DamagedRun) -> None:
+    """Nothing recorded is trusted: an edit with a matching sha256 in the manifest is caught by the cascade."""
+    damage = "edit_recorded_in_the_manifest"
+    assert damaged.outcomes(damage) == {damaged.kernel: "failed", "model": "failed"}
+    assert "rejected at kernel" in damaged.message(damage, damaged.kernel)
+    assert "rejected at model" in damaged.message(damage, "model")
+    out = damaged.result.stdout.str()
+    assert "rejected at kernel" in out and "rejected at model" in out
+
+
+@pytest.mark.slow
+def test_a_broken_model_record_fails_the_model_item_without_a_gpu(damaged: DamagedRun) -> None:
+    """model.json is read even where nothing is timed: CI on a CPU must not pass a corrupt one."""
+    assert damaged.outcomes("broken_model_record") == {damaged.kernel: "passed", "model": "failed"}
+    damaged.result.stdout.fnmatch_lines(["FAILED problems/broken_model_record.py::model*"])
+    assert "broken_model_record/model.json: invalid model record" in damaged.message("broken_model_record", "model")
+    assert "broken_model_record/model.json: invalid model record" in damaged.result.stdout.str()
+
+
+@pytest.mark.slow
+def test_corrupt_manifest_fails_the_item_not_the_run(damaged: DamagedRun) -> None:
+    assert damaged.outcomes("corrupt_manifest") == {damaged.kernel: "failed", "model": "failed"}
+    assert "manifest.json: invalid manifest" in damaged.message("corrupt_manifest", damaged.kernel)
+    assert "manifest.json: invalid manifest" in damaged.result.stdout.str()
+
+
+@pytest.mark.slow
+def test_a_stray_file_in_a_kernel_folder_fails_its_kernel_item(damaged: DamagedRun) -> None:
+    """Nothing loads an unrecorded file, but the gate reports what the store holds: a file the
+    manifest does not record (here a version nobody verified) fails the kernel item."""
+    assert damaged.outcomes("stray_file") == {damaged.kernel: "failed", "model": "passed"}
+    damaged.result.stdout.fnmatch_lines(["FAILED problems/stray_file.py::triton_*"])
+    assert "v2.py not recorded in manifest.json" in damaged.message("stray_file", damaged.kernel)
+    assert "v2.py not recorded in manifest.json" in damaged.result.stdout.str()
+
+
+# --- stale versions: three gate runs -----------------------------------------------------------
+# Two copies of the problem, gated together: problems/stale.py's committed version was accepted for a
+# compiler kernel of another fingerprint; problems/orphaned.py also holds versions of a kernel the
+# compiler no longer generates. First with --kernelopt-allow-stale, then --kernelopt-strict, then
+# --kernelopt-strict --lf (with pytest's cache).
+
+@dataclass
+class StaleRuns:
+    allowed: pytest.RunResult
+    items: dict[str, dict[str, Any]]  # the allowed run's --kernelopt-json items by node id
+    strict: pytest.RunResult
+    again: pytest.RunResult
+    kernel: str
+
+
+@pytest.fixture(scope="module")
+def stale_runs(template: Path, tmp_path_factory: pytest.TempPathFactory) -> StaleRuns:
+    project = tmp_path_factory.mktemp("stale")
+    kernel = _copies(template, project, ["stale", "orphaned"])
+    manifest_path = project / "kernels" / "stale" / kernel / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     manifest["fingerprint"] = "0" * 16  # as if accepted when the compiler generated another kernel
     for version in manifest["versions"]:
         version["fingerprint"] = "0" * 16
     manifest_path.write_text(json.dumps(manifest))
+    gone = shutil.copytree(project / "kernels" / "orphaned" / kernel, project / "kernels" / "orphaned" / GONE)
+    manifest = json.loads((gone / "manifest.json").read_text())
+    (gone / "manifest.json").write_text(json.dumps({**manifest, "kernel": GONE}))
     # Skipped only where the user opts out (stale kernels fail by default: tests/test_trust_gate.py).
-    result = _gate(pytester, "-rs", "--kernelopt-allow-stale")
-    result.assert_outcomes(passed=1, skipped=1)
-    assert "stale" in result.stdout.str()
-    strict = _gate(pytester, "--kernelopt-strict", cache=True)
-    strict.assert_outcomes(passed=1, failed=1)
-    assert "stale" in strict.stdout.str()
-    kernel = (repo / "kernel_name").read_text()
-    strict.stdout.fnmatch_lines([f"FAILED {FILE}::{kernel}*"])
-    # The failed item's id is a real node id: --lf re-runs exactly it, and the row still counts it.
-    again = _gate(pytester, "--kernelopt-strict", "--lf", cache=True)
-    again.assert_outcomes(failed=1)
-    again.stdout.fnmatch_lines(["collected 1 item", "run-last-failure: rerun previous 1 failure*"])
-    assert re.search(ROW + r"0\s+1\s+0\s+1\s", again.stdout.str()), again.stdout.str()
+    allowed = _gate_in(project, "-rs", "--kernelopt-allow-stale", "--kernelopt-json", "gate.json")
+    strict = _gate_in(project, "--kernelopt-strict", cache=True)
+    again = _gate_in(project, "--kernelopt-strict", "--lf", cache=True)
+    return StaleRuns(allowed, _items(project / "gate.json"), strict, again, kernel)
+
+
+GONE = "triton_poi_fused_gone_0"
+
+
+@pytest.mark.slow
+def test_stale_runs_judge_each_copy_on_its_own(stale_runs: StaleRuns) -> None:
+    # stale.py: its kernel skipped, its model passes; orphaned.py: both pass (its orphans noted, not failed).
+    stale_runs.allowed.assert_outcomes(passed=3, skipped=1)
+    # Strict: stale.py's kernel item and orphaned.py's model item fail, nothing else.
+    stale_runs.strict.assert_outcomes(passed=2, failed=2)
+    stale_runs.again.assert_outcomes(failed=2)
+
+
+@pytest.mark.slow
+def test_stale_kernel_is_reported_and_fails_when_strict(stale_runs: StaleRuns) -> None:
+    kernel = stale_runs.kernel
+    outcomes = {i["item"]: i["outcome"] for i in stale_runs.items.values() if i["problem"] == "problems/stale.py"}
+    assert outcomes == {"kernel": "skipped", "model": "passed"}, outcomes
+    assert stale_runs.items[f"problems/stale.py::{kernel}"]["status"] == "stale"
+    assert "stale" in stale_runs.allowed.stdout.str()
+    assert "stale" in stale_runs.strict.stdout.str()
+    stale_runs.strict.stdout.fnmatch_lines([f"FAILED problems/stale.py::{kernel}*"])
+    assert "FAILED problems/stale.py::model" not in stale_runs.strict.stdout.str()
+    # The failed items' ids are real node ids: --lf re-runs exactly them, and the row still counts it.
+    stale_runs.again.stdout.fnmatch_lines(["collected 2 items", "run-last-failure: rerun previous 2 failures*"])
+    stale_runs.again.stdout.fnmatch_lines([f"FAILED problems/stale.py::{kernel}*"])
+    assert re.search(r"problems/stale\.py\s+0\s+1\s+0\s+1\s", stale_runs.again.stdout.str()), \
+        stale_runs.again.stdout.str()
 
 
 @pytest.mark.slow
 def test_committed_kernels_the_compiler_no_longer_generates_are_reported_and_fail_when_strict(
-        repo: Path, pytester: pytest.Pytester) -> None:
-    gone = repo / "kernels" / "elementwise_chain" / "triton_poi_fused_gone_0"
-    shutil.copytree(_kernel_dir(repo), gone)
-    manifest = json.loads((gone / "manifest.json").read_text())
-    (gone / "manifest.json").write_text(json.dumps({**manifest, "kernel": gone.name}))
-    result = _gate(pytester, "--kernelopt-json", "gate.json", "--kernelopt-allow-stale")
-    result.assert_outcomes(passed=2)
-    out = result.stdout.str()
-    assert (f"{FILE}: committed versions of triton_poi_fused_gone_0 are not used: the compiler no longer "
+        stale_runs: StaleRuns) -> None:
+    out = stale_runs.allowed.stdout.str()
+    assert (f"problems/orphaned.py: committed versions of {GONE} are not used: the compiler no longer "
             "generates these kernels") in out
-    assert re.search(ROW + r"1\s+1\s+0\s+0\s", out), out  # counted as stale in the summary
-    model = next(i for i in json.loads((repo / "gate.json").read_text())["items"] if i["item"] == "model")
-    assert model["orphaned"] == ["triton_poi_fused_gone_0"] and model["stale"] == 1
+    assert re.search(r"problems/orphaned\.py\s+1\s+1\s+0\s+0\s", out), out  # counted as stale in the summary
+    model = stale_runs.items["problems/orphaned.py::model"]
+    assert model["orphaned"] == [GONE] and model["stale"] == 1
     assert model["status"] == "committed"  # passed with the committed kernel swapped in (it was null)
-    strict = _gate(pytester, "--kernelopt-strict")
-    strict.assert_outcomes(passed=1, failed=1)
-    strict.stdout.fnmatch_lines([f"FAILED {FILE}::model*"])
-    assert "holds committed versions of triton_poi_fused_gone_0, which the compiler no longer generates" in \
-        strict.stdout.str()
-
-
-@pytest.mark.slow
-def test_a_broken_model_record_fails_the_model_item_without_a_gpu(repo: Path, pytester: pytest.Pytester) -> None:
-    """model.json is read even where nothing is timed: CI on a CPU must not pass a corrupt one."""
-    (repo / "kernels" / "elementwise_chain" / "model.json").write_text("[1,2")
-    result = _gate(pytester)
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines([f"FAILED {FILE}::model*"])
-    assert "elementwise_chain/model.json: invalid model record" in result.stdout.str()
-
-
-@pytest.mark.slow
-def test_corrupt_manifest_fails_the_item_not_the_run(repo: Path, pytester: pytest.Pytester) -> None:
-    (_kernel_dir(repo) / "manifest.json").write_text("{ this is not json")
-    result = _gate(pytester)
-    result.assert_outcomes(failed=2)
-    assert "manifest.json: invalid manifest" in result.stdout.str()
-
-
-@pytest.mark.slow
-def test_a_stray_file_in_a_kernel_folder_fails_its_kernel_item(repo: Path, pytester: pytest.Pytester) -> None:
-    """Nothing loads an unrecorded file, but the gate reports what the store holds: a file the
-    manifest does not record (here a version nobody verified) fails the kernel item."""
-    (_kernel_dir(repo) / "v2.py").write_text("# not accepted\n")
-    result = _gate(pytester)
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines([f"FAILED {FILE}::triton_*"])
-    assert "v2.py not recorded in manifest.json" in result.stdout.str()
+    assert stale_runs.items[f"problems/orphaned.py::{stale_runs.kernel}"]["outcome"] == "passed"
+    strict = stale_runs.strict
+    strict.stdout.fnmatch_lines(["FAILED problems/orphaned.py::model*"])
+    assert f"FAILED problems/orphaned.py::{stale_runs.kernel}" not in strict.stdout.str()
+    assert f"holds committed versions of {GONE}, which the compiler no longer generates" in strict.stdout.str()
+    stale_runs.again.stdout.fnmatch_lines(["FAILED problems/orphaned.py::model*"])
 
 
 @pytest.mark.slow
