@@ -134,7 +134,7 @@ def test_both_compiles_are_timed_without_autograd_as_they_were_judged(monkeypatc
     modes = []
     monkeypatch.setattr(torch, "compile", lambda model, backend: lambda *xs: modes.append(torch.is_grad_enabled()))
     prepared = SimpleNamespace(inputs=lambda seed: [torch.ones(2)], seeds=[0], others={}, device="cpu",
-                               compiled=SimpleNamespace(model=None), variant=None)
+                               compiled=SimpleNamespace(model=None, problem=None), variant=None)
     with torch.enable_grad():
         default, chosen = compile_check._sides(prepared, LOOPED)
         chosen(torch.ones(2))
