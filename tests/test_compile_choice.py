@@ -149,7 +149,7 @@ def test_both_compiles_are_timed_without_autograd_as_they_were_judged(monkeypatc
     modes = []
     monkeypatch.setattr(torch, "compile", lambda model, backend: lambda *xs: modes.append(torch.is_grad_enabled()))
     prepared = SimpleNamespace(inputs=lambda seed: [torch.ones(2)], seeds=[0], others={}, device="cpu",
-                               compiled=SimpleNamespace(model=None), variant=None)
+                               compiled=SimpleNamespace(model=None, problem=None), variant=None)
     with torch.enable_grad():
         default, chosen = compile_check._sides(prepared, LOOPED)
         chosen(torch.ones(2))
@@ -331,3 +331,37 @@ def test_committed_kernels_keep_the_compile_they_were_tuned_on(tmp_path, monkeyp
     assert outcome.compile.chosen is None and session.variants == [None, None]
     assert "kept 'the default compile' instead of 'max-autotune'" in outcome.compile.note
     assert "1 committed kernel version(s) (triton_per_fused_sum_0)" in outcome.compile.note
+
+
+# --- a training step under a compile setting (issue 42) -----------------------------------
+
+MLP_TRAIN = TESTS / "problems_train" / "mlp_layernorm_train.py"
+
+
+@pytest.mark.slow
+def test_a_training_step_s_compile_setting_is_judged_on_outputs_and_every_gradient(interpreter):
+    """The honest variant passes with its gradients judged; one whose backward is off in one parameter's
+    gradient (the step's results after the outputs) is rejected naming that gradient."""
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession, compile_check
+    from pytest_kernelopt.verify.pipeline import open_problem
+    from pytest_kernelopt.verify.prepared import StageFailure
+    from pytest_kernelopt.verify.protocol import OpenRequest
+
+    with VerifySession(MLP_TRAIN, interpreter, VerifyOptions(seeds=1, seed=7)) as session:
+        verdict = session.verify_compile(LOOPED)
+    assert verdict.status == "correct", verdict.reason
+    model_stage = verdict.stages[1].detail
+    assert "gradient of input 0" in model_stage and "gradient of parameter down.weight" in model_stage
+
+    prepared, _ = open_problem(OpenRequest(problem=str(MLP_TRAIN), device=interpreter, seeds=[3]))
+    compile_check.compile_stage(prepared, LOOPED, error_factor=4.0, reduced_precision=False)
+    looped = prepared.others[LOOPED]
+
+    def wrong_backward(*xs):
+        results = list(looped(*xs))
+        results[-1] = results[-1] + 1e-3  # the last parameter's gradient (down.bias)
+        return tuple(results)
+
+    prepared.others[LOOPED] = wrong_backward
+    with pytest.raises(StageFailure, match="seed 3, gradient of parameter down.bias"):
+        compile_check.compile_stage(prepared, LOOPED, error_factor=4.0, reduced_precision=False)

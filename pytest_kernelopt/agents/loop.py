@@ -148,7 +148,7 @@ class Tuner:
             full_options = self.options.verify
             factory = self.session_factory or VerifySession
             variant = self._variant = self._compile_step(problem.path, model, outcome, factory, full_options, ev,
-                                                         shape, training=outcome.training)
+                                                         shape)
             counters, note = None, ("Nsight Compute not run (--no-ncu): roofline estimate" if self.options.device == "cuda"
                                     else "interpreter mode: no timing; shares are shares of bytes moved")
             if self.options.device == "cuda" and self.options.ncu:
@@ -240,8 +240,7 @@ class Tuner:
         self.ui.message(f"{outcome.model}: {note}")
 
     def _compile_step(self, problem: Path, model: str, outcome: ProblemOutcome, factory: Callable[..., Any],
-                      options: Any, ev: Callable[..., Any], shape: str | None = None,
-                      training: bool = False) -> str | None:
+                      options: Any, ev: Callable[..., Any], shape: str | None = None) -> str | None:
         """The compile the kernels are tuned on: model.json's, or the best of this run's trials."""
         from ..capture.variants import MODEL_VARIANTS, needless
         from . import compile_choice
@@ -255,12 +254,6 @@ class Tuner:
                     f"{repr(previous) + ' (model.json)' if previous else 'the default compile'}")
             self.ui.message(f"{model}: compile settings {note}")
             ev("planner", "compile-skip", variant=",".join(variants), reason=note)
-            variants = []
-        if training and variants:  # the compile check judges outputs, not a step's gradients: refused, said once
-            self._note(outcome, f"compile settings not chosen for a training step yet (the compile check judges "
-                                f"outputs, not gradients): its kernels are tuned on "
-                                f"{repr(previous) + ' (model.json)' if previous else 'the default compile'}", ev)
-            ev("planner", "compile-skip", variant=",".join(variants), reason="training step")
             variants = []
         if not variants:
             if previous is not None:

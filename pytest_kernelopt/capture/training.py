@@ -233,9 +233,3 @@ def backward_compiled_with_forward() -> Iterator[None]:
         return
     with config.patch(force_non_lazy_backward_lowering=True):
         yield
-
-
-def refuse(problem: Any, what: str) -> None:
-    """ProblemError: ``what`` does not handle training problems yet."""
-    if is_training(problem):
-        raise ProblemError(problem.path, f"training problems: {what} not supported yet")

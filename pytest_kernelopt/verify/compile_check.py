@@ -39,6 +39,7 @@ import copy
 import functools
 from typing import Any, Iterator
 
+from ..capture.training import backward_compiled_with_forward, is_training, output_names, run_eager, step
 from ..records import SeedErrors, Timing
 from . import tensors
 from .model import (OutputReference, _float64_outputs, _output_reference, _scale, failed_row, flatten, judge_output,
@@ -82,14 +83,23 @@ def _other(prepared: Prepared, variant: str | None) -> Any:
 
     graphs: set[tuple[str, ...]] = set()  # each graph's inputs as compiled: where production applies the setting
 
+    problem = prepared.compiled.problem
+    training = is_training(problem)
+
     def backend(gm: Any, example_inputs: Any) -> Any:
         graphs.add(tuple(launch_signature(example_inputs)))
-        with compiling(variant) as patches:
+        # A training step's backward compiles inside this block too, under the same options (not lazily
+        # on the first backward call, outside it), as in capture and production.
+        with compiling(variant) as patches, (backward_compiled_with_forward() if training
+                                             else contextlib.nullcontext()):
             return compile_fx(gm, example_inputs, config_patches=patches or None)
 
-    compiled = torch.compile(prepared.compiled.model, backend=backend)
+    model = prepared.compiled.model
+    compiled = torch.compile(model, backend=backend)
 
     def other(*inputs: Any) -> Any:
+        if training:  # the whole step: outputs, then every gradient, as the session's compile returns
+            return step(compiled, model, problem, inputs)
         with torch.no_grad():
             return compiled(*inputs)
 
@@ -120,16 +130,20 @@ class CompileRows(list):
     reference_note: str | None  # why the draws' reference is the fp32 eager model (None: float64)
     weights_note: str | None  # why no draw varied the weights (None: some did)
     worst: float  # the worst element's error as a fraction of its allowance, seeds and draws
+    gradients: list[str]  # a training step's gradients judged with its outputs (``gradient of ...``)
 
     def __init__(self, rows: Any = ()) -> None:
         super().__init__(rows)
         self.draws, self.skipped = [], []
         self.reference_note = self.weights_note = None
         self.worst = 0.0
+        self.gradients = []
 
     def describe(self) -> str:
         """One phrase for the stage's detail: the draws judged and skipped, and their reference."""
         text = f"{len(self.draws)} input draw(s)"
+        if self.gradients:
+            text = f"the whole step ({', '.join(self.gradients)}, element by element), {text}"
         if self.draws:
             text += f": {', '.join(self.draws)}"
         if self.skipped:
@@ -167,10 +181,12 @@ def compile_stage(prepared: Prepared, variant: str, error_factor: float, reduced
             raise StageFailure(f"seed {seed}: the model compiled as {variant!r} returned {len(outs)} tensors "
                                f"instead of {len(refs)}")
         row = SeedErrors(seed=seed, candidate_vs_fp64=0.0, baseline_vs_fp64=0.0, scale=0.0, model_ratio=0.0)
+        names = _names(prepared, len(outs))
+        rows.gradients = [n for n in names if n.startswith("gradient")]
         for k, (c, r) in enumerate(zip(outs, refs)):
             if base is not None:  # the session's references judge its own compile: take the default's error
                 r = rebase(copy.copy(r), base[k])
-            _judge(c, r, rule, f"seed {seed}, output {k}", row, rows)
+            _judge(c, r, rule, f"seed {seed}, {names[k]}", row, rows)
         del outs, base
         rows.append(row)
     _draws(prepared, variant, default, chosen, rule, rows)
@@ -247,10 +263,17 @@ def _draws(prepared: Prepared, variant: str, default: Any, chosen: Any, rule: Nu
             raise StageFailure(f"{where}: the model compiled as {variant!r} returned {len(outs)} tensors "
                                f"instead of {len(references)}")
         row = SeedErrors(seed=seed, candidate_vs_fp64=0.0, baseline_vs_fp64=0.0, scale=0.0, model_ratio=0.0)
+        names = _names(prepared, len(outs))
         for k, (c, r) in enumerate(zip(outs, references)):
-            _judge(c, r, rule, f"{where}, output {k}", row, rows)
+            _judge(c, r, rule, f"{where}, {names[k]}", row, rows)
         del outs, references
         rows.draws.append(label)
+
+
+def _names(prepared: Prepared, count: int) -> list[str]:
+    """Each result's name in a verdict: ``output <k>``; a training step's gradients by what they differentiate."""
+    compiled = prepared.compiled
+    return output_names(compiled.problem, compiled.model, prepared.inputs(prepared.seeds[0]), count)
 
 
 def _drawn(prepared: Prepared, seed: int, kind: str, transform: int) -> list[Any] | None:
@@ -278,15 +301,15 @@ def _reference(prepared: Prepared, inputs: list[Any], again: Any, count: int, ro
     """
     import torch
 
-    model, device = prepared.compiled.model, prepared.device
+    model, device, problem = prepared.compiled.model, prepared.device, prepared.compiled.problem
     if rows.reference_note is None:
         try:
-            out = _float64_outputs(model, inputs, device)
+            out = _float64_outputs(model, inputs, device, problem=problem)
         except torch.OutOfMemoryError:
             if device == "cuda":
                 torch.cuda.empty_cache()
             try:  # not enough device memory: the same in float64 on the CPU, slower
-                out = _float64_outputs(model, again(), "cpu")
+                out = _float64_outputs(model, again(), "cpu", problem=problem)
             except Exception as exc:  # noqa: BLE001 - any failure falls back, and says so
                 rows.reference_note = f"float64 failed on the CPU too: {type(exc).__name__}: {_short(exc)}"
                 out = None
@@ -298,6 +321,8 @@ def _reference(prepared: Prepared, inputs: list[Any], again: Any, count: int, ro
             out = None
         if out is not None:
             return out
+    if is_training(problem):  # fp32 fallback: the eager step
+        return [t.detach().clone() for t in run_eager(model, problem, list(inputs or again()))]
     with torch.no_grad():
         return [t.detach().clone() for t in flatten(model(*(inputs or again())))]
 

@@ -155,10 +155,6 @@ def run_check(prepared: Prepared, request: CheckRequest, emit: Callable[[Any], N
 def _run_stages(check: Check, emit: Callable[[Any], None]) -> None:
     """Each worker stage that applies, in order, until one fails or a stage's ``then`` stops the cascade."""
     request = check.request
-    if request.compile_variant is not None:
-        from ..capture.training import refuse
-
-        refuse(check.prepared.compiled.problem, "compile settings (a compile variant)")  # the verifier's limit
     todo = [s for s in stages.in_worker() if s.applies(request, check.prepared.device)]
     if not todo or not _load_candidates(check, todo[0], emit):
         return
