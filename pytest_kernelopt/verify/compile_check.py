@@ -163,6 +163,7 @@ def compile_stage(prepared: Prepared, variant: str, error_factor: float, reduced
     default, chosen = _sides(prepared, variant)
     rule = NumericsRule(error_factor=error_factor, reduced_precision=reduced_precision, whole_compile=True)
     rows = CompileRows()
+    names: list[str] = []  # each result's name in a verdict (the same for every seed and draw)
     for seed in prepared.seeds:
         inputs = prepared.inputs(seed)
         try:
@@ -175,21 +176,22 @@ def compile_stage(prepared: Prepared, variant: str, error_factor: float, reduced
             raise StageFailure(f"the model compiled as {variant!r} raised on seed {seed}: {type(exc).__name__}: "
                                f"{_short(exc)}") from exc
         prepared.check_inputs(seed, inputs)
+        if not names:
+            names = output_names(prepared.compiled.problem, prepared.compiled.model, inputs, len(outs))
+            rows.gradients = [n for n in names if n.startswith("gradient")]
         del inputs
         refs = prepared.references[seed].outputs
         if len(outs) != len(refs):
             raise StageFailure(f"seed {seed}: the model compiled as {variant!r} returned {len(outs)} tensors "
                                f"instead of {len(refs)}")
         row = SeedErrors(seed=seed, candidate_vs_fp64=0.0, baseline_vs_fp64=0.0, scale=0.0, model_ratio=0.0)
-        names = _names(prepared, len(outs))
-        rows.gradients = [n for n in names if n.startswith("gradient")]
         for k, (c, r) in enumerate(zip(outs, refs)):
             if base is not None:  # the session's references judge its own compile: take the default's error
                 r = rebase(copy.copy(r), base[k])
             _judge(c, r, rule, f"seed {seed}, {names[k]}", row, rows)
         del outs, base
         rows.append(row)
-    _draws(prepared, variant, default, chosen, rule, rows)
+    _draws(prepared, variant, default, chosen, rule, rows, names)
     return rows
 
 
@@ -210,8 +212,9 @@ def _judge(c: Any, r: OutputReference, rule: NumericsRule, what: str, row: SeedE
 
 
 def _draws(prepared: Prepared, variant: str, default: Any, chosen: Any, rule: NumericsRule,
-           rows: CompileRows) -> None:
-    """Every kind of input draw, one run of each compile and one float64 reference each."""
+           rows: CompileRows, names: list[str]) -> None:
+    """Every kind of input draw, one run of each compile and one float64 reference each (``names``: each
+    result's name in a verdict)."""
     import torch
 
     entropy = prepared.entropy
@@ -263,17 +266,10 @@ def _draws(prepared: Prepared, variant: str, default: Any, chosen: Any, rule: Nu
             raise StageFailure(f"{where}: the model compiled as {variant!r} returned {len(outs)} tensors "
                                f"instead of {len(references)}")
         row = SeedErrors(seed=seed, candidate_vs_fp64=0.0, baseline_vs_fp64=0.0, scale=0.0, model_ratio=0.0)
-        names = _names(prepared, len(outs))
         for k, (c, r) in enumerate(zip(outs, references)):
             _judge(c, r, rule, f"{where}, {names[k]}", row, rows)
         del outs, references
         rows.draws.append(label)
-
-
-def _names(prepared: Prepared, count: int) -> list[str]:
-    """Each result's name in a verdict: ``output <k>``; a training step's gradients by what they differentiate."""
-    compiled = prepared.compiled
-    return output_names(compiled.problem, compiled.model, prepared.inputs(prepared.seeds[0]), count)
 
 
 def _drawn(prepared: Prepared, seed: int, kind: str, transform: int) -> list[Any] | None:
