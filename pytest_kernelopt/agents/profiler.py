@@ -103,7 +103,7 @@ def build_profile(model: str, device: str, kernels: list[KernelInfo], profiled: 
             # Percent of the memory floor (measure/roofline.py: reads at the read ceiling, writes at the
             # rest of a copy's cost) this launch reaches.
             roof = (100.0 * memory_seconds(moved[k.name], profiled.copy_gbps, split[k.name][1],
-                                           getattr(profiled, "read_gbps", None)) / (per_launch * 1e-6)
+                                           profiled.read_gbps) / (per_launch * 1e-6)
                     if per_launch and profiled.copy_gbps else None)
             c = (counters or {}).get(k.function, {})
             source = "ncu" if c else "roofline"
@@ -123,7 +123,7 @@ def build_profile(model: str, device: str, kernels: list[KernelInfo], profiled: 
                 note="; ".join(notes),
             ))
         profile = ModelProfile(model=model, device=device, copy_ceiling_gbps=profiled.copy_gbps,
-                               read_ceiling_gbps=getattr(profiled, "read_gbps", None),
+                               read_ceiling_gbps=profiled.read_gbps,
                                model_gpu_us=round(total, 3), triton_share=triton_us / total if total else None)
     else:
         all_bytes = sum(moved.values()) or 1
