@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from .errors import KerneloptError, UsageError
+from .agents.backends import chosen_options, flag_of, option_flags
 from .capture.variants import MODEL_VARIANTS, VARIANTS
 from .config import kernels_folder, runs_folder
 from .settings import FIELDS, add_arguments, positive_seconds, validate
@@ -158,9 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=SETTINGS_HELP)
     t.add_argument("problems", type=Path, nargs="+", metavar="PROBLEM", help="KernelBench-format problem file(s)")
     add_arguments(t, ["agent"])
-    t.add_argument("--model", default=None, help="the anthropic backend's model (default claude-sonnet-4-6)")
-    t.add_argument("--max-usd", type=positive_seconds, default=None, metavar="USD",
-                   help="anthropic: stop cleanly once this many dollars are spent")
+    _add_backend_options(t)
     add_arguments(t, ["budget_s", "run_budget_s"])
     t.add_argument("--kernel", action="append", default=None, metavar="NAME",
                    help="tune only this kernel (repeatable; default: every kernel above --min-share)")
@@ -550,8 +549,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.kernels_dir is None and len({s.kernels_path for s in settings}) > 1:
         raise UsageError("the problems belong to projects with different kernel stores; tune them separately "
                          "or pass --kernels-dir")
-    if args.agent == "search" and (args.model or args.max_usd):
-        raise UsageError("--model and --max-usd apply to --agent anthropic only")
+    agent_options = chosen_options(args.agent, _backend_flags_given(args))
     device = resolve_device(args.device or settings[0].device)
     store = KernelStore(kernels_folder(settings[0], args.kernels_dir))
     runs = runs_folder(settings[0], args.runs_dir)
@@ -580,9 +578,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
                           verify=_verify_options(args),
                           min_share=args.min_share, kernels=args.kernel, ncu=not args.no_ncu, pin=not args.no_pin,
                           compile_variants=args.compile_variants)
-    agent_options: dict[str, Any] = {}
-    if args.agent == "anthropic":
-        agent_options = {k: v for k, v in (("model", args.model), ("max_usd", args.max_usd)) if v is not None}
     with RichUI(quiet=args.json) as ui:
         ui.message(f"settings: {settings[0].describe(args.kernels_dir)}")
         if device != "cuda":
@@ -619,6 +614,29 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return 130
     published_ok = _publish(args, Path(runs) / record.run_id, settings[0].root) if args.open_pr else True
     return EXIT_USAGE if any(p.error for p in record.problems) else EXIT_OK if published_ok else EXIT_REJECTED
+
+
+# A backend's flags keep their values under this prefix: they may share no name with tune's own options.
+_BACKEND_DEST = "backend_option_"
+
+
+def _add_backend_options(parser: argparse.ArgumentParser) -> None:
+    """Every registered backend's flags (``--model``, ``--max-usd`` ...), from the options each declares; which
+    of them the chosen backend takes is checked after parsing (:func:`_backend_flags_given`)."""
+    for flag, options in option_flags().items():
+        kwargs: dict[str, Any] = {"action": "store_true"} if options[0].switch else {"metavar": options[0].metavar}
+        try:
+            parser.add_argument(flag, dest=_BACKEND_DEST + options[0].name, default=None,
+                                help="; ".join(o.help for o in options).replace("%", "%%"), **kwargs)
+        except argparse.ArgumentError:
+            raise TypeError(f"agent backend {options[0].backend!r} declares {flag}, already an option of "
+                            f"`{parser.prog}`") from None
+
+
+def _backend_flags_given(args: argparse.Namespace) -> dict[str, Any]:
+    """{flag: its text (True for a switch)} of the backend flags on the command line."""
+    return {flag_of(dest.removeprefix(_BACKEND_DEST)): value for dest, value in vars(args).items()
+            if dest.startswith(_BACKEND_DEST) and value is not None}
 
 
 def _nothing_stored(run_dir: Path) -> str:

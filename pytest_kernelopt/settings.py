@@ -24,7 +24,7 @@ import math
 from datetime import date
 from pathlib import Path
 from types import UnionType
-from typing import Annotated, Any, Iterable, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Iterable, Literal, NamedTuple, Union, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.fields import FieldInfo
@@ -32,7 +32,32 @@ from pydantic.fields import FieldInfo
 SECTION = "[tool.kernelopt]"
 Device = Literal["auto", "cuda", "cpu"]
 DEVICES: tuple[str, ...] = get_args(Device)
-Agent = Literal["search", "anthropic"]
+
+
+class AgentBackend(NamedTuple):
+    """Where an agent backend lives and what it is, for the help of ``--agent`` and ``--kernelopt-agent``."""
+
+    module: str  # its module or package in pytest_kernelopt/agents/, which declares it as ``BACKEND``
+    about: str
+
+
+# The agent backends by name: the values of `kernelopt tune --agent` and `--kernelopt-agent`, and the one
+# list of them. Here, not in agents/, so that the plugin offers the names without importing the agents;
+# each backend declares the rest (its coder, its command-line options, its SDK) in its own module, which
+# agents/backends.py imports only when it is chosen or kernelopt tune's flags are listed.
+AGENT_BACKENDS: dict[str, AgentBackend] = {
+    "search": AgentBackend("search", "offline (Inductor's alternatives, launch-configuration search, rewrites)"),
+    "anthropic": AgentBackend("claude", "Claude through the official SDK (ANTHROPIC_API_KEY)"),
+}
+
+
+def _agent_rule(name: str) -> str:
+    if name not in AGENT_BACKENDS:  # read when checked: a backend registered later (a test's) is known
+        raise ValueError(f"unknown agent backend {name!r} (choose from {', '.join(AGENT_BACKENDS)})")
+    return name
+
+
+Agent = Annotated[str, AfterValidator(_agent_rule)]
 
 
 def _seconds_rule(value: float) -> float:
@@ -82,7 +107,8 @@ class AcceptedRegression(BaseModel):
 def _on(*, cli: str | None = None, pytest: str | None = None, toml: bool = False, metavar: str | None = None,
         default_help: str | None = None, **extra: Any) -> dict[str, Any]:
     """Where a setting surfaces (the field's ``json_schema_extra``); ``default_help`` replaces the
-    generated "(default ...)" clause; ``pytest_default`` and ``pytest_prefix`` apply to the pytest option."""
+    generated "(default ...)" clause; ``pytest_default`` and ``pytest_prefix`` apply to the pytest option;
+    ``choices`` (a collection of names) are the values a plain ``str`` setting takes."""
     return {"cli": cli, "pytest": pytest, "toml": toml, "metavar": metavar, "default_help": default_help, **extra}
 
 
@@ -151,10 +177,9 @@ class Settings(BaseModel):
     tune: bool = Field(False, description="before checking a problem, run `kernelopt tune` on it: versions the cascade "
                                           "accepts are stored and then gated like any committed kernel",
                        json_schema_extra=_on(pytest="--kernelopt-tune"))
-    agent: Agent = Field("search", description="the agent backend; search: offline (Inductor's alternatives, "
-                                               "launch-configuration search, rewrites); anthropic: Claude through the "
-                                               "official SDK (ANTHROPIC_API_KEY)",
-                         json_schema_extra=_on(cli="--agent", pytest="--kernelopt-agent",
+    agent: Agent = Field("search", description="the agent backend; " + "; ".join(
+                             f"{name}: {backend.about}" for name, backend in AGENT_BACKENDS.items()),
+                         json_schema_extra=_on(cli="--agent", pytest="--kernelopt-agent", choices=AGENT_BACKENDS,
                                                pytest_prefix="--kernelopt-tune: "))
     budget_s: Seconds = Field(300.0, description="device seconds per kernel",
                               json_schema_extra=_on(cli="--budget-s", pytest="--kernelopt-budget-s", metavar="S",
@@ -361,7 +386,9 @@ def argparse_spec(name: str, surface: str = "cli") -> tuple[str, dict[str, Any]]
         if value is None:
             kwargs["default"] = None  # unset: the [tool.kernelopt] key decides
     else:
-        if get_origin(base) is Literal:
+        if extra.get("choices") is not None:  # names kept elsewhere (AGENT_BACKENDS), read when the flag is made
+            kwargs["choices"] = list(extra["choices"])
+        elif get_origin(base) is Literal:
             kwargs["choices"] = list(get_args(base))
         elif get_origin(base) is list:
             kwargs["nargs"] = "+"

@@ -13,8 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel, Field
 
 from pytest_kernelopt.agents import TuneOptions, Tuner
+from pytest_kernelopt.agents.coder import Backend
+from pytest_kernelopt.errors import UsageError
 from pytest_kernelopt.agents.harvest import Harvested, HarvestResult, layout, matches, stem
 from pytest_kernelopt.candidate.launch_space import Limits, describe, neighbours, read_point, with_point
 from pytest_kernelopt.agents.planner import limit_pct, plan
@@ -1043,18 +1046,85 @@ def test_the_plan_per_bottleneck_class_comes_from_the_registries():
 
 
 def test_backends_are_chosen_by_name_and_an_unknown_one_names_the_choices():
-    from pytest_kernelopt.agents.backends import BACKENDS, make_coder
-    from pytest_kernelopt.errors import UsageError
+    from pytest_kernelopt.agents.backends import backend, make_coder
+    from pytest_kernelopt.settings import AGENT_BACKENDS, argparse_spec, validate
 
-    from typing import get_args
-
-    from pytest_kernelopt.settings import Agent
-
-    assert list(BACKENDS) == ["search", "anthropic"]  # the values of --agent
-    assert list(get_args(Agent)) == list(BACKENDS)  # what --agent and --kernelopt-agent offer
+    assert list(AGENT_BACKENDS) == ["search", "anthropic"]  # the values of --agent
+    for surface in ("cli", "pytest"):  # what --agent and --kernelopt-agent offer
+        assert argparse_spec("agent", surface)[1]["choices"] == ["search", "anthropic"]
+    for name in AGENT_BACKENDS:  # each backend's coder goes by its registered name (the run record's agent)
+        assert backend(name).coder.name == name
     assert isinstance(make_coder("search", variants=[]), SearchCoder)
     with pytest.raises(UsageError, match="unknown agent backend 'nope' \\(choose from search, anthropic\\)"):
         make_coder("nope")
+    with pytest.raises(ValueError, match="unknown agent backend 'nope'"):  # the gate's GateOptions, a worker's job
+        validate("agent", "nope")
+
+
+# --- a backend registered by a test: the command line derives its flag --------------------------
+
+class ThrowawayCoder:
+    """The coder of the ``throwaway`` backend that :func:`throwaway_backend` registers."""
+
+    name, model = "throwaway", None
+    made: list[dict] = []
+
+    def __init__(self, **options):
+        ThrowawayCoder.made.append(options)
+        raise UsageError("throwaway backend: made")  # what the constructor got is the point: the run stops here
+
+
+class ThrowawayOptions(BaseModel):
+    depth: int = Field(2, ge=1, description="how deep to look")
+
+
+BACKEND = Backend(coder=ThrowawayCoder, options=ThrowawayOptions)
+
+
+@pytest.fixture
+def throwaway_backend(monkeypatch, tmp_path):
+    """``--agent throwaway``: one line in the registry, its module this test file (``BACKEND`` above)."""
+    from pytest_kernelopt import settings
+
+    monkeypatch.setitem(settings.AGENT_BACKENDS, "throwaway", settings.AgentBackend("throwaway", "a test's"))
+    monkeypatch.setitem(sys.modules, "pytest_kernelopt.agents.throwaway", sys.modules[__name__])
+    monkeypatch.setattr(ThrowawayCoder, "made", [])
+    (tmp_path / "sum_reduce.py").write_text((ROOT / "tests" / "problems" / "sum_reduce.py").read_text())
+    (tmp_path / "pyproject.toml").write_text('[tool.kernelopt]\ndevice = "cpu"\n')
+    monkeypatch.chdir(tmp_path)
+
+
+def test_a_registered_backend_gets_its_flag_and_its_options(throwaway_backend, capsys, monkeypatch):
+    from pytest_kernelopt.cli import main
+
+    monkeypatch.setenv("COLUMNS", "400")  # argparse wraps help at the terminal's width
+    with pytest.raises(SystemExit):
+        main(["tune", "--help"])
+    helped = " ".join(capsys.readouterr().out.split())
+    assert "--agent {search,anthropic,throwaway}" in helped
+    assert "--depth DEPTH --agent throwaway: how deep to look (default 2)" in helped
+    assert "--model MODEL --agent anthropic: the model id (default claude-sonnet-4-6)" in helped
+    # Given with its backend, the option reaches the coder's constructor as a keyword, typed by its field.
+    assert main(["tune", "sum_reduce.py", "--agent", "throwaway", "--depth", "3"]) == 2
+    assert ThrowawayCoder.made == [{"depth": 3}]
+    assert capsys.readouterr().err.strip().endswith("kernelopt: error: throwaway backend: made")
+    assert main(["tune", "sum_reduce.py", "--agent", "throwaway"]) == 2
+    assert ThrowawayCoder.made[-1] == {}  # not given: not passed, the constructor's default holds
+
+
+def test_a_backend_option_given_to_another_backend_is_a_usage_error(throwaway_backend, capsys):
+    from pytest_kernelopt.cli import main
+
+    for argv, error in [
+        (["--depth", "3"], "--depth applies to --agent throwaway only, not --agent search"),
+        (["--agent", "anthropic", "--depth", "3", "--max-usd", "1"],
+         "--depth applies to --agent throwaway only, not --agent anthropic"),
+        (["--agent", "throwaway", "--model", "m"], "--model applies to --agent anthropic only, not --agent throwaway"),
+        (["--agent", "throwaway", "--depth", "0"], "--depth: input should be greater than or equal to 1, not '0'"),
+    ]:
+        assert main(["tune", "sum_reduce.py", *argv]) == 2, argv
+        assert capsys.readouterr().err.strip().splitlines()[-1] == f"kernelopt: error: {error}"
+    assert ThrowawayCoder.made == []  # refused before any backend was made
 
 
 def test_a_plan_entry_no_strategy_registers_proposes_nothing():

@@ -21,6 +21,8 @@ import ast
 import functools
 from pathlib import Path
 
+from pytest_kernelopt.settings import AGENT_BACKENDS
+
 PACKAGE = "pytest_kernelopt"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 
@@ -55,11 +57,12 @@ LAYERS: list[tuple[str, list[str]]] = [
 ]
 
 
-# Inside agents/: the shared roles know no backend; the two backends import the shared roles and
-# never each other (a walled layer: its entries may not import one another); the loop sits on top.
+# Inside agents/: the shared roles know no backend; the backends (every module the registry names:
+# search/, claude/) import the shared roles and never each other (a walled layer: its entries may not
+# import one another); the loop sits on top.
 AGENT_LAYERS: list[tuple[str, list[str]]] = [
     ("shared roles", ["coder", "profiler", "reviewer", "harvest", "compile_choice", "ui"]),
-    ("backends", ["search", "claude"]),
+    ("backends", sorted({backend.module for backend in AGENT_BACKENDS.values()})),
     ("loop", ["planner", "benchmarker", "keeper", "loop", "progress", "backends", "multi_gpu", "refresh", "tuning",
               ""]),
 ]

@@ -4,17 +4,22 @@ A backend knows nothing of timing (as Inductor's coordinate-descent tuner takes 
 scoring callable): it reads a :class:`~pytest_kernelopt.runs.records.CoderContext` (the kernel, the best
 source so far, the profile, every earlier attempt with the cascade's reasons) and
 returns :class:`~pytest_kernelopt.runs.records.Proposal` objects. The Reviewer and the Benchmarker decide
-what becomes of them. The backends themselves (``search/``, ``claude/``) and how
+what becomes of them. A backend declares itself as a :class:`Backend` (its coder, its
+command-line options, its SDK); the backends themselves (``search/``, ``claude/``) and how
 one is chosen by name are in ``backends.py``; this module imports none of them.
 """
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from types import ModuleType
+from typing import Any, Callable, Protocol
 
 from pydantic import BaseModel
 
+from ..errors import UsageError, install_hint
 from ..runs.records import CoderContext, Proposal
 
 
@@ -44,3 +49,35 @@ class Coder(Protocol):
     @property
     def stopped(self) -> str | None:
         """Why the backend will propose nothing more in this run (e.g. its cost budget), else None."""
+
+
+@dataclass(frozen=True)
+class Sdk:
+    """The SDK a backend needs, installed by a pip extra of this package (never by the core install)."""
+
+    module: str  # what the backend imports: "anthropic"
+    extra: str  # the pip extra that installs it: "agents" (pyproject.toml [project.optional-dependencies])
+    about: str  # its name in the error that says it is missing: "the Anthropic SDK"
+
+    def load(self, backend: str) -> ModuleType:
+        """The SDK's module, imported now (a backend calls this when it is constructed, so the gate and the
+        production loader never import it); a one-line UsageError with the pip command when it is missing."""
+        try:
+            return importlib.import_module(self.module)
+        except ImportError:
+            raise UsageError(f"the {backend} backend needs {self.about}: {install_hint(self.extra)}") from None
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What a backend declares as ``BACKEND`` in its module (the name it goes by is its line in
+    ``settings.AGENT_BACKENDS``); ``backends.py`` derives the rest from it."""
+
+    # Constructed with the chosen options as keywords. Any, not Coder: a class's plain attributes (``model: str``)
+    # do not match the protocol's settable ``model: str | None`` for mypy, though they are read only.
+    coder: Callable[..., Any]
+    # The options ``kernelopt tune`` offers it: one flag per field (``max_usd`` -> ``--max-usd``), the field's
+    # description as its help, ``json_schema_extra={"metavar": ...}``; a bool field is a switch. A value given
+    # is checked by its field and passed to ``coder`` under the field's name; one not given is not passed.
+    options: type[BaseModel] | None = None
+    sdk: Sdk | None = None

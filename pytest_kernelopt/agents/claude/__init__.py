@@ -6,6 +6,6 @@ This file only re-exports.
 
 from __future__ import annotations
 
-from .coder import DEFAULT_MODEL, ClaudeCoder, price_for
+from .coder import BACKEND, DEFAULT_MODEL, ClaudeCoder, ClaudeOptions, price_for
 
-__all__ = ["DEFAULT_MODEL", "ClaudeCoder", "price_for"]
+__all__ = ["BACKEND", "DEFAULT_MODEL", "ClaudeCoder", "ClaudeOptions", "price_for"]

@@ -50,24 +50,24 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ...candidate import ENTRY_POINT
-from ...errors import UsageError, install_hint
+from ...errors import UsageError
 from ...measure.text import timing_text
 from ...records import redact_seeds
 from ...runs.records import Attempt, CoderContext, Proposal
 from ...templates import project_templates, render
 from ...verify.static import IMPORTS
-from ..coder import Spend
+from ..coder import Backend, Sdk, Spend
 from .reply import ParsedReply, ReplyCandidate, parse_reply
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
 SYSTEM_TEMPLATE = "prompts/system.md.j2"
 KERNEL_TEMPLATE = "prompts/kernel.md.j2"
-INSTALL_HINT = install_hint("agents")
+SDK = Sdk(module="anthropic", extra="agents", about="the Anthropic SDK")
 
 # USD per million tokens (input, output), from Anthropic's published list prices
 # (https://www.anthropic.com/pricing, as of 2026-12). Matched by the longest prefix of
@@ -316,10 +316,7 @@ class ClaudeCoder:
     # -- the API ---------------------------------------------------------------------------
 
     def _open_client(self) -> tuple[Any, Any]:
-        try:
-            import anthropic
-        except ImportError:
-            raise UsageError(f"the anthropic backend needs the Anthropic SDK: {INSTALL_HINT}") from None
+        anthropic = SDK.load(self.name)
         key = os.environ.get("ANTHROPIC_API_KEY", "").strip()
         if not key:
             raise UsageError("the anthropic backend needs an API key in the environment variable "
@@ -521,3 +518,24 @@ def _positive(label: str, value: Any, *, integer: bool = False, zero: bool = Fal
 
 
 __all__ = ["ClaudeCoder", "ParsedReply", "ReplyCandidate", "ReplyRecord", "PRICES_PER_MTOK", "parse_reply", "price_for"]
+
+
+# --- what kernelopt tune offers ------------------------------------------------------------
+
+def _dollars(value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError("must be a positive, finite number of dollars")
+    return value
+
+
+class ClaudeOptions(BaseModel):
+    """The options ``kernelopt tune`` offers this backend (``--model``, ``--max-usd``); the constructor takes more."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = Field(DEFAULT_MODEL, description="the model id")
+    max_usd: Annotated[float, AfterValidator(_dollars)] | None = Field(
+        None, description="stop cleanly once this many dollars are spent", json_schema_extra={"metavar": "USD"})
+
+
+BACKEND = Backend(coder=ClaudeCoder, options=ClaudeOptions, sdk=SDK)

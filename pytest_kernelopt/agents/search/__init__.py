@@ -5,6 +5,6 @@ protocol, the harvest), never the Claude backend nor the loop. This file only re
 
 from __future__ import annotations
 
-from .coder import SearchCoder
+from .coder import BACKEND, SearchCoder
 
-__all__ = ["SearchCoder"]
+__all__ = ["BACKEND", "SearchCoder"]

@@ -30,13 +30,13 @@ from typing import Any
 from ...candidate.rewrites import REWRITES, approximate_divisions, drop_eviction_hints
 from ...runs.records import CoderContext, Proposal
 from ...store import sha256_text
-from ..coder import Spend
+from ..coder import Backend, Spend
 from ..harvest import CPU_VARIANTS, HARVEST_VARIANTS, HarvestResult, harvest
 from .strategies import parse
 
 HARVEST_TIMEOUT = 900.0
 
-__all__ = ["HARVEST_TIMEOUT", "REWRITES", "SearchCoder", "approximate_divisions", "drop_eviction_hints"]
+__all__ = ["BACKEND", "HARVEST_TIMEOUT", "REWRITES", "SearchCoder", "approximate_divisions", "drop_eviction_hints"]
 
 
 class SearchCoder:
@@ -97,3 +97,6 @@ class SearchCoder:
                 if proposals:
                     return proposals
         return []
+
+
+BACKEND = Backend(coder=SearchCoder)  # no command-line options, no SDK
