@@ -65,6 +65,24 @@ def test_agent_and_pr_libraries_are_extras_not_core():
     assert "pytest-xdist" in core  # the README's `pytest -n N --kernelopt` works out of the box
 
 
+def test_every_agent_backends_sdk_is_an_extra_of_its_own():
+    """The SDK a backend declares (its ``BACKEND.sdk``) installs with the extra it names, never with the core,
+    and with the dev extra the tests run on."""
+    from pytest_kernelopt.agents.backends import backend
+    from pytest_kernelopt.settings import AGENT_BACKENDS
+
+    core, extras = _requirements(), PROJECT["optional-dependencies"]
+    sdks = {name: backend(name).sdk for name in AGENT_BACKENDS}
+    assert sdks["anthropic"] is not None and sdks["anthropic"].extra == "agents" and sdks["search"] is None
+    for name, sdk in sdks.items():
+        if sdk is None:
+            continue
+        assert extras.get(sdk.extra), f"backend {name!r}: no extra {sdk.extra!r} in pyproject.toml"
+        for requirement in map(Requirement, extras[sdk.extra]):
+            assert requirement.name.lower() not in core, f"backend {name!r}: {requirement.name} is a core dependency"
+            assert requirement.name in {Requirement(r).name for r in extras["dev"]}, f"{requirement.name} not in dev"
+
+
 def test_core_paths_import_neither_anthropic_nor_git():
     code = ("import sys, pytest_kernelopt.cli, pytest_kernelopt.verify, pytest_kernelopt.gate, pytest_kernelopt.store; "
             "print(sorted(m for m in ('anthropic', 'git') if m in sys.modules))")
