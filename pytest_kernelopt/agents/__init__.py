@@ -12,13 +12,13 @@ Three parts behind inner walls (tests/test_layout.py checks them):
 * the shared loop above them: the Planner (planner.py: which kernels, in which order, with
   which of the search's strategies), the Benchmarker (benchmarker.py: judges candidates in
   the verification session and confirms the best at full length), what is stored
-  (keeper.py), the loop (loop.py), a backend chosen by name (backends.py, ``--agent``; the
-  module is imported only when chosen), progress output, tuning on several GPUs
+  (keeper.py), the loop (loop.py), a backend chosen by name and its options (backends.py,
+  ``--agent``; the module is imported only when chosen or its flags listed), progress output, tuning on several GPUs
   (multi_gpu.py), ``kernelopt refresh`` (refresh.py) and ``kernelopt tune`` (tuning.py).
 
 A run's records and its run directory are ``runs/``; the candidate's launch space and
-source rewrites are ``candidate/``. Extension points: a Coder backend is one package and
-one line in ``backends.BACKENDS``; a search strategy one module and one line in
+source rewrites are ``candidate/``. Extension points: a Coder backend is one package declaring
+``BACKEND`` (its coder, options, SDK) and one line in ``settings.AGENT_BACKENDS``; a search strategy one module and one line in
 ``search.strategies.REGISTRY``; a rewrite rule one decorated function in
 ``candidate/rewrites.py``. This file only re-exports.
 """

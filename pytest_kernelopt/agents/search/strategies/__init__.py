@@ -14,7 +14,7 @@ round after round. Strategies never time anything; the loop judges what they pro
 
 Adding a strategy: a module here with ``propose(search, ctx, tried, arg) -> list[Proposal]``
 (see :mod:`.base`) and one line below. Adding a rewrite rule: one decorated function in
-``candidate/rewrites.py``. Adding a Coder backend (an ``--agent`` value): ``agents/backends.py``.
+``candidate/rewrites.py``. Adding a Coder backend (an ``--agent`` value): see ``agents/backends.py``.
 """
 
 from __future__ import annotations
