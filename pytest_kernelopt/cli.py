@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from .errors import KerneloptError, UsageError
-from .agents.backends import chosen_options, flag_of, option_flags
 from .capture.variants import MODEL_VARIANTS, VARIANTS
 from .config import kernels_folder, runs_folder
 from .settings import FIELDS, add_arguments, positive_seconds, validate
@@ -93,7 +92,9 @@ def _optimizer(text: str) -> str:
     return text
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, backend_flags: bool = True) -> argparse.ArgumentParser:
+    """The whole command line; ``backend_flags=False`` leaves out tune's flags of the agent backends (``main``
+    does for a command line that is not tune's: listing them imports every backend's module)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -159,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=SETTINGS_HELP)
     t.add_argument("problems", type=Path, nargs="+", metavar="PROBLEM", help="KernelBench-format problem file(s)")
     add_arguments(t, ["agent"])
-    _add_backend_options(t)
+    if backend_flags:
+        _add_backend_options(t)
     add_arguments(t, ["budget_s", "run_budget_s"])
     t.add_argument("--kernel", action="append", default=None, metavar="NAME",
                    help="tune only this kernel (repeatable; default: every kernel above --min-share)")
@@ -261,7 +263,10 @@ def _add_candidate_args(p: argparse.ArgumentParser, several: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # The backends' flags cost about 0.3 s of imports (the agents' records, measured 2026-12-05): only a
+    # command line that may be tune's pays for them.
+    args = build_parser(backend_flags="tune" in argv).parse_args(argv)
     warnings.filterwarnings("ignore", message="Could not find an active CPU backend")
     try:
         if args.command == "bench":
@@ -531,7 +536,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     """Exit 0: the run finished (whether or not anything faster was found); 2: bad input, or a
     problem that could not be tuned (the others still were); 130: interrupted (what was stored stays)."""
-    from .agents import TuneOptions, tune
+    from .agents import TuneOptions, backends, tune
     from .agents.progress import RichUI
     from .config import config_for_problem, resolve_device
     from .capture.problem import load_problem
@@ -549,7 +554,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.kernels_dir is None and len({s.kernels_path for s in settings}) > 1:
         raise UsageError("the problems belong to projects with different kernel stores; tune them separately "
                          "or pass --kernels-dir")
-    agent_options = chosen_options(args.agent, _backend_flags_given(args))
+    agent_options = backends.chosen_options(args.agent, _backend_flags_given(args))
     device = resolve_device(args.device or settings[0].device)
     store = KernelStore(kernels_folder(settings[0], args.kernels_dir))
     runs = runs_folder(settings[0], args.runs_dir)
@@ -623,7 +628,9 @@ _BACKEND_DEST = "backend_option_"
 def _add_backend_options(parser: argparse.ArgumentParser) -> None:
     """Every registered backend's flags (``--model``, ``--max-usd`` ...), from the options each declares; which
     of them the chosen backend takes is checked after parsing (:func:`_backend_flags_given`)."""
-    for flag, options in option_flags().items():
+    from .agents import backends  # here, not at the top: it imports the agents (see main)
+
+    for flag, options in backends.option_flags().items():
         kwargs: dict[str, Any] = {"action": "store_true"} if options[0].switch else {"metavar": options[0].metavar}
         try:
             parser.add_argument(flag, dest=_BACKEND_DEST + options[0].name, default=None,
@@ -635,6 +642,8 @@ def _add_backend_options(parser: argparse.ArgumentParser) -> None:
 
 def _backend_flags_given(args: argparse.Namespace) -> dict[str, Any]:
     """{flag: its text (True for a switch)} of the backend flags on the command line."""
+    from .agents.backends import flag_of
+
     return {flag_of(dest.removeprefix(_BACKEND_DEST)): value for dest, value in vars(args).items()
             if dest.startswith(_BACKEND_DEST) and value is not None}
 

@@ -544,3 +544,17 @@ def test_refresh_goes_on_past_a_problem_file_that_fails_to_import(tmp_path, monk
     assert "good: no active kernel versions" in captured.err
     assert re.search(r"kernelopt: error: .*broken\.py: importing failed.*the other problems are", captured.err)
     assert captured.err.strip().splitlines()[-1] == f"kernelopt: error: 1 problem(s) not refreshed: {tmp_path / 'broken.py'}"
+
+
+def test_only_a_tune_command_line_imports_the_agent_backends():
+    """Tune's backend flags import every backend's module (and the agents under them): other commands,
+    quick ones such as ``kernelopt merge`` in CI, do without them."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom pytest_kernelopt.cli import main\n"
+            "for argv in (['merge', '--help'], ['tune', '--help']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "    print('imported:', 'pytest_kernelopt.agents.claude' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert [line for line in out.splitlines() if line.startswith("imported:")] == ["imported: False", "imported: True"]
