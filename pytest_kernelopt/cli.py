@@ -536,7 +536,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     """Exit 0: the run finished (whether or not anything faster was found); 2: bad input, or a
     problem that could not be tuned (the others still were); 130: interrupted (what was stored stays)."""
-    from .agents import TuneOptions, backends, tune
+    from .agents import TuneOptions, tune
+    from .agents.backends import chosen_options
     from .agents.progress import RichUI
     from .config import config_for_problem, resolve_device
     from .capture.problem import load_problem
@@ -554,7 +555,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.kernels_dir is None and len({s.kernels_path for s in settings}) > 1:
         raise UsageError("the problems belong to projects with different kernel stores; tune them separately "
                          "or pass --kernels-dir")
-    agent_options = backends.chosen_options(args.agent, _backend_flags_given(args))
+    agent_options = chosen_options(args.agent, _backend_flags_given(args))
     device = resolve_device(args.device or settings[0].device)
     store = KernelStore(kernels_folder(settings[0], args.kernels_dir))
     runs = runs_folder(settings[0], args.runs_dir)
