@@ -1127,6 +1127,18 @@ def test_a_backend_option_given_to_another_backend_is_a_usage_error(throwaway_ba
     assert ThrowawayCoder.made == []  # refused before any backend was made
 
 
+def test_two_backends_may_share_a_flag(throwaway_backend, monkeypatch):
+    from pytest_kernelopt import settings
+    from pytest_kernelopt.agents.backends import chosen_options, option_flags
+
+    monkeypatch.setitem(settings.AGENT_BACKENDS, "twin", settings.AgentBackend("throwaway", "the same module"))
+    shared = option_flags()["--depth"]
+    assert [o.backend for o in shared] == ["throwaway", "twin"]
+    assert chosen_options("twin", {"--depth": "4"}) == {"depth": 4}
+    with pytest.raises(UsageError, match="^--depth applies to --agent throwaway or twin only, not --agent search$"):
+        chosen_options("search", {"--depth": "4"})
+
+
 def test_a_plan_entry_no_strategy_registers_proposes_nothing():
     coder = SearchCoder(variants=[])
     ctx = _ctx().model_copy(update={"strategies": ["no-such-strategy", "rewrite:no-such-rule"]})
