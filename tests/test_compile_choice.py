@@ -322,6 +322,11 @@ def test_a_shaped_problem_s_compile_is_chosen_once_over_every_shape_and_stored_f
     error = trials[LOOPED]
     assert error.status == "error" and error.refused_at == "b4" and "the worker died" in error.reason
     assert first.compile.chosen == "max-autotune" and first.compile.stored
+    from pytest_kernelopt.report.view import _compile_note  # the run report's line
+
+    note = _compile_note(first)
+    assert "persistent-rows correct (refused at shape b4)" in note
+    assert "accepted (weighted over the declared shapes)" in note
     assert "weighted over the declared shapes" in first.compile.note
     choice = store.model_record("m").compile
     assert choice.variant == "max-autotune" and choice.timing is None
