@@ -360,6 +360,28 @@ def test_a_shaped_compile_slower_at_no_shape_but_not_faster_overall_is_not_chose
     assert outcome.compile.chosen is None and store.compile_variant("m") is None
 
 
+def test_a_shaped_problem_s_committed_versions_keep_their_compile(tmp_path, monkeypatch):
+    """A version committed at one shape (``k@b4``) was tuned on the stored compile: a setting that wins over every
+    shape is not switched to (it would leave the version stale), and the note says so."""
+    from types import SimpleNamespace
+
+    from test_agents import _tuner
+
+    path = tmp_path / "m.py"
+    path.write_text(SHAPED)
+    session = _per_shape_session({"b2": {"max-autotune": 1.3}, "b4": {"max-autotune": 1.3}})
+    tuner, run, store = _tuner(tmp_path, session, budget_s=0.01, compile_variants=["max-autotune"])
+    tuner.coder.prepare = lambda problem, device, kernels, shape=None: None
+    monkeypatch.setattr(store, "kernel_names", lambda model: ["triton_per_fused_sum_0@b4"])
+    monkeypatch.setattr(store, "manifest", lambda model, kernel: SimpleNamespace(active=1))
+    outcome = tuner.tune_problem(path, "b2", 0.75)
+    assert [t.status for t in outcome.compile.tried] == ["accepted"] and session.compile_calls == [
+        "max-autotune@b2", "max-autotune@b4"]
+    assert outcome.compile.chosen is None and not outcome.compile.stored and store.compile_variant("m") is None
+    assert "kept 'the default compile' instead of 'max-autotune'" in outcome.compile.note
+    assert "(triton_per_fused_sum_0@b4)" in outcome.compile.note
+
+
 @pytest.mark.slow
 def test_tune_checks_a_compile_setting_at_both_declared_shapes(interpreter, tmp_path):
     """The real verifier, a session opened at each shape: the looped compile checked at b2 and b4 (correct at both:

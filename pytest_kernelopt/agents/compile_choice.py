@@ -123,15 +123,9 @@ def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measu
                         checked[variant][None] = verdict
                     _said(outcome, trial, ev, say)
                     continue
-                row = CompileShapeTrial(shape=shape, weight=round(weight, 6), status="error", reason=error,
-                                        seconds=round(seconds, 2))
                 if verdict is not None:
                     checked[variant][shape] = verdict
-                    t = verdict.model_timing
-                    row = CompileShapeTrial(shape=shape, weight=round(weight, 6), status=verdict.status,
-                                            reason=verdict.reason_for_agents(), seconds=round(seconds, 2),
-                                            speedup=t.speedup if t else None, ci_low=t.ci_low if t else None,
-                                            ci_high=t.ci_high if t else None)
+                row = _row(shape, weight, verdict, error, seconds)
                 rows[variant].append(row)
                 ev("planner", "compile-trial-shape", **row.model_dump(), variant=variant)
                 say(f"  {variant} at {shape}: {row.status}" + (
@@ -167,6 +161,18 @@ def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measu
     else:
         outcome.note = "no compile setting was faster than the default compile beyond noise"
     return outcome, {}
+
+
+def _row(shape: str, weight: float, verdict: Verdict | None, error: str | None, seconds: float) -> CompileShapeTrial:
+    """One shape's check as the trial records it: the verdict's, or the verifier's own error."""
+    if verdict is None:
+        return CompileShapeTrial(shape=shape, weight=round(weight, 6), status="error", reason=error,
+                                 seconds=round(seconds, 2))
+    t = verdict.model_timing
+    return CompileShapeTrial(shape=shape, weight=round(weight, 6), status=verdict.status,
+                             reason=verdict.reason_for_agents(), seconds=round(seconds, 2),
+                             speedup=t.speedup if t else None, ci_low=t.ci_low if t else None,
+                             ci_high=t.ci_high if t else None)
 
 
 def _said(outcome: CompileOutcome, trial: CompileTrial, ev: Callable[..., Any], say: Callable[[str], None]) -> None:
