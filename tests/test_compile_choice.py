@@ -237,6 +237,184 @@ def test_the_compile_variants_flag_takes_names_or_none():
         parser.parse_args(["tune", "p.py", "--compile-variants", "cpp.cxx"])
 
 
+# --- a problem with SHAPES: one setting, checked at every declared shape --------------------
+
+SHAPED = '''import torch
+
+rows = 2
+SHAPES = {"b2": {"rows": 2}, "b4": {"rows": 4}}
+SHAPE_WEIGHTS = {"b2": 3, "b4": 1}
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(rows, 128)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _per_shape_session(speeds: dict[str, dict[str, float]], fails: dict[tuple[str, str], Exception] | None = None):
+    """test_agents' scripted session, opened at a declared shape: variant -> speedup at that shape (0: rejected),
+    a verifier error where ``fails`` names (variant, shape); each check records its graph as ``x@<shape>``."""
+    from test_agents import FakeSession, _inductor_info
+
+    class PerShape(FakeSession):
+        def __call__(self, problem, device, options, progress=None, variant=None, shape=None):
+            self.shape = shape
+            self.opened_at.append((shape, variant))
+            return super().__call__(problem, device, options, progress, variant)
+
+        def verify_compile(self, variant):
+            if (variant, self.shape) in (fails or {}):
+                self.compile_calls.append(f"{variant}@{self.shape}")
+                raise (fails or {})[(variant, self.shape)]
+            self.compile_speed = speeds.get(self.shape, {})
+            verdict = super().verify_compile(variant)
+            self.compile_calls[-1] = f"{variant}@{self.shape}"
+            verdict.launches = [[f"x@{self.shape}"]]
+            return verdict
+
+    session = PerShape(_inductor_info(), {8: 1.0}, seconds=0.0)
+    session.opened_at = []
+    return session
+
+
+def test_a_shaped_problem_s_compile_is_chosen_once_over_every_shape_and_stored_for_each(tmp_path):
+    """b2 weighs 3, b4 1. max-autotune: faster at both, weighted geomean. persistent-rows: faster in the mean
+    (1.5 at b2) but slower beyond noise at b4: refused naming b4. nd-tiling: rejected at b2, never checked at b4.
+    looped-reductions: the verifier failed at b4 (an error, not the setting's fault): not chosen."""
+    from test_agents import _tuner
+
+    from pytest_kernelopt.errors import VerifierError
+
+    path = tmp_path / "m.py"  # the scripted verdicts are of model "m"
+    path.write_text(SHAPED)
+    speeds = {"b2": {"max-autotune": 1.30, "persistent-rows": 1.50, "max-autotune-nd-tiling": 0, LOOPED: 1.4},
+              "b4": {"max-autotune": 1.10, "persistent-rows": 0.90, LOOPED: 1.4}}
+    session = _per_shape_session(speeds, {(LOOPED, "b4"): VerifierError("the worker died (signal 9)")})
+    variants = ["max-autotune", "persistent-rows", "max-autotune-nd-tiling", LOOPED]
+    tuner, run, store = _tuner(tmp_path, session, budget_s=0.01, compile_variants=variants)
+    tuner.coder.prepare = lambda problem, device, kernels, shape=None: None
+    first = tuner.tune_problem(path, "b2", 0.75)
+    assert first.error is None, first.error
+    assert session.compile_calls == ["max-autotune@b2", "persistent-rows@b2", "max-autotune-nd-tiling@b2",
+                                     f"{LOOPED}@b2", "max-autotune@b4", "persistent-rows@b4", f"{LOOPED}@b4"]
+    trials = {t.variant: t for t in first.compile.tried}
+    assert list(trials) == variants
+    best = trials["max-autotune"]
+    assert best.status == "accepted" and best.refused_at is None
+    assert [(r.shape, r.weight, r.status) for r in best.shapes] == [("b2", 0.75, "accepted"), ("b4", 0.25, "accepted")]
+    assert best.speedup == pytest.approx(1.30 ** 0.75 * 1.10 ** 0.25)
+    assert best.ci_low == pytest.approx(1.29 ** 0.75 * 1.09 ** 0.25)
+    slower = trials["persistent-rows"]
+    assert slower.status == "correct" and slower.refused_at == "b4" and slower.speedup is None
+    assert "slower than the default compile beyond noise at shape b4: 0.900x" in slower.reason
+    rejected = trials["max-autotune-nd-tiling"]
+    assert rejected.status == "rejected" and rejected.refused_at == "b2" and len(rejected.shapes) == 1
+    assert rejected.reason.startswith("at shape b2: model: seed #1, output 0")  # seeds as tune keeps them
+    error = trials[LOOPED]
+    assert error.status == "error" and error.refused_at == "b4" and "the worker died" in error.reason
+    assert first.compile.chosen == "max-autotune" and first.compile.stored
+    from pytest_kernelopt.report.view import _compile_note  # the run report's line
+
+    note = _compile_note(first)
+    assert "persistent-rows correct (refused at shape b4)" in note
+    assert "accepted (weighted over the declared shapes)" in note
+    assert "weighted over the declared shapes" in first.compile.note
+    choice = store.model_record("m").compile
+    assert choice.variant == "max-autotune" and choice.timing is None
+    assert choice.graphs == [["x@b2"], ["x@b4"]]  # production applies it at each declared shape
+    assert {s: t.speedup for s, t in choice.shape_timings.items()} == {"b2": pytest.approx(1.3), "b4": pytest.approx(1.1)}
+
+    second = tuner.tune_problem(path, "b4", 0.25)  # no trials again: the choice is the problem's, not the shape's
+    assert len(session.compile_calls) == 7 and second.compile.tried == []
+    assert second.compile.chosen == "max-autotune" and "chosen once for every declared shape" in second.compile.note
+    # The trials' sessions (each shape, the defaults), then each shape's kernel search on the choice.
+    assert session.opened_at == [("b2", None), ("b4", None), ("b2", "max-autotune"), ("b4", "max-autotune")]
+    saved = json.loads((run.root / "run.json").read_text())
+    assert [r["shape"] for r in saved["problems"][0]["compile"]["tried"][0]["shapes"]] == ["b2", "b4"]
+
+
+def test_a_shaped_compile_slower_at_no_shape_but_not_faster_overall_is_not_chosen(tmp_path):
+    """Faster beyond noise at b2 alone, the same at b4 (weights 1:3): the weighted mean is under the speed
+    rule's minimum gain, so the stored choice goes back to the defaults."""
+    from test_agents import _tuner
+
+    path = tmp_path / "m.py"
+    path.write_text(SHAPED.replace('SHAPE_WEIGHTS = {"b2": 3, "b4": 1}', 'SHAPE_WEIGHTS = {"b2": 1, "b4": 3}'))
+    session = _per_shape_session({"b2": {"max-autotune": 1.05}, "b4": {"max-autotune": 1.0}})
+    tuner, run, store = _tuner(tmp_path, session, budget_s=0.01, compile_variants=["max-autotune"])
+    tuner.coder.prepare = lambda problem, device, kernels, shape=None: None
+    _write_choice(store.root, "m", "max-autotune")
+    outcome = tuner.tune_problem(path, "b2", 0.25)
+    (trial,) = outcome.compile.tried
+    assert [r.status for r in trial.shapes] == ["accepted", "correct"] and trial.status == "correct"
+    assert trial.speedup == pytest.approx(1.05 ** 0.25) and "weighted over the declared shapes" in trial.reason
+    assert outcome.compile.chosen is None and store.compile_variant("m") is None
+
+
+def test_a_shaped_problem_s_committed_versions_keep_their_compile(tmp_path, monkeypatch):
+    """A version committed at one shape (``k@b4``) was tuned on the stored compile: a setting that wins over every
+    shape is not switched to (it would leave the version stale), and the note says so."""
+    from types import SimpleNamespace
+
+    from test_agents import _tuner
+
+    path = tmp_path / "m.py"
+    path.write_text(SHAPED)
+    session = _per_shape_session({"b2": {"max-autotune": 1.3}, "b4": {"max-autotune": 1.3}})
+    tuner, run, store = _tuner(tmp_path, session, budget_s=0.01, compile_variants=["max-autotune"])
+    tuner.coder.prepare = lambda problem, device, kernels, shape=None: None
+    monkeypatch.setattr(store, "kernel_names", lambda model: ["triton_per_fused_sum_0@b4"])
+    monkeypatch.setattr(store, "manifest", lambda model, kernel: SimpleNamespace(active=1))
+    outcome = tuner.tune_problem(path, "b2", 0.75)
+    assert [t.status for t in outcome.compile.tried] == ["accepted"] and session.compile_calls == [
+        "max-autotune@b2", "max-autotune@b4"]
+    assert outcome.compile.chosen is None and not outcome.compile.stored and store.compile_variant("m") is None
+    assert "kept 'the default compile' instead of 'max-autotune'" in outcome.compile.note
+    assert "(triton_per_fused_sum_0@b4)" in outcome.compile.note
+
+
+@pytest.mark.slow
+def test_tune_checks_a_compile_setting_at_both_declared_shapes(interpreter, tmp_path):
+    """The real verifier, a session opened at each shape: the looped compile checked at b2 and b4 (correct at both:
+    the interpreter times nothing, so nothing is stored), the trial listing both; the kernels at b2 are then the
+    default compile's (no kernel selected: no search)."""
+    from pytest_kernelopt.agents import TuneOptions, Tuner
+    from pytest_kernelopt.agents.search import SearchCoder
+    from pytest_kernelopt.runs.records import RunRecord
+    from pytest_kernelopt.runs.trace import RunDir
+    from pytest_kernelopt.store import KernelStore
+    from pytest_kernelopt.verify import VerifyOptions
+
+    path = tmp_path / "shaped_softmax.py"
+    path.write_text(SHAPED)
+    store = KernelStore(tmp_path / "kernels")
+    run = RunDir.create(tmp_path / "runs", RunRecord(run_id="t", started="now", agent="search",
+                                                     kernels_dir=str(store.root)))
+    coder = SearchCoder(variants=[])
+    coder.prepare = lambda problem, device, kernels, shape=None: None  # no harvest child here
+    options = TuneOptions(device=interpreter, ncu=False, compile_variants=[LOOPED], kernels=["none"],
+                          verify=VerifyOptions(seeds=1))
+    outcome = Tuner(options, coder, store, run).tune_problem(path, "b2", 0.75)
+    run.close()
+    assert outcome.error is None, outcome.error
+    (trial,) = outcome.compile.tried
+    assert trial.status == "correct" and trial.refused_at is None, trial.reason
+    assert [(r.shape, r.weight, r.status, r.speedup) for r in trial.shapes] == [("b2", 0.75, "correct", None),
+                                                                                ("b4", 0.25, "correct", None)]
+    assert outcome.compile.chosen is None and not outcome.compile.stored and store.compile_variant("shaped_softmax") is None
+    assert "interpreter mode" in outcome.compile.note
+    assert [k.kernel.startswith("triton_per_") for k in outcome.kernels] == [True]  # tuned on the default compile
+
+
 # --- production ---------------------------------------------------------------------------
 
 @pytest.mark.slow
@@ -301,6 +479,54 @@ def test_the_gate_compiles_under_model_json_s_settings_checks_them_and_fails_an_
     run.stdout.fnmatch_lines(["*model.json: unknown compile variant 'no-such-setting'*",
                               "FAILED problems/unknown.py::model*"])
     assert "compiled as" not in "".join(line for line in run.stdout.lines if "unknown.py" in line)
+
+
+def test_the_gate_checks_model_json_s_compile_at_each_declared_shape_and_names_the_failing_one(tmp_path):
+    """No compile: each declared shape's model item checks the setting in its own session (opened at that shape,
+    under the setting); rejected at b4, b4's item fails naming the shape, and b2's passes. On a GPU, slower at
+    a shape fails that shape's item the same way."""
+    from types import SimpleNamespace
+
+    from test_agents import _timing
+
+    from pytest_kernelopt.gate.checks import Checks
+    from pytest_kernelopt.gate.failure import GateFailure
+    from pytest_kernelopt.gate.problems import Problem
+    from pytest_kernelopt.gate.thresholds import SpeedRules
+    from pytest_kernelopt.records import Verdict
+    from pytest_kernelopt.verify.options import SpeedPolicy
+
+    speeds: dict[str, float] = {}  # per shape: the setting's speedup there (0: rejected), set per case below
+
+    def verdict(shape):
+        bad = speeds[shape]
+        return Verdict(model="m", kernel=f"compile:{LOOPED}", candidate=LOOPED, candidate_sha256="",
+                       status="rejected" if bad == 0 else "correct",
+                       reason="model: seed 5, output 0: outside its allowance" if bad == 0 else None,
+                       model_timing=_timing(bad) if bad else None, speed_measured=bool(bad))
+
+    opened = []
+
+    def get(problem, item):
+        opened.append((problem.shape, problem.variant))
+        return SimpleNamespace(verify_compile=lambda variant: verdict(problem.shape))
+
+    settings = SimpleNamespace(source=None, thresholds={}, accepted_regressions={})
+    checks = Checks(strict=True, rules=SpeedRules(SpeedPolicy(), settings, ["m"]),
+                    store=lambda: SimpleNamespace(model_dir=lambda model: tmp_path / "kernels" / model),
+                    sessions=SimpleNamespace(get=get), base=None, before=lambda problem, item: None)
+    props: dict = {}
+    item = SimpleNamespace(prop=props.__setitem__)
+    parts = [Problem(path=tmp_path / "m.py", id="m", loaded=True, variant=LOOPED, shape=shape, declared=["b2", "b4"])
+             for shape in ("b2", "b4")]
+    for case, failing in (({"b2": 1.0, "b4": 0}, "rejected at model: seed 5"),
+                          ({"b2": 1.0, "b4": 0.9}, "the model is slower than under the default compile: 0.900x")):
+        speeds.update(case)
+        assert checks._check_compile(item, parts[0]) is None  # type: ignore[arg-type]
+        with pytest.raises(GateFailure) as failed:
+            checks._check_compile(item, parts[1])  # type: ignore[arg-type]
+        assert f"model.json: compile '{LOOPED}' at shape b4: {failing}" in str(failed.value)
+    assert opened == [("b2", LOOPED), ("b4", LOOPED)] * 2
 
 
 def test_kernels_lists_the_compile_model_json_names(kernelopt, tmp_path):

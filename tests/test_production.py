@@ -633,7 +633,7 @@ def test_a_compile_setting_applies_only_to_the_graph_inputs_it_was_verified_at(i
     (x,) = problem.make_inputs(0, "cpu")
     assert verdict.launches == [launch_signature([x])]  # the graph's inputs: the model has no weights
     store = KernelStore(tmp_path / "kernels")
-    record(store, "softmax_rows", CompileOutcome(chosen=looped), verdict)
+    record(store, "softmax_rows", CompileOutcome(chosen=looped), {None: verdict})
     assert store.model_record("softmax_rows").compile.graphs == verdict.launches
 
     backend = pytest_kernelopt.backend("softmax_rows", tmp_path / "kernels", quiet=True)

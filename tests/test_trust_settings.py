@@ -89,17 +89,23 @@ def _verify_compile(prepared, variant):
 
 def _tune_and_store(tmp_path, prepared, variant):
     """tune's compile step (``compile_choice.choose`` as on a GPU, then ``record``) with the real check."""
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
     from pytest_kernelopt.agents import compile_choice
     from pytest_kernelopt.store import KernelStore
 
     class Session:
+        def open(self):
+            return SimpleNamespace(kernels=[], externs=[])
+
         def verify_compile(self, name):
             return _verify_compile(prepared, name)
 
     store = KernelStore(tmp_path / "kernels")
-    outcome, verdict = compile_choice.choose(Session(), [variant], previous=None, measured=True,
-                                             say=lambda text: None, ev=lambda *a, **k: None)
-    compile_choice.record(store, "softmax_rows", outcome, verdict)
+    outcome, verdicts = compile_choice.choose(lambda shape: nullcontext(Session()), [variant], previous=None,
+                                              measured=True, say=lambda text: None, ev=lambda *a, **k: None)
+    compile_choice.record(store, "softmax_rows", outcome, verdicts)
     return outcome, store
 
 

@@ -13,19 +13,34 @@ compile they were tuned on (:func:`choose`). The kernel search then runs
 on that compile: such a setting changes what no kernel swap can (GEMMs as Triton
 templates with their epilogues fused, other fusion), and its kernels are tuned in turn.
 
+A problem with SHAPES gets one setting for all its declared shapes, chosen once (``model.json`` holds one):
+each setting is checked at every declared shape, in a session opened at that shape, one shape after
+another. Rejected at a shape, an error there, or (on a GPU) slower than the default compile beyond noise
+there (the speed policy's ``slower``), it is refused, the trial naming that shape; otherwise its speedup is
+the SHAPE_WEIGHTS-weighted geometric mean of the shapes' speedups (its interval: the same mean of their
+interval ends), which the speed policy judges as it judges one shape's. The choice stores the graphs
+of every shape's check, so production applies it at each declared shape.
+
 On a CPU nothing is timed: the trials run for correctness only and nothing is stored.
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from ..capture.variants import needless
 from ..errors import KerneloptError
+from ..measure.rule import SpeedPolicy
+from ..measure.stats import SpeedEstimate, geomean
 from ..measure.text import interval, speedup_text
-from ..records import Verdict
-from ..runs.records import CompileOutcome, CompileTrial
+from ..records import Timing, Verdict
+from ..runs.records import CompileOutcome, CompileShapeTrial, CompileTrial
+
+# A session, entered, for a declared shape (None: the problem declares none), opened under the defaults.
+Opener = Callable[[str | None], AbstractContextManager[Any]]
 
 
 def _trial(variant: str, verdict: Verdict, seconds: float) -> CompileTrial:
@@ -36,17 +51,24 @@ def _trial(variant: str, verdict: Verdict, seconds: float) -> CompileTrial:
                         ci_high=t.ci_high if t else None)
 
 
-def choose(session: Any, variants: list[str], *, previous: str | None, measured: bool,
-           say: Callable[[str], None], ev: Callable[..., Any],
-           committed: list[str] | None = None) -> tuple[CompileOutcome, Verdict | None]:
-    """Try each variant in ``session`` (opened under the defaults); the outcome and the chosen one's verdict.
+def choose(open_at: Opener, variants: list[str], *, previous: str | None, measured: bool,
+           say: Callable[[str], None], ev: Callable[..., Any], shapes: dict[str, float] | None = None,
+           policy: SpeedPolicy | None = None,
+           committed: list[str] | None = None) -> tuple[CompileOutcome, dict[str | None, Verdict]]:
+    """Try each variant against the default compile; the outcome and the chosen one's verdicts (per declared
+    shape; the key None for a problem without SHAPES; empty when nothing new is to be stored).
+
+    ``open_at(shape)``: a session at that declared shape, opened under the defaults; ``shapes``: the declared
+    shapes and their SHAPE_WEIGHTS (None or empty: the problem declares none); ``policy``: the speed rule
+    that combines the shapes' timings (the session's own judges one shape's).
 
     ``committed``: kernels with an active version, tuned on ``previous``'s compile. Another
     compile would leave them stale (their fingerprints are that compile's), and the trials
     time each setting against the default compile without them: the choice is then kept,
     and the note says how to change it.
     """
-    outcome, verdict = _choose(session, variants, previous=previous, measured=measured, say=say, ev=ev)
+    outcome, verdicts = _choose(open_at, variants, previous=previous, measured=measured, say=say, ev=ev,
+                                shapes=shapes or {}, policy=policy or SpeedPolicy())
     if committed and outcome.chosen != previous:
         wanted = outcome.chosen or "the default compile"
         outcome.note = (f"{outcome.note}; kept {previous or 'the default compile'!r} instead of {wanted!r}: "
@@ -54,68 +76,183 @@ def choose(session: Any, variants: list[str], *, previous: str | None, measured:
                         f"{', ...' if len(committed) > 3 else ''}) were tuned on it and would be stale under "
                         f"another compile; to switch, remove their folders and tune again")
         outcome.chosen = previous
-        return outcome, None
-    return outcome, verdict
+        return outcome, {}
+    return outcome, verdicts
 
 
-def _choose(session: Any, variants: list[str], *, previous: str | None, measured: bool,
-            say: Callable[[str], None], ev: Callable[..., Any]) -> tuple[CompileOutcome, Verdict | None]:
+def _check(session: Any, variant: str) -> tuple[Verdict | None, str | None, float]:
+    """(the verdict, or None and the verifier's own error, said and never the variant's fault; seconds)."""
+    t0 = time.monotonic()
+    try:
+        return session.verify_compile(variant), None, time.monotonic() - t0
+    except KerneloptError as exc:
+        return None, str(exc)[:300], time.monotonic() - t0
+
+
+def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measured: bool,
+            say: Callable[[str], None], ev: Callable[..., Any], shapes: dict[str, float],
+            policy: SpeedPolicy) -> tuple[CompileOutcome, dict[str | None, Verdict]]:
     outcome = CompileOutcome(previous=previous, chosen=previous)
-    verdicts: dict[str, Verdict] = {}
-    for variant in variants:
-        say(f"compiling the whole model as {variant!r} and checking it against the default compile")
-        t0 = time.monotonic()
-        try:
-            verdict = session.verify_compile(variant)
-        except KerneloptError as exc:  # the verifier's own failure: said, never the variant's fault
-            outcome.tried.append(CompileTrial(variant=variant, status="error", reason=str(exc)[:300],
-                                              seconds=round(time.monotonic() - t0, 2)))
-            ev("planner", "compile-trial", variant=variant, status="error", reason=str(exc)[:300])
-            continue
-        trial = _trial(variant, verdict, time.monotonic() - t0)
-        outcome.tried.append(trial)
-        verdicts[variant] = verdict
-        ev("planner", "compile-trial", **trial.model_dump(exclude={"variant"}), variant=variant)
-        say(f"  {variant}: {trial.status}" + (f", {speedup_text(trial.speedup, trial.ci_low, trial.ci_high)} over "
-                                              f"the default compile" if trial.speedup is not None else "")
-            + (f" ({trial.reason})" if trial.reason and trial.status == "rejected" else ""))
+    total = sum(shapes.values())
+    weights: dict[str | None, float] = {s: w / total for s, w in shapes.items()} if shapes else {None: 1.0}
+    first, last = list(weights)[0], list(weights)[-1]
+    checked: dict[str, dict[str | None, Verdict]] = {v: {} for v in variants}
+    rows: dict[str, list[CompileShapeTrial]] = {v: [] for v in variants}
+    live = list(variants)
+    for shape, weight in weights.items():
+        if not live:
+            break
+        with open_at(shape) as session:
+            if shape == first:
+                # Whether a setting could compile otherwise than another is a matter of the model's graph (its
+                # extern calls, its patterns), asked at the first shape; the checks at every shape then decide.
+                opened = session.open()
+                skipped = {v: why for v in live if (why := needless(v, opened.kernels, opened.externs))}
+                for name, why in skipped.items():
+                    ev("planner", "compile-skip", variant=name, reason=why)
+                    say(f"{name}: not tried: {why}")
+                live = [v for v in live if v not in skipped]
+            for variant in list(live):
+                at = f" at shape {shape}" if shape is not None else ""
+                say(f"compiling the whole model as {variant!r}{at} and checking it against the default compile")
+                verdict, error, seconds = _check(session, variant)
+                if shape is None:  # a problem without SHAPES: the session's verdict is the trial
+                    trial = (_trial(variant, verdict, seconds) if verdict is not None else
+                             CompileTrial(variant=variant, status="error", reason=error, seconds=round(seconds, 2)))
+                    if verdict is not None:
+                        checked[variant][None] = verdict
+                    _said(outcome, trial, ev, say)
+                    continue
+                if verdict is not None:
+                    checked[variant][shape] = verdict
+                row = _row(shape, weight, verdict, error, seconds)
+                rows[variant].append(row)
+                ev("planner", "compile-trial-shape", **row.model_dump(), variant=variant)
+                say(f"  {variant} at {shape}: {row.status}" + (
+                    f", {speedup_text(row.speedup, row.ci_low, row.ci_high)} over the default compile"
+                    if row.speedup is not None else "") + (f" ({row.reason})" if row.reason and row.status in (
+                        "rejected", "error") else ""))
+                timings = {s: v.model_timing for s, v in checked[variant].items() if s is not None}
+                trial = combine(variant, rows[variant], timings, policy=policy, measured=measured)
+                if trial.refused_at is not None or shape == last:
+                    live.remove(variant)
+                    _said(outcome, trial, ev, say)
+    order = {v: i for i, v in enumerate(variants)}
+    outcome.tried.sort(key=lambda t: order.get(t.variant, len(order)))
     if not measured:
         outcome.note = "interpreter mode: compile settings checked for correctness only; nothing stored"
-        return outcome, None
+        return outcome, {}
     accepted = [t for t in outcome.tried if t.status == "accepted" and t.speedup is not None]
     if accepted:
         best = max(accepted, key=lambda t: t.speedup or 0.0)
         outcome.chosen = best.variant
-        outcome.note = f"{best.variant}: {speedup_text(best.speedup or 0.0)} over the default compile" + (
+        over = "over the default compile" + (" (weighted over the declared shapes)" if shapes else "")
+        outcome.note = f"{best.variant}: {speedup_text(best.speedup or 0.0)} {over}" + (
             f" (95% CI {interval(best.ci_low, best.ci_high)})" if best.ci_low is not None and best.ci_high is not None
             else "")
-        return outcome, verdicts[best.variant]
-    if previous is not None and previous in verdicts:
+        return outcome, checked[best.variant]
+    stored = next((t for t in outcome.tried if t.variant == previous and t.status != "error"), None)
+    if previous is not None and stored is not None:
         outcome.chosen = None
         outcome.note = (f"the stored {previous!r} is no longer faster than the default compile "
-                        f"({verdicts[previous].reason or verdicts[previous].status}): back to the defaults")
+                        f"({stored.reason or stored.status}): back to the defaults")
     elif previous is not None:
         outcome.note = f"the stored {previous!r} was not tried again: kept"
     else:
         outcome.note = "no compile setting was faster than the default compile beyond noise"
-    return outcome, None
+    return outcome, {}
 
 
-def record(store: Any, model: str, outcome: CompileOutcome, verdict: Verdict | None) -> None:
-    """Write ``model.json``'s choice when it changed (or its evidence, when the same one won again)."""
+def _row(shape: str, weight: float, verdict: Verdict | None, error: str | None, seconds: float) -> CompileShapeTrial:
+    """One shape's check as the trial records it: the verdict's, or the verifier's own error."""
+    if verdict is None:
+        return CompileShapeTrial(shape=shape, weight=round(weight, 6), status="error", reason=error,
+                                 seconds=round(seconds, 2))
+    t = verdict.model_timing
+    return CompileShapeTrial(shape=shape, weight=round(weight, 6), status=verdict.status,
+                             reason=verdict.reason_for_agents(), seconds=round(seconds, 2),
+                             speedup=t.speedup if t else None, ci_low=t.ci_low if t else None,
+                             ci_high=t.ci_high if t else None)
+
+
+def _said(outcome: CompileOutcome, trial: CompileTrial, ev: Callable[..., Any], say: Callable[[str], None]) -> None:
+    """A variant's trial, once decided: in the outcome, the trace and the log."""
+    outcome.tried.append(trial)
+    ev("planner", "compile-trial", **trial.model_dump(exclude={"variant"}), variant=trial.variant)
+    say(f"  {trial.variant}: {trial.status}" + (
+        f", {speedup_text(trial.speedup, trial.ci_low, trial.ci_high)} over the default compile"
+        + (" (weighted over the declared shapes)" if trial.shapes else "") if trial.speedup is not None else "")
+        + (f" ({trial.reason})" if trial.reason and trial.status != "accepted" else ""))
+
+
+def combine(variant: str, rows: list[CompileShapeTrial], timings: dict[str, Timing | None], *,
+            policy: SpeedPolicy, measured: bool) -> CompileTrial:
+    """A variant's trial from its checks at the declared shapes so far (``rows``, in order; ``timings``: each
+    shape's timing against the default compile, None where none was taken).
+
+    Refused (``refused_at``) at the first shape where it was rejected or the verifier failed, or, ``measured``,
+    where the speed policy finds it slower beyond noise. Otherwise, once every shape is in: accepted when the
+    policy finds the SHAPE_WEIGHTS-weighted geometric mean of the shapes' speedups faster (every shape must be
+    long enough to judge), else correct.
+    """
+    trial = CompileTrial(variant=variant, status="correct", seconds=round(sum(r.seconds for r in rows), 2),
+                         shapes=list(rows))
+    for row in rows:
+        timing = timings.get(row.shape)
+        if row.status in ("rejected", "error"):
+            trial.status, trial.refused_at, trial.reason = row.status, row.shape, f"at shape {row.shape}: {row.reason}"
+            return trial
+        if measured and policy.slower(timing):
+            assert timing is not None
+            trial.refused_at = row.shape
+            trial.reason = (f"slower than the default compile beyond noise at shape {row.shape}: "
+                            f"{speedup_text(timing.speedup, timing.ci_low, timing.ci_high)}")
+            return trial
+    found = [(row, t) for row in rows if (t := timings.get(row.shape)) is not None]
+    if not measured or not rows or len(found) < len(rows):
+        return trial
+    for row, t in found:
+        if not policy.measurable(t):
+            trial.reason = f"at shape {row.shape}: {policy.judge(t)[1]}"
+            return trial
+    w = [row.weight for row, _ in found]
+
+    def mean(field: str) -> float:
+        return geomean([getattr(t, field) for _, t in found], w)
+
+    estimate = SpeedEstimate(speedup=mean("speedup"), ci_low=mean("ci_low"), ci_high=mean("ci_high"),
+                             pairs=min(t.pairs for _, t in found), baseline_ms=mean("baseline_ms"),
+                             candidate_ms=mean("candidate_ms"))
+    faster, why = policy.judge(estimate)
+    trial.speedup, trial.ci_low, trial.ci_high = estimate.speedup, estimate.ci_low, estimate.ci_high
+    trial.status = "accepted" if faster else "correct"
+    trial.reason = None if faster else f"weighted over the declared shapes: {why}"
+    return trial
+
+
+def record(store: Any, model: str, outcome: CompileOutcome, verdicts: dict[str | None, Verdict]) -> None:
+    """Write ``model.json``'s choice when it changed (or its evidence, when the same one won again): of a problem
+    with SHAPES, the graphs of every declared shape's check (production applies it at each) and each shape's
+    timing."""
     from ..store import CompileChoice
 
-    if outcome.chosen == outcome.previous and verdict is None:
+    if outcome.chosen == outcome.previous and not verdicts:
         return  # kept as it is
     if outcome.chosen is None:
         if outcome.previous is not None:
             store.save_compile(model, None)
             outcome.stored = True
         return
-    if verdict is None:
+    if not verdicts:
         return
-    worst = max((e.model_ratio or 0.0 for e in verdict.errors), default=None)
+    checks = list(verdicts.values())
+    shaped = None not in verdicts
+    worst = max((e.model_ratio or 0.0 for v in checks for e in v.errors), default=None)
+    recorded = [v.launches for v in checks if v.launches is not None]
+    graphs = list({tuple(g): list(g) for launches in recorded for g in launches}.values()) if recorded else None
     store.save_compile(model, CompileChoice(
-        variant=outcome.chosen, measured=datetime.now(timezone.utc), environment=verdict.environment,
-        timing=verdict.model_timing, worst_ratio=worst, seeds=list(verdict.seeds), graphs=verdict.launches))
+        variant=outcome.chosen, measured=datetime.now(timezone.utc), environment=checks[0].environment,
+        timing=None if shaped else checks[0].model_timing, worst_ratio=worst,
+        seeds=list(dict.fromkeys(s for v in checks for s in v.seeds)), graphs=graphs,
+        shape_timings={s: v.model_timing for s, v in verdicts.items() if s is not None} if shaped else None))
     outcome.stored = True

@@ -33,7 +33,7 @@ from .benchmarker import Benchmarker, KernelState, score
 from .coder import Coder
 from .keeper import Keeper
 from .planner import LIMIT_PCT, PlanItem, limit_pct, plan
-from ..runs.records import CoderContext, KernelOutcome, ProblemOutcome, Proposal
+from ..runs.records import CoderContext, CompileOutcome, KernelOutcome, ProblemOutcome, Proposal
 from ..runs.trace import RunDir
 from .ui import UI
 
@@ -97,6 +97,9 @@ class Tuner:
         self.stop_reason: str | None = None
         self._variant: str | None = None  # the current problem's compile settings (for the Coder's context)
         self._share = 1.0  # of budget_s per kernel: the current declared shape's (SHAPE_WEIGHTS), else all
+        # Per problem file with SHAPES: the shape tuned when its compile was chosen (over every declared shape,
+        # once per run), and the outcome.
+        self._compiles: dict[Path, tuple[str | None, CompileOutcome]] = {}
 
     # --- budgets -----------------------------------------------------------------------
 
@@ -147,8 +150,7 @@ class Tuner:
                    seconds=harvested.seconds)
             full_options = self.options.verify
             factory = self.session_factory or VerifySession
-            variant = self._variant = self._compile_step(problem.path, model, outcome, factory, full_options, ev,
-                                                         shape)
+            variant = self._variant = self._compile_step(problem, outcome, factory, full_options, ev)
             counters, note = None, ("Nsight Compute not run (--no-ncu): roofline estimate" if self.options.device == "cuda"
                                     else "interpreter mode: no timing; shares are shares of bytes moved")
             if self.options.device == "cuda" and self.options.ncu:
@@ -239,22 +241,28 @@ class Tuner:
         ev("planner", "note", note=note)
         self.ui.message(f"{outcome.model}: {note}")
 
-    def _compile_step(self, problem: Path, model: str, outcome: ProblemOutcome, factory: Callable[..., Any],
-                      options: Any, ev: Callable[..., Any], shape: str | None = None) -> str | None:
-        """The compile the kernels are tuned on: model.json's, or the best of this run's trials."""
-        from ..capture.variants import MODEL_VARIANTS, needless
+    def _compile_step(self, problem: Any, outcome: ProblemOutcome, factory: Callable[..., Any],
+                      options: Any, ev: Callable[..., Any]) -> str | None:
+        """The compile the kernels are tuned on: model.json's, or the best of this run's trials.
+
+        A problem with SHAPES gets one compile for all its declared shapes: the trials run once per run, when its
+        first shape is tuned, each setting checked at every declared shape (``compile_choice``); its other
+        shapes are tuned on that choice."""
+        from ..capture.variants import MODEL_VARIANTS
         from . import compile_choice
 
+        model = problem.id
+        earlier = self._compiles.get(problem.path)
+        if earlier is not None:  # chosen at an earlier shape of this run, over every declared shape
+            at, chosen = earlier
+            outcome.compile = compile_choice.CompileOutcome(
+                previous=chosen.previous, chosen=chosen.chosen,
+                note=f"chosen once for every declared shape, when shape {at} was tuned: {chosen.note}")
+            return chosen.chosen
         previous = self.store.compile_variant(model) if self.store is not None else None
         variants = self.options.compile_variants
         if variants is None:
             variants = list(MODEL_VARIANTS) if self.options.device == "cuda" else []
-        if shape is not None and variants:  # model.json holds one setting, verified at one shape's graphs
-            note = (f"not chosen per shape yet (a problem with SHAPES): the kernels at {shape} are tuned on "
-                    f"{repr(previous) + ' (model.json)' if previous else 'the default compile'}")
-            self.ui.message(f"{model}: compile settings {note}")
-            ev("planner", "compile-skip", variant=",".join(variants), reason=note)
-            variants = []
         if not variants:
             if previous is not None:
                 outcome.compile = compile_choice.CompileOutcome(previous=previous, chosen=previous,
@@ -263,20 +271,22 @@ class Tuner:
         committed = [k for k in self.store.kernel_names(model)
                      if (m := self.store.manifest(model, k)) is not None and m.active is not None
                      ] if self.store is not None else []
-        self.ui.message(f"{model}: choosing the model's compile settings ({', '.join(variants)})")
-        with factory(problem, self.options.device, options, progress=self.ui.message) as session:
-            opened = session.open()
-            skipped = {v: why for v in variants if (why := needless(v, opened.kernels, opened.externs))}
-            for name, why in skipped.items():
-                ev("planner", "compile-skip", variant=name, reason=why)
-                self.ui.message(f"{model}: {name}: not tried: {why}")
-            variants = [v for v in variants if v not in skipped]
-            chosen, verdict = compile_choice.choose(
-                session, variants, previous=previous, measured=self.options.device == "cuda",
-                say=lambda text: self.ui.message(f"{model}: {text}"), ev=ev, committed=committed)
+        over = f" over its declared shapes ({', '.join(problem.shapes)})" if problem.shapes else ""
+        self.ui.message(f"{model}: choosing the model's compile settings ({', '.join(variants)}){over}")
+
+        def open_at(shape: str | None) -> Any:
+            at: dict[str, Any] = {"shape": shape} if shape is not None else {}
+            return factory(problem.path, self.options.device, options, progress=self.ui.message, **at)
+
+        chosen, verdicts = compile_choice.choose(
+            open_at, variants, previous=previous, measured=self.options.device == "cuda",
+            say=lambda text: self.ui.message(f"{model}: {text}"), ev=ev, shapes={s: problem.shape_weights[s] for s in problem.shapes},
+            policy=options.speed, committed=committed)
         outcome.compile = chosen
+        if problem.shapes:
+            self._compiles[problem.path] = (problem.shape, chosen)
         if self.options.device == "cuda" and self.store is not None:
-            compile_choice.record(self.store, model, chosen, verdict)
+            compile_choice.record(self.store, model, chosen, verdicts)
         ev("planner", "compile", chosen=chosen.chosen, previous=previous, stored=chosen.stored, note=chosen.note)
         self.ui.message(f"{model}: compile: {chosen.note}")
         self.run.save()

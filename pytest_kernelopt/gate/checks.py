@@ -295,10 +295,12 @@ class Checks:
     def _check_compile(self, item: ModelItem, problem: Problem) -> str | None:
         """model.json's compile setting (``verify/compile_check.py``): the model compiled under it against float64
         on the seeds and every input draw (the default compile's error allowed) and, on a GPU, not slower than
-        the default compile."""
+        the default compile. Of a problem with SHAPES, at this part's declared shape (each has a model item, so the
+        setting is checked at every declared shape), which a failure names."""
         variant = problem.variant
         assert variant is not None
-        where = f"{self.store.model_dir(problem.id) / 'model.json'}: compile {variant!r}"
+        at = f" at shape {problem.shape}" if problem.shape is not None else ""
+        where = f"{self.store.model_dir(problem.id) / 'model.json'}: compile {variant!r}{at}"
         item.prop("compile", variant)
         session = self.sessions.get(problem, item)
         with internal_warnings_ignored():

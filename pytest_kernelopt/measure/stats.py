@@ -105,8 +105,13 @@ def mode_estimates(times: dict[str, Sequence[float]], baseline: str,
     return out
 
 
-def geomean(values: Sequence[float]) -> float:
-    """Geometric mean of positive ratios (speedups over several problems)."""
+def geomean(values: Sequence[float], weights: Sequence[float] | None = None) -> float:
+    """Geometric mean of positive ratios (speedups over several problems); with ``weights`` (positive, one per
+    value), the weighted one (a problem's declared shapes by SHAPE_WEIGHTS)."""
     if not values or any(not v > 0 for v in values):
         raise ValueError("the geometric mean needs one or more positive values")
-    return math.exp(sum(math.log(v) for v in values) / len(values))
+    if weights is None:
+        return math.exp(sum(math.log(v) for v in values) / len(values))
+    if len(weights) != len(values) or any(not w > 0 for w in weights):
+        raise ValueError("a weighted geometric mean needs one positive weight per value")
+    return math.exp(sum(w * math.log(v) for v, w in zip(values, weights)) / sum(weights))

@@ -249,6 +249,8 @@ def _compile_note(problem: ProblemOutcome) -> str | None:
         return None
     tried = [f"{t.variant} " + (f"{speedup_text(t.speedup, t.ci_low, t.ci_high)} " if t.speedup is not None
                                 and t.ci_low is not None and t.ci_high is not None else "") + t.status
+             + (f" (refused at shape {t.refused_at})" if t.refused_at else "")
+             + (" (weighted over the declared shapes)" if t.shapes and t.speedup is not None else "")
              for t in chosen.tried]
     on = f"kernels tuned on {chosen.chosen!r}" if chosen.chosen else "kernels tuned on the default compile"
     stored = " (model.json updated)" if chosen.stored else ""

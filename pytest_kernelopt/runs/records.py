@@ -17,14 +17,36 @@ RUN_SCHEMA_VERSION = 1
 Bottleneck = Literal["memory", "compute", "occupancy", "launch", "unknown"]
 
 
-class CompileTrial(Record):
-    variant: str
-    status: Literal["accepted", "correct", "rejected", "error"]
-    speedup: float | None = None  # over the default compile, whole model
+CompileStatus = Literal["accepted", "correct", "rejected", "error"]
+
+
+class CompileShapeTrial(Record):
+    """A compile setting checked at one declared shape (a problem with SHAPES), in a session opened at it."""
+
+    shape: str
+    weight: float  # its share of SHAPE_WEIGHTS (the weights sum to 1)
+    status: CompileStatus
+    speedup: float | None = None  # over the default compile at this shape, whole model
     ci_low: float | None = None
     ci_high: float | None = None
     reason: str | None = None
     seconds: float = 0.0
+
+
+class CompileTrial(Record):
+    variant: str
+    status: CompileStatus
+    # Over the default compile, whole model; of a problem with SHAPES, the SHAPE_WEIGHTS-weighted geometric mean
+    # of the shapes' speedups (and of their interval ends), once every shape was checked.
+    speedup: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    reason: str | None = None
+    seconds: float = 0.0
+    # A problem with SHAPES: the check at each declared shape, in order, up to the one that refused it
+    # (``refused_at``: rejected, an error, or slower beyond noise there). Empty for a problem without SHAPES.
+    shapes: list[CompileShapeTrial] = Field(default_factory=list)
+    refused_at: str | None = None
 
 
 class CompileOutcome(Record):
