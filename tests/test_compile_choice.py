@@ -564,23 +564,44 @@ def test_committed_kernels_keep_the_compile_they_were_tuned_on(tmp_path, monkeyp
 MLP_TRAIN = TESTS / "problems_train" / "mlp_layernorm_train.py"
 
 
-@pytest.mark.slow
-def test_a_training_step_s_compile_setting_is_judged_on_outputs_and_every_gradient(interpreter):
-    """The honest variant passes with its gradients judged; one whose backward is off in one parameter's
-    gradient (the step's results after the outputs) is rejected naming that gradient."""
-    from pytest_kernelopt.verify import VerifyOptions, VerifySession, compile_check
+@pytest.fixture(scope="module")
+def mlp_train(interpreter):
+    """MLP_TRAIN opened on seed 3, with the looped compile built by a compile check on one stress kind ("mid":
+    the seed, one draw of the inputs, one of the incoming gradients) that the honest setting passes. The full
+    set of draws is judged by the session in the test below; here only what the tests swap in differs."""
+    from pytest_kernelopt.verify import compile_check, tensors
     from pytest_kernelopt.verify.pipeline import open_problem
-    from pytest_kernelopt.verify.prepared import StageFailure
     from pytest_kernelopt.verify.protocol import OpenRequest
+
+    prepared, _ = open_problem(OpenRequest(problem=str(MLP_TRAIN), device=interpreter, seeds=[3]))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tensors, "STRESS_VARIANTS", ("mid",))
+        rows = compile_check.compile_stage(prepared, LOOPED, error_factor=4.0, reduced_precision=False)
+    assert sorted(d.split(" (")[0] for d in rows.draws) == ["mid", "mid of the incoming gradients"], rows.draws
+    return prepared
+
+
+@pytest.mark.slow
+def test_a_training_step_s_compile_setting_is_judged_on_outputs_and_every_gradient(interpreter, mlp_train,
+                                                                                     monkeypatch):
+    """The honest variant passes with its gradients judged, on every draw of the inputs and of the incoming
+    gradients; one whose backward is off in one parameter's gradient (the step's results after the outputs)
+    is rejected naming that gradient."""
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession, compile_check
+    from pytest_kernelopt.verify.prepared import StageFailure
+    from pytest_kernelopt.verify.tensors import STRESS_VARIANTS
 
     with VerifySession(MLP_TRAIN, interpreter, VerifyOptions(seeds=1, seed=7)) as session:
         verdict = session.verify_compile(LOOPED)
     assert verdict.status == "correct", verdict.reason
     model_stage = verdict.stages[1].detail
     assert "gradient of input 0" in model_stage and "gradient of parameter down.weight" in model_stage
+    # Every kind drawn on the inputs and, in a draw of its own, on the incoming gradients, every draw judged (the
+    # counts are of judged draws, and lead: a detail past 2000 characters is cut in its middle, child.clip).
+    n = len(STRESS_VARIANTS)
+    assert f"{n} input draw(s) and {n} draw(s) of the incoming gradients: " in model_stage, model_stage
 
-    prepared, _ = open_problem(OpenRequest(problem=str(MLP_TRAIN), device=interpreter, seeds=[3]))
-    compile_check.compile_stage(prepared, LOOPED, error_factor=4.0, reduced_precision=False)
+    prepared = mlp_train
     looped = prepared.others[LOOPED]
 
     def wrong_backward(*xs):
@@ -588,6 +609,45 @@ def test_a_training_step_s_compile_setting_is_judged_on_outputs_and_every_gradie
         results[-1] = results[-1] + 1e-3  # the last parameter's gradient (down.bias)
         return tuple(results)
 
-    prepared.others[LOOPED] = wrong_backward
+    monkeypatch.setitem(prepared.others, LOOPED, wrong_backward)
     with pytest.raises(StageFailure, match="seed 3, gradient of parameter down.bias"):
         compile_check.compile_stage(prepared, LOOPED, error_factor=4.0, reduced_precision=False)
+
+
+@pytest.mark.slow
+def test_a_training_step_s_compile_setting_wrong_only_on_drawn_incoming_gradients_is_rejected(mlp_train,
+                                                                                                 monkeypatch):
+    """A setting whose backward is exact wherever the incoming gradients are of the loss's own magnitude
+    (the default loss's weights: [1/4, 2)) and off by 2^-10 in one parameter's gradient elsewhere: the seeds
+    and the draws of the inputs never reach it (the loss's gradient is the same whatever the inputs); the
+    draw 'mid' of the incoming gradients (|g| in [10, 1000]) rejects it, naming the draw."""
+    from pytest_kernelopt.capture.training import incoming_drawn
+    from pytest_kernelopt.verify import compile_check, tensors
+    from pytest_kernelopt.verify.prepared import StageFailure
+
+    prepared = mlp_train
+    problem = prepared.compiled.problem
+    looped = prepared.others[LOOPED]
+
+    def wrong_far_from_the_loss(*xs):
+        drawn = problem.incoming_draw
+        if drawn is None:  # the loss's own incoming gradients: the honest step, as it runs
+            return looped(*xs)
+        largest: list[float] = []
+
+        def watched(gradients):
+            drawn(gradients)
+            largest.extend(float(g.abs().max()) for g in gradients)
+
+        with incoming_drawn(problem, watched):
+            results = list(looped(*xs))
+        if any(m > 4.0 for m in largest):
+            results[-1] = results[-1] * (1 + 2 ** -10)  # the last parameter's gradient (down.bias)
+        return tuple(results)
+
+    monkeypatch.setattr(tensors, "STRESS_VARIANTS", ("mid",))
+    monkeypatch.setitem(prepared.others, LOOPED, wrong_far_from_the_loss)
+    with pytest.raises(StageFailure, match=r"draw 'mid' of the incoming gradients \(input seed \d+.*\), "
+                                           r"gradient of parameter down.bias"):
+        compile_check.compile_stage(prepared, LOOPED, error_factor=4.0, reduced_precision=False)
+    assert problem.incoming_draw is None  # put back after the failed draw

@@ -12,7 +12,14 @@ same inputs as a kernel:
   by :func:`.tensors.stress`; on about half of them (drawn which) the model's
   floating-point parameters are varied in place, for both compiles and the reference
   alike (each element times +-1, +-2 or +-4, drawn; undone exactly afterwards). Each
-  draw's float64 reference is the eager model in float64 on those inputs and weights.
+  draw's float64 reference is the eager model in float64 on those inputs and weights;
+* **the incoming-gradient draws** (a training step only): every kind once more, in a draw of its
+  own among the others (same order, seeds and weight draws), on the step's *incoming gradients*
+  (the loss's gradient of each output, what a backward mostly reads) instead of the inputs (drawn
+  plain), as the kernel stage draws them for a backward kernel (:class:`.kernel.IncomingDraw`,
+  :func:`..capture.training.incoming_drawn`): made once, on the default compile's step, and the
+  very same values (cast, exactly, to float64) given to the float64 reference and to the setting's
+  step, so the three backwards start from one incoming gradient (:class:`_Incoming`).
 
 Every output element is judged by the model stage's rule (:class:`.numerics.NumericsRule`,
 :func:`.model.judge_output`): its error against float64 may exceed the *default* compile's
@@ -39,9 +46,11 @@ import copy
 import functools
 from typing import Any, Iterator
 
-from ..capture.training import backward_compiled_with_forward, is_training, output_names, run_eager, step
+from ..capture.training import (backward_compiled_with_forward, incoming_drawn, is_training, output_names, run_eager,
+                                step)
 from ..records import SeedErrors, Timing
 from . import tensors
+from .kernel import IncomingDraw
 from .model import (OutputReference, _float64_outputs, _output_reference, _scale, failed_row, flatten, judge_output,
                     rebase)
 from .numerics import NumericsRule
@@ -122,10 +131,13 @@ def verified_graphs(prepared: Prepared, variant: str) -> list[list[str]] | None:
     return None if graphs is None else [list(g) for g in sorted(graphs)]
 
 
+INCOMING = " of the incoming gradients"  # in a draw's label: the draw is of the step's incoming gradients
+
+
 class CompileRows(list):
     """The compile check's rows (one :class:`SeedErrors` per seed), with what its input draws did."""
 
-    draws: list[str]  # draws judged, "kind (input seed S[, weights varied])"
+    draws: list[str]  # draws judged, "kind[ of the incoming gradients] (input seed S[, weights varied])"
     skipped: list[str]  # "kind (why)": the default compile raised on it, or gave no finite output
     reference_note: str | None  # why the draws' reference is the fp32 eager model (None: float64)
     weights_note: str | None  # why no draw varied the weights (None: some did)
@@ -141,11 +153,17 @@ class CompileRows(list):
 
     def describe(self) -> str:
         """One phrase for the stage's detail: the draws judged and skipped, and their reference."""
-        text = f"{len(self.draws)} input draw(s)"
+        on_inputs = [d for d in self.draws if INCOMING not in d]
+        on_gradients = [d.replace(INCOMING, "", 1) for d in self.draws if INCOMING in d]
+        text = f"{len(on_inputs)} input draw(s)"
         if self.gradients:
-            text = f"the whole step ({', '.join(self.gradients)}, element by element), {text}"
-        if self.draws:
-            text += f": {', '.join(self.draws)}"
+            # The counts first: a long detail is cut in its middle (child.clip).
+            text = (f"the whole step ({', '.join(self.gradients)}, element by element), {text} and "
+                    f"{len(on_gradients)} draw(s){INCOMING}")
+        if on_inputs:
+            text += f": {', '.join(on_inputs)}"
+        if on_gradients:
+            text += f"; draws{INCOMING}: {', '.join(on_gradients)}"
         if self.skipped:
             text += f"; skipped: {'; '.join(self.skipped)}"
         text += (f"; the draws judged against the fp32 eager model ({self.reference_note})" if self.reference_note
@@ -213,26 +231,38 @@ def _judge(c: Any, r: OutputReference, rule: NumericsRule, what: str, row: SeedE
 
 def _draws(prepared: Prepared, variant: str, default: Any, chosen: Any, rule: NumericsRule,
            rows: CompileRows, names: list[str]) -> None:
-    """Every kind of input draw, one run of each compile and one float64 reference each (``names``: each
-    result's name in a verdict)."""
+    """Every kind of input draw and, for a training step, of incoming-gradient draw, one run of each compile
+    and one float64 reference each (``names``: each result's name in a verdict)."""
     import torch
 
     entropy = prepared.entropy
-    order = entropy.shuffled(list(tensors.STRESS_VARIANTS))  # read now: the kinds listed when the check runs
+    problem = prepared.compiled.problem
+    kinds = list(tensors.STRESS_VARIANTS)  # read now: the kinds listed when the check runs
+    # (kind, on the incoming gradients): a training step's backward reads mostly its incoming gradients,
+    # so each kind runs on them too, apart from the input draws, as in the kernel stage (kernel.py).
+    draws = [(kind, False) for kind in kinds] + ([(kind, True) for kind in kinds] if is_training(problem) else [])
+    order = entropy.shuffled(draws)
     # Weights varied on every other draw (one at least), which ones drawn.
     varied = set(order[entropy.below(min(2, len(order))):][::2]) if order else set()
     model = prepared.compiled.model
     if order and not _parameters(model):
         rows.weights_note = "weights not varied: the model has no floating-point parameter"
-    for kind in order:
+    for kind, on_gradients in order:
         seed, transform, weight_seed = entropy.input_seed(), entropy.seed(), entropy.seed()
-        inputs = _drawn(prepared, seed, kind, transform)
+        inputs = _drawn(prepared, seed, kind, transform, on_gradients)
         if inputs is None:
-            rows.skipped.append("every draw (no floating-point model input)")
-            return
-        with _varied_weights(model, weight_seed, kind in varied) as note:
-            label = f"{kind} (input seed {seed}{note})"
-            where = f"draw {kind!r} (input seed {seed}, transform seed {transform}{note})"
+            if not is_training(problem):
+                rows.skipped.append("every draw (no floating-point model input)")
+                return
+            if "every draw of the inputs (no floating-point model input)" not in rows.skipped:
+                rows.skipped.append("every draw of the inputs (no floating-point model input)")
+            continue
+        incoming = _Incoming(kind, transform) if on_gradients else None
+        of = INCOMING if on_gradients else ""
+        with _varied_weights(model, weight_seed, (kind, on_gradients) in varied) as note, \
+                incoming_drawn(problem, incoming):
+            label = f"{kind}{of} (input seed {seed}{note})"
+            where = f"draw {kind!r}{of} (input seed {seed}, transform seed {transform}{note})"
             try:
                 with torch.no_grad():
                     base = [t.clone() for t in flatten(default(*inputs))]
@@ -245,7 +275,7 @@ def _draws(prepared: Prepared, variant: str, default: Any, chosen: Any, rule: Nu
             if floating and not any(_any_finite(b) for b in floating):
                 rows.skipped.append(f"{label}: the default compile returns no finite number")
                 continue
-            again = functools.partial(_drawn, prepared, seed, kind, transform)  # the same inputs, drawn anew
+            again = functools.partial(_drawn, prepared, seed, kind, transform, on_gradients)  # the same inputs, anew
             # The reference first (it takes the inputs' place), then the setting on the inputs drawn anew:
             # one draw's inputs and one float64 copy at a time, as when the session opened.
             refs = _reference(prepared, inputs, again, len(base), rows)
@@ -262,6 +292,7 @@ def _draws(prepared: Prepared, variant: str, default: Any, chosen: Any, rule: Nu
                 raise StageFailure(f"{where}: the model compiled as {variant!r} raised, the default compile did not: "
                                    f"{type(exc).__name__}: {_short(exc)}") from exc
             del inputs
+        del incoming  # its copy of the incoming gradients
         if len(outs) != len(references):
             raise StageFailure(f"{where}: the model compiled as {variant!r} returned {len(outs)} tensors "
                                f"instead of {len(references)}")
@@ -272,11 +303,39 @@ def _draws(prepared: Prepared, variant: str, default: Any, chosen: Any, rule: Nu
         rows.draws.append(label)
 
 
-def _drawn(prepared: Prepared, seed: int, kind: str, transform: int) -> list[Any] | None:
-    """The inputs drawn under ``seed``, each floating-point tensor turned into ``kind`` (None: there is none)."""
+class _Incoming:
+    """One draw of a training step's incoming gradients for the compile check: the first step that runs
+    under it (the default compile's) draws them (:class:`.kernel.IncomingDraw`) and keeps a copy; every
+    later one (the float64 reference's, the setting's) gets those very values, cast to its dtype (exact
+    into float64), so the setting and the reference differentiate from the default compile's incoming
+    gradients, not from a draw of their own (a draw in float64 would round otherwise and scale by
+    float64's limits)."""
+
+    def __init__(self, kind: str, seed: int):
+        self.draw = IncomingDraw(kind, seed)
+        self.kept: list[Any] | None = None
+
+    def __call__(self, gradients: list[Any]) -> None:
+        if self.kept is None:
+            self.draw(gradients)
+            self.kept = [g.clone() for g in gradients]
+            return
+        if [tuple(g.shape) for g in gradients] != [tuple(k.shape) for k in self.kept]:
+            raise StageFailure(f"the step's outputs that need a gradient are shaped "
+                               f"{[tuple(g.shape) for g in gradients]} here and "
+                               f"{[tuple(k.shape) for k in self.kept]} in the default compile")
+        for g, k in zip(gradients, self.kept):
+            g.copy_(k)
+
+
+def _drawn(prepared: Prepared, seed: int, kind: str, transform: int, on_gradients: bool = False) -> list[Any] | None:
+    """The inputs drawn under ``seed``, each floating-point tensor turned into ``kind`` (None: there is none);
+    ``on_gradients``: as drawn (the draw is of the incoming gradients)."""
     import torch
 
     inputs = prepared.inputs(seed)
+    if on_gradients:
+        return inputs
     tensors_in = [x for x in inputs if isinstance(x, torch.Tensor)]  # Python numbers pass as they are
     if not any(x.dtype.is_floating_point for x in tensors_in):
         return None
