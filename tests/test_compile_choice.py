@@ -619,8 +619,8 @@ def test_a_training_step_s_compile_setting_wrong_only_on_drawn_incoming_gradient
                                                                                                  monkeypatch):
     """A setting whose backward is exact wherever the incoming gradients are of the loss's own magnitude
     (the default loss's weights: [1/4, 2)) and off by 2^-10 in one parameter's gradient elsewhere: the seeds
-    and the draws of the inputs never reach it (the loss's gradient is the same whatever the inputs); the
-    draw 'mid' of the incoming gradients (|g| in [10, 1000]) rejects it, naming the draw."""
+    and the draws of the inputs, whose backward starts from the loss's own weights, pass it; the draw 'mid'
+    of the incoming gradients (|g| in [10, 1000]) rejects it, naming the draw."""
     from pytest_kernelopt.capture.training import incoming_drawn
     from pytest_kernelopt.verify import compile_check, tensors
     from pytest_kernelopt.verify.prepared import StageFailure
