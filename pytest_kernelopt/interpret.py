@@ -48,6 +48,10 @@ def enable() -> None:
     import torch.utils._triton as torch_triton
 
     inductor_config.cpu_backend = "triton"
+    # No compile-worker pool: the interpreter compiles nothing, and the pool is a process that imports torch
+    # (torch 2.13 starts it on a machine with 2+ cores: one cold-cache compile of a softmax cost 10.4 CPU-s
+    # with it, 6.6 s without, 2026-12-05).
+    inductor_config.compile_threads = 1
     # GEMMs and convolutions stay library calls under max-autotune: Inductor's templates do not
     # compile for the CPU Triton backend (torch 2.13: a bf16 convolution template's benchmark launch
     # "takes 3 positional arguments but 4 were given"; the module written to benchmark a float32 one's

@@ -260,3 +260,13 @@ def test_a_convolution_model_compiles_under_max_autotune_in_interpreter_mode(int
     compiled = compile_problem(load_problem(TESTS / "data" / "conv_norms.py"), interpreter, variant="max-autotune")
     assert compiled.kernels and not any(name.startswith("triton_tem") for name in compiled.kernels)
     assert sum("convolution" in e.target for e in compiled.externs) == 2, [e.target for e in compiled.externs]
+
+
+def test_interpreter_mode_starts_no_compile_worker_pool(interpreter):
+    """The interpreter compiles nothing, so Inductor's pool of compile workers (a process importing torch, about 4
+    CPU-s, started on any machine with two or more cores) would only cost: interpreter mode turns it off."""
+    from torch._inductor import config
+    from torch._inductor.async_compile import AsyncCompile
+
+    assert config.compile_threads == 1
+    assert not AsyncCompile.use_process_pool()

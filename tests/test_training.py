@@ -439,6 +439,25 @@ def test_production_swaps_a_committed_backward_kernel_into_the_backward_graph(pr
 
 
 @pytest.mark.slow
+def test_a_compile_setting_reaches_the_backward_kernels(interpreter):
+    """A training step compiled under a setting has the setting in its backward kernels too (AOTAutograd compiles
+    the backward with the forward, inside the setting's patches: capture, the compile check and production share
+    that), so a setting judged on the step is the setting the backward runs: under looped reductions every
+    reduction kernel of both passes is a looped one."""
+    from pytest_kernelopt.capture import compile_problem
+    from pytest_kernelopt.capture.problem import load_problem
+
+    problem = load_problem(XENT)
+    kinds = {variant: {n.split("_fused_")[1]: (h.info.backward, n.split("_fused_")[0])
+                       for n, h in compile_problem(problem, interpreter, variant=variant).kernels.items()}
+             for variant in (None, "looped-reductions")}
+    assert kinds[None].keys() == kinds["looped-reductions"].keys()
+    assert {backward for backward, _ in kinds[None].values()} == {False, True}
+    assert {kind for _, kind in kinds[None].values()} == {"triton_per"}
+    assert {kind for _, kind in kinds["looped-reductions"].values()} == {"triton_red"}
+
+
+@pytest.mark.slow
 def test_across_a_graph_break_production_numbers_and_names_graphs_as_capture_does(interpreter, tmp_path):
     """Forward, backward, next forward, next backward: both compile each backward with its forward."""
     import pytest_kernelopt
