@@ -360,6 +360,27 @@ def test_a_shaped_compile_slower_at_no_shape_but_not_faster_overall_is_not_chose
     assert outcome.compile.chosen is None and store.compile_variant("m") is None
 
 
+def test_tune_tries_compile_settings_on_a_training_step(tmp_path):
+    """A training problem's compile step runs like any other (it was once refused): the settings are checked and
+    the fastest accepted one is stored; the only note is that the graph rewrites are not tried (no compile here:
+    the check of a training step itself is test_a_training_step_s_compile_setting_is_judged_...)."""
+    import shutil
+
+    from test_agents import _tuner
+
+    from pytest_kernelopt.agents.loop import REWRITES_DECLINE
+
+    path = tmp_path / "m.py"  # the scripted verdicts are of model "m"
+    shutil.copy(Path(__file__).parent / "problems_train" / "softmax_xent_train.py", path)
+    session = _per_shape_session({None: {"max-autotune": 1.3}})
+    tuner, run, store = _tuner(tmp_path, session, budget_s=0.01, compile_variants=["max-autotune"])
+    outcome = tuner.tune_problem(path)
+    assert outcome.training and session.compile_calls == ["max-autotune@None"]
+    assert [t.status for t in outcome.compile.tried] == ["accepted"]
+    assert outcome.compile.chosen == "max-autotune" and store.compile_variant("m") == "max-autotune"
+    assert outcome.notes == [REWRITES_DECLINE]
+
+
 def test_a_shaped_problem_s_committed_versions_keep_their_compile(tmp_path, monkeypatch):
     """A version committed at one shape (``k@b4``) was tuned on the stored compile: a setting that wins over every
     shape is not switched to (it would leave the version stale), and the note says so."""

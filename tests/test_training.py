@@ -180,14 +180,16 @@ def test_tune_lists_forward_and_backward_kernels_and_says_what_a_training_step_s
     kernel is selected, so only the run record's pass per kernel and the notes said once are checked."""
     import json
 
+    # No compile settings here: tune's compile step on a training problem is test_compile_choice's
+    # test_tune_tries_compile_settings_on_a_training_step, the check of a step under one its training_step tests.
     tuned = kernelopt("tune", MLP, "--device", "cpu", "--seeds", "1", "--kernel", "none_such", "--compile-variants",
-                      "looped-reductions", "--runs-dir", tmp_path / "runs", "--kernels-dir", tmp_path / "k", "--json")
+                      "none", "--runs-dir", tmp_path / "runs", "--kernels-dir", tmp_path / "k", "--json")
     assert tuned.returncode == 0, tuned.stderr
     (problem,) = json.loads(tuned.stdout)["problems"]
     assert problem["training"] is True and problem["error"] is None
     assert {k["backward"] for k in problem["kernels"]} == {False, True}
     assert all(k["kernel"].endswith("__bwd") == k["backward"] for k in problem["kernels"])
-    (rewrites,) = problem["notes"]  # the compile settings are tried on the step (no note)
+    (rewrites,) = problem["notes"]
     assert rewrites.startswith("training step: kernelopt's graph rewrites are not tried")
 
 
