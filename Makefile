@@ -35,7 +35,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # lint, then the whole suite: 17 minutes on 2 cores from a clean clone (15.3 min of tests, 2026-12-05) (interpreter-mode
-# compiles are most of it).
+# process starts are most of it: each imports torch and Inductor, about 4.5 CPU-s).
 test: lint
 	$(BIN)/python -m pytest -n 2 -q
 
