@@ -534,7 +534,8 @@ def test_the_gate_checks_model_json_s_compile_at_each_declared_shape_and_names_t
 
     settings = SimpleNamespace(source=None, thresholds={}, accepted_regressions={})
     checks = Checks(strict=True, rules=SpeedRules(SpeedPolicy(), settings, ["m"]),
-                    store=lambda: SimpleNamespace(model_dir=lambda model: tmp_path / "kernels" / model),
+                    store=lambda: SimpleNamespace(model_dir=lambda model: tmp_path / "kernels" / model,
+                                                  model_record=lambda model: SimpleNamespace(compile=None)),
                     sessions=SimpleNamespace(get=get), base=None, before=lambda problem, item: None)
     props: dict = {}
     item = SimpleNamespace(prop=props.__setitem__)
@@ -548,6 +549,58 @@ def test_the_gate_checks_model_json_s_compile_at_each_declared_shape_and_names_t
             checks._check_compile(item, parts[1])  # type: ignore[arg-type]
         assert f"model.json: compile '{LOOPED}' at shape b4: {failing}" in str(failed.value)
     assert opened == [("b2", LOOPED), ("b4", LOOPED)] * 2
+
+
+def test_the_gate_fails_graphs_in_model_json_the_setting_was_not_verified_at(tmp_path):
+    """Production applies model.json's setting only at its ``compile.graphs``: a pull request adding a graph (here
+    batch 8 of a problem declaring b2 and b4) would have it applied where it was never checked. The gate fails
+    it once every declared shape's check has run, naming the graph; the graphs it verified pass (no compile)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from pytest_kernelopt.capture import launch_signature
+    from pytest_kernelopt.gate.checks import Checks
+    from pytest_kernelopt.gate.failure import GateFailure
+    from pytest_kernelopt.gate.problems import Problem
+    from pytest_kernelopt.gate.thresholds import SpeedRules
+    from pytest_kernelopt.records import Verdict
+    from pytest_kernelopt.verify.options import SpeedPolicy
+
+    graph = {rows: launch_signature([torch.zeros(rows, 128)]) for rows in (2, 4, 8)}
+    stored: list[list[str]] = []
+
+    def get(problem, item):
+        launches = [graph[int(problem.shape[1:])]] if problem.shape else [graph[2]]
+        return SimpleNamespace(verify_compile=lambda variant: Verdict(
+            model="m", kernel=f"compile:{LOOPED}", candidate=LOOPED, candidate_sha256="", status="correct",
+            speed_measured=False, launches=launches))
+
+    def checks() -> Checks:
+        settings = SimpleNamespace(source=None, thresholds={}, accepted_regressions={})
+        store = SimpleNamespace(model_dir=lambda model: tmp_path / "kernels" / model,
+                                model_record=lambda model: SimpleNamespace(compile=SimpleNamespace(graphs=stored)))
+        return Checks(strict=True, rules=SpeedRules(SpeedPolicy(), settings, ["m"]), store=lambda: store,
+                      sessions=SimpleNamespace(get=get), base=None, before=lambda problem, item: None)
+
+    item = SimpleNamespace(prop=lambda *_: None)
+    parts = [Problem(path=tmp_path / "m.py", id="m", loaded=True, variant=LOOPED, shape=shape, declared=["b2", "b4"])
+             for shape in ("b2", "b4")]
+    stored[:] = [graph[2], graph[4]]
+    gate = checks()
+    assert gate._check_compile(item, parts[0]) is None and gate._check_compile(item, parts[1]) is None
+    stored.append(graph[8])
+    gate = checks()
+    assert gate._check_compile(item, parts[0]) is None  # b4 not checked yet: nothing to add up
+    with pytest.raises(GateFailure) as failed:
+        gate._check_compile(item, parts[1])
+    assert "compile.graphs lists 1 graph input set(s) the setting was not verified at in this run" in str(failed.value)
+    assert "8x128" in str(failed.value) or "(8, 128)" in str(failed.value), str(failed.value)
+    # A problem without SHAPES: checked on its one model item.
+    stored[:] = [graph[2], graph[8]]
+    one = Problem(path=tmp_path / "m.py", id="m", loaded=True, variant=LOOPED)
+    with pytest.raises(GateFailure, match="compile.graphs lists 1 graph"):
+        checks()._check_compile(item, one)
 
 
 def test_kernels_lists_the_compile_model_json_names(kernelopt, tmp_path):

@@ -97,6 +97,8 @@ class Checks:
         self.sessions = sessions
         self.base = base
         self._before = before  # tune/refresh on a problem's first item (tuning.Tuning.before_checks)
+        # Per model: the graphs its compile setting was verified at in this run, per declared shape (None: none).
+        self._compile_graphs: dict[str, dict[str | None, set[tuple[Any, ...]]]] = {}
 
     @property
     def store(self) -> Any:
@@ -308,12 +310,36 @@ class Checks:
         item.prop("speed_measured", verdict.speed_measured)
         if verdict.status == "rejected":
             raise GateFailure(f"{where}: rejected at {verdict.reason}{reproduce(verdict)}")
+        self._check_compile_graphs(problem, where, verdict.launches)
         timing = verdict.model_timing
         if timing is not None:
             item.prop("compile_speedup", round(timing.speedup, 4))
             item.prop("compile_speedup_ci", [round(timing.ci_low, 4), round(timing.ci_high, 4)])
         return self.rules.judge(problem.id, lambda policy: policy.slower(timing), lambda: (
             f"{where}: the model is slower than under the default compile: {timing_text(timing, label=True)}"))
+
+    def _check_compile_graphs(self, problem: Problem, where: str, launches: list[list[str]] | None) -> None:
+        """Production applies model.json's setting only at the graph inputs it lists (``compile.graphs``): each must
+        be one this run verified the setting at, or a pull request could add graphs (another batch size, dtype)
+        where it never was. Of a problem with SHAPES, checked once every declared shape's check has run."""
+        from ..capture import signature_key
+
+        verified = self._compile_graphs.setdefault(problem.id, {})
+        verified[problem.shape] = {signature_key(g) for g in launches or []}
+        declared: set[str | None] = set(problem.declared) if problem.declared else {None}
+        if not declared <= set(verified):
+            return  # a declared shape's check is still to come (or not selected in this run: nothing to add up)
+        choice = self.store.model_record(problem.id).compile
+        seen = set().union(*verified.values())
+        try:
+            unverified = [g for g in (choice.graphs if choice is not None else None) or [] if signature_key(g) not in seen]
+        except ValueError as exc:  # an entry capture never writes: data from a repository
+            raise GateFailure(f"{where}: compile.graphs holds an entry that is no graph's inputs: {exc}") from None
+        if unverified:
+            shown = "; ".join(", ".join(g[:4]) + (", ..." if len(g) > 4 else "") for g in unverified[:3])
+            raise GateFailure(f"{where}: compile.graphs lists {len(unverified)} graph input set(s) the setting was not "
+                              f"verified at in this run ({shown}{'; ...' if len(unverified) > 3 else ''}): production "
+                              f"would apply it there unverified; `kernelopt tune` records the graphs it verified")
 
     def _check_recorded(self, item: ModelItem, model: str, verdict: Any, shape: str | None = None) -> str | None:
         """Compare the measured speedup with the one recorded in kernels/<model>/model.json for this environment
