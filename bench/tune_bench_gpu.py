@@ -1,7 +1,7 @@
 """`kernelopt tune` then `kernelopt bench` per problem, and one table: what a user gets, head to head.
 
     KERNELOPT_SIZE=large python bench/tune_bench_gpu.py OUT PROBLEM.py ... [--budget-s 10] [--timeout 400]
-        [--tune-args "--compile-variants max-autotune"]
+        [--tune-args "--compile-variants max-autotune"] [--jobs 4]
 
 Per problem, in a fresh kernel store under OUT: ``kernelopt tune --agent search --no-ncu`` (its
 compile step and kernel search, the defaults otherwise), then ``kernelopt bench --modes
@@ -9,6 +9,10 @@ default,max-autotune-no-cudagraphs,kernelopt``, in which every mode is timed aga
 default compile in one run (paired, interleaved, L2 flushed). The table's kernelopt /
 max-autotune is the ratio of the two modes' medians from that one bench run. Logs and
 JSON go under OUT; the table is printed last.
+
+With ``--jobs N`` the tunes run N at a time (their compiles use the host's cores; their timings
+only steer the search), then the benches run one at a time, alone on the GPU: the table's
+figures come from the benches. A problem with SHAPES gets a row per declared shape.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import shlex
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
@@ -41,11 +46,15 @@ def main() -> int:
     parser.add_argument("--budget-s", default="10")
     parser.add_argument("--timeout", type=float, default=400.0)
     parser.add_argument("--tune-args", default="")
+    parser.add_argument("--jobs", type=int, default=1, help="tunes at a time (benches always run alone)")
+    parser.add_argument("--deadline-s", type=float, default=None,
+                        help="seconds from the start after which no bench starts and a running one is cut short")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     cli = [sys.executable, "-m", "pytest_kernelopt.cli"]
-    rows = []
-    for problem in args.problems:
+    started = time.monotonic()
+
+    def tune_one(problem: Path) -> dict:
         name = problem.stem
         kernels, runs = args.out / name / "kernels", args.out / name / "runs"
         tune = [*cli, "tune", str(problem), "--agent", "search", "--no-ncu", "--budget-s", args.budget_s,
@@ -55,21 +64,22 @@ def main() -> int:
         (args.out / f"{name}.tune.json").write_text(out)
         row = {"problem": name, "tune_exit": code, "tune_s": round(tune_s, 1)}
         try:
-            record = json.loads(out)["problems"][0]
-            chosen = record.get("compile") or {}
+            records = json.loads(out)["problems"]
+            chosen = records[0].get("compile") or {}
             row["compile"] = chosen.get("chosen")
             row["tried"] = {t["variant"]: t.get("speedup") for t in chosen.get("tried", [])}
-            row["stored"] = sum(1 for k in record.get("kernels", []) if k.get("stored_version"))
-            row["origins"] = [k.get("best_origin") for k in record.get("kernels", []) if k.get("stored_version")]
+            kernels_seen = [k for record in records for k in record.get("kernels", [])]
+            row["stored"] = sum(1 for k in kernels_seen if k.get("stored_version"))
+            row["origins"] = [k.get("best_origin") for k in kernels_seen if k.get("stored_version")]
             # What the search tried, in order (origin, status, model speedup, device seconds), and why each
             # kernel's search ended: enough to see where a budget went without the run directory.
             row["searched"] = {k["kernel"]: {
                 "skipped": k.get("skipped"), "message": (k.get("message") or "")[:200],
                 "tried": [(a["origin"], a["status"], round(a["model_timing"]["speedup"], 3) if a.get("model_timing")
                            else None, round(a.get("seconds") or 0.0, 1)) for a in k.get("history", [])]}
-                for k in record.get("kernels", [])}
-            row["tune_error"] = record.get("error")
-        except (ValueError, KeyError, IndexError) as exc:
+                for k in kernels_seen}
+            row["tune_error"] = "; ".join(r["error"] for r in records if r.get("error")) or None
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
             row["tune_error"] = f"no run record ({exc})"
         # Where a screened candidate's seconds go, per cascade stage (median over the run's verdicts),
         # and what the problem cost before its first kernel's search (harvest, compile trials, open).
@@ -90,29 +100,52 @@ def main() -> int:
                     before["open"] = data.get("seconds")
         row["stage_s"] = {k: round(sorted(v)[len(v) // 2], 2) for k, v in stages.items()}
         row["before_search_s"] = before
+        print(json.dumps(row), file=sys.stderr, flush=True)
+        return row
+
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        tuned = list(pool.map(tune_one, args.problems))
+    rows = []
+    for problem, tuned_row in zip(args.problems, tuned):
+        name = problem.stem
         bench_json = args.out / f"{name}.bench.json"
         bench = [*cli, "bench", str(problem), "--modes", "default,max-autotune-no-cudagraphs,kernelopt",
-                 "--kernels-dir", str(kernels), "--json", str(bench_json)]
+                 "--kernels-dir", str(args.out / name / "kernels"), "--json", str(bench_json)]
+        left = args.timeout if args.deadline_s is None else min(args.timeout, args.deadline_s - (time.monotonic() - started))
+        if left < 20:
+            print(f"{name}: bench skipped, the deadline is near", file=sys.stderr, flush=True)
+            rows.append(dict(tuned_row, bench_error="not benched: deadline"))
+            continue
         print(f"{name}: bench", file=sys.stderr, flush=True)
-        code, bench_s, out = _run(bench, args.out / f"{name}.bench.log", args.timeout)
+        code, bench_s, out = _run(bench, args.out / f"{name}.bench.log", left)
         (args.out / f"{name}.bench.txt").write_text(out)
-        row.update(bench_exit=code, bench_s=round(bench_s, 1))
         try:
-            result = json.loads(bench_json.read_text())["problems"][0]
-            modes = {m["mode"]: m for m in result["modes"]}
-            for mode, key in (("max-autotune-no-cudagraphs", "ma"), ("kernelopt", "ko")):
-                m = modes.get(mode, {})
-                row[f"{key}_vs_default"] = m.get("speedup")
-                row[f"{key}_correct"] = m.get("correct")
-                row[f"{key}_limit_pct"] = m.get("limit_pct")
-            ma, ko = modes["max-autotune-no-cudagraphs"].get("median_us"), modes["kernelopt"].get("median_us")
-            row["ko_vs_ma"] = round(ma / ko, 4) if ma and ko else None
-            row["triton_share"] = result.get("triton_share")
-        except (OSError, ValueError, KeyError, IndexError) as exc:
-            row["bench_error"] = f"no bench record ({exc})"
-        rows.append(row)
-        (args.out / "rows.json").write_text(json.dumps(rows, indent=1))
-        print(json.dumps(row), flush=True)  # what is done survives a timeout
+            results = json.loads(bench_json.read_text())["problems"]
+        except (OSError, ValueError, KeyError) as exc:
+            results = []
+            tuned_row["bench_error"] = f"no bench record ({exc})"
+        for result in results or [{}]:
+            row = dict(tuned_row, bench_exit=code, bench_s=round(bench_s, 1))
+            if result.get("shape"):
+                row["problem"] = f"{name}@{result['shape']}"
+            try:
+                modes = {m["mode"]: m for m in result["modes"]}
+                for mode, key in (("max-autotune-no-cudagraphs", "ma"), ("kernelopt", "ko")):
+                    m = modes.get(mode, {})
+                    row[f"{key}_vs_default"] = m.get("speedup")
+                    row[f"{key}_correct"] = m.get("correct")
+                    row[f"{key}_limit_pct"] = m.get("limit_pct")
+                ma, ko = modes["max-autotune-no-cudagraphs"].get("median_us"), modes["kernelopt"].get("median_us")
+                row["ko_vs_ma"] = round(ma / ko, 4) if ma and ko else None
+                row["triton_share"] = result.get("triton_share")
+                row["ko_source"] = modes["kernelopt"].get("compile_setting")
+                if result.get("error"):
+                    row["bench_error"] = result["error"][:300]
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                row.setdefault("bench_error", f"no bench record ({exc})")
+            rows.append(row)
+            (args.out / "rows.json").write_text(json.dumps(rows, indent=1))
+            print(json.dumps(row), flush=True)  # what is done survives a timeout
     print("\nproblem | compile chosen (speedup over default) | kernels stored | max-autotune/default | "
           "kernelopt/default | kernelopt/max-autotune | limit % max-autotune -> kernelopt | stored from | correct | "
           "tune s | bench s")
