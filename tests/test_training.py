@@ -103,6 +103,33 @@ def test_default_loss_weights_are_exact_in_every_dtype_never_zero_and_new_per_dr
     assert not torch.equal(cotangents(5, out)[0], cotangents(6, out)[0])
 
 
+def test_the_default_loss_is_never_computed_its_weights_are_drawn_once_per_draw(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backward starts from the weights (a training loop's compiled region gets its incoming gradient
+    from upstream): the same gradients, bit for bit in bf16, as autograd through ``(output * w).sum()``."""
+    import torch
+
+    from pytest_kernelopt.capture import training
+    from pytest_kernelopt.capture.problem import load_problem
+
+    drawn: list[int] = []
+    real = training.cotangents
+    monkeypatch.setattr(training, "cotangents", lambda seed, outs: drawn.append(seed) or real(seed, outs))
+    problem = load_problem(MLP)
+    model = problem.build_model().to(torch.bfloat16)
+    inputs = [x.to(torch.bfloat16) for x in problem.make_inputs(3)]
+    steps = [training.step(model, model, problem, inputs) for _ in range(3)]
+    assert drawn == [3]  # once for the draw, not per step
+    assert all(torch.equal(a, b) for a, b in zip(steps[0], steps[2]))
+    training.step(model, model, problem, [x.to(torch.bfloat16) for x in problem.make_inputs(4)])
+    assert drawn == [3, 4]
+    x = inputs[0].detach().requires_grad_(True)
+    out = model(x)
+    (out * real(3, [out])[0]).sum().backward()
+    expected = [out.detach(), x.grad, *(p.grad for p in model.parameters())]
+    assert all(a.dtype == torch.bfloat16 and torch.equal(a, b) for a, b in zip(steps[0], expected))
+    assert len(problem.incoming) <= 2  # what a problem keeps is bounded
+
+
 def test_the_step_returns_outputs_then_fresh_gradients_of_inputs_and_parameters():
     import torch
 

@@ -56,6 +56,9 @@ class Problem:
     # (verify/kernel.py), given the loss's gradient of each output to turn in place into the draw before the
     # backward runs (capture/training.py: step); None, the loss's own. Set only inside training.incoming_drawn().
     incoming_draw: Any = field(default=None, repr=False)
+    # A training step's default incoming gradients per (seed, outputs), drawn once (capture/training.py:
+    # default_incoming); held by the problem, so they go when it goes.
+    incoming: dict[tuple, list[Any]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def id(self) -> str:

@@ -13,7 +13,10 @@ A problem file is a training problem when it sets ``TRAINING = True`` at module 
   sum over every floating-point output of ``(output * w).sum()``, ``w`` drawn per input draw
   (:func:`cotangents`): each output's gradient is ``w``, of unit scale whatever the output's size
   (a mean would shrink gradients by the element count), and not the constant ones of a plain
-  sum, so a backward kernel that ignores its incoming gradient computes wrong gradients.
+  sum, so a backward kernel that ignores its incoming gradient computes wrong gradients. That loss
+  is never computed: the backward starts from the weights as each output's incoming gradient, as a
+  compiled region of a real training step gets its own from upstream (the same gradients; the eager
+  loss and a per-step draw were most of a step's GPU time, and no training loop spends it).
 
 The model keeps eval() semantics (Dropout off, BatchNorm on its running statistics): what
 eval() computes is deterministic and has a float64 reference. ``TRAIN_MODE = True`` (dropout,
@@ -22,7 +25,7 @@ batch statistics, running-statistics updates) is refused with a ProblemError for
 Gradients are computed with ``torch.autograd.grad`` each step: fresh tensors every run, never
 accumulated into ``.grad``, so nothing a previous run left behind can stand in for them.
 
-The compiled model is ``torch.compile(model)``, as production compiles it: the loss and the
+The compiled model is ``torch.compile(model)``, as production compiles it: the loss (if any) and the
 gradient calls run eagerly around it, and AOTAutograd compiles a forward and a backward graph,
 each with its own Inductor wrapper module. A backward graph's wrapper is recognised by its
 inputs: AOTAutograd names the incoming gradients ``tangents_<n>`` (torch 2.11-2.15), which no
@@ -111,24 +114,47 @@ def cotangents(seed: int, outputs: list[Any]) -> list[Any]:
 
 
 def loss_of(problem: Any, out: Any) -> Any:
-    """The step's loss: the file's ``loss(outputs)``, or the weighted sum of the outputs (module docstring)."""
+    """The file's own ``loss(outputs)``, checked to be a one-element floating-point tensor; None when the file
+    declares none (the default loss, whose gradients :func:`default_incoming` gives without computing it)."""
     import torch
 
+    own = getattr(problem.module, "loss", None)
+    if own is None:
+        return None
+    # An error inside it surfaces on capture's first (eager) step, with its line in the file.
+    loss = own(out)
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
+        raise ProblemError(problem.path, "loss(outputs) must return a floating-point tensor of one element")
+    return loss.reshape(())
+
+
+_INCOMING_KEPT = 2  # (seed, outputs) entries a problem keeps: a draw's, in its dtype and in float64
+
+
+def default_incoming(problem: Any, out: Any) -> tuple[list[Any], list[Any]]:
+    """(outputs, incoming gradients) of the default loss, the weighted sum of every floating-point output
+    (module docstring): each output's gradient is its weight (:func:`cotangents`) in the output's dtype,
+    exactly what autograd gives through ``(output * w).sum()``. The backward starts from them directly, as a
+    compiled region of a real training step gets its incoming gradient from upstream: no loss is computed
+    and nothing is drawn per step (drawing and the eager loss were most of a step's GPU time). Drawn once per
+    (input draw, output shapes); the same tensors serve every step of that draw, never written by the step
+    (a kernel that wrote them would change its own later runs' gradients, which the checks compare)."""
     from .outputs import flatten
 
-    own = getattr(problem.module, "loss", None)
-    if own is not None:
-        # An error inside it surfaces on capture's first (eager) step, with its line in the file.
-        loss = own(out)
-        if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
-            raise ProblemError(problem.path, "loss(outputs) must return a floating-point tensor of one element")
-        return loss.reshape(())
     floating = [t for t in flatten(out) if t.is_floating_point() and t.requires_grad]
     if not floating:
         raise ProblemError(problem.path, "the training step has no floating-point output that depends on a "
                                          "parameter or an input that requires grad (nothing to differentiate)")
-    weights = cotangents(getattr(problem, "draw_seed", 0), floating)
-    return sum(((t * w).sum() for t, w in zip(floating, weights)), torch.zeros((), device=floating[0].device))
+    seed = getattr(problem, "draw_seed", 0)
+    key = (seed, tuple((tuple(t.shape), t.dtype, str(t.device)) for t in floating))
+    kept = getattr(problem, "incoming", {})  # insertion order: the least recently used first
+    incoming = kept.pop(key, None)
+    if incoming is None:
+        incoming = [w.to(t.dtype) for w, t in zip(cotangents(seed, floating), floating)]
+        while len(kept) >= _INCOMING_KEPT:
+            kept.pop(next(iter(kept)))
+    kept[key] = incoming
+    return floating, incoming
 
 
 def step(fn: Any, model: Any, problem: Any, inputs: Any) -> tuple[Any, ...]:
@@ -144,10 +170,17 @@ def step(fn: Any, model: Any, problem: Any, inputs: Any) -> tuple[Any, ...]:
     params = trained_parameters(model)
     with torch.enable_grad():
         out = fn(*xs)
-        loss = loss_of(problem, out)
         wrt = [xs[i] for i in wanted] + params
         draw = getattr(problem, "incoming_draw", None)
-        if draw is None:
+        loss = loss_of(problem, out)
+        if loss is None:
+            outputs, incoming = default_incoming(problem, out)
+            if draw is not None:  # turned in place: copies, the drawn weights serve the other steps
+                incoming = [g.clone() for g in incoming]
+                draw(incoming)
+            grads = torch.autograd.grad(outputs, wrt, grad_outputs=incoming, allow_unused=True,
+                                        materialize_grads=True)
+        elif draw is None:
             grads = torch.autograd.grad(loss, wrt, allow_unused=True, materialize_grads=True)
         else:
             grads = _backward_from_drawn(loss, out, wrt, draw)
@@ -155,9 +188,8 @@ def step(fn: Any, model: Any, problem: Any, inputs: Any) -> tuple[Any, ...]:
 
 
 def _backward_from_drawn(loss: Any, out: Any, wrt: list[Any], draw: Any) -> tuple[Any, ...]:
-    """The step's gradients with each output's incoming gradient (the loss's gradient of it, computed eagerly:
-    the default loss's weights, or what the file's own loss gives) turned in place by ``draw`` first, then
-    the compiled backward run from those (``grad_outputs``)."""
+    """The step's gradients with each output's incoming gradient (what the file's own loss gives, computed
+    eagerly) turned in place by ``draw`` first, then the compiled backward run from those (``grad_outputs``)."""
     import torch
 
     from .outputs import flatten
