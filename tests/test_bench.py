@@ -324,6 +324,24 @@ def test_a_ceiling_the_child_cannot_measure_is_left_out(tmp_path):
     assert not cache.exists()
 
 
+def test_a_training_steps_flops_count_its_backward_to_the_inputs_and_parameters_it_differentiates():
+    import torch
+
+    from pytest_kernelopt.measure.roofline import min_flops
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32))
+    x = torch.randn(16, 64)
+    first, second = 2 * 16 * 64 * 128, 2 * 16 * 128 * 32  # each layer's forward product
+    assert min_flops(model, [x]) == {"float32": first + second}
+    # Backward: each weight's gradient (as many FLOPs as its forward) and each layer's input gradient...
+    assert min_flops(model, [x], [0]) == {"float32": 3 * (first + second)}
+    # ...but not the first layer's, when the step wants no gradient of the input.
+    assert min_flops(model, [x], []) == {"float32": 3 * (first + second) - first}
+    model[0].weight.requires_grad_(False)  # a frozen weight: no gradient of it
+    assert min_flops(model, [x], []) == {"float32": 3 * (first + second) - 2 * first}
+    assert all(p.grad is None and not p.is_meta for p in model.parameters())  # the model is untouched
+
+
 def test_flop_ceilings_are_measured_once_per_machine_and_rate_then_read_from_the_cache(tmp_path):
     from pytest_kernelopt.measure.roofline import flop_ceiling_tflops
 

@@ -331,7 +331,7 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
         if job.shape is None and len(problem.shapes) > 1:
             result.shape_note = (f"benched at shape {problem.shape} only (its first declared); "
                                  f"{', '.join(list(problem.shapes)[1:])} not benched yet")
-        from ..capture.training import is_training, output_names
+        from ..capture.training import grad_input_indices, is_training, output_names
 
         training = result.training = is_training(problem)  # then every mode runs and is timed as the whole step
         optimizer = result.optimizer = job.optimizer if training else None  # stepped inside every mode's step
@@ -390,10 +390,10 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
                 messages = [str(w.message) for w in caught if issubclass(w.category, KerneloptWarning)]
                 row.committed_kernels, row.kernels_note = _kernels_note(backend, messages)
                 row.compile_setting = next((s for s in backend.settings_applied if s is not None), None)
-            if row.mode == BASELINE and not training:  # a step's floors (backward included) are not counted yet
+            if row.mode == BASELINE:  # a step's: its outputs and gradients written, its backward's FLOPs too
                 result.min_bytes = min_bytes(model, inputs, outputs)
                 result.min_written_bytes = written_bytes(outputs)
-                result.min_flops = min_flops(model, inputs)
+                result.min_flops = min_flops(model, inputs, grad_input_indices(problem, inputs) if training else None)
             names = output_names(problem, model, inputs, len(outputs))
             del inputs
             if row.mode == BASELINE and kind == "float64" and len(outputs) == len(reference):

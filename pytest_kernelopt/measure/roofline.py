@@ -98,8 +98,10 @@ def flop_rate(func: Any, dtype: Any) -> str:
     return "tf32" if tf32_allowed("convolution" in str(func)) else "float32"
 
 
-def min_flops(model: Any, inputs: list[Any]) -> dict[str, int] | None:
+def min_flops(model: Any, inputs: list[Any], grad_inputs: list[int] | None = None) -> dict[str, int] | None:
     """FLOPs of one call's matrix products and convolutions, by the rate they run at (:func:`flop_rate`).
+    ``grad_inputs`` (a training step's: the inputs whose gradients it computes): the backward's too, from
+    every output that needs a gradient to those inputs and every parameter that requires grad.
 
     The model runs once on meta tensors (shapes only: no device memory, no device time), its
     parameters and buffers replaced by meta copies, and each ATen op torch's FLOP counter knows
@@ -131,8 +133,19 @@ def min_flops(model: Any, inputs: list[Any]) -> dict[str, int] | None:
 
     try:
         state = {name: meta(t) for name, t in [*model.named_parameters(), *model.named_buffers()]}
-        with torch.no_grad(), _Count():
-            torch.func.functional_call(model, state, tuple(meta(x) for x in inputs))
+        xs = [meta(x) for x in inputs]
+        if grad_inputs is None:
+            with torch.no_grad(), _Count():
+                torch.func.functional_call(model, state, tuple(xs))
+        else:
+            trained = [state[name].requires_grad_(True) for name, p in model.named_parameters()
+                       if p.requires_grad and p.is_floating_point()]
+            wrt = [xs[i].requires_grad_(True) for i in grad_inputs] + trained
+            with torch.enable_grad(), _Count():
+                out = torch.func.functional_call(model, state, tuple(xs))
+                needing = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
+                torch.autograd.grad(needing, wrt, grad_outputs=[torch.ones_like(t) for t in needing],
+                                    allow_unused=True)
     except Exception:  # noqa: BLE001 - a model that needs real data: no FLOP floor, never an error
         return None
     return {rate: n for rate, n in counts.items() if n > 0}
