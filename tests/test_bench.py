@@ -342,6 +342,33 @@ def test_a_training_steps_flops_count_its_backward_to_the_inputs_and_parameters_
     assert all(p.grad is None and not p.is_meta for p in model.parameters())  # the model is untouched
 
 
+def test_attention_is_counted_at_its_own_dtype_and_causal_pairs_not_as_the_float32_math_fallback():
+    import torch
+    import torch.nn.functional as F
+
+    from pytest_kernelopt.measure.roofline import _attention_flops, min_flops
+
+    class Attention(torch.nn.Module):
+        def __init__(self, causal: bool):
+            super().__init__()
+            self.causal = causal
+
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+
+    q = torch.randn(2, 4, 16, 8, dtype=torch.bfloat16)
+    kv = torch.randn(2, 4, 16, 8, dtype=torch.bfloat16)
+    full = 2 * 2 * 4 * 16 * 16 * (8 + 8)  # query by key, weights by value, over every pair
+    assert min_flops(Attention(False), [q, kv, kv]) == {"bfloat16": full}
+    causal = 2 * 2 * 4 * (16 * 17 // 2) * (8 + 8)  # query i attends the first i + 1 keys
+    assert min_flops(Attention(True), [q, kv, kv]) == {"bfloat16": causal}
+    assert min_flops(Attention(True), [q, kv, kv], [0, 1, 2]) == {"bfloat16": 3 * causal}  # + dV, dP, dQ, dK
+    # More queries than keys: those past the last key attend every key; the same as counting pair by pair.
+    for queries, keys in ((5, 3), (3, 5), (7, 7)):
+        by_pair = sum(min(i + 1, keys) for i in range(queries))
+        assert _attention_flops((1, 1, queries, 4), (1, 1, keys, 4), (1, 1, keys, 4), True, False) == 2 * by_pair * 8
+
+
 def test_flop_ceilings_are_measured_once_per_machine_and_rate_then_read_from_the_cache(tmp_path):
     from pytest_kernelopt.measure.roofline import flop_ceiling_tflops
 

@@ -108,13 +108,43 @@ def min_flops(model: Any, inputs: list[Any], grad_inputs: list[int] | None = Non
     (``mm``, ``addmm``, ``bmm``, convolutions, attention...) is counted with torch's formula.
     Pointwise work and reductions are not counted (the memory floor bounds those). None when
     the model cannot run on meta tensors (data-dependent Python, ``.item()``): no FLOP floor then.
+
+    ``scaled_dot_product_attention`` is counted as one call (:func:`_attention_flops`), not as what it
+    decomposes into on meta tensors: torch's math fallback, which runs half-precision attention as float32
+    products over every query-key pair, would count a causal bf16 attention at twice its work and at the
+    float32 rate (a GPT-2 block's training step read as 196% of its limit on the H200).
     """
     import torch
     from torch.utils import _pytree as pytree
+    from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import flop_registry
 
     counts: dict[str, int] = {}
+
+    class _Attention(torch.autograd.Function):
+        """Attention's output and input gradients as empty meta tensors: counted once, by :class:`_Calls`."""
+
+        @staticmethod
+        def forward(ctx: Any, q: Any, k: Any, v: Any) -> Any:
+            ctx.like = q, k, v
+            return q.new_empty((*q.shape[:-1], v.shape[-1]))
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            return tuple(torch.empty_like(t) for t in ctx.like)
+
+    class _Calls(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            if func is not torch.nn.functional.scaled_dot_product_attention:
+                return func(*args, **kwargs)
+            q, k, v = args[:3]
+            causal = bool(kwargs.get("is_causal", args[5] if len(args) > 5 else False))
+            backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+            rate = flop_rate("scaled_dot_product_attention", q.dtype)
+            counts[rate] = counts.get(rate, 0) + _attention_flops(q.shape, k.shape, v.shape, causal, backward)
+            return _Attention.apply(q, k, v)
 
     class _Count(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -135,13 +165,13 @@ def min_flops(model: Any, inputs: list[Any], grad_inputs: list[int] | None = Non
         state = {name: meta(t) for name, t in [*model.named_parameters(), *model.named_buffers()]}
         xs = [meta(x) for x in inputs]
         if grad_inputs is None:
-            with torch.no_grad(), _Count():
+            with torch.no_grad(), _Calls(), _Count():
                 torch.func.functional_call(model, state, tuple(xs))
         else:
             trained = [state[name].requires_grad_(True) for name, p in model.named_parameters()
                        if p.requires_grad and p.is_floating_point()]
             wrt = [xs[i].requires_grad_(True) for i in grad_inputs] + trained
-            with torch.enable_grad(), _Count():
+            with torch.enable_grad(), _Calls(), _Count():
                 out = torch.func.functional_call(model, state, tuple(xs))
                 needing = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
                 torch.autograd.grad(needing, wrt, grad_outputs=[torch.ones_like(t) for t in needing],
@@ -149,6 +179,24 @@ def min_flops(model: Any, inputs: list[Any], grad_inputs: list[int] | None = Non
     except Exception:  # noqa: BLE001 - a model that needs real data: no FLOP floor, never an error
         return None
     return {rate: n for rate, n in counts.items() if n > 0}
+
+
+def _attention_flops(q: Any, k: Any, v: Any, causal: bool, backward: bool) -> int:
+    """The least FLOPs of one attention over shapes ``q`` (..., heads, queries, d), ``k`` and ``v`` (..., kv heads,
+    keys, d or d_v; grouped heads share theirs): the two products, query by key and weights by value, over every
+    pair a query attends (causal: query ``i`` the first ``i + 1`` keys, torch's top-left alignment), and with
+    ``backward`` the four its gradients need at the least (dV, dP, dQ, dK; recomputing the weights is more)."""
+    import math
+
+    queries, keys, d, d_v = q[-2], k[-2], q[-1], v[-1]
+    if not causal:
+        pairs = queries * keys
+    elif queries <= keys:
+        pairs = queries * (queries + 1) // 2
+    else:  # queries past the last key attend every key
+        pairs = keys * (keys + 1) // 2 + (queries - keys) * keys
+    forward = 2 * math.prod(q[:-2]) * pairs * (d + d_v)
+    return forward * (3 if backward else 1)
 
 
 def floor_seconds(floor_bytes: int, copy_gbps: float, flops: dict[str, int] | None = None,
