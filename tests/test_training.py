@@ -421,6 +421,10 @@ def test_a_backward_kernel_wrong_only_on_zero_incoming_gradients_is_rejected_by_
     # No side effect: the compiler's kernels back in both wrappers, the step's loss its own again.
     assert {h.attr: getattr(h.module, h.attr) for h in prepared.compiled.kernels.values()} == module_before
     assert prepared.compiled.problem.incoming_draw is None
+    # The step's drawn incoming gradients live for one check: a candidate cannot leave them written for the next.
+    assert prepared.compiled.problem.incoming
+    prepared.begin_check(54321)
+    assert not prepared.compiled.problem.incoming
 
 
 @pytest.mark.slow

@@ -137,6 +137,10 @@ class Prepared:
         from .tensors import Entropy
 
         self.entropy = Entropy(root)
+        # A training step's incoming gradients, drawn once per seed and reused by its steps (capture/training.py:
+        # default_incoming), are drawn again for every check: a candidate that wrote into them changes its own
+        # check's gradients, never a later candidate's.
+        getattr(getattr(self.compiled, "problem", None), "incoming", {}).clear()
 
     def seal_references(self) -> None:
         self.reference_sums = _reference_sums(self.references)
