@@ -10,9 +10,9 @@ This is test plumbing, not the product: the verifier's workers (``pytest_kernelo
 started by the product code in these children as in any run, fresh, sandboxed. What stays a fresh
 interpreter (:func:`forkable` says no): anything but ``python -m pytest``, ``python -m pytest_kernelopt.cli``
 and the ``kernelopt`` script; a pytest run that is not a gate run (what plain ``pytest`` imports is a
-contract: tests/test_plugin.py); a command whose environment differs from the zygote's in a variable read
-at start-up or at import (``PYTHON*`` but the three handled here, ``TORCH*``, ``TRITON*``, CUDA, OpenMP,
-``LD_*``); and everything when ``KERNELOPT_TEST_FORK=0``.
+contract: tests/test_plugin.py); and everything when ``KERNELOPT_TEST_FORK=0``. A command whose environment
+differs from the zygote's in a variable read at start-up or at import (``PYTHON*`` but the three the child
+sets up, ``TORCH*``, ``TRITON*``, CUDA, OpenMP, ``LD_*``) gets a zygote started with its environment.
 """
 
 from __future__ import annotations
@@ -84,7 +84,9 @@ def child(request, fds):
         runpy.run_path(request["script"], run_name="__main__")
     else:
         sys.argv = [request["module"], *request["args"]]  # runpy puts the module's file in argv[0]
-        sys.modules.pop(request["module"], None)  # as in a fresh `python -m`: run as __main__, not yet imported
+        # As in a fresh `python -m`: what runs as __main__ (a package's __main__) was not imported before.
+        package = hasattr(sys.modules.get(request["module"]), "__path__")
+        sys.modules.pop(request["module"] + ".__main__" if package else request["module"], None)
         runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
     raise SystemExit(0)
 
@@ -105,14 +107,18 @@ while True:
 '''
 
 
-class _Zygote:
-    """The pre-imported process of this test worker and the socket to it."""
+def _at_start(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(_AT_START) and k not in _HANDLED}
 
-    def __init__(self) -> None:
-        self.env = dict(os.environ)
+
+class _Zygote:
+    """The pre-imported process of this test worker and the socket to it, started with ``env``."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = dict(env)
         ours, theirs = socket.socketpair()
         self.proc = subprocess.Popen([sys.executable, "-c", _ZYGOTE, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=self.env)
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=self.env, cwd="/")
         theirs.close()
         self.sock = ours
         self._buffer = b""
@@ -134,17 +140,23 @@ class _Zygote:
         return line + b"\n"
 
     def close(self) -> None:
-        self.sock.close()
-        self.proc.wait(timeout=30)
+        if self.sock.fileno() >= 0:
+            self.sock.close()
+            self.proc.wait(timeout=30)
 
 
 _zygote: _Zygote | None = None
 
 
-def _the_zygote() -> _Zygote:
+def _the_zygote(env: Mapping[str, str]) -> _Zygote:
+    """The zygote, started afresh when the one running was started with other values of the variables read
+    at start-up or import (in-process compiles set TRITON_CACHE_DIR, torch 2.13; a test may set one)."""
     global _zygote
-    if _zygote is None or _zygote.proc.poll() is not None:
-        _zygote = _Zygote()
+    if _zygote is not None and (_zygote.proc.poll() is not None or _at_start(_zygote.env) != _at_start(env)):
+        _zygote.close()
+        _zygote = None
+    if _zygote is None:
+        _zygote = _Zygote(env)
         atexit.register(_zygote.close)
     return _zygote
 
@@ -161,17 +173,14 @@ def _command(argv: Sequence[str]) -> tuple[str | None, str | None, list[str]] | 
     return None
 
 
-def forkable(argv: Sequence[str], env: Mapping[str, str]) -> bool:
-    """Whether the zygote may run ``argv`` with ``env`` as a fresh interpreter would (see the module's docstring)."""
+def forkable(argv: Sequence[str]) -> bool:
+    """Whether the zygote may run ``argv`` as a fresh interpreter would (see the module's docstring)."""
     command = _command(argv)
     if command is None or os.environ.get(SWITCH) == "0":
         return False
     module, _, args = command
-    if module == "pytest" and not any(a == "--kernelopt" or a.startswith("--kernelopt-") for a in args):
-        return False  # a plain pytest run: what it imports is checked, it starts fresh
-    zygote_env = _zygote.env if _zygote is not None else os.environ
-    keys = {k for k in (*env, *zygote_env) if k.startswith(_AT_START) and k not in _HANDLED}
-    return all(env.get(k) == zygote_env.get(k) for k in keys)
+    # A plain pytest run: what it imports is checked, it starts fresh.
+    return module != "pytest" or any(a == "--kernelopt" or a.startswith("--kernelopt-") for a in args)
 
 
 class Forked:
@@ -186,7 +195,7 @@ class Forked:
         module, script, args = command
         self.args = list(argv)
         self.returncode: int | None = None
-        self._zygote = _the_zygote()
+        self._zygote = _the_zygote(env)
         request = {"module": module, "script": script, "args": args, "env": dict(env),
                    "cwd": os.fspath(cwd) if cwd is not None else os.getcwd()}
         socket.send_fds(self._zygote.sock, [json.dumps(request).encode()], [stdout, stderr])
@@ -227,7 +236,7 @@ def run(argv: Sequence[str | os.PathLike[str]], *, cwd: str | os.PathLike[str] |
     """``subprocess.run(argv, capture_output=True, text=True, ...)``, forked from the zygote where it may be."""
     args = [os.fspath(a) for a in argv]
     environ = dict(os.environ if env is None else env)
-    if not forkable(args, environ):
+    if not forkable(args):
         return subprocess.run(args, cwd=cwd, env=environ, capture_output=True, text=True, timeout=timeout)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         child = popen(args, stdout=out, stderr=err, cwd=cwd, env=environ)
@@ -253,7 +262,7 @@ def patch_pytester(pytester: Any, monkeypatch: Any) -> None:
         args = [os.fspath(a) for a in cmdargs]
         env = os.environ.copy()  # as pytester's own popen: the cwd on PYTHONPATH
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH", "")]))
-        if kw or stdin is not pytester.CLOSE_STDIN or not forkable(args, env) or isinstance(stdout, int) \
+        if kw or stdin is not pytester.CLOSE_STDIN or not forkable(args) or isinstance(stdout, int) \
                 or isinstance(stderr, int):
             return original(cmdargs, stdout=stdout, stderr=stderr, stdin=stdin, **kw)
         return popen(args, stdout=stdout, stderr=stderr, env=env)
