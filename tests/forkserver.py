@@ -116,7 +116,7 @@ class _Zygote:
 
     def __init__(self, env: Mapping[str, str]) -> None:
         self.env = dict(env)
-        ours, theirs = socket.socketpair()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # a request is one message
         self.proc = subprocess.Popen([sys.executable, "-c", _ZYGOTE, str(theirs.fileno())], pass_fds=(theirs.fileno(),),
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=self.env, cwd="/")
         theirs.close()
