@@ -13,16 +13,17 @@ import ast
 import json
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import forkserver
+
 TESTS = Path(__file__).parent
 REPO = TESTS.parent
-KERNELOPT = Path(sys.executable).with_name("kernelopt")  # the console script of this venv
+KERNELOPT = forkserver.KERNELOPT  # the console script of this venv
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -135,10 +136,16 @@ def compiled_models(interpreter: str) -> CompiledModels:
 # --- the command line -------------------------------------------------------------------
 
 def run_kernelopt(*args: object, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    """Run the installed ``kernelopt`` command; never raises on a non-zero exit."""
-    return subprocess.run(
-        [str(KERNELOPT), *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300
-    )
+    """Run the installed ``kernelopt`` command (forked from this worker's zygote: tests/forkserver.py);
+    never raises on a non-zero exit."""
+    return forkserver.run([KERNELOPT, *map(str, args)], cwd=cwd, timeout=300)
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytester, its subprocess gate runs forked from this worker's zygote (tests/forkserver.py)."""
+    forkserver.patch_pytester(pytester, monkeypatch)
+    return pytester
 
 
 @pytest.fixture(scope="session")

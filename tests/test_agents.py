@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import forkserver
 from pydantic import BaseModel, Field
 
 from pytest_kernelopt.agents import TuneOptions, Tuner
@@ -854,7 +856,7 @@ def test_tune_cli_interpreter(tmp_path):
     cmd = [sys.executable, "-m", "pytest_kernelopt.cli", "tune", str(_smaller_sum_reduce(tmp_path / "problems")),
            "--device", "cpu", "--seeds", "1", "--kernels-dir", str(tmp_path / "kernels"), "--runs-dir",
            str(tmp_path / "runs"), "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    proc = forkserver.run(cmd, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = RunRecord.model_validate_json(proc.stdout)
     (problem,) = record.problems
@@ -942,7 +944,7 @@ def test_tune_workers_and_shards_merge_into_one_run(tmp_path):
     cmd = [sys.executable, "-m", "pytest_kernelopt.cli", "tune", *problems, "--device", "cpu", "--seeds", "1",
            "--seed", "5", "--kernel", "none-selected", "--workers", "2", "--shard", f"{shard}/2", "--kernels-dir",
            str(tmp_path / "kernels"), "--runs-dir", str(tmp_path / "runs"), "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    proc = forkserver.run(cmd, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"shard {shard}/2: 2 of 3 problem(s): sum_reduce, softmax_rows" in proc.stderr, proc.stderr[-2000:]
     record = RunRecord.model_validate_json(proc.stdout)

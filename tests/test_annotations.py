@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import forkserver
+
 from pytest_kernelopt.runs.gate_result import ItemResult
 from pytest_kernelopt.report.annotations import annotation_lines, escape_data, escape_property, one_line
 
@@ -26,8 +28,8 @@ def _interpreter_before_triton():
 
 def gate(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=project,
-                          capture_output=True, text=True, env={**environ, "PYTHONPATH": str(ROOT), **env})
+    return forkserver.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=project,
+                          env={**environ, "PYTHONPATH": str(ROOT), **env})
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,8 @@ from typing import Any, Callable
 
 import pytest
 
+import forkserver
+
 from pytest_kernelopt.verify.stages import names as stage_names
 from pytest_kernelopt.verify.worker import worker_env
 
@@ -38,9 +40,9 @@ SEEDS = "2"  # two seeds: enough for every case below (the stale-cache case need
 # --- running the command line ------------------------------------------------------------
 
 def cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``kernelopt ARGS`` in a subprocess (this interpreter's package), from the repository root."""
-    return subprocess.run([sys.executable, "-m", "pytest_kernelopt.cli", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    """``kernelopt ARGS`` in a child process (this interpreter's package; forked from this worker's zygote,
+    tests/forkserver.py), from the repository root."""
+    return forkserver.run([sys.executable, "-m", "pytest_kernelopt.cli", *args], cwd=ROOT, timeout=timeout, env=env)
 
 
 @dataclass

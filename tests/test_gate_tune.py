@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+import forkserver
 
 from conftest import gate_project
 
@@ -37,9 +38,9 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     assert "(4, 16, 32)" in problem.read_text()
     problem.write_text(problem.read_text().replace("(4, 16, 32)", "(2, 16, 8)"))
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
-    run = subprocess.run([sys.executable, "-m", "pytest", "--kernelopt", "--kernelopt-tune", "--kernelopt-open-pr",
+    run = forkserver.run([sys.executable, "-m", "pytest", "--kernelopt", "--kernelopt-tune", "--kernelopt-open-pr",
                           "--kernelopt-seeds", "1", "--kernelopt-budget-s", "1", "-p", "no:cacheprovider"],
-                         cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+                         cwd=repo, env=env, timeout=900)
     assert run.returncode == 0, run.stdout + run.stderr
     return repo, run.stdout
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+import forkserver
 
 from conftest import gate_project, run_kernelopt
 
@@ -293,8 +294,7 @@ def test_bf16_problem_accepted_then_the_gate_passes(kernels_listing, tmp_path):
                              "--allow-no-gain", "--seeds", "1", cwd=repo)
     assert accepted.returncode == 0, accepted.stdout[-2000:] + accepted.stderr[-2000:]
     assert (repo / "kernels" / RMS.stem / name).is_dir()
-    gate = subprocess.run([sys.executable, "-m", "pytest", "--kernelopt", "--kernelopt-seeds", "1", "-p",
-                           "no:cacheprovider", "-W", "ignore", "-n", "0"], cwd=repo, capture_output=True, text=True,
-                          timeout=600)
+    gate = forkserver.run([sys.executable, "-m", "pytest", "--kernelopt", "--kernelopt-seeds", "1", "-p",
+                           "no:cacheprovider", "-W", "ignore", "-n", "0"], cwd=repo, timeout=600)
     assert gate.returncode == 0, gate.stdout[-3000:]
     assert "2 passed" in gate.stdout, gate.stdout[-3000:]

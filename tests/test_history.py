@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import forkserver
 from test_gate_report import result
 
 from pytest_kernelopt.cli import main
@@ -135,9 +137,8 @@ def test_merge_appends_the_merged_run(repo, capsys, monkeypatch):
 def test_the_gate_refuses_a_history_file_it_cannot_read_before_compiling(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.kernelopt]\nproblems = ["problems/*.py"]\ndevice = "cpu"\n')
     (tmp_path / "history.json").write_text("{not json")
-    run = subprocess.run([sys.executable, "-m", "pytest", "--kernelopt", "--kernelopt-history", "history.json",
-                          "-p", "no:cacheprovider"], cwd=tmp_path, capture_output=True, text=True,
-                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    run = forkserver.run([sys.executable, "-m", "pytest", "--kernelopt", "--kernelopt-history", "history.json",
+                          "-p", "no:cacheprovider"], cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert run.returncode == 4, run.stdout + run.stderr
     assert "history.json: not a benchmark history file" in run.stderr
     assert (tmp_path / "history.json").read_text() == "{not json"

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+import forkserver
+
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +34,7 @@ ROW = r"problems/elementwise_chain\.py\s+"  # the summary row of the problem (co
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pytest_kernelopt.cli", *args], cwd=cwd, capture_output=True, text=True)
+    return forkserver.run([sys.executable, "-m", "pytest_kernelopt.cli", *args], cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -168,9 +170,8 @@ def _copies(template: Path, project: Path, names: Iterable[str]) -> str:
 def _gate_in(project: Path, *args: str, cache: bool = False) -> pytest.RunResult:
     """:func:`_gate` in ``project`` (a module's shared run, where pytester's per-test folder does not fit)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
-    run = subprocess.run([sys.executable, "-m", "pytest", "--kernelopt", "--kernelopt-seeds", "2", "-W", "ignore",
-                          *([] if cache else ["-p", "no:cacheprovider"]), *args],
-                         cwd=project, env=env, capture_output=True, text=True, timeout=900)
+    run = forkserver.run([sys.executable, "-m", "pytest", "--kernelopt", "--kernelopt-seeds", "2", "-W", "ignore",
+                          *([] if cache else ["-p", "no:cacheprovider"]), *args], cwd=project, env=env, timeout=900)
     return pytest.RunResult(run.returncode, run.stdout.splitlines(), run.stderr.splitlines(), 0.0)
 
 

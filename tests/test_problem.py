@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+import forkserver
+
 from pytest_kernelopt.errors import ProblemError
 from pytest_kernelopt.capture.problem import load_problem
 
@@ -259,13 +261,12 @@ def test_python_numbers_in_get_inputs_pass_as_they_are(tmp_path):
 def test_a_problem_with_number_inputs_goes_through_the_cascade(tmp_path):
     """The compiler's kernel is correct; one that ignores the scale input is rejected."""
     import json
-    import subprocess
     import sys
 
     path = write_problem(tmp_path, SCALAR, "scalar_mul")
     cli = [sys.executable, "-m", "pytest_kernelopt.cli"]
-    dumped = subprocess.run([*cli, "kernels", str(path), "--device", "cpu", "--dump", str(tmp_path / "d"), "--json"],
-                            capture_output=True, text=True, timeout=600)
+    dumped = forkserver.run([*cli, "kernels", str(path), "--device", "cpu", "--dump", str(tmp_path / "d"), "--json"],
+                            timeout=600)
     assert dumped.returncode == 0, dumped.stderr[-2000:]
     [kernel] = [k for k in json.loads(dumped.stdout) if k["kind"] == "triton"]
     good = tmp_path / "d" / f"{kernel['name']}.py"
@@ -273,8 +274,8 @@ def test_a_problem_with_number_inputs_goes_through_the_cascade(tmp_path):
     bad = tmp_path / "ignores_scale.py"
     bad.write_text(text.replace("2.5", "2.0"))  # torch.compile specialised the number into the kernel
     assert bad.read_text() != text
-    proc = subprocess.run([*cli, "verify", str(path), "--kernel", kernel["name"], "--candidate", str(good), str(bad),
-                           "--device", "cpu", "--seeds", "1", "--json"], capture_output=True, text=True, timeout=900)
+    proc = forkserver.run([*cli, "verify", str(path), "--kernel", kernel["name"], "--candidate", str(good), str(bad),
+                           "--device", "cpu", "--seeds", "1", "--json"], timeout=900)
     verdicts = json.loads(proc.stdout)
     assert [v["status"] for v in verdicts] == ["correct", "rejected"], proc.stderr[-2000:]
 

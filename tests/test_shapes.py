@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+import forkserver
+
 pytest_plugins = ["pytester"]
 
 PROBLEM = '''"""A pointwise model sized by module globals, at two declared batch sizes."""
@@ -43,8 +45,7 @@ FILE = "problems/rows_sin.py"
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pytest_kernelopt.cli", *args], cwd=cwd, capture_output=True,
-                          text=True)
+    return forkserver.run([sys.executable, "-m", "pytest_kernelopt.cli", *args], cwd=cwd)
 
 
 def _problem(tmp_path: Path, text: str) -> Path:

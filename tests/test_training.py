@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+import forkserver
+
 from conftest import TESTS, add_to_last_store
 
 MLP = TESTS / "problems_train" / "mlp_layernorm_train.py"  # default loss, LayerNorm: forward and backward kernels
@@ -519,7 +521,6 @@ def test_the_gate_has_items_for_backward_kernels_and_fails_a_wrong_committed_one
     import json
     import os
     import shutil
-    import subprocess
     import sys
 
     from pytest_kernelopt.candidate import render_dump
@@ -531,9 +532,9 @@ def test_the_gate_has_items_for_backward_kernels_and_fails_a_wrong_committed_one
     info = _backward(prepared, "sum")
     commit(tmp_path / "kernels", "mlp_layernorm_train", info, _scaled(render_dump(info, "mlp_layernorm_train")))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    gate = subprocess.run([sys.executable, "-m", "pytest", "--kernelopt", "--kernelopt-seeds", "1", "-p",
+    gate = forkserver.run([sys.executable, "-m", "pytest", "--kernelopt", "--kernelopt-seeds", "1", "-p",
                            "no:cacheprovider", "--kernelopt-json", "gate.json", "-q"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
+                          timeout=600)
     assert gate.returncode == 1, gate.stdout + gate.stderr
     items = {item["kernel"] or "model": item for item in json.loads((tmp_path / "gate.json").read_text())["items"]}
     backward = [n for n in items if n.endswith("__bwd")]

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+import forkserver
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "tests" / "problems" / "elementwise_chain.py"
@@ -166,9 +167,9 @@ def test_cli_verifies_several_candidates_in_one_session(dump, tmp_path):
     name, path = dump
     broken = tmp_path / "broken.py"
     broken.write_text(_broken(path.read_text()))
-    proc = subprocess.run([sys.executable, "-m", "pytest_kernelopt.cli", "verify", str(PROBLEM), "--kernel", name,
+    proc = forkserver.run([sys.executable, "-m", "pytest_kernelopt.cli", "verify", str(PROBLEM), "--kernel", name,
                            "--candidate", str(path), str(broken), "--device", "cpu", "--seeds", "1", "--json"],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+                          timeout=600, cwd=ROOT)
     assert proc.returncode == 1, proc.stderr  # one of them is rejected
     verdicts = json.loads(proc.stdout)
     assert [v["status"] for v in verdicts] == ["correct", "rejected"]
