@@ -72,16 +72,19 @@ def test_the_pass_rewrites_a_scan_between_flips_of_its_axis_and_nothing_else(int
 
 
 def _judged_on_every_draw(verdict) -> None:
-    """The setting passed the seeds and was judged on the input draws too. It may be rejected on a draw of
-    sorted rows: in interpreter mode (2026-12-04) the suffix-scan kernel's error there reached 4.3x the
-    default compile's on one element of 1800 (the rule allows 4x), on other checks it stayed within; the
-    draws are fresh per check, so which happens is not the test's to pin."""
+    """The setting passed the seeds and was judged on the input draws too. It may be rejected on numbers:
+    in interpreter mode (2026-12-04) the suffix-scan kernel's error on a draw of sorted rows reached 4.3x
+    the default compile's on one element of 1800 (the rule allows 4x), and once (2026-12-05) 1.02x the
+    allowance on a seed (the seeds' weights are perturbed from the check's fresh entropy); on other checks
+    it stayed within. Which happens is not the test's to pin; a rejection must be the model stage's, on
+    numbers at a seed or a draw, never anything else."""
     import re
 
     if verdict.status == "correct":
         assert "input draw(s)" in verdict.stages[1].detail, verdict.stages[1].detail
     else:
-        assert verdict.status == "rejected" and re.match(r"model: draw '\w+'", verdict.reason or ""), verdict.reason
+        assert verdict.status == "rejected" and re.match(r"model: (draw '\w+'|seed \d+, output \d+)",
+                                                         verdict.reason or ""), verdict.reason
 
 
 def test_the_rewrite_setting_is_judged_like_any_compile_and_skipped_where_it_changes_nothing(interpreter):
