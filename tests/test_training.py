@@ -430,6 +430,25 @@ def test_a_backward_kernel_wrong_only_on_zero_incoming_gradients_is_rejected_by_
 
 
 @pytest.mark.slow
+def test_a_backward_kernel_that_writes_its_incoming_gradient_is_rejected_at_either_stage(prepared):
+    """The incoming gradients are drawn once per draw and reused by its steps (capture/training.py): a kernel that
+    reads them correctly, then overwrites them for the runs after it, is caught as a write to an argument the
+    compiler's kernel only reads, by the kernel stage and by the model stage alone (the gate's model item)."""
+    from pytest_kernelopt.candidate import render_dump
+
+    info = _backward(prepared, "sum")
+    honest = render_dump(info, "mlp_layernorm_train")
+    load = next(line for line in honest.splitlines() if "tl.load(in_ptr0" in line)
+    indent = load[: len(load) - len(load.lstrip())]
+    offsets, mask = load.split("tl.load(")[1].split(", ")[:2]  # in_ptr0 + (...), its mask
+    attack = honest.replace(load, f"{load}\n{indent}tl.store({offsets}, tmp0 * 0.0 + 0.5, {mask})")
+    assert attack != honest
+    for kernel in (info.name, None):
+        stages = _check(prepared, kernel, {info.name: attack})
+        assert not stages[-1].passed and "read-only argument in_ptr0: changed" in stages[-1].detail, stages[-1].detail
+
+
+@pytest.mark.slow
 def test_the_model_stage_alone_judges_every_gradient_and_names_the_one_that_is_wrong(prepared):
     """The gate's model item swaps every committed kernel at once: a wrong backward kernel shows in a gradient."""
     from pytest_kernelopt.candidate import render_dump
