@@ -336,6 +336,25 @@ def test_search_offers_the_other_configurations_inductor_compiled_first():
     assert "3 configurations Inductor compiled" in proposals[0].rationale
 
 
+def test_harvest_judges_a_kernel_of_another_form_before_launch_configurations():
+    # A persistent kernel (one launch setting fewer, another kind prefix) harvested from another compile is
+    # proposed before the configurations the default compile raced and before another compile's same-form kernel.
+    persistent = KERNEL_SRC.replace("triton_red_fused_sum_0", "triton_per_fused_sum_0")
+    args = ["in_ptr0", "out_ptr0", "xnumel", "r0_numel"]
+    coder = SearchCoder()
+    coder._device = "cuda"
+    coder.harvested = HarvestResult(kernels=[
+        Harvested(variant="max-autotune-extern", name="triton_red_fused_sum_0", graph=0, fingerprint="e" * 16,
+                  args=args, written=["out_ptr0"], source=with_point(KERNEL_SRC, {"XBLOCK": 4})),
+        Harvested(variant="persistent-rows", name="triton_per_fused_sum_0", graph=0, fingerprint="p" * 16,
+                  args=args, written=["out_ptr0"], source=persistent)])
+    info = _info()
+    info = info.model_copy(update={"launch": info.launch.model_copy(update={
+        "compiled_configs": 2, "alternatives": [{"XBLOCK": 16, "R0_BLOCK": 64, "num_warps": 8, "num_stages": 1}]})})
+    proposals = coder.propose(_ctx().model_copy(update={"kernel": info}))
+    assert [p.origin for p in proposals] == ["harvest:persistent-rows", "harvest:compiled", "harvest:max-autotune-extern"]
+
+
 def test_search_in_interpreter_mode_tries_only_a_few_launch_points():
     coder = SearchCoder()
     ctx = _ctx(device="cpu").model_copy(update={"strategies": ["launch"]})

@@ -54,6 +54,12 @@ class HarvestResult(BaseModel):
 _PREFIX = re.compile(r"^triton_(?:per|red|poi|tem|for|spl)_")
 
 
+def kind(name: str) -> str:
+    """Inductor's kind prefix of a kernel name (``triton_per_``, ``triton_red_``, ...; "" without one)."""
+    found = _PREFIX.match(name)
+    return found.group(0) if found else ""
+
+
 def stem(name: str) -> str:
     """What a kernel fuses, without Inductor's kind prefix, counter, graph suffix and backward suffix (the
     graph, which ``matches`` compares, tells a training step's backward kernels apart)."""

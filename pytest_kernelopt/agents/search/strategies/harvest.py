@@ -1,21 +1,34 @@
 """``harvest``: Inductor's own alternatives for the kernel, each a drop-in candidate.
 
-The other launch configurations the default compile built (it raced them once, briefly,
-at the first call), then the kernel as other compiles made it (:mod:`..harvest`:
-max-autotune, coordinate descent, looped reductions).
+In this order: the kernel as another compile made it *in another form* (a persistent
+reduction where the default compile loops, or the other way round: another kind of kernel, or
+other launch settings); then the other launch configurations the default compile built (it
+raced them once, briefly, at the first call); then the other compiles' kernels of the same form
+(:mod:`..harvest`: max-autotune, coordinate descent, looped reductions, persistent rows).
+A launch configuration moves a memory-bound kernel a few percent; a form that reads each row
+once instead of twice can move it up to twice as far (the bf16 softmax forward of a training
+step ran at 44% of the copy limit on the H200 as a looped reduction, 2026-12-05), so under a
+small budget the other forms are judged first.
 """
 
 from __future__ import annotations
 
 from ....store import sha256_text
-from ...harvest import matches
+from ...harvest import kind, matches
 from ....candidate.launch_space import describe, read_point, with_point
 from ....runs.records import CoderContext, Proposal
 from .base import SearchState
 
 
+def other_form(original: str, name: str, alt_source: str, alt_name: str) -> bool:
+    """Whether a harvested kernel differs from the compiler's in form, not only in launch values: another
+    kind of kernel (persistent against looped) or another set of launch settings."""
+    return kind(alt_name) != kind(name) or set(read_point(alt_source)) != set(read_point(original))
+
+
 def propose(search: SearchState, ctx: CoderContext, tried: set[str], arg: str | None) -> list[Proposal]:
     out: list[Proposal] = []
+    forms: list[Proposal] = []
     seen = set(tried)
     n = ctx.kernel.launch.compiled_configs or len(ctx.kernel.launch.alternatives) + 1
     base = read_point(ctx.original)
@@ -33,7 +46,8 @@ def propose(search: SearchState, ctx: CoderContext, tried: set[str], arg: str | 
         if matches(ctx.kernel, alt) and sha256_text(alt.source) not in seen:
             seen.add(sha256_text(alt.source))
             same = "same kernel source" if alt.fingerprint == ctx.kernel.fingerprint else f"as {alt.name}"
-            out.append(Proposal(source=alt.source, origin=f"harvest:{alt.variant}",
+            into = forms if other_form(ctx.original, ctx.kernel.name, alt.source, alt.name) else out
+            into.append(Proposal(source=alt.source, origin=f"harvest:{alt.variant}",
                                 rationale=f"Inductor's {alt.variant} compile of this kernel ({same}), "
                                           f"launch {describe(read_point(alt.source))}"))
-    return out
+    return forms + out
