@@ -39,6 +39,18 @@ def _run(cmd: list[str], log: Path, timeout: float) -> tuple[int, float, str]:
     return code, time.monotonic() - started, out
 
 
+def _records(out: str, runs: Path) -> list[dict]:
+    """The tune's problem records: from its --json output, else (a tune cut by --timeout prints nothing) from
+    the run.json it keeps up to date in its run directory, so what it stored before the cut is still reported."""
+    try:
+        return json.loads(out)["problems"]
+    except ValueError:
+        saved = sorted(runs.glob("*/run.json"), key=lambda f: f.stat().st_mtime)
+        if not saved:
+            raise
+        return json.loads(saved[-1].read_text())["problems"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
@@ -64,7 +76,7 @@ def main() -> int:
         (args.out / f"{name}.tune.json").write_text(out)
         row = {"problem": name, "tune_exit": code, "tune_s": round(tune_s, 1)}
         try:
-            records = json.loads(out)["problems"]
+            records = _records(out, runs)
             chosen = records[0].get("compile") or {}
             row["compile"] = chosen.get("chosen")
             row["tried"] = {t["variant"]: t.get("speedup") for t in chosen.get("tried", [])}
