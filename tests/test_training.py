@@ -514,6 +514,8 @@ def test_a_compile_setting_reaches_the_backward_kernels(interpreter):
 @pytest.mark.slow
 def test_across_a_graph_break_production_numbers_and_names_graphs_as_capture_does(interpreter, tmp_path):
     """Forward, backward, next forward, next backward: both compile each backward with its forward."""
+    import torch
+
     import pytest_kernelopt
     from pytest_kernelopt.capture import compile_problem
     from pytest_kernelopt.capture.problem import load_problem
@@ -532,6 +534,20 @@ def test_across_a_graph_break_production_numbers_and_names_graphs_as_capture_doe
         warnings.simplefilter("ignore")  # nothing committed: said once, not what this test is about
         step(compiled, model, problem, problem.make_inputs(1))
     assert {k.name: k.graph for k in status(compiled).kernels} == {n: g for n, (g, _) in captured.items()}
+    # Called under no_grad first (a validation pass before training): the inference graphs are numbered apart,
+    # so the training step's kernels keep capture's names and graphs (before, the first frame's backward took
+    # the number of the second frame's inference graph and every later name moved).
+    problem, model = fresh(path)
+    compiled = pytest_kernelopt.compile(model, tmp_path, model_id="graph_break_train", quiet=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.no_grad():
+            compiled(*problem.make_inputs(1))
+        step(compiled, model, problem, problem.make_inputs(1))
+    kernels = status(compiled).kernels
+    assert {k.training for k in kernels} == {False, True}
+    assert {k.name: k.graph for k in kernels if k.training} == {n: g for n, (g, _) in captured.items()}
+    assert sorted({k.graph for k in kernels if not k.training}) == [0, 1]
 
 
 @pytest.mark.slow

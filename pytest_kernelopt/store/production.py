@@ -26,7 +26,10 @@ Kernels are named as capture names them (the wrapper's kernel global, with ``__b
 step's backward graph; from the second graph on, a name already used by an earlier graph gets
 ``__g<graph>``), so
 graphs are numbered in the order Dynamo first compiles their frames; a recompile
-(a new input shape with ``dynamic=False``) keeps its frame's number.
+(a new input shape with ``dynamic=False``) keeps its frame's number. Training compiles (a forward
+graph with its backward) are numbered apart from inference compiles, as capture numbers a training
+problem, which compiles only its step: a model called under ``no_grad`` first (a validation pass
+before training) gets the same training names as one that only trains.
 
 This module imports neither the agents, nor git, nor the verifier's worker.
 """
@@ -83,6 +86,8 @@ class ProductionKernel:
     attr: str = ""
     # The store folder of the version that runs: ``name``, or ``name@<shape>`` for a problem with SHAPES.
     folder: str | None = None
+    # Compiled as part of a training step (forward with backward): graphs numbered apart from inference ones.
+    training: bool = False
 
 
 class KerneloptBackend:
@@ -115,10 +120,12 @@ class KerneloptBackend:
         # Inductor's defaults compiled the graph (nothing stored, or not verified at its inputs).
         self.settings_applied: list[str | None] = []
         self.startup_seconds = 0.0
-        self._graph_base: dict[Any, int] = {}  # Dynamo frame -> number of its first graph
-        self._graph_kernels: dict[int, set[str]] = {}  # graph number -> its kernels' base names (latest compile)
-        self._backward_graphs: set[int] = set()  # graph numbers of training steps' backward graphs
-        self._next_graph = 0
+        # Graphs are numbered per kind of compile (True: a training step's forward and backward graphs).
+        self._graph_base: dict[tuple[bool, Any], int] = {}  # (training, Dynamo frame) -> number of its first graph
+        # (training, graph number) -> its kernels' base names (latest compile)
+        self._graph_kernels: dict[tuple[bool, int], set[str]] = {}
+        self._backward_graphs: set[int] = set()  # numbers of training steps' backward graphs
+        self._next_graph: dict[bool, int] = {False: 0, True: 0}
         self._warned: set[str] = set()
         self._lock = threading.Lock()
         self.quiet = quiet
@@ -140,7 +147,7 @@ class KerneloptBackend:
         variant = self._variant(example_inputs)
         with self._lock:
             self.settings_applied.append(variant)
-        from ..capture.training import backward_compiled_with_forward
+        from ..capture.training import backward_compiled_with_forward, is_backward_wrapper
 
         # A training graph's backward compiles here too, not on its first backward call (after this
         # returns): its kernels are looked up like the forward's (capture/training.py).
@@ -150,10 +157,12 @@ class KerneloptBackend:
         graphs = [m for m in loaded if callable(getattr(m, "call", None)) and getattr(m, "__file__", None)]
         started = time.perf_counter()
         with self._lock:
-            first = self._first_graph(len(graphs))
-            for offset, module in enumerate(graphs):
+            sources = [_wrapper_source(m) for m in graphs]
+            training = any(is_backward_wrapper(text) for text in sources if text is not None)
+            first = self._first_graph(len(graphs), training)
+            for offset, (module, text) in enumerate(zip(graphs, sources)):
                 before = len(self.kernels)
-                self._install(module, first + offset)
+                self._install(module, text, first + offset, training)
                 self._announce(first + offset, self.kernels[before:])
             self.startup_seconds += time.perf_counter() - started
         return compiled
@@ -167,35 +176,35 @@ class KerneloptBackend:
 
     # --- graphs and names ----------------------------------------------------------
 
-    def _first_graph(self, count: int) -> int:
-        """Number of the first of ``count`` graphs compiled now: recompiles keep their frame's numbers."""
-        key = _frame_key()
-        if key is None:  # called outside Dynamo: a new graph every call
-            key = object()
+    def _first_graph(self, count: int, training: bool) -> int:
+        """Number of the first of ``count`` graphs compiled now, among the graphs of the same kind (training or
+        inference): recompiles keep their frame's numbers."""
+        frame = _frame_key()
+        if frame is None:  # called outside Dynamo: a new graph every call
+            frame = object()
+        key = (training, frame)
         if key not in self._graph_base:
-            self._graph_base[key] = self._next_graph
-            self._next_graph += max(count, 1)
+            self._graph_base[key] = self._next_graph[training]
+            self._next_graph[training] += max(count, 1)
         return self._graph_base[key]
 
-    def _name(self, attr: str, graph: int) -> str:
+    def _name(self, attr: str, graph: int, training: bool) -> str:
         """Capture's name of kernel global ``attr`` of ``graph`` (``__bwd`` in a backward graph, then ``__g<graph>``
-        when an earlier graph has that name)."""
+        when an earlier graph of the same kind has that name)."""
         from ..capture.training import kernel_base_name
 
-        base = kernel_base_name(attr, graph in self._backward_graphs)
-        earlier = any(base in names for g, names in self._graph_kernels.items() if g < graph)
+        base = kernel_base_name(attr, training and graph in self._backward_graphs)
+        earlier = any(base in names for (t, g), names in self._graph_kernels.items() if t == training and g < graph)
         return f"{base}__g{graph}" if earlier else base
 
     # --- one graph -----------------------------------------------------------------
 
-    def _install(self, module: ModuleType, graph: int) -> None:
+    def _install(self, module: ModuleType, source: str | None, graph: int, training: bool) -> None:
         from ..capture.compiled import _KERNEL_DEF
 
-        try:
-            source = Path(module.__file__).read_text()  # type: ignore[arg-type]
-        except OSError as exc:
-            self._warn(f"kernelopt: model {self.model}: cannot read Inductor's wrapper {module.__file__} "
-                       f"({exc.strerror or exc}); the compiler's kernels of graph {graph} are used")
+        if source is None:
+            self._warn(f"kernelopt: model {self.model}: cannot read Inductor's wrapper {module.__file__}; "
+                       f"the compiler's kernels of graph {graph} are used")
             return
         kernels = [(attr, fn) for attr, fn in _KERNEL_DEF.findall(source)
                    if hasattr(getattr(module, attr, None), "triton_meta")]
@@ -204,7 +213,7 @@ class KerneloptBackend:
         backward = is_backward_wrapper(source)
         if backward:
             self._backward_graphs.add(graph)
-        self._graph_kernels[graph] = {kernel_base_name(attr, backward) for attr, _ in kernels}
+        self._graph_kernels[(training, graph)] = {kernel_base_name(attr, backward) for attr, _ in kernels}
         if not kernels and "cpp_fused" in source and self._committed():
             self._warn(f"kernelopt: model {self.model}: Inductor generated C++ kernels for graph {graph}, not Triton, "
                        f"so the committed kernels in {self.store.model_dir(self.model)} are not used (on a CPU, call "
@@ -215,11 +224,12 @@ class KerneloptBackend:
         for attr, function in kernels:
             compiler_kernel = getattr(module, attr)
             try:
-                record = self._lookup(module, attr, function, graph)
+                record = self._lookup(module, attr, function, graph, training)
             except Exception as exc:  # a bug of ours must not stop the model: the compiler's kernel runs
                 setattr(module, attr, compiler_kernel)
                 record = self._fallback(
-                    ProductionKernel(self._name(attr, graph), graph, None, "compiler", module=module, attr=attr),
+                    ProductionKernel(self._name(attr, graph, training), graph, None, "compiler", module=module,
+                                     attr=attr, training=training),
                     None, f"kernelopt failed to check it ({type(exc).__name__}: {exc})")
             self.kernels.append(record)
 
@@ -268,12 +278,13 @@ class KerneloptBackend:
             folders += sorted(p.name for p in model_dir.iterdir() if p.is_dir() and p.name.startswith(f"{name}@"))
         return folders
 
-    def _lookup(self, module: ModuleType, attr: str, function: str, graph: int) -> ProductionKernel:
+    def _lookup(self, module: ModuleType, attr: str, function: str, graph: int, training: bool) -> ProductionKernel:
         from ..capture import kernel_fingerprint, read_kernel_source
 
         compiler_kernel = getattr(module, attr)
-        name = self._name(attr, graph)
-        record = ProductionKernel(name=name, graph=graph, fingerprint=None, runs="compiler", module=module, attr=attr)
+        name = self._name(attr, graph, training)
+        record = ProductionKernel(name=name, graph=graph, fingerprint=None, runs="compiler", module=module, attr=attr,
+                                  training=training)
         try:
             folders = self._folders(name)
             if not folders:
@@ -482,6 +493,14 @@ def _shown(path: Path) -> str:
         return f"{path}/"
 
 
+def _wrapper_source(module: ModuleType) -> str | None:
+    """The text of an Inductor wrapper module (None: it cannot be read; the graph keeps the compiler's kernels)."""
+    try:
+        return Path(module.__file__).read_text()  # type: ignore[arg-type]
+    except OSError:
+        return None
+
+
 def status_line(model: str, kernels_dir: Path, graph: int | None, kernels: list[ProductionKernel]) -> str:
     """``kernelopt: softmax_rows: 1 of 2 Triton kernels from kernels/ (triton_per_fused_0 v2); 1 compiler
     kernel: triton_poi_fused_1 (nothing committed)``; ``graph`` is named when it is not the first."""
@@ -519,11 +538,13 @@ class ProductionStatus:
         if not self.kernels:
             return [f"kernelopt: {self.model}: nothing compiled yet (call the model once; torch.compile compiles "
                     "on the first call)"]
-        graphs = sorted({k.graph for k in self.kernels})
+        # Inference graphs first, then training ones (numbered apart), each kind in graph order.
+        graphs = sorted({(k.training, k.graph) for k in self.kernels})
         # A recompile (another input shape) appends records for its graph: the latest ones count.
-        latest: dict[tuple[int, str], ProductionKernel] = {(k.graph, k.name): k for k in self.kernels}
-        lines = [status_line(self.model, self.kernels_dir, g, [k for (kg, _), k in latest.items() if kg == g])
-                 for g in graphs]
+        latest = {(k.training, k.graph, k.name): k for k in self.kernels}
+        lines = [status_line(self.model, self.kernels_dir, g, [k for (kt, kg, _), k in latest.items()
+                                                               if (kt, kg) == (t, g)])
+                 for t, g in graphs]
         try:
             from ..capture.shapes import split_name
 
