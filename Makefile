@@ -37,13 +37,16 @@ lint: $(STAMP)
 # lint, then the whole suite: about 15 minutes on 2 cores from a clean clone (15:04 with the install, 13.3 min of tests,
 # 1592 CPU-s in all, measured 2026-12-05; install about 1.1 min, lint about 0.4). Process starts are much of it: each that compiles imports torch and
 # Inductor, about 4.5 CPU-s (the tests fork their commands from a pre-imported process: tests/forkserver.py).
+# The suite starts hundreds of Python processes: they may cache bytecode (__pycache__/, ignored by git) even where
+# the environment says not to (PYTHONDONTWRITEBYTECODE=1 on the CI machines: each process compiled this package's
+# modules from source again, about 0.1 CPU-s a start).
 test: lint
-	$(BIN)/python -m pytest -n 2 -q
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q
 
 # The tests that compile no model (not marked slow; tests/conftest.py marks those that use a compiling
 # fixture): the quick check while editing.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -q -m "not slow"
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q -m "not slow"
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache
