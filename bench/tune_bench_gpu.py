@@ -28,15 +28,27 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
+GRACE_S = 30.0  # after SIGTERM at the time limit: a tune stops as on Ctrl-C, prints its record, exits 130
+
+
 def _run(cmd: list[str], log: Path, timeout: float) -> tuple[int, float, str]:
+    """Run ``cmd``; at ``timeout`` send SIGTERM (kernelopt stops cleanly and prints what it has), kill after
+    GRACE_S more. Exit 124 when the time limit stopped it."""
     started = time.monotonic()
     with log.open("w") as f:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=f, text=True)
         try:
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, text=True, timeout=timeout)
-            code, out = proc.returncode, proc.stdout
-        except subprocess.TimeoutExpired as exc:
-            code, out = 124, (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-    return code, time.monotonic() - started, out
+            out, _ = proc.communicate(timeout=timeout)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                out, _ = proc.communicate(timeout=GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate()
+            code = 124
+    return code, time.monotonic() - started, out or ""
 
 
 def _records(out: str, runs: Path) -> list[dict]:

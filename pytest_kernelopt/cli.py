@@ -16,13 +16,14 @@ Exit codes (a contract, documented in docs/cli.md):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import json
 import re
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Iterator, NoReturn, Sequence
 
 from .errors import KerneloptError, UsageError
 from .capture.variants import MODEL_VARIANTS, VARIANTS
@@ -268,6 +269,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     # command line that may be tune's pays for them.
     args = build_parser(backend_flags="tune" in argv).parse_args(argv)
     warnings.filterwarnings("ignore", message="Could not find an active CPU backend")
+    with _sigterm_as_interrupt():
+        return _run(args)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """While a command runs, SIGTERM stops it as Ctrl-C does (:class:`~.errors.Terminated`): a tune keeps and
+    summarises what finished, its workers and verifier processes are stopped, exit 130. Only from the main thread
+    and only where SIGTERM still has its default action (a host program's own handler is left alone)."""
+    import signal
+    import threading
+
+    from .errors import Terminated
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         if args.command == "bench":
             return cmd_bench(args)
@@ -289,9 +319,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KerneloptError as exc:
         print(f"kernelopt: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("kernelopt: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"kernelopt: {_interrupt_word(exc)}", file=sys.stderr)
         return 130
+
+
+def _interrupt_word(exc: BaseException) -> str:
+    from .errors import Terminated
+
+    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
 
 
 def _settings(args: argparse.Namespace) -> Any:
@@ -592,6 +628,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             ui.message(f"budget: {args.budget_s:g} s of checks per kernel (--budget-s); in interpreter mode one "
                        "candidate's checks take tens of seconds, so only a few candidates fit: raise --budget-s to "
                        "try more")
+        stopped_by = "interrupted"
         try:
             if args.workers > 1:
                 from .agents.multi_gpu import tune_workers
@@ -601,11 +638,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
             else:
                 record = tune(problems, options, agent=args.agent, agent_options=agent_options, store=store,
                               runs_dir=runs, ui=ui)
-        except KeyboardInterrupt as exc:  # Ctrl-C: the summary of what finished, then exit 130
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the summary of what finished, then exit 130
             interrupted = getattr(exc, "kernelopt_record", None)
             if interrupted is None:
                 raise
             record = interrupted
+            stopped_by = _interrupt_word(exc)
     if args.json:
         print(record.model_dump_json(indent=2))
     else:
@@ -616,7 +654,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if device != "cuda" and not any(k.stored_version for p in record.problems for k in p.kernels):
             print(_nothing_stored(Path(runs) / record.run_id))
     if record.interrupted:
-        print("kernelopt: interrupted", file=sys.stderr)
+        print(f"kernelopt: {stopped_by}", file=sys.stderr)
         return 130
     published_ok = _publish(args, Path(runs) / record.run_id, settings[0].root) if args.open_pr else True
     return EXIT_USAGE if any(p.error for p in record.problems) else EXIT_OK if published_ok else EXIT_REJECTED

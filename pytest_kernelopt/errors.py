@@ -55,3 +55,8 @@ class VerifierError(KerneloptError):
 class MergeError(KerneloptError):
     """Gate results that cannot be combined into one (``kernelopt merge``): shards that
     overlap or are missing, other settings, another environment."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI job's time limit, ``timeout(1)``, a container stopping), raised where Ctrl-C's
+    KeyboardInterrupt would be, so that a command stops as cleanly: what finished is kept and summarised."""

@@ -857,6 +857,37 @@ def test_ctrl_c_in_the_command_prints_the_summary_and_the_stop_reason(tmp_path, 
     assert "budget: 60 s of checks per kernel (--budget-s)" in err and err.rstrip().endswith("kernelopt: interrupted")
 
 
+
+def test_sigterm_stops_tune_as_ctrl_c_does_and_says_so(tmp_path, monkeypatch, capsys):
+    """SIGTERM (a CI job's time limit, timeout(1)) during ``kernelopt tune``: the summary of what finished and the
+    run directory, as for Ctrl-C, naming SIGTERM; exit 130; SIGTERM's own action restored afterwards."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import pytest_kernelopt.agents.loop as loop_mod
+    from pytest_kernelopt.cli import main
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        pytest.skip("SIGTERM is handled by the test runner here")
+
+    def terminated(self, problem_path):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises at the next bytecode; reaching the end means it was never installed
+        raise AssertionError("SIGTERM did not stop the command")
+
+    monkeypatch.setattr(loop_mod.Tuner, "tune_problem", terminated)
+    code = main(["tune", str(ROOT / "tests" / "problems" / "sum_reduce.py"), "--device", "cpu", "--json",
+                 "--kernels-dir", str(tmp_path / "kernels"), "--runs-dir", str(tmp_path / "runs")])
+    out, err = capsys.readouterr()
+    assert code == 130
+    record = json.loads(out)
+    assert record["interrupted"] is True and record["finished"] and record["stop_reason"].startswith("terminated (SIGTERM)")
+    assert err.rstrip().endswith("kernelopt: terminated (SIGTERM)")
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
 # --- end to end, interpreter mode ----------------------------------------------------------------
 
 def _smaller_sum_reduce(folder: Path) -> Path:

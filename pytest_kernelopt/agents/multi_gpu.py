@@ -70,14 +70,14 @@ def tune_workers(problems: list[Path], options: TuneOptions, workers: int, runs_
             # stderr to the worker's log on disk (never read into memory here); its --json record is in its run dir.
             procs.append((k + 1, sub, start_child(cmd, env=env, output=run.root / f"worker-{k + 1}.log",
                                                    stdout_file=os.devnull)))
-        interrupted = False
+        stopped: KeyboardInterrupt | None = None  # Ctrl-C, or SIGTERM (errors.Terminated)
         try:
             for _, _, proc in procs:
                 proc.wait()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             # In sessions of their own the workers did not get the terminal's Ctrl-C: pass it on and
             # let them save their records.
-            interrupted = True
+            stopped = exc
             for _, _, proc in procs:
                 interrupt_group(proc)
             for _, _, proc in procs:
@@ -85,10 +85,10 @@ def tune_workers(problems: list[Path], options: TuneOptions, workers: int, runs_
     finally:
         for _, _, proc in procs:  # nothing a worker started outlives the run (a second Ctrl-C, an error)
             kill_group(proc)
-    _merge(run, procs, interrupted)
+    _merge(run, procs, stopped is not None)
     run.close()
-    if interrupted:
-        raise KeyboardInterrupt
+    if stopped is not None:
+        raise stopped
     return record
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..capture.problem import load_problem
+from ..errors import Terminated
 from ..runs.records import RunRecord
 from ..runs.trace import RunDir, new_run_id, now_iso
 from .backends import make_coder
@@ -50,6 +51,8 @@ def tune(problems: list[Path], options: TuneOptions, *, agent: str = "search", a
                 break
     except KeyboardInterrupt as exc:
         record.interrupted = True
+        if isinstance(exc, Terminated):
+            tuner.stop_reason = "terminated (SIGTERM); what was stored stays"
         exc.kernelopt_record = record  # type: ignore[attr-defined]  # the command line prints its summary
         raise
     finally:
