@@ -278,7 +278,7 @@ def test_search_proposes_the_approximate_division_rewrite_of_the_best_so_far():
 
 def _ctx(best: str = KERNEL_SRC, attempts: list[Attempt] | None = None, device: str = "cuda") -> CoderContext:
     return CoderContext(model="m", device=device, kernel=_info(), original=KERNEL_SRC, best=best,
-                        attempts=attempts or [], strategies=["harvest", "rewrite:eviction", "launch"])
+                        attempts=attempts or [], strategies=["harvest:forms", "harvest", "rewrite:eviction", "launch"])
 
 
 def test_search_proposes_harvest_then_rewrites_then_launch_neighbours():
@@ -336,9 +336,10 @@ def test_search_offers_the_other_configurations_inductor_compiled_first():
     assert "3 configurations Inductor compiled" in proposals[0].rationale
 
 
-def test_harvest_judges_a_kernel_of_another_form_before_launch_configurations():
-    # A persistent kernel (one launch setting fewer, another kind prefix) harvested from another compile is
-    # proposed before the configurations the default compile raced and before another compile's same-form kernel.
+def test_harvest_judges_kernels_of_another_form_first_and_leaves_the_old_form_once_one_wins():
+    # A persistent kernel (another kind prefix) harvested from another compile is proposed in a round of its own,
+    # before the configurations the default compile raced and another compile's kernel of the compiler's form;
+    # once a kernel of another form is the best, those configurations of the left form are not proposed.
     persistent = KERNEL_SRC.replace("triton_red_fused_sum_0", "triton_per_fused_sum_0")
     args = ["in_ptr0", "out_ptr0", "xnumel", "r0_numel"]
     coder = SearchCoder()
@@ -351,8 +352,15 @@ def test_harvest_judges_a_kernel_of_another_form_before_launch_configurations():
     info = _info()
     info = info.model_copy(update={"launch": info.launch.model_copy(update={
         "compiled_configs": 2, "alternatives": [{"XBLOCK": 16, "R0_BLOCK": 64, "num_warps": 8, "num_stages": 1}]})})
-    proposals = coder.propose(_ctx().model_copy(update={"kernel": info}))
-    assert [p.origin for p in proposals] == ["harvest:persistent-rows", "harvest:compiled", "harvest:max-autotune-extern"]
+    ctx = _ctx().model_copy(update={"kernel": info, "strategies": ["harvest:forms", "harvest", "launch"]})
+    assert [p.origin for p in coder.propose(ctx)] == ["harvest:persistent-rows"]
+    assert [p.origin for p in coder.propose(ctx)] == ["harvest:compiled", "harvest:max-autotune-extern"]
+    # The same search where the persistent kernel won: the next round is the launch descent around it.
+    coder._done.clear()
+    assert [p.origin for p in coder.propose(ctx)] == ["harvest:persistent-rows"]
+    won = ctx.model_copy(update={"best": persistent})
+    after = coder.propose(won)
+    assert after and all(p.origin.startswith("launch:") and "triton_per_fused_sum_0" in p.source for p in after)
 
 
 def test_search_in_interpreter_mode_tries_only_a_few_launch_points():
@@ -1088,12 +1096,12 @@ def test_the_plan_per_bottleneck_class_comes_from_the_registries():
     from pytest_kernelopt.agents.planner import STRATEGIES
 
     assert STRATEGIES == {
-        "memory": ["rewrite:reverse-pass", "rewrite:streaming-stores", "harvest", "rewrite:eviction",
+        "memory": ["rewrite:reverse-pass", "rewrite:streaming-stores", "harvest:forms", "harvest", "rewrite:eviction",
                    "rewrite:approx-div", "launch"],
-        "compute": ["harvest", "rewrite:approx-div", "launch"],
-        "occupancy": ["rewrite:reverse-pass", "rewrite:streaming-stores", "harvest", "rewrite:approx-div", "launch"],
-        "launch": ["harvest", "launch"],
-        "unknown": ["harvest", "rewrite:eviction", "rewrite:approx-div", "launch"],
+        "compute": ["harvest:forms", "harvest", "rewrite:approx-div", "launch"],
+        "occupancy": ["rewrite:reverse-pass", "rewrite:streaming-stores", "harvest:forms", "harvest", "rewrite:approx-div", "launch"],
+        "launch": ["harvest:forms", "harvest", "launch"],
+        "unknown": ["harvest:forms", "harvest", "rewrite:eviction", "rewrite:approx-div", "launch"],
     }
 
 

@@ -144,7 +144,7 @@ def test_memory_bound_kernels_get_the_l2_rules_first_on_the_compilers_kernel():
     from pytest_kernelopt.agents.harvest import Harvested, HarvestResult
     from pytest_kernelopt.runs.records import CoderContext
 
-    assert STRATEGIES["memory"] == ["rewrite:reverse-pass", "rewrite:streaming-stores", "harvest", "rewrite:eviction",
+    assert STRATEGIES["memory"] == ["rewrite:reverse-pass", "rewrite:streaming-stores", "harvest:forms", "harvest", "rewrite:eviction",
                                     "rewrite:approx-div", "launch"]
     assert "rewrite:reverse-pass" not in STRATEGIES["compute"]
     coder = SearchCoder()

@@ -8,7 +8,7 @@ first, one each round until one proposes something, then the repeating one (a de
 round after round. Strategies never time anything; the loop judges what they propose.
 
     rewrite-first (rewrite.py) the rules registered ``first=True``, on the compiler's kernel
-    harvest   (harvest.py)   Inductor's own alternatives for the kernel
+    harvest   (harvest.py)   Inductor's own alternatives for the kernel: other forms, then the rest
     rewrite   (rewrite.py)   a source rewrite rule (``candidate/rewrites.py``) of the best so far
     launch    (launch.py)    coordinate descent over the best's launch configuration
 
@@ -26,7 +26,7 @@ REGISTRY: dict[str, Strategy] = {
     # The rules measured to win on the compiler's own kernel, before the harvest's many candidates
     # (their entries are ``rewrite:<rule>``, asked through the ``rewrite`` strategy).
     "rewrite-first": Strategy(rewrite.propose, plan=rewrite.plan_first),
-    "harvest": Strategy(harvest.propose),
+    "harvest": Strategy(harvest.propose, plan=harvest.plan),  # harvest:forms, then harvest
     "rewrite": Strategy(rewrite.propose, plan=rewrite.plan),
     "launch": Strategy(launch.propose, repeats=True),
 }
