@@ -23,7 +23,8 @@ interpreter lacks is filled in here:
   ``triton.language`` again, walking its modules with ``inspect.getmembers``,
   though the launch had patched them already: about a sixth of an interpreted
   training step's time (triton 3.7.1). A helper call that would patch nothing new
-  in its launch is made as is.
+  in its launch is made as is. Its NumPy dtype of a Triton type is looked up in a
+  table it built anew at every call (tens of thousands a check): built once here.
 
 :func:`enable` must run before ``triton`` is first imported (the interpreter flag
 is read at import time) and is idempotent.
@@ -78,6 +79,7 @@ def enable() -> None:
     _patch_libdevice()
     _patch_reduce_scan()
     _patch_helper_calls()
+    _patch_np_dtype()
     _reinterpret_imported_helpers()
     _enabled = True
 
@@ -358,6 +360,27 @@ def _patch_helper_calls() -> None:
 
     interpreter._patch_lang = patch_once
     interpreter.GridExecutor.__call__ = launch_tracked
+
+
+def _patch_np_dtype() -> None:
+    """Triton's interpreter (3.7.1) maps a Triton type to its NumPy dtype through a dict it builds at every
+    call (``_get_np_dtype``); the answers, per plain dtype (a block type's is its element's), are kept here."""
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    get_np_dtype = interpreter._get_np_dtype
+    by_name: dict[str, Any] = {}  # a plain dtype's name (what its equality compares) -> NumPy dtype
+
+    def cached(tt_dtype: Any) -> Any:
+        element = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
+        if type(element) is not tl.dtype:  # pointers and anything else: as Triton does
+            return get_np_dtype(tt_dtype)
+        found = by_name.get(element.name)
+        if found is None:
+            found = by_name[element.name] = get_np_dtype(element)
+        return found
+
+    interpreter._get_np_dtype = cached
 
 
 def supported_libdevice() -> list[str]:
