@@ -71,9 +71,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def interpreter() -> str:
     """Interpreter mode for this worker process (the device string, "cpu")."""
+    import os
+
     from pytest_kernelopt.config import resolve_device
 
-    return resolve_device("cpu")
+    device = resolve_device("cpu")
+    # The first compile in this process sets TRITON_CACHE_DIR (Inductor's CachingAutotuner, torch 2.13: the cache
+    # folder of "device" None in interpreter mode), after which the worker's zygote, started with the environment
+    # of the first command, was replaced (tests/forkserver.py: a Python start and torch's import). Set here to the
+    # value the compile would set, before any command runs.
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(cache_dir(), "triton", "None"))
+    return device
 
 
 @pytest.fixture(autouse=True)
