@@ -18,6 +18,13 @@ interpreter lacks is filled in here:
   resolves; under the interpreter they return ``None``. We give each function a
   NumPy implementation. A function without one raises
   :class:`InterpreterUnsupported` naming it, instead of failing later on ``None``.
+* Every call of a ``@triton.jit`` helper inside a kernel (Inductor's
+  ``triton_helpers``, the combine function of each reduction) patched
+  ``triton.language`` again, walking its modules with ``inspect.getmembers``,
+  though the launch had patched them already: about a sixth of an interpreted
+  training step's time (triton 3.7.1). A helper call that would patch nothing new
+  in its launch is made as is. Its NumPy dtype of a Triton type is looked up in a
+  table it built anew at every call (tens of thousands a check): built once here.
 
 :func:`enable` must run before ``triton`` is first imported (the interpreter flag
 is read at import time) and is idempotent.
@@ -71,6 +78,8 @@ def enable() -> None:
     torch_triton.triton_hash_with_backend = backend_hash  # type: ignore[assignment]
     _patch_libdevice()
     _patch_reduce_scan()
+    _patch_helper_calls()
+    _patch_np_dtype()
     _reinterpret_imported_helpers()
     _enabled = True
 
@@ -306,6 +315,72 @@ def _patch_reduce_scan() -> None:
 
     interpreter.ReduceOps.generic_reduce = _tree_reduce
     interpreter.ScanOps.generic_scan = _vector_scan
+
+
+# --- calls of @triton.jit helpers inside a kernel -------------------------------------------
+
+# Per kernel launch in progress: the ids of the language modules (triton.language, triton.language.core)
+# patched since it started (by its own patch and its helpers' calls); None until the launch has patched.
+_launch_langs: list[frozenset[int] | None] = []
+
+
+def _patch_helper_calls() -> None:
+    """Skip the interpreter's re-patch of ``triton.language`` at a helper call that would set nothing new.
+
+    Triton's interpreter (3.7.1) patches the language modules a function sees at each kernel launch
+    (``GridExecutor.__call__``, restored when the launch ends) and again at every helper call
+    (``InterpretedFunction.__call__``, never restored). Within a launch nothing is restored before it ends,
+    so once the modules a helper sees were patched in this launch, patching them again replaces their
+    builtins with nothing new (they are replaced already) and the rest with equivalent functions: that call
+    is skipped. The first call that sees a module not yet patched in the launch patches as before.
+    """
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    patch_lang = interpreter._patch_lang
+    launch = interpreter.GridExecutor.__call__
+
+    def patch_once(fn: Any) -> Any:
+        if not _launch_langs:  # outside a launch: as Triton does
+            return patch_lang(fn)
+        langs = frozenset(id(v) for v in fn.__globals__.values() if v is tl or v is tl.core)
+        patched = _launch_langs[-1]
+        if patched is not None and langs <= patched:
+            return interpreter._LangPatchScope()  # nothing set, nothing to restore
+        scope = patch_lang(fn)
+        _launch_langs[-1] = langs | (patched or frozenset())
+        return scope
+
+    def launch_tracked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _launch_langs.append(None)
+        try:
+            return launch(self, *args, **kwargs)
+        finally:
+            _launch_langs.pop()
+
+    interpreter._patch_lang = patch_once
+    interpreter.GridExecutor.__call__ = launch_tracked
+
+
+def _patch_np_dtype() -> None:
+    """Triton's interpreter (3.7.1) maps a Triton type to its NumPy dtype through a dict it builds at every
+    call (``_get_np_dtype``); the answers, per plain dtype (a block type's is its element's), are kept here."""
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    get_np_dtype = interpreter._get_np_dtype
+    by_name: dict[str, Any] = {}  # a plain dtype's name (what its equality compares) -> NumPy dtype
+
+    def cached(tt_dtype: Any) -> Any:
+        element = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
+        if type(element) is not tl.dtype:  # pointers and anything else: as Triton does
+            return get_np_dtype(tt_dtype)
+        found = by_name.get(element.name)
+        if found is None:
+            found = by_name[element.name] = get_np_dtype(element)
+        return found
+
+    interpreter._get_np_dtype = cached
 
 
 def supported_libdevice() -> list[str]:

@@ -47,11 +47,12 @@ COMPILING_FIXTURES = frozenset({"compiled_models", "kernels_listing"})
 # it uses (a template repository, one `kernelopt verify` run of many candidates) are built on one worker,
 # not on each worker that got some of its tests. The files slowest in a 2-core run (--durations, 2026-12-05)
 # start first, so the two workers end together on short files, not one alone on a long one (re-ranked after the
-# merges of 2026-12-05: -n 0 costs per file). The order changes no result.
+# merges of 2026-12-05: -n 0 costs per file; again after issue 43's suite work of the same day, when
+# test_compile_choice, 115-130 s alone, and test_training, about 90 s, ranked 11th and 9th). The order changes no result.
 HEAVIEST_FIRST = (
-    "test_plugin.py", "test_shapes.py", "test_cascade.py", "test_half.py", "test_gate_scale.py", "test_attacks.py",
-    "test_agents.py", "test_gate_tune.py", "test_training.py", "test_refresh.py", "test_compile_choice.py",
-    "test_trust_inputs.py", "test_trust_gate.py", "test_verify_session.py", "test_tune_training.py",
+    "test_compile_choice.py", "test_plugin.py", "test_shapes.py", "test_training.py", "test_cascade.py",
+    "test_half.py", "test_agents.py", "test_gate_scale.py", "test_trust_inputs.py", "test_refresh.py",
+    "test_verify_session.py", "test_gate_tune.py", "test_tune_training.py", "test_attacks.py", "test_trust_gate.py",
     "test_problem.py", "test_trust_data.py", "test_graph_rewrites.py", "test_production.py", "test_bench.py",
 )
 
@@ -71,9 +72,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def interpreter() -> str:
     """Interpreter mode for this worker process (the device string, "cpu")."""
+    import os
+
     from pytest_kernelopt.config import resolve_device
 
-    return resolve_device("cpu")
+    device = resolve_device("cpu")
+    # The first compile in this process sets TRITON_CACHE_DIR (Inductor's CachingAutotuner, torch 2.13: the cache
+    # folder of "device" None in interpreter mode), after which the worker's zygote, started with the environment
+    # of the first command, was replaced (tests/forkserver.py: a Python start and torch's import). Set here to the
+    # value the compile would set, before any command runs.
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(cache_dir(), "triton", "None"))
+    return device
 
 
 @pytest.fixture(autouse=True)

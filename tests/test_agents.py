@@ -8,7 +8,6 @@ decisions (budgets, what is stored, confirmation, Ctrl-C) are checked exactly;
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -935,8 +934,8 @@ def test_tune_cli_rejects_bad_options(tmp_path):
     problem = str(ROOT / "tests" / "problems" / "sum_reduce.py")
     for extra, needle in ((["--min-share", "2"], "--min-share"), (["--max-usd", "3"], "anthropic only"),
                           (["--budget-s", "-1"], "budget")):
-        proc = subprocess.run([sys.executable, "-m", "pytest_kernelopt.cli", "tune", problem, "--device", "cpu",
-                               *extra], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        proc = forkserver.run([sys.executable, "-m", "pytest_kernelopt.cli", "tune", problem, "--device", "cpu",
+                               *extra], timeout=120, cwd=tmp_path)
         assert proc.returncode == 2 and needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
@@ -947,8 +946,8 @@ def test_tune_open_pr_checks_the_repository_before_tuning(tmp_path):
     for where, extra, needle in ((problem, [], "not inside a git repository"),
                                  (ROOT / "tests" / "problems" / "sum_reduce.py", ["--remote", "no-such-remote"],
                                   "no git remote named 'no-such-remote'")):
-        proc = subprocess.run([sys.executable, "-m", "pytest_kernelopt.cli", "tune", str(where), "--device", "cpu",
-                               "--open-pr", *extra], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        proc = forkserver.run([sys.executable, "-m", "pytest_kernelopt.cli", "tune", str(where), "--device", "cpu",
+                               "--open-pr", *extra], timeout=120, cwd=tmp_path)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and "--open-pr" in lines[0] and needle in lines[0], proc.stderr
     assert not (tmp_path / ".kernelopt").exists()  # nothing ran
@@ -1018,7 +1017,7 @@ def test_tune_workers_and_shards_merge_into_one_run(tmp_path):
             for k in (1, 2)]
     assert jobs[0].options == jobs[1].options and jobs[0].options.verify.seed == 5
     assert jobs[0].options.verify.seeds == 1 and jobs[0].options.kernels == ["none-selected"]
-    bad = subprocess.run([*cmd[:5], "--device", "cpu", "--shard", "3/2"], capture_output=True, text=True, timeout=120)
+    bad = forkserver.run([*cmd[:5], "--device", "cpu", "--shard", "3/2"], timeout=120)
     assert bad.returncode == 2 and "--shard" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 

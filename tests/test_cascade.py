@@ -261,22 +261,58 @@ slow = pytest.mark.slow
 
 # --- isolation: a hang -------------------------------------------------------------------
 
+# The hang and the bf16 round trip under --allow-reduced-precision (test_fp16_round_trip_is_correct_with_reduced_
+# precision below) are judged by one `kernelopt verify` run: each needs a flag of its own, and a run each paid the
+# worker's start and compile. The hang comes last: it kills the session's worker, and nothing after it needs another.
+HANG_TIMEOUT = 5
+
+
+@pytest.fixture(scope="session")
+def reduced_precision_then_hang(pointwise: Dump, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
+    """Each candidate's :class:`Result` (``code`` as in ``pointwise_verdicts``) from one ``kernelopt verify
+    --allow-reduced-precision --timeout 5`` run, which exits 1 (the hang is rejected)."""
+    folder = tmp_path_factory.mktemp("reduced-precision-then-hang")
+    sources = {
+        # bf16 (float32's range): the input draws reach magnitudes beyond float16's 65504, where an fp16
+        # round trip turns the compiler's finite results into Inf, which no precision flag excuses.
+        "bf16 round trip": before_store(pointwise.source, "{value} = {value}.to(tl.bfloat16).to(tl.float32)"),
+        "hang": in_run(pointwise.source, "while True:\n    pass"),
+    }
+    files = []
+    for i, (name, source) in enumerate(sources.items()):
+        slug = re.sub(r"\W+", "_", name)
+        files.append(folder / f"c{i}_{slug}.py")
+        files[-1].write_text(source)
+    started = time.monotonic()
+    proc = cli("verify", str(pointwise.problem), "--kernel", pointwise.kernel, "--candidate", *map(str, files),
+               "--device", "cpu", "--seeds", SEEDS, "--timeout", str(HANG_TIMEOUT), "--allow-reduced-precision",
+               "--json", timeout=HANG_TIMEOUT + 240)
+    seconds = time.monotonic() - started
+    run = Result(proc.returncode, None, proc.stdout, proc.stderr, seconds)
+    assert proc.returncode == 1 and proc.stdout.strip(), run
+    verdicts = json.loads(proc.stdout)
+    assert [v["candidate"] for v in verdicts] == [str(f) for f in files], run
+    return {name: Result(1 if v["status"] == "rejected" else 0, v, proc.stdout, proc.stderr, seconds)
+            for name, v in zip(sources, verdicts)}
+
+
 @slow
-def test_hang_times_out(pointwise: Dump, tmp_path: Path) -> None:
-    source = in_run(pointwise.source, "while True:\n    pass")
+def test_hang_times_out(reduced_precision_then_hang: dict[str, Result]) -> None:
     # The unedited dump's kernel stage takes about 0.3 s, so 5 s is a hang, not a slow check (the hang spins
-    # for the whole limit: a longer one only costs CPU). The worker
+    # for the whole limit: a longer one only costs CPU; the bf16 candidate checked before it in the same run
+    # is as quick). The worker
     # compiles the model (~5-15 s on a busy machine) before the kernel stage starts: were that counted
     # against the limit, the stage would end early (or the open fail) and the checks below catch it.
-    timeout = 5
-    result = verify(pointwise, source, tmp_path, timeout=timeout)
+    timeout = HANG_TIMEOUT
+    result = reduced_precision_then_hang["hang"]
     verdict = assert_rejected(result, "kernel", f"timed out after {timeout} s")
     # The limit covers the candidate's checks, not opening the session (compiling the model).
     stage = verdict["stages"][-1]
     assert timeout - 2 <= stage["seconds"] < timeout + 10, result
     assert f"{timeout:g} s" in stage["detail"], result
-    # This process was never stuck: opening the session (compiling) comes on top, 41.8 s once at load 7.
-    assert result.seconds < timeout + 50, result
+    # This process was never stuck: opening the session (compiling) comes on top, 41.8 s once at load 7, and
+    # here the bf16 candidate's checks (about a second).
+    assert result.seconds < timeout + 55, result
 
 
 # --- a reordered reduction is kept ----------------------------------------------------------
@@ -308,6 +344,17 @@ def test_unedited_dump_is_correct(pointwise_verdicts: dict[str, Result], when: s
     for row in verdict["errors"]:
         assert row["kernel_max_abs"] == 0.0  # bit for bit the compiler kernel
         assert row["candidate_vs_fp64"] == row["baseline_vs_fp64"]
+
+
+@slow
+def test_one_run_judges_several_candidates_and_prints_only_their_json(pointwise_verdicts: dict[str, Result]) -> None:
+    """``kernelopt verify --candidate A B ... --json`` (the run of pointwise_verdicts: exit 1, one verdict per
+    candidate in order, checked there): one session, and nothing but the JSON list is printed."""
+    run = pointwise_verdicts["unedited"]
+    assert run.stderr.count("opening elementwise_chain.py") == 0, run  # --json: no progress lines ...
+    assert run.stdout.lstrip().startswith("["), run  # ... and the verdicts as one JSON list
+    statuses = [r.verdict["status"] for r in pointwise_verdicts.values() if r.verdict is not None]
+    assert statuses[0] == statuses[-1] == "correct" and "rejected" in statuses
 
 
 SORT_MASKED = '''"""A row sort of masked values: Inductor's kernel reads a bool mask and borrows
@@ -471,11 +518,9 @@ def test_fp16_round_trip_is_rejected(pointwise_verdicts: dict[str, Result]) -> N
 
 
 @slow
-def test_fp16_round_trip_is_correct_with_reduced_precision(pointwise: Dump, tmp_path: Path) -> None:
-    # bf16 (float32's range): the input draws reach magnitudes beyond float16's 65504, where an fp16
-    # round trip turns the compiler's finite results into Inf, which no precision flag excuses.
-    source = before_store(pointwise.source, "{value} = {value}.to(tl.bfloat16).to(tl.float32)")
-    verdict = assert_correct(verify(pointwise, source, tmp_path, "--allow-reduced-precision"))
+def test_fp16_round_trip_is_correct_with_reduced_precision(reduced_precision_then_hang: dict[str, Result]) -> None:
+    # The bf16 round trip (reduced_precision_then_hang says why not fp16), judged with --allow-reduced-precision.
+    verdict = assert_correct(reduced_precision_then_hang["bf16 round trip"])
     assert any(row["kernel_max_abs"] > 0 for row in verdict["errors"])  # it did lose precision
 
 
