@@ -25,6 +25,7 @@ interpreter lacks is filled in here:
   training step's time (triton 3.7.1). A helper call that would patch nothing new
   in its launch is made as is. Its NumPy dtype of a Triton type is looked up in a
   table it built anew at every call (tens of thousands a check): built once here.
+  Both only on the Triton releases they were read against (:data:`SPEEDUPS_CHECKED`).
 
 :func:`enable` must run before ``triton`` is first imported (the interpreter flag
 is read at import time) and is idempotent.
@@ -78,8 +79,9 @@ def enable() -> None:
     torch_triton.triton_hash_with_backend = backend_hash  # type: ignore[assignment]
     _patch_libdevice()
     _patch_reduce_scan()
-    _patch_helper_calls()
-    _patch_np_dtype()
+    if _speedups_checked():
+        _patch_helper_calls()
+        _patch_np_dtype()
     _reinterpret_imported_helpers()
     _enabled = True
 
@@ -322,6 +324,19 @@ def _patch_reduce_scan() -> None:
 # Per kernel launch in progress: the ids of the language modules (triton.language, triton.language.core)
 # patched since it started (by its own patch and its helpers' calls); None until the launch has patched.
 _launch_langs: list[frozenset[int] | None] = []
+
+
+# The Triton releases whose interpreter internals the two speed-ups below were read against (they skip work
+# Triton's interpreter repeats; on another release its internals may differ, so it runs as Triton wrote it).
+SPEEDUPS_CHECKED = ("3.7.",)
+
+
+def _speedups_checked() -> bool:
+    import triton
+    from triton.runtime import interpreter
+
+    return triton.__version__.startswith(SPEEDUPS_CHECKED) and all(
+        hasattr(interpreter, name) for name in ("_patch_lang", "_LangPatchScope", "_get_np_dtype", "GridExecutor"))
 
 
 def _patch_helper_calls() -> None:

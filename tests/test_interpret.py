@@ -270,3 +270,14 @@ def test_interpreter_mode_starts_no_compile_worker_pool(interpreter):
 
     assert config.compile_threads == 1
     assert not AsyncCompile.use_process_pool()
+
+
+def test_the_interpreter_speed_ups_apply_only_on_the_triton_release_they_were_read_against(interpreter):
+    import triton
+    from triton.runtime import interpreter as triton_interpreter
+
+    from pytest_kernelopt import interpret
+
+    patched = getattr(triton_interpreter._patch_lang, "__module__", "") == interpret.__name__
+    assert patched == triton.__version__.startswith(interpret.SPEEDUPS_CHECKED)
+    assert interpret._speedups_checked() == patched
