@@ -34,8 +34,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check
 	$(BIN)/mypy
 
-# lint, then the whole suite: about 15 minutes on 2 cores from a clean clone (15:04 with the install, 13.3 min of tests,
-# 1592 CPU-s in all, measured 2026-12-05; install about 1.1 min, lint about 0.4). Process starts are much of it: each that compiles imports torch and
+# lint, then the whole suite: about 13 minutes on 2 cores from a clean clone (12:45 with the install, 11.2 min of tests,
+# 1335 CPU-s in all, measured 2026-12-05 on af34e8c; install about 1.1 min, lint about 0.4). Process starts are much of it: each that compiles imports torch and
 # Inductor, about 4.5 CPU-s (the tests fork their commands from a pre-imported process: tests/forkserver.py).
 # The suite starts hundreds of Python processes: they may cache bytecode (__pycache__/, ignored by git) even where
 # the environment says not to (PYTHONDONTWRITEBYTECODE=1 on the CI machines: each process compiled this package's
