@@ -176,27 +176,33 @@ def pointwise_verdicts(pointwise: Dump, tmp_path_factory: pytest.TempPathFactory
     between corrupted nothing the next check uses). A result's ``code`` is what a run of that candidate
     alone exits with (1 rejected, 0 correct): the command's rule; the runs of one candidate below
     (the hang, the reduction) check the real exit codes."""
-    folder = tmp_path_factory.mktemp("pointwise-candidates")
     names = ["unedited", *POINTWISE, "unedited again"]
+    sources = {name: pointwise.source if name.startswith("unedited") else POINTWISE[name](pointwise) for name in names}
+    # With secrets in the caller's environment: the worker must still run normally.
+    env = {**os.environ, "ANTHROPIC_API_KEY": "sk-ant-test", "GITHUB_TOKEN": "ghp_test"}
+    return verify_many(pointwise, tmp_path_factory.mktemp("pointwise-candidates"), sources, "--timeout", "240",
+                       timeout=300 + 60 * len(sources), env=env)
+
+
+def verify_many(pointwise: Dump, folder: Path, sources: dict[str, str], *flags: str, timeout: float,
+                env: dict[str, str] | None = None) -> dict[str, Result]:
+    """Each candidate's :class:`Result` from one ``kernelopt verify --candidate A B ... --json`` run that exits 1
+    (some rejected); a result's ``code`` is what a run of that candidate alone exits with (1 rejected, 0 correct)."""
     files = []
-    for i, name in enumerate(names):
-        source = pointwise.source if name.startswith("unedited") else POINTWISE[name](pointwise)
+    for i, (name, source) in enumerate(sources.items()):
         slug = re.sub(r"\W+", "_", name)
         files.append(folder / f"c{i:02d}_{slug}.py")
         files[-1].write_text(source)
-    # With secrets in the caller's environment: the worker must still run normally.
-    env = {**os.environ, "ANTHROPIC_API_KEY": "sk-ant-test", "GITHUB_TOKEN": "ghp_test"}
     started = time.monotonic()
-    proc = cli("verify", str(pointwise.problem), "--kernel", pointwise.kernel,
-               "--candidate", *map(str, files), "--device", "cpu", "--seeds", SEEDS,
-               "--timeout", "240", "--json", timeout=300 + 60 * len(files), env=env)
+    proc = cli("verify", str(pointwise.problem), "--kernel", pointwise.kernel, "--candidate", *map(str, files),
+               "--device", "cpu", "--seeds", SEEDS, *flags, "--json", timeout=timeout, env=env)
     seconds = time.monotonic() - started
     run = Result(proc.returncode, None, proc.stdout, proc.stderr, seconds)
     assert proc.returncode == 1 and proc.stdout.strip(), run
     verdicts = json.loads(proc.stdout)
     assert [v["candidate"] for v in verdicts] == [str(f) for f in files], run
     return {name: Result(1 if v["status"] == "rejected" else 0, v, proc.stdout, proc.stderr, seconds)
-            for name, v in zip(names, verdicts)}
+            for name, v in zip(sources, verdicts)}
 
 
 # --- editing dumps -----------------------------------------------------------------------
@@ -278,22 +284,8 @@ def reduced_precision_then_hang(pointwise: Dump, tmp_path_factory: pytest.TempPa
         "bf16 round trip": before_store(pointwise.source, "{value} = {value}.to(tl.bfloat16).to(tl.float32)"),
         "hang": in_run(pointwise.source, "while True:\n    pass"),
     }
-    files = []
-    for i, (name, source) in enumerate(sources.items()):
-        slug = re.sub(r"\W+", "_", name)
-        files.append(folder / f"c{i}_{slug}.py")
-        files[-1].write_text(source)
-    started = time.monotonic()
-    proc = cli("verify", str(pointwise.problem), "--kernel", pointwise.kernel, "--candidate", *map(str, files),
-               "--device", "cpu", "--seeds", SEEDS, "--timeout", str(HANG_TIMEOUT), "--allow-reduced-precision",
-               "--json", timeout=HANG_TIMEOUT + 240)
-    seconds = time.monotonic() - started
-    run = Result(proc.returncode, None, proc.stdout, proc.stderr, seconds)
-    assert proc.returncode == 1 and proc.stdout.strip(), run
-    verdicts = json.loads(proc.stdout)
-    assert [v["candidate"] for v in verdicts] == [str(f) for f in files], run
-    return {name: Result(1 if v["status"] == "rejected" else 0, v, proc.stdout, proc.stderr, seconds)
-            for name, v in zip(sources, verdicts)}
+    return verify_many(pointwise, folder, sources, "--timeout", str(HANG_TIMEOUT), "--allow-reduced-precision",
+                       timeout=HANG_TIMEOUT + 240)
 
 
 @slow
