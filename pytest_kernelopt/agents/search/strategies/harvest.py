@@ -13,7 +13,7 @@ Two plan entries, two rounds, so the second sees what the first found:
   (:mod:`..harvest`: max-autotune, coordinate descent, looped reductions, persistent rows). Not
   when the best so far is of another form: those are configurations of the form the search has
   left, and the budget goes to the launch descent around the new best instead (in that softmax
-  search, nine configurations of the looped kernel, 0.45-0.94x, took 35 of its 60 s after the
+  search, nine configurations of the looped kernel, 0.45-1.00x, took about 40 of its 60 s after the
   persistent kernel had won).
 """
 
