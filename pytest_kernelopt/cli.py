@@ -25,7 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator, NoReturn, Sequence
 
-from .errors import KerneloptError, UsageError
+from .errors import KerneloptError, Terminated, UsageError
 from .capture.variants import MODEL_VARIANTS, VARIANTS
 from .config import kernels_folder, runs_folder
 from .settings import FIELDS, add_arguments, positive_seconds, validate
@@ -281,8 +281,6 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     import signal
     import threading
 
-    from .errors import Terminated
-
     def terminated(signum: int, frame: Any) -> None:
         raise Terminated()
 
@@ -325,8 +323,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _interrupt_word(exc: BaseException) -> str:
-    from .errors import Terminated
-
     return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
 
 

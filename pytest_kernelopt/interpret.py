@@ -319,13 +319,6 @@ def _patch_reduce_scan() -> None:
     interpreter.ScanOps.generic_scan = _vector_scan
 
 
-# --- calls of @triton.jit helpers inside a kernel -------------------------------------------
-
-# Per kernel launch in progress: the ids of the language modules (triton.language, triton.language.core)
-# patched since it started (by its own patch and its helpers' calls); None until the launch has patched.
-_launch_langs: list[frozenset[int] | None] = []
-
-
 # The Triton releases whose interpreter internals the two speed-ups below were read against (they skip work
 # Triton's interpreter repeats; on another release its internals may differ, so it runs as Triton wrote it).
 SPEEDUPS_CHECKED = ("3.7.",)
@@ -337,6 +330,13 @@ def _speedups_checked() -> bool:
 
     return triton.__version__.startswith(SPEEDUPS_CHECKED) and all(
         hasattr(interpreter, name) for name in ("_patch_lang", "_LangPatchScope", "_get_np_dtype", "GridExecutor"))
+
+
+# --- calls of @triton.jit helpers inside a kernel -------------------------------------------
+
+# Per kernel launch in progress: the ids of the language modules (triton.language, triton.language.core)
+# patched since it started (by its own patch and its helpers' calls); None until the launch has patched.
+_launch_langs: list[frozenset[int] | None] = []
 
 
 def _patch_helper_calls() -> None:

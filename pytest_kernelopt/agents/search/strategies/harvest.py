@@ -37,15 +37,10 @@ def plan(bottleneck: str) -> list[str]:
 
 def form(source: str) -> tuple[str, frozenset[str]]:
     """A candidate's form: the kind prefix of its last ``@triton.jit`` function (the kernel; helpers come
-    first) and the names of its launch settings."""
+    first: ``triton_per_`` against ``triton_red_``) and the names of its launch settings. Two candidates of one
+    form differ at most in launch values."""
     names = _JIT_DEF.findall(source)
     return kind(names[-1]) if names else "", frozenset(read_point(source))
-
-
-def other_form(original: str, name: str, alt_source: str, alt_name: str) -> bool:
-    """Whether a harvested kernel differs from the compiler's in form, not only in launch values: another
-    kind of kernel (persistent against looped) or another set of launch settings."""
-    return kind(alt_name) != kind(name) or set(read_point(alt_source)) != set(read_point(original))
 
 
 def propose(search: SearchState, ctx: CoderContext, tried: set[str], arg: str | None) -> list[Proposal]:
@@ -76,7 +71,7 @@ def _harvested(search: SearchState, ctx: CoderContext, seen: set[str], *, forms:
     for alt in search.harvested.kernels:
         if not matches(ctx.kernel, alt) or sha256_text(alt.source) in seen:
             continue
-        if other_form(ctx.original, ctx.kernel.name, alt.source, alt.name) != forms:
+        if (form(alt.source) != form(ctx.original)) != forms:
             continue
         seen.add(sha256_text(alt.source))
         same = "same kernel source" if alt.fingerprint == ctx.kernel.fingerprint else f"as {alt.name}"
