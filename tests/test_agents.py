@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from pytest_kernelopt.agents import TuneOptions, Tuner
 from pytest_kernelopt.agents.coder import Backend
 from pytest_kernelopt.errors import UsageError
+from pytest_kernelopt.measure.rule import SpeedPolicy
 from pytest_kernelopt.agents.harvest import Harvested, HarvestResult, layout, matches, stem
 from pytest_kernelopt.candidate.launch_space import Limits, describe, neighbours, read_point, with_point
 from pytest_kernelopt.agents.planner import limit_pct, plan
@@ -417,7 +418,8 @@ class FakeSession:
     def verify_compile(self, variant):
         self.compile_calls.append(variant)
         speedup = self.compile_speed.get(variant, 1.0)
-        status = "rejected" if speedup == 0 else "accepted" if speedup >= 1.02 else "correct"
+        faster = bool(speedup) and SpeedPolicy().for_settings().judge(_timing(speedup))[0]  # as the session judges
+        status = "rejected" if speedup == 0 else "accepted" if faster else "correct"
         return Verdict(model="m", kernel=f"compile:{variant}", candidate=variant, candidate_sha256="", status=status,
                        model_timing=_timing(speedup) if speedup else None, speed_measured=bool(speedup),
                        environment=ENV, seeds=[1, 2, 3],

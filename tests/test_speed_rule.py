@@ -26,6 +26,10 @@ def test_one_rule_for_every_caller():
     policy = SpeedPolicy(max_slowdown=0.01, min_gain=0.02)
     assert policy.verdict(_t(1.05, 1.04, 1.06)) == "faster"
     assert policy.verdict(_t(1.01, 1.005, 1.015)) == "same"  # above 1 beyond noise, under the gain
+    # a compile setting of the catalogue needs 0.5%, beyond noise as ever
+    settings = policy.for_settings()
+    assert settings.verdict(_t(1.01, 1.005, 1.015)) == "faster" and settings.verdict(_t(1.004, 1.002, 1.006)) == "same"
+    assert settings.verdict(_t(1.01, 0.999, 1.021)) == "same" and settings.max_slowdown == policy.max_slowdown
     assert policy.verdict(_t(0.995, 0.993, 0.997)) == "same"  # below 1 beyond noise, within the tolerance
     assert policy.verdict(_t(0.98, 0.975, 0.985)) == "slower"
     assert policy.verdict(_t(0.5, 0.4, 0.6, baseline_us=5.0)) == "too short"

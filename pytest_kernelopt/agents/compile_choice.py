@@ -68,7 +68,7 @@ def choose(open_at: Opener, variants: list[str], *, previous: str | None, measur
     and the note says how to change it.
     """
     outcome, verdicts = _choose(open_at, variants, previous=previous, measured=measured, say=say, ev=ev,
-                                shapes=shapes or {}, policy=policy or SpeedPolicy())
+                                shapes=shapes or {}, policy=(policy or SpeedPolicy()).for_settings())
     if committed and outcome.chosen != previous:
         wanted = outcome.chosen or "the default compile"
         outcome.note = (f"{outcome.note}; kept {previous or 'the default compile'!r} instead of {wanted!r}: "

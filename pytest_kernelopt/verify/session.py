@@ -267,7 +267,7 @@ class VerifySession:
         rows = self._in_parent(sources, compile_variant)
         if any(row.passed is False for row in rows):
             self._next_checker()
-            return self._finish(verdict, rows, started)
+            return self._finish(verdict, rows, started, setting=compile_variant is not None)
         request = CheckRequest(
             kernel=kernel, replacements=sources, allow_reduced_precision=self.options.allow_reduced_precision,
             error_factor=self.options.error_factor, measure_speed=self.options.measure_speed,
@@ -275,7 +275,8 @@ class VerifySession:
             base_problem=base_problem, base_kernels=base_kernels, compile_variant=compile_variant,
             entropy=verdict.check_seed,
         )
-        return self._finish(verdict, rows + self._in_worker(verdict, request), started)
+        return self._finish(verdict, rows + self._in_worker(verdict, request), started,
+                            setting=compile_variant is not None)
 
     def _new_verdict(self, kernel: str | None, sources: dict[str, CandidateSource],
                      compile_variant: str | None) -> Verdict:
@@ -452,13 +453,16 @@ class VerifySession:
         if done.model_timing is not None:
             verdict.speed_measured = True
 
-    def _finish(self, verdict: Verdict, rows: list[StageResult], started: float) -> Verdict:
-        """The verdict from its rows: rejected at the first failed row, else the speed policy judges the timings."""
+    def _finish(self, verdict: Verdict, rows: list[StageResult], started: float, setting: bool = False) -> Verdict:
+        """The verdict from its rows: rejected at the first failed row, else the speed policy judges the timings
+        (``setting``: a compile setting's check, judged as :meth:`SpeedPolicy.for_settings` says)."""
         from ..records import StageResult
         from . import stages
         from .worker import clip
 
         policy = self.options.speed
+        if setting:
+            policy = policy.for_settings()
         measuring = next(s.name for s in stages.STAGES if s.measures)  # speed: its figures are judged here
         failed = next((row for row in rows if row.passed is False), None)
         if failed is not None:
