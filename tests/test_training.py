@@ -543,6 +543,41 @@ def test_a_model_tuned_for_training_validates_with_the_compilers_kernels_and_no_
 
 
 @pytest.mark.slow
+def test_a_model_tuned_for_inference_trains_with_the_compilers_forward_kernel_and_no_stale_warning(interpreter,
+                                                                                                   tmp_path):
+    """The reverse: a store tuned on the problem as inference (TRAINING off), then the model trained. Its forward
+    version runs in the inference compile; the training step's forward kernel differs, so the compiler's runs there,
+    with no stale warning, and every gradient is the compiler's."""
+    import torch
+
+    import pytest_kernelopt
+    from pytest_kernelopt.candidate import render_dump
+    from pytest_kernelopt.capture import compile_problem
+    from pytest_kernelopt.capture.problem import load_problem
+    from pytest_kernelopt.capture.training import step
+    from pytest_kernelopt.store.production import KerneloptWarning, status
+    from test_production import commit, fresh
+
+    (tmp_path / "inference").mkdir()
+    as_inference = write(tmp_path / "inference", MLP.read_text().replace("TRAINING = True", "TRAINING = False"),
+                         MLP.stem)
+    (info,) = [h.info for h in compile_problem(load_problem(as_inference), interpreter).kernels.values()]
+    assert info.training is False
+    commit(tmp_path, MLP.stem, info, add_to_last_store(render_dump(info, MLP.stem), 1.0), training=info.training)
+    problem, model = fresh(MLP)
+    compiled = pytest_kernelopt.compile(model, tmp_path, model_id=MLP.stem, quiet=True)
+    inputs = problem.make_inputs(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KerneloptWarning)
+        with torch.no_grad():
+            assert not torch.allclose(compiled(*inputs), model(*inputs), atol=1e-4)  # the marked version ran
+        trained, eager = step(compiled, model, problem, inputs), step(model, model, problem, inputs)
+    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(trained, eager))
+    runs = {k.training: (k.runs, k.why) for k in status(compiled).kernels if k.name == info.name}
+    assert runs == {False: ("committed", None), True: ("compiler", "stored for inference")}
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("recorded", [None, False], ids=["not-recorded", "same-pass"])
 def test_a_stored_version_of_another_kernel_is_stale_unless_recorded_for_the_other_pass(prepared, tmp_path, recorded):
     """The training forward's version with no pass recorded (a manifest written before it was), or recorded as
