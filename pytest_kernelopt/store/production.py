@@ -20,7 +20,11 @@ recorded at accept, the static check of the candidate language, and that the fil
 loads. Whatever fails (a stale kernel, a version with no recorded verification at this
 fingerprint, a missing or edited file, a file outside the language, one that does not load) leaves the compiler's kernel in place with one
 :class:`KerneloptWarning` naming the model, the kernel, the file and the cause;
-a tuned kernel never makes a model fail to compile.
+a tuned kernel never makes a model fail to compile. A version whose evidence records the other pass
+(``training``: verified in a training step, looked up by an inference compile, a ``no_grad`` validation
+pass, or the reverse) is not stale when its compiler kernel differs (a training forward saves what its
+backward reads): the compiler's kernel runs, said in the record (the start-up line, :func:`status`) and once
+at INFO, not warned.
 
 Kernels are named as capture names them (the wrapper's kernel global, with ``__bwd`` in a training
 step's backward graph; from the second graph on, a name already used by an earlier graph gets
