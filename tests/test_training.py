@@ -601,6 +601,35 @@ def test_a_stored_version_of_another_kernel_is_stale_unless_recorded_for_the_oth
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("passes, stale", [((True, True), False), ((True, None), True)],
+                         ids=["both-training", "one-not-recorded"])
+def test_a_kernel_stored_per_shape_is_stale_only_where_a_shape_folder_is_not_of_the_other_pass(prepared, tmp_path,
+                                                                                                passes, stale):
+    """With a folder per declared shape (``<kernel>@<shape>``), an inference compile whose kernel none of them
+    replaces is quiet when every one was verified in the training step, and stale when one does not say."""
+    import torch
+
+    import pytest_kernelopt
+    from pytest_kernelopt.candidate import render_dump
+    from pytest_kernelopt.store.production import KerneloptWarning, status
+    from test_production import commit, fresh
+
+    info = _forward(prepared)
+    for shape, training in zip(("b8", "b16"), passes):
+        commit(tmp_path, MLP.stem, info.model_copy(update={"name": f"{info.name}@{shape}"}),
+               render_dump(info, MLP.stem), training=training)
+    problem, model = fresh(MLP)
+    compiled = pytest_kernelopt.compile(model, tmp_path, model_id=MLP.stem, quiet=True)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        compiled(*problem.make_inputs(1))
+    said = [str(w.message) for w in caught if issubclass(w.category, KerneloptWarning)]
+    (record,) = [k for k in status(compiled).kernels if k.name == info.name]
+    assert record.runs == "compiler" and (record.why == "stale") == stale and len(said) == stale
+    assert not stale or f"{info.name}@b8 (replaces {info.fingerprint}, stored for the training step)" in said[0]
+
+
+@pytest.mark.slow
 def test_a_compile_setting_reaches_the_backward_kernels(interpreter):
     """A training step compiled under a setting has the setting in its backward kernels too (AOTAutograd compiles
     the backward with the forward, inside the setting's patches: capture, the compile check and production share
