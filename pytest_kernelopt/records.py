@@ -70,6 +70,10 @@ class KernelInfo(Record):
     source: str = Field(repr=False)
     # A kernel of a training step's backward graph (its name ends in ``__bwd``, capture/training.py).
     backward: bool = False
+    # Compiled in a training step (a forward graph saved for its backward, or that backward), not for inference:
+    # a training forward's kernel is named like the inference one but may differ (it saves what the backward
+    # reads). None: not recorded (a record written before 2026-12-05).
+    training: bool | None = None
 
     @property
     def written_args(self) -> list[str]:

@@ -48,15 +48,16 @@ def get_init_inputs():
 
 # --- helpers ----------------------------------------------------------------------------
 
-def commit(kernels: Path, model: str, info: Any, source: str) -> Path:
-    """Store ``source`` as the next active version of ``info``'s kernel; the version file."""
+def commit(kernels: Path, model: str, info: Any, source: str, *, training: bool | None = None) -> Path:
+    """Store ``source`` as the next active version of ``info``'s kernel; the version file. ``training``: the pass
+    its evidence records (accept writes capture's ``info.training``; None: not recorded, as before 2026-12-05)."""
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.store import Evidence, KernelStore, Provenance, sha256_text
 
     # The record accept writes from a passing verdict: production runs nothing without one, and only at
     # the launches it records (here the one capture saw, as the kernel stage would have verified it).
     evidence = Evidence(status="correct", speed_measured=False, fingerprint=info.fingerprint, sha256=sha256_text(source),
-                        launches=[verified_at(info)])
+                        launches=[verified_at(info)], training=training)
     outcome = KernelStore(kernels).add_version(
         model=model, kernel=info.name, fingerprint=info.fingerprint, args=info.args,
         original_source=render_dump(info, model), source=source,

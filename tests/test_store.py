@@ -474,6 +474,24 @@ def test_accept_stores_source_original_and_baseline(tmp_path: Path) -> None:
     assert (again.stored, again.active) == (False, True) and "already stored as v1 (active)" in again.message
 
 
+@pytest.mark.parametrize("training", [True, False, None])
+def test_accept_records_the_pass_the_kernel_was_captured_in_and_an_old_manifest_reads_without_it(
+        tmp_path: Path, training: bool | None) -> None:
+    """The evidence says whether the version was verified in a training step or for inference (capture's flag on
+    the kernel record), which production reads; a manifest written before it was recorded reads as None."""
+    store = KernelStore(tmp_path)
+    verdict = _verdict()
+    verdict.kernel_info = _info().model_copy(update={"training": training})
+    assert accept_verdict(store, "m", KERNEL, CANDIDATE, verdict).stored
+    path = tmp_path / "m" / KERNEL / "manifest.json"
+    data = json.loads(path.read_text())
+    assert data["versions"][0]["evidence"]["training"] is training
+    del data["versions"][0]["evidence"]["training"]
+    path.write_text(json.dumps(data))
+    manifest = store.manifest("m", KERNEL)
+    assert manifest is not None and manifest.versions[0].evidence.training is None
+
+
 @pytest.mark.parametrize("status, speed_measured, allow, stored, words", [
     ("rejected", False, False, False, "not stored: rejected"),
     ("correct", True, False, False, "not stored: correct but not faster"),

@@ -54,7 +54,7 @@ def test_a_backward_kernel_is_tuned_and_stored_as_for_inference_and_the_run_name
     from pytest_kernelopt.runs.records import RunRecord
     from pytest_kernelopt.report.render import write_report
 
-    info = _inductor_info().model_copy(update={"name": BWD, "backward": True})
+    info = _inductor_info().model_copy(update={"name": BWD, "backward": True, "training": True})
     session = FakeSession(info, {8: 1.2, 16: 1.4}, seconds=0.0, compile_speed={"max-autotune": 1.5})
     tuner, run, store = _tuner(tmp_path, session)
     tuner.ui = ui = Lines()
@@ -62,7 +62,8 @@ def test_a_backward_kernel_is_tuned_and_stored_as_for_inference_and_the_run_name
     run.close()
     (k,) = outcome.kernels
     assert outcome.error is None and outcome.training and k.backward and k.stored_version == 1
-    assert store.active_file("m", BWD) is not None
+    stored = store.active_file("m", BWD)
+    assert stored is not None and stored.record.evidence.training is True  # the pass production tells apart by
     assert session.compile_calls != []  # the compile check runs on the whole step
     assert outcome.notes == [REWRITES_DECLINE] and sum(REWRITES_DECLINE in line for line in ui.lines) == 1
     assert any(line.startswith(f"{BWD} (backward pass): ") for line in ui.lines)

@@ -615,6 +615,7 @@ def compile_problem(
             info = KernelInfo(
                 name=name, function=kernel_name, graph=index, args=args, launch=cfg, source=kernel_source,
                 fingerprint=kernel_fingerprint(autotuner, kernel_source, kernel_name), backward=backward,
+                training=training,
             )
             kernels[name] = KernelHandle(info=info, module=module, attr=attr, original=autotuner)
     return CompiledModel(

@@ -473,7 +473,7 @@ def accept_verdict(store: KernelStore, model: str, kernel: str, source: str, ver
         model_timing=verdict.model_timing, kernel_timing=verdict.kernel_timing, errors=verdict.errors,
         seeds=verdict.seeds, environment=verdict.environment, combined_timing=combined_timing,
         combined_with=combined_with or [], fingerprint=info.fingerprint, sha256=sha256_text(source),
-        launches=verdict.launches,
+        launches=verdict.launches, training=info.training,
     )
     original = render_dump(info, model)
     if recipe is None:

@@ -30,6 +30,8 @@ MANIFEST = "manifest.json"
 # Manifests of schema 1 are still read: see Manifest._from_schema_1.
 # An ``inductor`` recipe may also record ``base_source`` (2026-12-04; optional: older recipes
 # read without it, and are not replayed: store/recipe.py binding_error).
+# A version's evidence may also record ``training``, the pass it was verified in (2026-12-05; optional:
+# older evidence reads as None, and production treats it as before).
 MANIFEST_SCHEMA_VERSION = 4
 # The first schema whose fingerprints include capture.compile_semantics.
 FINGERPRINTS_COVER_SEMANTICS = 4
@@ -82,6 +84,11 @@ class Evidence(Record):
     # (per argument: "float16 (4, 16) (16, 1)", "int 64", "float"). Production runs the version only at
     # these; None: not recorded (written before schema 4), and the gate asks for a re-verification.
     launches: list[list[Annotated[str, Field(max_length=1000)]]] | None = None
+    # The pass it was verified in: True, a training step's (a problem declaring TRAINING; its forward kernels are
+    # named like inference ones but may save more for the backward); False, inference. Production tells a compile
+    # of the other pass from a stale kernel by it. None: not recorded (written before 2026-12-05): a fingerprint
+    # that differs is stale, as before.
+    training: bool | None = None
 
 
 class Provenance(Record):

@@ -20,7 +20,11 @@ recorded at accept, the static check of the candidate language, and that the fil
 loads. Whatever fails (a stale kernel, a version with no recorded verification at this
 fingerprint, a missing or edited file, a file outside the language, one that does not load) leaves the compiler's kernel in place with one
 :class:`KerneloptWarning` naming the model, the kernel, the file and the cause;
-a tuned kernel never makes a model fail to compile.
+a tuned kernel never makes a model fail to compile. A version whose evidence records the other pass
+(``training``: verified in a training step, looked up by an inference compile, a ``no_grad`` validation
+pass, or the reverse) is not stale when its compiler kernel differs (a training forward saves what its
+backward reads): the compiler's kernel runs, said in the record (the start-up line, :func:`status`) and once
+at INFO, not warned.
 
 Kernels are named as capture names them (the wrapper's kernel global, with ``__bwd`` in a training
 step's backward graph; from the second graph on, a name already used by an earlier graph gets
@@ -312,6 +316,11 @@ class KerneloptBackend:
         if older is not None:  # its fingerprint would not tell a float16 compile from a bfloat16 one
             return self._fallback(record, active.path, f"stale: {older}")
         if active.manifest.fingerprint != record.fingerprint:
+            if _other_pass(active.record, training):  # a validation pass of a model tuned for training, or the reverse
+                return self._quiet_fallback(record, active.path, _pass_why(active.record), (
+                    f"v{active.record.version} was verified in {_pass(not training)} against compiler kernel "
+                    f"{active.manifest.fingerprint}; this {_compile_of(training)}'s kernel is another "
+                    f"({record.fingerprint}), so the compiler's code runs (nothing is stale)"))
             return self._fallback(record, active.path, (
                 f"stale: it replaces compiler kernel {active.manifest.fingerprint}, but the compiler now generates "
                 f"{record.fingerprint} (another input shape, dtype, device, torch version or model change); "
@@ -331,7 +340,7 @@ class KerneloptBackend:
                                                     function)
         except Exception as exc:  # our reading of Inductor's output failed: never the model's problem
             return self._fallback(record, None, f"cannot read the compiler's kernel ({type(exc).__name__}: {exc})")
-        matching, seen = [], []
+        matching, seen, other = [], [], []
         for folder in folders:
             try:
                 active = self.store.active_file(self.model, folder)
@@ -342,8 +351,16 @@ class KerneloptBackend:
                 seen.append(f"{folder} (no active version)")
             elif active.manifest.old_fingerprints() is None and active.manifest.fingerprint == record.fingerprint:
                 matching.append(active)
+            elif active.manifest.old_fingerprints() is None and _other_pass(active.record, record.training):
+                other.append(active)
             else:
                 seen.append(f"{folder} (replaces {active.manifest.fingerprint})")
+        if not matching and other and all(s.endswith("(no active version)") for s in seen):
+            return self._quiet_fallback(record, self.store.model_dir(self.model), _pass_why(other[0].record), (
+                f"the versions of {', '.join(a.manifest.kernel for a in other)} were verified in "
+                f"{_pass(not record.training)}; this {_compile_of(record.training)}'s kernel is another "
+                f"({record.fingerprint}), so the compiler's code runs (nothing is stale)"))
+        seen += [f"{a.manifest.kernel} (replaces {a.manifest.fingerprint}, {_pass_why(a.record)})" for a in other]
         if not matching:
             return self._fallback(record, self.store.model_dir(self.model), (
                 f"stale: no committed version replaces the compiler kernel generated now ({record.fingerprint}): "
@@ -422,6 +439,16 @@ class KerneloptBackend:
         self._warn(f"kernelopt: {where}: {file}{cause}; the compiler's kernel is used", path)
         return record
 
+    def _quiet_fallback(self, record: ProductionKernel, path: Path | None, why: str, cause: str) -> ProductionKernel:
+        """The compiler's kernel runs where nothing is wrong with the store (the stored versions are of the other
+        pass): said in the record (the start-up line, :func:`status`) and once at INFO, never as a warning."""
+        record.runs, record.reason, record.why = "compiler", cause, why
+        message = f"kernelopt: {self.model}/{record.name}: {f'{path}: ' if path is not None else ''}{cause}"
+        if message not in self._warned:
+            self._warned.add(message)
+            log.info("%s", message)
+        return record
+
     def _warn(self, message: str, where: Path | None = None) -> None:
         if message not in self._warned:  # once per backend, however often the graph recompiles
             self._warned.add(message)
@@ -467,6 +494,26 @@ class VerifiedLaunches:
 
     def __repr__(self) -> str:
         return f"VerifiedLaunches({self.committed!r}, {len(self.verified)} verified launch(es))"
+
+
+def _pass(training: bool | None) -> str:
+    return "the training step" if training else "inference"
+
+
+def _compile_of(training: bool) -> str:
+    return "training step's compile" if training else "inference compile"
+
+
+def _other_pass(version: Any, training: bool) -> bool:
+    """Whether ``version`` (a manifest's VersionRecord) was verified in the other pass than a compile of
+    ``training``'s: its evidence records the pass (None, not recorded: it is not known to be)."""
+    recorded = version.evidence.training
+    return recorded is not None and recorded != training
+
+
+def _pass_why(version: Any) -> str:
+    """The start-up line's few words for a version stored for the other pass."""
+    return f"stored for {_pass(version.evidence.training)}"
 
 
 def _short_why(cause: str) -> str:
@@ -547,12 +594,19 @@ class ProductionStatus:
                  for t, g in graphs]
         try:
             from ..capture.shapes import split_name
+            from ..capture.training import BACKWARD_SUFFIX
 
             names = {k.name for k in self.kernels}  # a folder per shape (name@b64) belongs to its kernel
             unused = [n for n in KernelStore(self.kernels_dir).kernel_names(self.model)
                       if split_name(n)[0] not in names]
         except Exception:  # noqa: BLE001 - a store we cannot list: the warnings said why
             unused = []
+        # A backward kernel runs only in a training step: with none compiled (a validation pass), not a mismatch.
+        backward = [n for n in unused if BACKWARD_SUFFIX in n] if not any(k.training for k in self.kernels) else []
+        unused = [n for n in unused if n not in backward]
+        if backward:
+            lines.append(f"kernelopt: {self.model}: committed in {_shown(self.kernels_dir)} for the training step's "
+                         f"backward, which this process has not compiled: {', '.join(backward)}")
         if unused:
             lines.append(f"kernelopt: {self.model}: committed in {_shown(self.kernels_dir)} but not generated by the "
                          f"compiler here: {', '.join(unused)} (another input shape, device or torch version?)")
