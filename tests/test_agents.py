@@ -158,7 +158,7 @@ if variant == "broken":
     print("ValueError: this variant's compile broke", file=sys.stderr)
     sys.exit(3)
 kernels, errors = [dict(variant=variant, name="triton_per_fused_sum_0", graph=0, fingerprint=variant, args=[],
-                        written=[], source=os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "unset"))], {}
+                        written=[], source="")], {}
 if variant == "oom" and not (folder / "oom-once").exists():
     (folder / "oom-once").write_text("")
     kernels, errors = [], {variant: "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"}
@@ -172,16 +172,13 @@ def fake_harvest_child(monkeypatch):
 
     monkeypatch.setattr(child, "module_command", lambda module, *args, site=True: (
         sys.executable, "-S", "-c", FAKE_HARVEST_CHILD, *args))
-    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
 
 
-def test_the_harvest_runs_its_variants_at_once_and_merges_them_in_their_order(fake_harvest_child, tmp_path,
-                                                                              monkeypatch):
+def test_the_harvest_runs_its_variants_at_once_and_merges_them_in_their_order(fake_harvest_child, tmp_path):
     from pytest_kernelopt.agents.harvest import harvest
 
     from test_child import _intervals, _most_at_once  # tests/ is on the path (as for forkserver)
 
-    monkeypatch.setattr("os.cpu_count", lambda: 8)
     result = harvest(tmp_path / "problem.py", "cpu", ["slow", "broken", "fast", "oom"], timeout=60, jobs=2)
     # The variants' order, though "slow" finished last and "oom" came back from its run alone.
     assert [k.variant for k in result.kernels] == ["slow", "fast", "oom"]
@@ -193,8 +190,6 @@ def test_the_harvest_runs_its_variants_at_once_and_merges_them_in_their_order(fa
     spans = _intervals(tmp_path / "log.txt")
     assert len(spans) == 5 and _most_at_once(spans) == 2
     assert result.wall_seconds > 0
-    # Each child's Inductor gets its share of the cores for its compile workers.
-    assert {k.source for k in result.kernels} == {"4"}
 
 
 def test_how_many_harvest_children_run_at_once(monkeypatch):

@@ -128,14 +128,13 @@ def harvest(problem: Path, device: str, variants: list[str], timeout: float, sha
 
     from ..child import child_env, module_command, run_children, scrubbed_env
 
+    variants = list(dict.fromkeys(variants))  # a variant named twice compiles once
     jobs = harvest_jobs(len(variants), jobs)
     started = time.monotonic()
-    extra: dict[str, str] = {}
-    if jobs > 1 and "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
-        # Each child's Inductor would start as many compile workers as the machine has cores (up to 32,
-        # torch 2.11 and 2.13): the children share the cores instead.
-        extra["TORCHINDUCTOR_COMPILE_THREADS"] = str(max(1, (os.cpu_count() or 1) // jobs))
-    env = child_env(scrubbed_env(), **extra)
+    # Each child's Inductor keeps its pool of compile workers as large as the machine (up to 32, torch 2.11
+    # and 2.13): while all run the OS shares the cores, and the slowest (max-autotune's) gets them all once
+    # the others end, where a fixed share would hold it to a fraction of them for its whole compile.
+    env = child_env(scrubbed_env())
     parts: dict[str, HarvestResult] = {}
     with tempfile.TemporaryDirectory(prefix="kernelopt-harvest-") as tmp:
         def run(names: list[str], at_once: int, limit: float, tag: str) -> None:
