@@ -14,7 +14,7 @@ the sandbox's prefix, the protocol pipes and resource limits: :mod:`.verify.sand
 (:mod:`.agents.harvest`, :mod:`.agents.profiler`), the FLOP ceiling's measurement
 (:mod:`.measure.roofline`), the sandbox's probe and the ``nvidia-smi`` queries.
 :func:`run_child` is the blocking form (start, wait under a time limit, kill the group,
-keep the output's tail). Git alone runs otherwise (gitpython, or ``git`` whose output is
+keep the output's tail); :func:`run_children` runs several so, a bounded number at a time. Git alone runs otherwise (gitpython, or ``git`` whose output is
 a file at a revision, read whole on purpose). Standard library only: the static
 checker's process (``python -S``) imports this.
 """
@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -157,12 +158,15 @@ def tail_lines(path: str | os.PathLike[str], lines: int = 3) -> str:
 class ChildRun:
     """How a :func:`run_child` ended: its exit status (None: killed at the time limit), the last
     lines of its output (stdout and stderr together, or stderr alone when stdout was kept apart),
-    that output's kept tail, and stdout's when it was kept apart."""
+    that output's kept tail, and stdout's when it was kept apart; how long it ran (:func:`run_children`
+    fills it), and whether it was started at all (one not started before its time ran out was not)."""
 
     returncode: int | None
     output_tail: str
     output: Output = Output()
     stdout: Output | None = None
+    seconds: float = 0.0
+    started: bool = True
 
     @property
     def timed_out(self) -> bool:
@@ -185,3 +189,45 @@ def run_child(argv: Sequence[str], *, env: dict[str, str], timeout: float, cwd: 
             kill_group(proc)
         kept = read_tail(output, keep)
         return ChildRun(code, kept.last_lines(lines), kept, read_tail(stdout, keep) if separate_stdout else None)
+
+
+def run_children(commands: Sequence[Sequence[str]], *, env: dict[str, str], timeout: float, jobs: int,
+                 cwd: str | os.PathLike[str] | None = None, lines: int = 3, keep: int = OUTPUT_TAIL_BYTES,
+                 poll: float = 0.05) -> list[ChildRun]:
+    """Run ``commands``, at most ``jobs`` at a time, started in their order; one :class:`ChildRun` each, in
+    that order. ``timeout`` bounds the whole: a child still running then is killed (``timed_out``), one not
+    started by then never is (``started`` false). Each child's process group is killed when it ends, and
+    every running one's when this returns or raises (Ctrl-C, :class:`~.errors.Terminated`): none outlives it."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, not {jobs}")
+    deadline = time.monotonic() + timeout
+    done: list[ChildRun | None] = [None] * len(commands)
+    running: dict[int, tuple[subprocess.Popen[bytes], float]] = {}
+    pending = list(range(len(commands)))
+    with tempfile.TemporaryDirectory(prefix="kernelopt-children-") as folder:
+        outputs = [Path(folder) / f"output-{i}.txt" for i in range(len(commands))]
+        try:
+            while pending or running:
+                while pending and len(running) < jobs and time.monotonic() < deadline:
+                    i = pending.pop(0)
+                    running[i] = (start_child(commands[i], env=env, output=outputs[i], cwd=cwd), time.monotonic())
+                if time.monotonic() >= deadline:
+                    for i in pending:
+                        done[i] = ChildRun(None, f"not started: the {timeout:g} s had run out", started=False)
+                    pending.clear()
+                for i, (proc, began) in list(running.items()):
+                    code = proc.poll()
+                    if code is None and time.monotonic() < deadline:
+                        continue
+                    kill_group(proc)  # what it started goes with it (and a child at the deadline is killed)
+                    kept = read_tail(outputs[i], keep)
+                    done[i] = ChildRun(code, kept.last_lines(lines), kept, seconds=round(time.monotonic() - began, 2))
+                    del running[i]
+                if running:
+                    time.sleep(max(0.0, min(poll, deadline - time.monotonic())))
+        finally:
+            for proc, _ in running.values():
+                kill_group(proc)
+    finished = [run for run in done if run is not None]
+    assert len(finished) == len(commands), "every command ends in a ChildRun"
+    return finished

@@ -184,6 +184,12 @@ class Settings(BaseModel):
     budget_s: Seconds = Field(300.0, description="device seconds per kernel",
                               json_schema_extra=_on(cli="--budget-s", pytest="--kernelopt-budget-s", metavar="S",
                                                     parse="seconds", pytest_prefix="--kernelopt-tune: "))
+    # Offered by the search backend, the one that harvests (`kernelopt tune --agent search --harvest-jobs`,
+    # agents/search/coder.py's options); None: agents/harvest.py's harvest_jobs() decides from the CPU count.
+    harvest_jobs: int | None = Field(None, ge=1, le=64,
+                                     description="Inductor compiles of the harvest run at once, one child process "
+                                                 "each (default: one per compile setting, at most half the CPU cores)",
+                                     json_schema_extra=_on(metavar="N"))
     run_budget_s: Seconds | None = Field(None, description="device seconds for the whole run",
                                          json_schema_extra=_on(cli="--run-budget-s", metavar="S", parse="seconds",
                                                                default_help="default: no limit"))

@@ -140,6 +140,77 @@ def test_harvested_kernels_match_by_fingerprint_or_call_convention():
     assert not matches(base, alt.model_copy(update={"layout": layout(base.model_copy(update={"args": args}))}))
 
 
+# A harvest child's stand-in (``python -S -c``, no torch): it logs when it runs, then writes the result a
+# real child writes for its one variant. "slow" finishes last; "broken" exits 3; "oom" runs out of GPU memory
+# the first time (beside the others) and not the second (alone).
+FAKE_HARVEST_CHILD = r"""
+import json, os, pathlib, sys, time
+problem, device, out, variant = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[-1]
+folder = pathlib.Path(problem).parent
+def log(what):
+    with open(folder / "log.txt", "a") as f:
+        f.write(f"{what} {variant}-{os.getpid()} {time.monotonic()}\n")
+log("start")
+pause = 0.6 if variant == "slow" else 0.1
+time.sleep(pause)
+log("end")
+if variant == "broken":
+    print("ValueError: this variant's compile broke", file=sys.stderr)
+    sys.exit(3)
+kernels, errors = [dict(variant=variant, name="triton_per_fused_sum_0", graph=0, fingerprint=variant, args=[],
+                        written=[], source="")], {}
+if variant == "oom" and not (folder / "oom-once").exists():
+    (folder / "oom-once").write_text("")
+    kernels, errors = [], {variant: "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"}
+pathlib.Path(out).write_text(json.dumps(dict(kernels=kernels, errors=errors, seconds={variant: pause})))
+"""
+
+
+@pytest.fixture
+def fake_harvest_child(monkeypatch):
+    from pytest_kernelopt import child
+
+    monkeypatch.setattr(child, "module_command", lambda module, *args, site=True: (
+        sys.executable, "-S", "-c", FAKE_HARVEST_CHILD, *args))
+
+
+def test_the_harvest_runs_its_variants_at_once_and_merges_them_in_their_order(fake_harvest_child, tmp_path):
+    from pytest_kernelopt.agents.harvest import harvest
+
+    from test_child import _intervals, _most_at_once  # tests/ is on the path (as for forkserver)
+
+    result = harvest(tmp_path / "problem.py", "cpu", ["slow", "broken", "fast", "oom"], timeout=60, jobs=2)
+    # The variants' order, though "slow" finished last and "oom" came back from its run alone.
+    assert [k.variant for k in result.kernels] == ["slow", "fast", "oom"]
+    assert list(result.seconds) == ["slow", "broken", "fast", "oom"] and result.jobs == 2
+    # One child failing costs its variant alone, and its error says why.
+    assert list(result.errors) == ["broken"]
+    assert "exited with 3" in result.errors["broken"] and "this variant's compile broke" in result.errors["broken"]
+    # Never more than two children at once, and two at once indeed; "oom" ran twice.
+    spans = _intervals(tmp_path / "log.txt")
+    assert len(spans) == 5 and _most_at_once(spans) == 2
+    assert result.wall_seconds > 0
+
+
+def test_how_many_harvest_children_run_at_once(monkeypatch):
+    from pytest_kernelopt.agents.harvest import harvest_jobs
+    from pytest_kernelopt.agents.search.coder import SearchOptions
+
+    for cores, variants, jobs in [(2, 4, 1), (1, 4, 1), (None, 4, 1), (16, 4, 4), (6, 4, 3), (64, 1, 1)]:
+        monkeypatch.setattr("os.cpu_count", lambda cores=cores: cores)
+        assert harvest_jobs(variants) == jobs, (cores, variants)
+    assert harvest_jobs(4, 3) == 3 and harvest_jobs(4, 8) == 4 and harvest_jobs(0) == 1
+    # The setting, given to the search backend: `kernelopt tune --harvest-jobs N`.
+    from pytest_kernelopt.agents.backends import chosen_options, make_coder
+
+    assert chosen_options("search", {"--harvest-jobs": "2"}) == {"harvest_jobs": 2}
+    with pytest.raises(UsageError, match="^--harvest-jobs: input should be greater than or equal to 1"):
+        chosen_options("search", {"--harvest-jobs": "0"})
+    coder = make_coder("search", harvest_jobs=2)
+    assert isinstance(coder, SearchCoder) and coder.harvest_jobs == 2
+    assert SearchOptions().harvest_jobs is None
+
+
 # --- profiler and planner ------------------------------------------------------------------
 
 def test_bytes_moved_counts_reads_and_writes():

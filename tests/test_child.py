@@ -126,3 +126,77 @@ def test_a_child_gets_the_passed_on_ctrl_c_even_when_its_parent_ignores_sigint(t
         test_a_child_in_its_own_session_stops_cleanly_on_a_passed_on_ctrl_c(tmp_path)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _intervals(log: Path) -> dict[str, list[float]]:
+    """{name: [start, end]} from the lines "start NAME T" / "end NAME T" children append to ``log``."""
+    spans: dict[str, list[float]] = {}
+    for line in log.read_text().splitlines():
+        what, name, at = line.split()
+        spans.setdefault(name, [0.0, 0.0])[what == "end"] = float(at)
+    return spans
+
+
+def _most_at_once(spans: dict[str, list[float]]) -> int:
+    return max(sum(1 for s, e in spans.values() if s <= start < e) for start, _ in spans.values())
+
+
+def test_children_run_a_bounded_number_at_a_time_and_come_back_in_their_order(tmp_path):
+    from pytest_kernelopt.child import run_children
+
+    log = tmp_path / "log.txt"
+    # The first sleeps longest: the children finish in another order than they were given.
+    code = ("import sys, time\nname, pause = sys.argv[1], float(sys.argv[2])\n"
+            f"open({str(log)!r}, 'a').write(f'start {{name}} {{time.monotonic()}}\\n')\n"
+            "time.sleep(pause)\n"
+            f"open({str(log)!r}, 'a').write(f'end {{name}} {{time.monotonic()}}\\n')\n"
+            "print('done', name); sys.exit(int(name == 'c'))")
+    names = ["a", "b", "c", "d", "e"]
+    runs = run_children([[sys.executable, "-S", "-c", code, n, str(0.8 if n == "a" else 0.2)] for n in names],
+                        env=child_env(), timeout=60, jobs=2)
+    assert [r.output_tail for r in runs] == [f"done {n}" for n in names]
+    assert [r.returncode for r in runs] == [0, 0, 1, 0, 0] and all(r.started and r.seconds > 0 for r in runs)
+    assert _most_at_once(_intervals(log)) == 2
+
+
+def test_children_share_one_time_limit(tmp_path):
+    from pytest_kernelopt.child import run_children
+
+    started = time.monotonic()
+    first, second = run_children([[sys.executable, "-S", "-c", "import time; time.sleep(600)"]] * 2,
+                                 env=child_env(), timeout=1.5, jobs=1)
+    assert time.monotonic() - started < 30
+    assert first.timed_out and first.started and first.seconds >= 1.0
+    assert second.timed_out and not second.started and "not started" in second.output_tail
+
+
+def test_ctrl_c_kills_every_running_child(tmp_path):
+    """Ctrl-C (and SIGTERM, which the command line turns into a KeyboardInterrupt) reaches only the parent:
+    the children run in sessions of their own, so the parent kills every one before the interrupt goes on."""
+    import _thread
+    import threading
+
+    from pytest_kernelopt.child import run_children
+
+    pid_files = [tmp_path / f"pid{i}" for i in range(2)]
+    code = "import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\ntime.sleep(600)"
+
+    def interrupt_once_started() -> None:
+        deadline = time.monotonic() + 30
+        while not all(f.is_file() and f.read_text() for f in pid_files) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        _thread.interrupt_main()
+
+    threading.Thread(target=interrupt_once_started, daemon=True).start()
+    started = time.monotonic()
+    try:
+        run_children([[sys.executable, "-S", "-c", code, str(f)] for f in pid_files], env=child_env(),
+                     timeout=120, jobs=2)
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the interrupt did not reach run_children")
+    assert time.monotonic() - started < 30
+    for f in pid_files:
+        pid = int(f.read_text())
+        assert not Path(f"/proc/{pid}").exists(), f"child {pid} outlived the interrupt"

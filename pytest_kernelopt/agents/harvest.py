@@ -2,14 +2,25 @@
 
 The same problem is compiled again under other Inductor settings (max-autotune's
 wider configuration search, coordinate-descent tuning, looped instead of
-persistent reductions) in a child process that exits before the verification
-session opens, so its GPU memory is never held beside the session's. Each kernel
-of each variant is rendered as a candidate file; the parent keeps those that fit a
-kernel of the default compile: the same graph, the same argument list (names, which
+persistent reductions), each setting in a child process of its own that exits
+before the verification session opens, so its GPU memory is never held beside the
+session's. Each kernel of each variant is rendered as a candidate file; the parent
+keeps those that fit a kernel of the default compile: the same graph, the same argument list (names, which
 it writes, and each one's shape, strides, dtype and scalar value: a kernel compiled for
 another layout indexes its arguments differently) and the same fused operations (the
 name without Inductor's ``triton_per_``/``triton_red_``/``triton_poi_`` prefix and its
 counter). The cascade then judges them like any other candidate.
+
+The children run at the same time, up to :func:`harvest_jobs` of them (the ``harvest_jobs``
+setting, ``kernelopt tune --harvest-jobs``), so the harvest takes about its slowest variant's
+time, not the sum (H100, a bf16 softmax training step: 35 + 15 + 2 + 8 s one after another).
+That is safe enough because a harvested kernel is only a candidate: every one is judged by
+the cascade (numerics against float64, then timing in the session) before anything is kept.
+What concurrency can change is which configuration a compile picks: max-autotune and
+coordinate descent benchmark their configurations on the GPU while the other children use it,
+so a pick may differ from a run alone (another candidate, not a wrong one). A child that runs
+out of GPU memory beside the others is run again alone, in the time left. The result is the
+same whatever order the children finish in: kernels, errors and seconds in the variants' order.
 
 Run as ``python -m pytest_kernelopt.agents.harvest PROBLEM DEVICE OUT.json VARIANT...``.
 """
@@ -17,17 +28,21 @@ Run as ``python -m pytest_kernelopt.agents.harvest PROBLEM DEVICE OUT.json VARIA
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
 # The catalogue of compile settings is capture/variants.py (shared with the model-level choice).
 from ..capture.variants import CPU_VARIANTS, HARVEST_VARIANTS, VARIANTS, persistent_up_to  # noqa: F401
 from ..records import KernelInfo
+
+if TYPE_CHECKING:
+    from ..child import ChildRun
 
 
 class Harvested(BaseModel):
@@ -48,7 +63,9 @@ class HarvestResult(BaseModel):
 
     kernels: list[Harvested] = []
     errors: dict[str, str] = {}  # variant -> why it produced nothing
-    seconds: dict[str, float] = {}
+    seconds: dict[str, float] = {}  # variant -> its compile's seconds (its child's, when the child failed)
+    wall_seconds: float = 0.0  # the whole harvest, its children running at the same time
+    jobs: int = 1  # children run at once
 
 
 _PREFIX = re.compile(r"^triton_(?:per|red|poi|tem|for|spl)_")
@@ -88,24 +105,75 @@ def matches(base: KernelInfo, alt: Harvested) -> bool:
             and (alt.layout is None or alt.layout == layout(base)))
 
 
-def harvest(problem: Path, device: str, variants: list[str], timeout: float, shape: str | None = None) -> HarvestResult:
-    """Run the variants in a child process (secrets scrubbed from its environment); ``shape``: a declared shape
-    of a problem with SHAPES (None: its first)."""
+def harvest_jobs(variants: int, jobs: int | None = None) -> int:
+    """How many harvest children run at once for ``variants`` variants: ``jobs`` (the ``harvest_jobs``
+    setting), else one per variant up to half the CPU cores (each child compiles with Inductor's pool of
+    compile workers and the interpreter's kernels run on the CPU), at least one and never more than the variants."""
+    if jobs is None:
+        jobs = (os.cpu_count() or 1) // 2
+    return max(1, min(jobs, variants))
+
+
+# Why a child's variant failed when it ran out of GPU memory (torch.OutOfMemoryError, or the CUDA error);
+# not Triton's "out of resource" (a kernel's shared memory), which running alone does not change.
+_OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|out of memory")
+
+
+def harvest(problem: Path, device: str, variants: list[str], timeout: float, shape: str | None = None,
+            jobs: int | None = None) -> HarvestResult:
+    """Run each variant in a child process of its own (secrets scrubbed from its environment), up to
+    :func:`harvest_jobs` at once, the whole within ``timeout`` seconds; ``shape``: a declared shape of a
+    problem with SHAPES (None: its first). Ctrl-C or SIGTERM kills every child before it propagates."""
     import tempfile
 
-    from ..child import child_env, module_command, run_child, scrubbed_env
+    from ..child import child_env, module_command, run_children, scrubbed_env
 
+    variants = list(dict.fromkeys(variants))  # a variant named twice compiles once
+    jobs = harvest_jobs(len(variants), jobs)
+    started = time.monotonic()
+    # Each child's Inductor keeps its pool of compile workers as large as the machine (up to 32, torch 2.11
+    # and 2.13): while all run the OS shares the cores, and the slowest (max-autotune's) gets them all once
+    # the others end, where a fixed share would hold it to a fraction of them for its whole compile.
+    env = child_env(scrubbed_env())
+    parts: dict[str, HarvestResult] = {}
     with tempfile.TemporaryDirectory(prefix="kernelopt-harvest-") as tmp:
-        out = Path(tmp) / "harvest.json"
-        cmd = module_command("pytest_kernelopt.agents.harvest", str(problem), device, str(out),
-                             *([f"--shape={shape}"] if shape else []), *variants)
-        done = run_child(cmd, env=child_env(scrubbed_env()), cwd=tmp, timeout=timeout, lines=1)
-        if done.timed_out:
-            return HarvestResult(errors={v: f"timed out after {timeout:g} s" for v in variants})
-        if out.is_file():
+        def run(names: list[str], at_once: int, limit: float, tag: str) -> None:
+            outs = {v: Path(tmp) / f"{tag}-{i}.json" for i, v in enumerate(names)}
+            cmds = [module_command("pytest_kernelopt.agents.harvest", str(problem), device, str(outs[v]),
+                                   *([f"--shape={shape}"] if shape else []), v) for v in names]
+            for v, done in zip(names, run_children(cmds, env=env, cwd=tmp, timeout=limit, jobs=at_once, lines=1)):
+                parts[v] = _part(v, outs[v], done, timeout)
+
+        run(variants, jobs, timeout, "together")
+        # Beside the others a child may find the GPU's memory taken; alone, in the time left, it may not.
+        again = [v for v in variants if jobs > 1 and _OUT_OF_MEMORY.search(parts[v].errors.get(v, ""))]
+        left = timeout - (time.monotonic() - started)
+        if again and left > 1:
+            run(again, 1, left, "alone")
+    result = HarvestResult(wall_seconds=round(time.monotonic() - started, 2), jobs=jobs)
+    for v in variants:  # in the variants' order, whatever order the children finished in
+        result.kernels.extend(parts[v].kernels)
+        result.errors.update(parts[v].errors)
+        result.seconds.update(parts[v].seconds)
+    return result
+
+
+def _part(variant: str, out: Path, done: ChildRun, timeout: float) -> HarvestResult:
+    """What one variant's child gave (``done``: its ``ChildRun``), or why it gave nothing."""
+    if not done.started:
+        return HarvestResult(errors={variant: f"not started: the harvest's {timeout:g} s ran out first"})
+    seconds = {variant: done.seconds}
+    if done.timed_out:
+        return HarvestResult(errors={variant: f"timed out after {done.seconds:g} s (the harvest's limit: {timeout:g} s)"},
+                             seconds=seconds)
+    if out.is_file():
+        try:
             return HarvestResult.model_validate_json(out.read_text())
-        tail = done.output_tail or f"exit {done.returncode}"
-        return HarvestResult(errors={v: tail[:300] for v in variants})
+        except ValueError as exc:  # pydantic's ValidationError and bad JSON alike
+            return HarvestResult(errors={variant: f"its child wrote an unreadable result: {str(exc)[:200]}"},
+                                 seconds=seconds)
+    tail = done.output_tail or "no output"
+    return HarvestResult(errors={variant: f"its child exited with {done.returncode}: {tail}"[:400]}, seconds=seconds)
 
 
 def _compile_variant(problem: Any, device: str, variant: str) -> list[KernelInfo]:

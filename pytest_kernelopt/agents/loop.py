@@ -147,7 +147,7 @@ class Tuner:
             harvested = getattr(self.coder, "harvested", None)
             if harvested is not None:
                 ev("coder", "harvest", kernels=len(harvested.kernels), errors=harvested.errors,
-                   seconds=harvested.seconds)
+                   seconds=harvested.seconds, wall_seconds=harvested.wall_seconds, jobs=harvested.jobs)
             full_options = self.options.verify
             factory = self.session_factory or VerifySession
             variant = self._variant = self._compile_step(problem, outcome, factory, full_options, ev)

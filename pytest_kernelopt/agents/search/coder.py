@@ -27,6 +27,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
+from ... import settings
+
 from ...candidate.rewrites import REWRITES, approximate_divisions, drop_eviction_hints
 from ...runs.records import CoderContext, Proposal
 from ...store import sha256_text
@@ -36,7 +40,7 @@ from .strategies import parse
 
 HARVEST_TIMEOUT = 900.0
 
-__all__ = ["BACKEND", "HARVEST_TIMEOUT", "REWRITES", "SearchCoder", "approximate_divisions", "drop_eviction_hints"]
+__all__ = ["BACKEND", "HARVEST_TIMEOUT", "REWRITES", "SearchCoder", "SearchOptions", "approximate_divisions", "drop_eviction_hints"]
 
 
 class SearchCoder:
@@ -44,8 +48,9 @@ class SearchCoder:
     model = None
 
     def __init__(self, *, variants: list[str] | None = None, launch_per_round: int = 8,
-                 harvest_timeout: float = HARVEST_TIMEOUT, progress: Any = None):
+                 harvest_timeout: float = HARVEST_TIMEOUT, harvest_jobs: int | None = None, progress: Any = None):
         self.variants = variants
+        self.harvest_jobs = harvest_jobs
         self.launch_per_round = launch_per_round
         self.harvest_timeout = harvest_timeout
         self.progress = progress or (lambda _: None)
@@ -76,7 +81,7 @@ class SearchCoder:
             self.harvested = HarvestResult()
             return
         self.progress(f"harvesting Inductor's alternatives ({', '.join(variants)})")
-        self.harvested = harvest(problem, device, variants, self.harvest_timeout, shape)
+        self.harvested = harvest(problem, device, variants, self.harvest_timeout, shape, jobs=self.harvest_jobs)
 
     def propose(self, ctx: CoderContext) -> list[Proposal]:
         done = self._done.setdefault(ctx.kernel.name, set())
@@ -99,4 +104,12 @@ class SearchCoder:
         return []
 
 
-BACKEND = Backend(coder=SearchCoder)  # no command-line options, no SDK
+class SearchOptions(BaseModel):
+    """The options ``kernelopt tune`` offers this backend (``--harvest-jobs``); the constructor takes more."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    harvest_jobs: int | None = settings.field("harvest_jobs")
+
+
+BACKEND = Backend(coder=SearchCoder, options=SearchOptions)  # no SDK
