@@ -117,7 +117,8 @@ def main() -> int:
                     for stage, seconds in (data.get("stages") or {}).items():
                         stages.setdefault(stage, []).append(seconds)
                 elif event.get("event") == "harvest":
-                    before["harvest"] = round(sum((data.get("seconds") or {}).values()), 1)
+                    # wall time (its variants compile side by side); older traces: the sum of the variants'
+                    before["harvest"] = round(data.get("wall_seconds") or sum((data.get("seconds") or {}).values()), 1)
                 elif event.get("event") == "compile-trial":
                     before["compile"] = round(before.get("compile", 0.0) + (data.get("seconds") or 0.0), 1)
                 elif event.get("event") == "opened":
