@@ -29,7 +29,8 @@ from pytest_kernelopt.agents.reviewer import review
 from pytest_kernelopt.agents.search import SearchCoder
 from pytest_kernelopt.candidate.rewrites import approximate_divisions, drop_eviction_hints
 from pytest_kernelopt.runs.trace import RunDir, load_run
-from pytest_kernelopt.records import ArgInfo, Environment, KernelInfo, LaunchConfig, StageResult, Timing, Verdict
+from pytest_kernelopt.records import (ArgInfo, Environment, KernelInfo, LaunchConfig, SeedErrors, StageResult, Timing,
+                                      Verdict)
 from pytest_kernelopt.verify.protocol import KernelTime, Profiled
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -491,9 +492,10 @@ class FakeSession:
         speedup = self.compile_speed.get(variant, 1.0)
         faster = bool(speedup) and SpeedPolicy().for_settings().judge(_timing(speedup))[0]  # as the session judges
         status = "rejected" if speedup == 0 else "accepted" if faster else "correct"
+        ratio = getattr(self, "compile_ratio", {}).get(variant)  # its worst element's share of the allowance
         return Verdict(model="m", kernel=f"compile:{variant}", candidate=variant, candidate_sha256="", status=status,
                        model_timing=_timing(speedup) if speedup else None, speed_measured=bool(speedup),
-                       environment=ENV, seeds=[1, 2, 3],
+                       environment=ENV, seeds=[1, 2, 3], errors=[SeedErrors(seed=1, model_ratio=ratio)] if ratio else [],
                        reason="model: seed 1, output 0: outside its allowance" if speedup == 0 else None)
 
     def __enter__(self):

@@ -201,6 +201,23 @@ def test_a_setting_faster_beyond_noise_by_under_the_kernel_gain_is_chosen(tmp_pa
     assert "no compile setting was faster than the default compile beyond noise" in outcome.compile.note
 
 
+def test_a_setting_near_its_numerical_allowance_is_not_chosen(tmp_path):
+    """The gate checks a stored setting again on draws of its own: one whose worst element used 54% of its
+    allowance on tune's draws (an nd-tiling compile of a cross-entropy step; 109% on another tune's) is left
+    for the next fastest, which used 25%."""
+    from test_agents import _problem
+
+    session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune": 1.02, "max-autotune-nd-tiling": 1.05},
+                                            compile_variants=["max-autotune", "max-autotune-nd-tiling"])
+    session.compile_ratio = {"max-autotune": 0.25, "max-autotune-nd-tiling": 0.54}
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    trials = {t.variant: t for t in outcome.compile.tried}
+    assert trials["max-autotune-nd-tiling"].status == "correct" and trials["max-autotune-nd-tiling"].worst_ratio == 0.54
+    assert "used 54% of it" in trials["max-autotune-nd-tiling"].reason
+    assert trials["max-autotune"].status == "accepted" and trials["max-autotune"].worst_ratio == 0.25
+    assert outcome.compile.chosen == "max-autotune" and store.compile_variant("m") == "max-autotune"
+
+
 def test_a_stored_compile_that_no_longer_wins_goes_back_to_the_defaults(tmp_path):
     from test_agents import _problem
 
@@ -208,7 +225,7 @@ def test_a_stored_compile_that_no_longer_wins_goes_back_to_the_defaults(tmp_path
     _write_choice(store.root, "m", "max-autotune")
     outcome = tuner.tune_problem(_problem(tmp_path))
     assert store.compile_variant("m") is None and outcome.compile.stored
-    assert "no longer faster" in outcome.compile.note
+    assert "no longer chosen over the default compile" in outcome.compile.note
     assert session.variants == [None, None]
 
 

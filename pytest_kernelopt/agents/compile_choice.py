@@ -18,7 +18,9 @@ each setting is checked at every declared shape, in a session opened at that sha
 another. Rejected at a shape, an error there, or (on a GPU) slower than the default compile beyond noise
 there (the speed policy's ``slower``), it is refused, the trial naming that shape; otherwise its speedup is
 the SHAPE_WEIGHTS-weighted geometric mean of the shapes' speedups (its interval: the same mean of their
-interval ends), which the speed policy judges as it judges one shape's. The choice stores the graphs
+interval ends), which the speed policy judges as it judges one shape's. An accepted setting whose worst output
+element used more than SETTING_HEADROOM of its allowance (verify/numerics.py) is left for the next: the gate
+checks the stored setting again on draws of its own. The choice stores the graphs
 of every shape's check, so production applies it at each declared shape.
 
 On a CPU nothing is timed: the trials run for correctness only and nothing is stored.
@@ -121,7 +123,7 @@ def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measu
                              CompileTrial(variant=variant, status="error", reason=error, seconds=round(seconds, 2)))
                     if verdict is not None:
                         checked[variant][None] = verdict
-                    _said(outcome, trial, ev, say)
+                    _said(outcome, _with_headroom(trial, checked[variant]), ev, say)
                     continue
                 if verdict is not None:
                     checked[variant][shape] = verdict
@@ -136,7 +138,7 @@ def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measu
                 trial = combine(variant, rows[variant], timings, policy=policy, measured=measured)
                 if trial.refused_at is not None or shape == last:
                     live.remove(variant)
-                    _said(outcome, trial, ev, say)
+                    _said(outcome, _with_headroom(trial, checked[variant]), ev, say)
     order = {v: i for i, v in enumerate(variants)}
     outcome.tried.sort(key=lambda t: order.get(t.variant, len(order)))
     if not measured:
@@ -154,7 +156,7 @@ def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measu
     stored = next((t for t in outcome.tried if t.variant == previous and t.status != "error"), None)
     if previous is not None and stored is not None:
         outcome.chosen = None
-        outcome.note = (f"the stored {previous!r} is no longer faster than the default compile "
+        outcome.note = (f"the stored {previous!r} is no longer chosen over the default compile "
                         f"({stored.reason or stored.status}): back to the defaults")
     elif previous is not None:
         outcome.note = f"the stored {previous!r} was not tried again: kept"
@@ -173,6 +175,21 @@ def _row(shape: str, weight: float, verdict: Verdict | None, error: str | None, 
                              reason=verdict.reason_for_agents(), seconds=round(seconds, 2),
                              speedup=t.speedup if t else None, ci_low=t.ci_low if t else None,
                              ci_high=t.ci_high if t else None)
+
+
+def _with_headroom(trial: CompileTrial, verdicts: dict[str | None, Verdict]) -> CompileTrial:
+    """``trial`` with its worst element's share of the allowance over ``verdicts`` (its checks); an accepted one
+    that used more than SETTING_HEADROOM of it is not chosen: the gate's own draws would fail it now and then."""
+    from ..verify.numerics import SETTING_HEADROOM
+
+    ratios = [e.model_ratio for v in verdicts.values() for e in v.errors if e.model_ratio is not None]
+    trial.worst_ratio = max(ratios) if ratios else None
+    if trial.status == "accepted" and trial.worst_ratio is not None and trial.worst_ratio > SETTING_HEADROOM:
+        trial.status = "correct"
+        trial.reason = (f"within its allowance, but its worst output element used {trial.worst_ratio:.0%} of it (a "
+                        f"setting is chosen at {SETTING_HEADROOM:.0%} or less: the gate checks it again on draws of "
+                        f"its own, and one near its allowance fails some of them)")
+    return trial
 
 
 def _said(outcome: CompileOutcome, trial: CompileTrial, ev: Callable[..., Any], say: Callable[[str], None]) -> None:

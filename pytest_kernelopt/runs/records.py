@@ -47,6 +47,9 @@ class CompileTrial(Record):
     # (``refused_at``: rejected, an error, or slower beyond noise there). Empty for a problem without SHAPES.
     shapes: list[CompileShapeTrial] = Field(default_factory=list)
     refused_at: str | None = None
+    # Its worst output element's error as a fraction of that element's allowance, over every check (None: not
+    # judged); a setting is chosen only with SETTING_HEADROOM (verify/numerics.py) to spare.
+    worst_ratio: float | None = None
 
 
 class CompileOutcome(Record):
