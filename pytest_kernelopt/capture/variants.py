@@ -116,6 +116,9 @@ def needless(name: str, kernels: list[Any], externs: list[Any]) -> str | None:
     variant = VARIANTS[name]
     if variant.externs_only and not externs:
         return "the model makes no extern (library) call, so it compiles as max-autotune does"
+    if variant.rewrites and any(getattr(k, "training", None) for k in kernels):
+        return ("a training step: the graph rewrites decline where gradients are recorded (capture/graph_rewrites.py), "
+                "so it compiles as max-autotune does")
     if variant.rewrites and not any(_SCAN in k.source or "group_norm" in k.name or _row_reduction(k.name)
                                     for k in kernels) \
             and not any(op in e.target for e in externs for op in ("cumsum", "cumprod")):
