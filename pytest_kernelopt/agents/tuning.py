@@ -9,6 +9,7 @@ from typing import Any
 
 from ..capture.problem import load_problem
 from ..errors import Terminated
+from ..measure.neighbours import neighbour_warning
 from ..runs.records import RunRecord
 from ..runs.trace import RunDir, new_run_id, now_iso
 from .backends import make_coder
@@ -34,8 +35,11 @@ def tune(problems: list[Path], options: TuneOptions, *, agent: str = "search", a
     coder = make_coder(agent, **(agent_options or {}))
     record = RunRecord(run_id=new_run_id(), started=now_iso(), agent=agent, agent_model=coder.model,
                        budget_s=options.budget_s, kernels_dir=str(store.root) if store is not None else "")
+    record.gpu_neighbour = neighbour_warning(options.device)  # before any of this run's work is on the GPU
     run = RunDir.create(runs_dir, record)
     ui.message(f"run directory: {run.root}")
+    if record.gpu_neighbour:
+        ui.message(f"warning: {record.gpu_neighbour}")
     tuner = Tuner(options, coder, store, run, ui)
     try:
         for problem in problems:

@@ -92,6 +92,8 @@ def print_bench(result: BenchResult) -> None:
     for p in result.problems:
         if p.shape_note:
             print(f"{p.model}: {p.shape_note}")
+    if result.gpu_neighbour:
+        print(f"warning: {result.gpu_neighbour}")
     if not result.speed_measured:
         print("speed not measured: no CUDA device (interpreter mode); correctness and compile times only")
 

@@ -167,6 +167,8 @@ class BenchResult(Record):
     correctness_rule: str = ERROR_FACTOR_NOTE
     problems: list[ProblemResult]
     geomeans: list[Geomean] = Field(default_factory=list)
+    # Another process was using the GPU when the bench started (measure/neighbours.py): what was seen.
+    gpu_neighbour: str | None = None
 
     @property
     def failed(self) -> list[ProblemResult]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..child import child_env, kill_group, module_command, start_child, tail_lines
+from ..measure.neighbours import neighbour_warning
 from .records import EXIT_GRACE_SECONDS, BenchJob, BenchResult, BenchSettings, ChildMessage, ProblemResult, geomeans
 
 # The longest protocol line read (a result is a few KiB to a few hundred); a longer one is a stray
@@ -89,6 +90,9 @@ def run_bench(jobs: list[BenchJob], settings: BenchSettings, *, quiet: bool = Fa
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
+    neighbour = neighbour_warning(jobs[0].device) if jobs else None  # before any of this bench's work is on it
+    if neighbour:
+        console.print(f"warning: {neighbour}", markup=False, highlight=False)
     problems: list[ProblemResult] = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=quiet) as bar:
@@ -109,4 +113,5 @@ def run_bench(jobs: list[BenchJob], settings: BenchSettings, *, quiet: bool = Fa
     measured = any(p.speed_measured for p in problems)
     env = next((p.environment for p in problems if p.environment is not None), None)
     return BenchResult(created=datetime.now(timezone.utc), settings=settings, environment=env,
-                       speed_measured=measured, problems=problems, geomeans=geomeans(problems, settings.modes))
+                       speed_measured=measured, problems=problems, geomeans=geomeans(problems, settings.modes),
+                       gpu_neighbour=neighbour)

@@ -120,6 +120,7 @@ class RunView:
     usd: float
     interrupted: bool
     stop_reason: str | None
+    gpu_neighbour: str | None
     models: list[ModelView]
     trace_events: int
     trace_roles: list[tuple[str, int]]
@@ -176,7 +177,8 @@ def build_view(record: RunRecord, events: list[TraceEvent], kernels_dir: Path | 
         run_id=record.run_id, started=record.started, finished=record.finished, agent=record.agent,
         agent_model=record.agent_model, budget_s=record.budget_s, environment=record.environment,
         kernels_dir=record.kernels_dir, input_tokens=record.input_tokens, output_tokens=record.output_tokens,
-        usd=record.usd, interrupted=record.interrupted, stop_reason=record.stop_reason, models=models,
+        usd=record.usd, interrupted=record.interrupted, stop_reason=record.stop_reason,
+        gpu_neighbour=record.gpu_neighbour, models=models,
         trace_events=len(events), trace_roles=sorted(roles.items(), key=lambda kv: (-kv[1], kv[0])),
         last_event=events[-1] if events else None,
     )
@@ -221,6 +223,7 @@ def relative_paths(view: RunView, roots: Sequence[Path]) -> RunView:
         return text
 
     view.kernels_dir, view.stop_reason = path(view.kernels_dir), free(view.stop_reason)
+    view.gpu_neighbour = free(view.gpu_neighbour)
     for model in view.models:
         model.problem, model.error, model.note = path(model.problem), free(model.error), free(model.note)
         model.compile_note = free(model.compile_note)

@@ -249,6 +249,8 @@ class RunRecord(Record):
     usd: float = 0.0
     interrupted: bool = False
     stop_reason: str | None = None
+    # Another process was using the GPU when the run started (measure/neighbours.py): what was seen.
+    gpu_neighbour: str | None = None
 
 
 class TraceEvent(BaseModel):
