@@ -10,9 +10,11 @@ default compile in one run (paired, interleaved, L2 flushed). The table's kernel
 max-autotune is the ratio of the two modes' medians from that one bench run. Logs and
 JSON go under OUT; the table is printed last.
 
-With ``--jobs N`` the tunes run N at a time (their compiles use the host's cores; their timings
-only steer the search), then the benches run one at a time, alone on the GPU: the table's
-figures come from the benches. A problem with SHAPES gets a row per declared shape.
+With ``--jobs N`` the tunes run N at a time (their compiles use the host's cores), then the benches
+run one at a time, alone on the GPU: the table's figures come from the benches. But what a tune
+stores is decided from its own timings, and beside other tunes those are biased, not just noisy: on
+an H100 (2026-12-05) a compile trial read 1.083x beside three tunes and 1.011x alone. For figures
+that say what a user gets, ``--jobs 1``. A problem with SHAPES gets a row per declared shape.
 """
 
 from __future__ import annotations
