@@ -218,6 +218,24 @@ def test_a_setting_near_its_numerical_allowance_is_not_chosen(tmp_path):
     assert outcome.compile.chosen == "max-autotune" and store.compile_variant("m") == "max-autotune"
 
 
+def test_the_compile_step_stops_trying_settings_once_the_run_s_budget_is_spent(tmp_path):
+    """--run-budget-s bounds the compile step too (a max-autotune compile of a model with GEMMs took 89 s on an
+    H100): the first setting is checked, the budget then runs out, the rest are said as not tried."""
+    from test_agents import _problem
+
+    session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune": 1.05, "max-autotune-nd-tiling": 1.10},
+                                            compile_variants=["max-autotune", "max-autotune-nd-tiling"])
+    calls = []
+    tuner._run_left = lambda: 100.0 if not calls.append(1) and len(calls) <= 2 else 0.0
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    assert session.compile_calls == ["max-autotune"]
+    assert [t.variant for t in outcome.compile.tried] == ["max-autotune"] and outcome.compile.chosen == "max-autotune"
+    assert "budget was spent before the others were checked" in outcome.compile.note
+    events = [json.loads(line) for line in (run.root / "trace.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "compile-skip" and e["data"]["variant"] == "max-autotune-nd-tiling"
+               and "run's budget" in e["data"]["reason"] for e in events)
+
+
 def test_a_stored_compile_that_no_longer_wins_goes_back_to_the_defaults(tmp_path):
     from test_agents import _problem
 

@@ -55,14 +55,16 @@ def _trial(variant: str, verdict: Verdict, seconds: float) -> CompileTrial:
 
 def choose(open_at: Opener, variants: list[str], *, previous: str | None, measured: bool,
            say: Callable[[str], None], ev: Callable[..., Any], shapes: dict[str, float] | None = None,
-           policy: SpeedPolicy | None = None,
-           committed: list[str] | None = None) -> tuple[CompileOutcome, dict[str | None, Verdict]]:
+           policy: SpeedPolicy | None = None, committed: list[str] | None = None,
+           left: Callable[[], float] | None = None) -> tuple[CompileOutcome, dict[str | None, Verdict]]:
     """Try each variant against the default compile; the outcome and the chosen one's verdicts (per declared
     shape; the key None for a problem without SHAPES; empty when nothing new is to be stored).
 
     ``open_at(shape)``: a session at that declared shape, opened under the defaults; ``shapes``: the declared
     shapes and their SHAPE_WEIGHTS (None or empty: the problem declares none); ``policy``: the speed rule
-    that combines the shapes' timings (the session's own judges one shape's).
+    that combines the shapes' timings (the session's own judges one shape's); ``left()``: seconds left to the
+    run's budget (``--run-budget-s``; None: no budget): once spent, the settings not yet checked are not tried
+    (a max-autotune compile of a model with GEMMs can take minutes).
 
     ``committed``: kernels with an active version, tuned on ``previous``'s compile. Another
     compile would leave them stale (their fingerprints are that compile's), and the trials
@@ -70,7 +72,7 @@ def choose(open_at: Opener, variants: list[str], *, previous: str | None, measur
     and the note says how to change it.
     """
     outcome, verdicts = _choose(open_at, variants, previous=previous, measured=measured, say=say, ev=ev,
-                                shapes=shapes or {}, policy=(policy or SpeedPolicy()).for_settings())
+                                shapes=shapes or {}, policy=(policy or SpeedPolicy()).for_settings(), left=left)
     if committed and outcome.chosen != previous:
         wanted = outcome.chosen or "the default compile"
         outcome.note = (f"{outcome.note}; kept {previous or 'the default compile'!r} instead of {wanted!r}: "
@@ -93,7 +95,7 @@ def _check(session: Any, variant: str) -> tuple[Verdict | None, str | None, floa
 
 def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measured: bool,
             say: Callable[[str], None], ev: Callable[..., Any], shapes: dict[str, float],
-            policy: SpeedPolicy) -> tuple[CompileOutcome, dict[str | None, Verdict]]:
+            policy: SpeedPolicy, left: Callable[[], float] | None) -> tuple[CompileOutcome, dict[str | None, Verdict]]:
     outcome = CompileOutcome(previous=previous, chosen=previous)
     total = sum(shapes.values())
     weights: dict[str | None, float] = {s: w / total for s, w in shapes.items()} if shapes else {None: 1.0}
@@ -101,8 +103,23 @@ def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measu
     checked: dict[str, dict[str | None, Verdict]] = {v: {} for v in variants}
     rows: dict[str, list[CompileShapeTrial]] = {v: [] for v in variants}
     live = list(variants)
+    cut: str | None = None  # the shape at which the run's budget stopped the trials ("" without SHAPES)
+
+    def spent(shape: str | None) -> bool:
+        """The run's budget is spent: every setting not yet decided is not tried (said once each)."""
+        nonlocal cut, live
+        if left is None or left() > 0:
+            return False
+        at = f" at shape {shape}" if shape is not None else ""
+        for name in live:
+            why = f"not tried{at}: the run's budget (--run-budget-s) is spent"
+            ev("planner", "compile-skip", variant=name, reason=why)
+            say(f"{name}: {why}")
+        cut, live = shape or "", []
+        return True
+
     for shape, weight in weights.items():
-        if not live:
+        if not live or spent(shape):
             break
         with open_at(shape) as session:
             if shape == first:
@@ -116,6 +133,8 @@ def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measu
                 live = [v for v in live if v not in skipped]
             for variant in list(live):
                 at = f" at shape {shape}" if shape is not None else ""
+                if spent(shape):
+                    break
                 say(f"compiling the whole model as {variant!r}{at} and checking it against the default compile")
                 verdict, error, seconds = _check(session, variant)
                 if shape is None:  # a problem without SHAPES: the session's verdict is the trial
@@ -151,7 +170,7 @@ def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measu
         over = "over the default compile" + (" (weighted over the declared shapes)" if shapes else "")
         outcome.note = f"{best.variant}: {speedup_text(best.speedup or 0.0)} {over}" + (
             f" (95% CI {interval(best.ci_low, best.ci_high)})" if best.ci_low is not None and best.ci_high is not None
-            else "")
+            else "") + ("; the run's budget was spent before the others were checked" if cut is not None else "")
         return outcome, checked[best.variant]
     stored = next((t for t in outcome.tried if t.variant == previous and t.status != "error"), None)
     if previous is not None and stored is not None:
@@ -160,6 +179,8 @@ def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measu
                         f"({stored.reason or stored.status}): back to the defaults")
     elif previous is not None:
         outcome.note = f"the stored {previous!r} was not tried again: kept"
+    elif cut is not None:
+        outcome.note = "the run's budget (--run-budget-s) was spent before the compile settings were all checked"
     else:
         outcome.note = "no compile setting was faster than the default compile beyond noise"
     return outcome, {}

@@ -281,7 +281,7 @@ class Tuner:
         chosen, verdicts = compile_choice.choose(
             open_at, variants, previous=previous, measured=self.options.device == "cuda",
             say=lambda text: self.ui.message(f"{model}: {text}"), ev=ev, shapes={s: problem.shape_weights[s] for s in problem.shapes},
-            policy=options.speed, committed=committed)
+            policy=options.speed, committed=committed, left=self._run_left)
         outcome.compile = chosen
         if problem.shapes:
             self._compiles[problem.path] = (problem.shape, chosen)
