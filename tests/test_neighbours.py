@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from datetime import datetime, timezone
 from types import SimpleNamespace
 
 import pytest
@@ -90,3 +91,24 @@ def test_tune_and_bench_say_and_record_what_they_saw(tmp_path, monkeypatch):
     result = run.run_bench([job], settings, quiet=True)
     assert result.gpu_neighbour == seen and looked == ["cpu"]
     assert seen in result.model_dump_json()
+
+
+def test_the_gate_says_it_in_its_header_json_and_report(tmp_path, monkeypatch):
+    from pytest_kernelopt.gate import session as gate_session
+    from pytest_kernelopt.measure import neighbours as module
+    from pytest_kernelopt.report.gate import write_gate_report
+    from pytest_kernelopt.runs.gate_result import GateResult, GateSettings, environment
+
+    seen = "GPU 0 (GPU-aaaa) is in use by another process before kernelopt starts"
+    monkeypatch.setattr(module, "neighbour_warning", lambda device: seen if device == "cuda" else None)
+    gate = SimpleNamespace(device="cuda", environment_line=lambda: "kernelopt: cuda", seed_lines=lambda: [],
+                           workers=SimpleNamespace(header=lambda: []), options=SimpleNamespace(shard=None))
+    lines = gate_session.GateSession.header_lines(gate)  # type: ignore[arg-type]
+    assert lines == ["kernelopt: cuda", f"kernelopt: warning: {seen}"] and gate.gpu_neighbour == seen
+    env = environment("cuda", [], gate.gpu_neighbour)
+    assert env.gpu_neighbour == seen
+    result = GateResult(created=datetime.now(timezone.utc), problems=[], environment=env, items=[],
+                        settings=GateSettings(seeds=3, timeout=600, max_slowdown=0.01, strict=False))
+    assert f"**Shared GPU**: {seen}." in write_gate_report(result, tmp_path / "gate.md").read_text()
+    gate.device = "cpu"
+    assert gate_session.GateSession.header_lines(gate) == ["kernelopt: cuda"] and gate.gpu_neighbour is None

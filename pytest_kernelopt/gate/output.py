@@ -37,7 +37,8 @@ class GateOutput:
             self._summary = summarize(self.items, problems)
         return self._summary
 
-    def write_files(self, *, device: str, problems: list[str], run_problems: list[str], base: Any) -> None:
+    def write_files(self, *, device: str, problems: list[str], run_problems: list[str], base: Any,
+                    gpu_neighbour: str | None = None) -> None:
         """``--kernelopt-json``, ``--kernelopt-report`` and ``--kernelopt-history``, when asked for."""
         options = self.options
         if (options.json_path or options.report_path or options.history_path) is None:
@@ -48,7 +49,7 @@ class GateOutput:
                                 base_ref=options.base_ref, base_commit=base.commit if base else None,
                                 pinned_seed=verify.seed, thresholds=self.rules.settings_thresholds(),
                                 accepted_regressions=self.rules.settings_accepted())
-        result = gate_result(shard=options.shard, problems=problems, environment=environment(device, self.items),
+        result = gate_result(shard=options.shard, problems=problems, environment=environment(device, self.items, gpu_neighbour),
                              settings=settings, items=self.items, run_problems=run_problems)
         if options.json_path is not None:
             write(result, options.json_path)

@@ -34,6 +34,7 @@ class GateSession:
     def __init__(self, config: pytest.Config):
         self.config = config
         self.rootpath = Path(config.rootpath)
+        self.gpu_neighbour: str | None = None  # read with the header (measure/neighbours.py)
         try:
             self._configure()
         except KerneloptError as exc:
@@ -150,7 +151,8 @@ class GateSession:
         if self.publisher is not None:
             self.publisher.publish()
         self.output.write_files(device=self.device, problems=self._mine(),
-                                run_problems=[p.id for p in self.problems.values()], base=self.base)
+                                run_problems=[p.id for p in self.problems.values()], base=self.base,
+                                gpu_neighbour=self.gpu_neighbour)
 
     def seed_lines(self) -> list[str]:
         """What a pinned seed did: it added seeds, it replaced none (VerifyOptions.session_seeds)."""
@@ -176,7 +178,13 @@ class GateSession:
         return f"kernelopt: {device}, torch {torch.__version__}, triton {triton.__version__}; settings: {settings}"
 
     def header_lines(self) -> list[str]:
+        from ..measure.neighbours import neighbour_warning
+
+        # Read before any item runs: another process busy on the GPU moves the speed items' ratios.
+        self.gpu_neighbour = neighbour_warning(self.device)
         lines = [self.environment_line(), *self.workers.header(), *self.seed_lines()]
+        if self.gpu_neighbour:
+            lines.append(f"kernelopt: warning: {self.gpu_neighbour}")
         if (shard := self.options.shard) is not None:
             mine = sorted(self._mine())
             lines.append(f"kernelopt: shard {shard}: {len(mine)} of {len(self.problems)} problems "

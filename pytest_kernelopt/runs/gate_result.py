@@ -122,6 +122,8 @@ class ResultEnvironment(Record):
     cuda: str | None = None
     python: str
     gpus: list[str] = Field(default_factory=list)
+    # Another process was busy on the (first visible) GPU when the gate started (measure/neighbours.py).
+    gpu_neighbour: str | None = None
 
 
 class ModelThresholds(Record):
@@ -234,14 +236,16 @@ def _message(report: Any) -> str | None:
     return report.longreprtext or None
 
 
-def environment(device: str, items: list[ItemResult]) -> ResultEnvironment:
-    """This process's software stack; the GPUs come from the verdicts (the controller never touches a GPU)."""
+def environment(device: str, items: list[ItemResult], gpu_neighbour: str | None = None) -> ResultEnvironment:
+    """This process's software stack; the GPUs come from the verdicts (the controller never touches a GPU);
+    ``gpu_neighbour``: what the gate saw of another process on the GPU when it started."""
     import torch
     import triton
 
     return ResultEnvironment(device=device, torch=torch.__version__, triton=triton.__version__,
                              cuda=torch.version.cuda if device == "cuda" else None,
-                             python=platform.python_version(), gpus=sorted({i.gpu for i in items if i.gpu}))
+                             python=platform.python_version(), gpus=sorted({i.gpu for i in items if i.gpu}),
+                             gpu_neighbour=gpu_neighbour)
 
 
 def tool_version() -> str | None:
