@@ -16,7 +16,6 @@ Only what runs *before* kernelopt starts is seen: a neighbour that starts later 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from typing import Any, Callable
@@ -64,8 +63,7 @@ def visible() -> str | None:
 def _row(output: str, device: str) -> list[str] | None:
     for line in output.splitlines():
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) == 5 and (fields[0] == device or fields[1] == device or
-                                 (device.startswith("GPU-") and fields[1].startswith(device))):
+        if len(fields) == 5 and (fields[0] == device or (device.startswith("GPU-") and fields[1].startswith(device))):
             return fields
     return None
 
@@ -73,7 +71,7 @@ def _row(output: str, device: str) -> list[str] | None:
 def sample(run: Callable[..., Any] = subprocess.run, sleep: Callable[[float], None] = time.sleep) -> GpuLoad | None:
     """The visible GPU's load over SAMPLES readings (None: no nvidia-smi, no such device, or an unreadable answer)."""
     device = visible()
-    if device is None or (run is subprocess.run and shutil.which("nvidia-smi") is None):
+    if device is None:
         return None
     utilization: list[int] = []
     fields: list[str] | None = None
@@ -83,7 +81,7 @@ def sample(run: Callable[..., Any] = subprocess.run, sleep: Callable[[float], No
         try:
             done = run(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"],
                        capture_output=True, text=True, timeout=TIMEOUT_S)
-        except (OSError, subprocess.SubprocessError):
+        except (OSError, subprocess.SubprocessError):  # no nvidia-smi (FileNotFoundError), or it hung
             return None
         fields = _row(done.stdout or "", device) if done.returncode == 0 else None
         if fields is None or not fields[2].isdigit():
