@@ -23,7 +23,7 @@ from pytest_kernelopt.measure.rule import SpeedPolicy
 from pytest_kernelopt.agents.harvest import Harvested, HarvestResult, layout, matches, stem
 from pytest_kernelopt.candidate.launch_space import Limits, describe, neighbours, read_point, with_point
 from pytest_kernelopt.agents.planner import limit_pct, plan
-from pytest_kernelopt.agents.profiler import build_profile, bytes_moved, classify, parse_ncu_csv
+from pytest_kernelopt.agents.profiler import build_profile, bytes_moved, classify, parse_ncu_csv, swap_bound
 from pytest_kernelopt.runs.records import Attempt, CoderContext, ModelProfile, KernelProfile, Proposal, RunRecord
 from pytest_kernelopt.agents.reviewer import review
 from pytest_kernelopt.agents.search import SearchCoder
@@ -240,6 +240,43 @@ def test_build_profile_shares_roofline_and_order():
     assert profile.triton_share == pytest.approx(0.85)
     cpu = build_profile("m", "cpu", [a, b], Profiled(measured=False), None)
     assert {k.source for k in cpu.kernels} == {"bytes"} and sum(k.share for k in cpu.kernels) == pytest.approx(1.0)
+    # The bound: each kernel's share times its distance to the limit, Amdahl over the model.
+    left = sum(k.share * (1 - k.roofline_pct / 100) for k in profile.kernels)
+    assert profile.swap_bound == pytest.approx(1 / (1 - left), rel=1e-3) and cpu.swap_bound is None
+
+
+def test_swap_bound_counts_each_kernel_by_its_distance_to_the_limit():
+    """A kernel at 80% leaves 20% of its time; 100-125% (L2 hits) nothing; over 125% (the byte count is off)
+    or with no estimate, all of it. Without timing there is no bound."""
+    def k(name, share, pct, source="roofline"):
+        return KernelProfile(kernel=name, source=source, bottleneck="memory", share=share, roofline_pct=pct)
+
+    profile = ModelProfile(model="m", device="cuda", kernels=[
+        k("at80", 0.5, 80.0), k("l2", 0.2, 110.0), k("indexed", 0.1, 300.0), k("none", 0.05, None)])
+    assert swap_bound(profile) == pytest.approx(1 / (1 - (0.5 * 0.2 + 0.0 + 0.1 + 0.05)), abs=1e-4)
+    assert swap_bound(ModelProfile(model="m", device="cuda", kernels=[k("a", 0.3, 100.0)])) == 1.0
+    assert swap_bound(ModelProfile(model="m", device="cpu", kernels=[k("a", 1.0, None, "bytes")])) is None
+    assert swap_bound(ModelProfile(model="m", device="cuda")) is None
+
+
+def test_plan_searches_nothing_when_every_kernel_at_its_limit_would_gain_the_model_too_little():
+    """A GEMM-bound model whose Triton kernels could make it at most 1.5% faster: no version could clear the
+    2% model gain, so none is searched (each still pinned where its pick varies), unless named."""
+    def k(name, share, pct):
+        return KernelProfile(kernel=name, source="roofline", bottleneck="memory", share=share, roofline_pct=pct)
+
+    kernels = [k("gelu", 0.10, 95.0), k("norm", 0.05, 85.0), k("tiny", 0.01, 50.0)]
+    profile = ModelProfile(model="m", device="cuda", triton_share=0.16, kernels=kernels)
+    profile.swap_bound = swap_bound(profile)
+    assert profile.swap_bound is not None and profile.swap_bound < 1.02
+    items = {i.kernel: i for i in plan(profile, min_share=0.02, min_gain=0.02)}
+    assert all(i.skip is not None for i in items.values())
+    assert "at most 1.0" in items["norm"].skip and "2%" in items["norm"].skip and items["norm"].at_limit
+    assert "below the 2% threshold" in items["tiny"].skip and not items["tiny"].at_limit
+    named = plan(profile, min_share=0.02, only=["norm"], min_gain=0.02)
+    assert [i.kernel for i in named if i.skip is None] == ["norm"]
+    assert [i.kernel for i in plan(profile, min_share=0.02, min_gain=0.01) if i.skip is None] == ["norm"]
+    assert [i.kernel for i in plan(profile, min_share=0.02) if i.skip is None] == ["norm"]
 
 
 def test_parse_ncu_csv_takes_medians_per_kernel():

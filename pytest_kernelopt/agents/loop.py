@@ -189,9 +189,15 @@ class Tuner:
                 outcome.profile = profile
                 self.run.save_profile(profile)
                 ev("profiler", "profile", triton_share=profile.triton_share, model_gpu_us=profile.model_gpu_us,
+                   swap_bound=profile.swap_bound,
                    kernels=[k.model_dump(include={"kernel", "bottleneck", "share", "roofline_pct", "source"})
                             for k in profile.kernels])
-                items = plan(profile, min_share=self.options.min_share, only=self.options.kernels)
+                if profile.swap_bound is not None:
+                    self.ui.message(f"{model}: Triton kernels {profile.triton_share or 0.0:.0%} of the model's GPU time; "
+                                    f"each at its memory limit, the model would run at most {profile.swap_bound:.3f}x "
+                                    f"faster (roofline estimate)")
+                items = plan(profile, min_share=self.options.min_share, only=self.options.kernels,
+                             min_gain=full_options.speed.min_gain)
                 self.ui.problem(model, sum(1 for i in items if i.skip is None))
                 stored: dict[str, str] = {}
                 tuned: dict[str, tuple[KernelState, KernelOutcome, str | None]] = {}

@@ -4,7 +4,9 @@ A kernel below ``min_share`` of the model's GPU time is left alone and the plan
 says so: even an infinitely fast version would gain the model less than that. So is
 a kernel at :data:`LIMIT_PCT` percent or more of its memory limit (bytes it must move
 over the measured copy bandwidth). The rest go largest share x distance to the limit
-first, so the budget is spent where the model has the most to gain.
+first, so the budget is spent where the model has the most to gain. None is searched when
+every Triton kernel at its limit would still leave the model short of the gain a version
+needs (the profile's ``swap_bound``): nothing the search finds could be stored.
 Strategies follow the Profiler's class: every kernel gets Inductor's own
 alternatives and a launch-configuration search; the source rewrites each name the
 classes they are tried on (memory-bound kernels get the cache rules, all but
@@ -114,8 +116,19 @@ def _distance(k: KernelProfile | None) -> float:
     return k.share * (1.0 - pct / 100.0 if pct is not None else 1.0)
 
 
-def plan(profile: ModelProfile, *, min_share: float = MIN_SHARE, only: list[str] | None = None) -> list[PlanItem]:
-    """Kernels in the order the budget goes: largest share of model time times distance to the limit first."""
+def plan(profile: ModelProfile, *, min_share: float = MIN_SHARE, only: list[str] | None = None,
+         min_gain: float | None = None) -> list[PlanItem]:
+    """Kernels in the order the budget goes: largest share of model time times distance to the limit first.
+
+    ``min_gain``: the model-level gain a version needs (the speed policy's); where the profile's swap bound
+    is under it, no kernel is searched (still pinned where its pick varies), unless ``only`` names them."""
+    bound = profile.swap_bound
+    if min_gain is not None and bound is not None and not only and bound < 1.0 + min_gain:
+        why = (f"with every Triton kernel at its memory limit the model would run at most {bound:.3f}x faster "
+               f"(roofline estimate; Triton {profile.triton_share or 0.0:.0%} of its GPU time), under the "
+               f"{min_gain:.0%} a version needs: not searched (--kernel NAME searches it anyway)")
+        return [PlanItem(i.kernel, i.profile, skip=i.skip or why, at_limit=i.at_limit or i.skip is None)
+                for i in plan(profile, min_share=min_share)]
     items = []
     for k in profile.kernels:
         pct = limit_pct(k)

@@ -12,6 +12,10 @@ opens. Each kernel gets a bottleneck class:
   ceiling (estimate) at :data:`MEMORY_PCT` or more.
 * ``occupancy``: neither roof reached: latency, occupancy or parallelism limit it.
 * ``unknown``: interpreter mode, nothing timed (shares are then shares of bytes moved).
+
+The profile also says what swapping kernels can give the model at most (:func:`swap_bound`): every
+Triton kernel at its memory limit, the rest of the model's GPU time (GEMMs, attention, anything
+Inductor does not generate) as it is.
 """
 
 from __future__ import annotations
@@ -33,6 +37,10 @@ LAUNCH_US = 6.0
 MEMORY_PCT = 50.0
 COMPUTE_PCT = 60.0
 NVTX_RANGE = "kernelopt-profile"
+# A roofline estimate up to this percent is read as "at the limit": the inputs of a kernel in a model
+# run are often still in L2 from the kernel before (seen at 103-113% on the H100, 2026-12-05). Beyond
+# it the byte count itself is off (an indexed read counts the whole tensor) and says nothing.
+OVERCOUNT_PCT = 125.0
 # What is read of ncu's CSV (its head names the columns, so more is refused, not cut): one model
 # run's launches times the metrics, far below this.
 NCU_CSV_BYTES = 64 << 20
@@ -135,7 +143,26 @@ def build_profile(model: str, device: str, kernels: list[KernelInfo], profiled: 
                 note=ncu_note or "no timing; share is the kernel's share of bytes moved"))
         profile = ModelProfile(model=model, device=device)
     profile.kernels = sorted(rows, key=lambda r: r.share, reverse=True)
+    profile.swap_bound = swap_bound(profile)
     return profile
+
+
+def swap_bound(profile: ModelProfile) -> float | None:
+    """How much faster the model runs at most when every Triton kernel reaches its memory limit.
+
+    Amdahl over the profile: 1 / (1 - the sum over kernels of share x (1 - percent of the limit)). A
+    kernel with no estimate, or one above :data:`OVERCOUNT_PCT` (its byte count is off), counts with
+    all of its time; one between 100% and that, as at its limit. An upper bound as far as the byte
+    counts hold (a compute-bound kernel counts with its distance to the memory limit, more than it
+    has). None without timing (interpreter mode) or kernels.
+    """
+    if not profile.kernels or any(k.source == "bytes" for k in profile.kernels):
+        return None
+    left = 0.0
+    for k in profile.kernels:
+        pct = k.roofline_pct
+        left += k.share * (1.0 - min(pct, 100.0) / 100.0 if pct is not None and pct <= OVERCOUNT_PCT else 1.0)
+    return round(1.0 / (1.0 - left), 4) if left < 1.0 else None
 
 
 # --- Nsight Compute ---------------------------------------------------------------------

@@ -97,6 +97,7 @@ class ModelView:
     seconds: float
     kernels: list[KernelView] = field(default_factory=list)
     note: str | None = None  # why nothing was tuned when that is no error
+    swap_bound: float | None = None  # the model's speedup with every Triton kernel at its memory limit
     compile_note: str | None = None  # the model-level compile settings tried and chosen
     notes: list[str] = field(default_factory=list)  # what the run did otherwise (a training step), each once
 
@@ -240,6 +241,7 @@ def _model_view(problem: ProblemOutcome) -> ModelView:
     return ModelView(
         model=problem.model, problem=problem.problem, device=problem.device, speed_measured=problem.speed_measured,
         timing=problem.model_timing, triton_share=profile.triton_share if profile else None,
+        swap_bound=profile.swap_bound if profile else None,
         model_gpu_us=profile.model_gpu_us if profile else None, error=problem.error, note=problem.note,
         seconds=problem.seconds, compile_note=_compile_note(problem), notes=list(problem.notes),
     )

@@ -100,6 +100,9 @@ class ModelProfile(Record):
     read_ceiling_gbps: float | None = None
     model_gpu_us: float | None = None
     triton_share: float | None = None  # of the model's GPU time, Triton kernels vs everything
+    # The model's speedup with every Triton kernel at its memory limit (agents/profiler.py swap_bound);
+    # None without timing. Added 2026-12-05: older profiles read None.
+    swap_bound: float | None = None
     kernels: list[KernelProfile] = Field(default_factory=list)
 
 
