@@ -145,7 +145,7 @@ def softmax_problem(outcome: KernelOutcome, speedup: float = 1.151) -> ProblemOu
 def rms_problem() -> ProblemOutcome:
     return ProblemOutcome(model=RMS, problem=f"models/{RMS}.py", device="cuda", speed_measured=True,
                           kernels=[rms_outcome()], model_timing=None, seconds=120.0,
-                          profile=ModelProfile(model=RMS, device="cuda", triton_share=0.35))
+                          profile=ModelProfile(model=RMS, device="cuda", triton_share=0.35, swap_bound=1.0123))
 
 
 def standard_run(tmp: Path) -> tuple[Path, Path]:
