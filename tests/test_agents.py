@@ -308,20 +308,23 @@ def test_plan_orders_by_share_and_says_why_it_skips():
 
 def test_plan_spends_the_budget_by_distance_to_the_limit_and_skips_kernels_at_it():
     """share x (1 - percent of the memory limit): a big kernel near the copy ceiling goes after a smaller,
-    slower one; one at 90% or more is not searched; above 100% (bytes overestimated) says nothing."""
+    slower one; one at 90% or more is not searched, as is one at 100-125% (inputs in L2: at its limit); over
+    125% (bytes overestimated) says nothing."""
     def k(name, share, pct, source="roofline"):
         return KernelProfile(kernel=name, source=source, bottleneck="memory", share=share, roofline_pct=pct)
 
     profile = ModelProfile(model="m", device="cuda", kernels=[
-        k("near", 0.5, 80.0), k("far", 0.3, 40.0), k("at", 0.15, 93.0), k("over", 0.05, 180.0)])
+        k("near", 0.5, 80.0), k("far", 0.3, 40.0), k("at", 0.15, 93.0), k("over", 0.05, 180.0), k("l2", 0.1, 110.0)])
     items = plan(profile, min_share=0.02)
-    assert [i.kernel for i in items] == ["far", "near", "over", "at"]  # 0.18, 0.10, 0.05 (unknown distance)
-    assert items[-1].skip and "93%" in items[-1].skip and "90%" in items[-1].skip
+    assert [i.kernel for i in items] == ["far", "near", "over", "at", "l2"]  # 0.18, 0.10, 0.05 (unknown distance)
+    assert items[3].skip and "93%" in items[3].skip and "90%" in items[3].skip and items[3].at_limit
+    assert items[4].skip and "100%" in items[4].skip and items[4].at_limit
     assert all(i.skip is None for i in items[:3])
     # Interpreter mode (shares of bytes, no timing): no limit is known, the order is by share.
     bytes_only = ModelProfile(model="m", device="cpu", kernels=[k("a", 0.6, None, "bytes"), k("b", 0.4, None, "bytes")])
     assert [i.kernel for i in plan(bytes_only)] == ["a", "b"]
-    assert limit_pct(k("x", 0.5, 60.0), 1.5) == 90.0 and limit_pct(k("x", 0.5, 120.0)) is None
+    assert limit_pct(k("x", 0.5, 60.0), 1.5) == 90.0 and limit_pct(k("x", 0.5, 80.0), 1.5) == 100.0
+    assert limit_pct(k("x", 0.5, 120.0)) == 100.0 and limit_pct(k("x", 0.5, 130.0)) is None
 
 
 # --- reviewer and search coder ------------------------------------------------------------------

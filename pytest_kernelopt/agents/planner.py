@@ -23,6 +23,7 @@ from typing import get_args
 
 from .. import settings
 from ..runs.records import Bottleneck, KernelOutcome, KernelProfile, ModelProfile
+from .profiler import limit_reading
 from .search.strategies import REGISTRY
 
 MIN_SHARE: float = settings.default("min_share")  # kernelopt tune --min-share
@@ -52,15 +53,16 @@ LIMIT_PCT = 90.0
 
 
 def limit_pct(profile: KernelProfile | None, speedup: float = 1.0) -> float | None:
-    """Percent of the memory limit (the measured copy ceiling) the kernel reaches ``speedup`` times faster.
+    """Percent of the memory limit (the measured copy ceiling) the kernel reaches ``speedup`` times faster, at
+    most 100.
 
-    None without a timed profile, and above 100% (the bytes moved are then overestimated: indexed
-    reads, or inputs still in L2; the figure says nothing about the distance left)."""
-    if profile is None or profile.source == "bytes" or profile.roofline_pct is None:
+    None without a timed profile or where its estimate says nothing (``profiler.limit_reading``: over
+    OVERCOUNT_PCT the bytes moved are overestimated, an indexed read counted whole); an estimate of
+    100-125% reads as at the limit (inputs still in L2 from the kernel before)."""
+    if profile is None or profile.source == "bytes":
         return None
-    if profile.roofline_pct > 100.0:
-        return None
-    return profile.roofline_pct * speedup
+    pct = limit_reading(profile.roofline_pct)
+    return None if pct is None else min(pct * speedup, 100.0)
 
 
 # max-autotune's kernels: the compiles whose Triton kernels are max-autotune's picks (the harvest

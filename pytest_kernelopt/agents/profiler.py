@@ -116,10 +116,11 @@ def build_profile(model: str, device: str, kernels: list[KernelInfo], profiled: 
             c = (counters or {}).get(k.function, {})
             source = "ncu" if c else "roofline"
             notes = [] if c else [ncu_note] if ncu_note else []
-            if roof is not None and roof > 100.0:
-                # Argument sizes overstate what a launch reads when it indexes into a tensor
-                # or when its inputs stay in L2 between runs.
-                notes.append("bytes moved overestimated (indexed reads or L2 hits): above the memory limit")
+            if roof is not None and roof > OVERCOUNT_PCT:
+                # Argument sizes overstate what a launch reads when it indexes into a tensor.
+                notes.append("bytes moved overestimated (indexed reads): the estimate says nothing of the distance left")
+            elif roof is not None and roof > 100.0:
+                notes.append("above the estimated limit (inputs still in L2 from the kernel before): read as at it")
             rows.append(KernelProfile(
                 kernel=k.name, source=source, bottleneck=classify(per_launch, roof, c), share=gpu_us / total,
                 gpu_us=round(gpu_us, 3), launches=launches, bytes_moved=moved[k.name],
@@ -151,8 +152,8 @@ def swap_bound(profile: ModelProfile) -> float | None:
     """How much faster the model runs at most when every Triton kernel reaches its memory limit.
 
     Amdahl over the profile: 1 / (1 - the sum over kernels of share x (1 - percent of the limit)). A
-    kernel with no estimate, or one above :data:`OVERCOUNT_PCT` (its byte count is off), counts with
-    all of its time; one between 100% and that, as at its limit. An upper bound as far as the byte
+    kernel counts as :func:`limit_reading` reads its estimate: with no reading (none, or one above
+    :data:`OVERCOUNT_PCT`: the byte count is off), with all of its time. An upper bound as far as the byte
     counts hold (a compute-bound kernel counts with its distance to the memory limit, more than it
     has). None without timing (interpreter mode) or kernels.
     """
@@ -160,9 +161,17 @@ def swap_bound(profile: ModelProfile) -> float | None:
         return None
     left = 0.0
     for k in profile.kernels:
-        pct = k.roofline_pct
-        left += k.share * (1.0 - min(pct, 100.0) / 100.0 if pct is not None and pct <= OVERCOUNT_PCT else 1.0)
+        pct = limit_reading(k.roofline_pct)
+        left += k.share * (1.0 - pct / 100.0 if pct is not None else 1.0)
     return round(1.0 / (1.0 - left), 4) if left < 1.0 else None
+
+
+def limit_reading(pct: float | None) -> float | None:
+    """What a kernel's roofline estimate says of its distance to the memory limit: the estimate up to 100%,
+    at the limit (100%) up to :data:`OVERCOUNT_PCT`, nothing beyond it or without one (None)."""
+    if pct is None or pct > OVERCOUNT_PCT:
+        return None
+    return min(pct, 100.0)
 
 
 # --- Nsight Compute ---------------------------------------------------------------------
