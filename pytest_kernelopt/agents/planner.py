@@ -57,7 +57,7 @@ def limit_pct(profile: KernelProfile | None, speedup: float = 1.0) -> float | No
     most 100.
 
     None without a timed profile or where its estimate says nothing (``profiler.limit_reading``: over
-    OVERCOUNT_PCT the bytes moved are overestimated, an indexed read counted whole); an estimate of
+    OVERCOUNT_PCT the bytes moved are overestimated: an indexed read counted whole, inputs that fit in L2); an estimate of
     100-125% reads as at the limit (inputs still in L2 from the kernel before)."""
     if profile is None or profile.source == "bytes":
         return None
