@@ -701,3 +701,33 @@ def test_the_read_ceiling_kernel_reads_every_element():
     partial = torch.zeros(read_kernel.programs(n), dtype=torch.float32)
     read_kernel.launch(src, partial)
     assert partial.sum().item() == src.sum().item()
+
+
+def test_each_mode_races_its_launch_configurations_itself(monkeypatch, tmp_path):
+    """A launch configuration Inductor remembered on this machine (its local autotune cache: a tune's harvest
+    children, racing side by side, write there) is read by no mode: every mode's compile and first call run
+    with the remembered pick unread, and Inductor's own reading is back afterwards."""
+    from torch._inductor.runtime.autotune_cache import AutotuneCache
+
+    from pytest_kernelopt.benchmark import one_problem
+    from pytest_kernelopt.benchmark.records import BenchJob
+
+    remembered = lambda self, inductor_meta, configs: configs[0]  # noqa: E731
+    monkeypatch.setattr(AutotuneCache, "read_best", remembered)
+    seen: dict[str, list[object]] = {}
+
+    def build(mode, model, model_id, kernels_dir):
+        def first_call(*inputs):
+            seen.setdefault(mode, []).append(AutotuneCache.read_best(object.__new__(AutotuneCache), {}, ["a", "b"]))
+            return model(*inputs)
+        return first_call, None
+
+    monkeypatch.setattr(one_problem, "_build", build)
+    problem = tmp_path / "relu_affine.py"
+    problem.write_text(NOTHING_COMMITTED)
+    job = BenchJob(problem=str(problem), modes=["eager", "default"], device="cpu", kernels_dir=str(tmp_path / "k"),
+                   seconds=0.1)
+    result = one_problem.bench_problem(job, lambda where: None)
+    assert {m.mode: m.error for m in result.modes} == {"eager": None, "default": None}
+    assert seen == {"eager": [None], "default": [None]}
+    assert AutotuneCache.read_best is remembered

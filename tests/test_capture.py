@@ -267,13 +267,13 @@ def test_capture_bypasses_inductors_remembered_pick_and_restores_it():
     """A machine that compiled the model before must still show every configuration Inductor builds."""
     from torch._inductor.runtime.autotune_cache import AutotuneCache
 
-    from pytest_kernelopt.capture.compiled import _without_autotune_cache
+    from pytest_kernelopt.capture.compiled import fresh_races
 
     original = AutotuneCache.read_best
-    with _without_autotune_cache():
+    with fresh_races():
         assert AutotuneCache.read_best(object.__new__(AutotuneCache), {}, ["a", "b"]) is None
     assert AutotuneCache.read_best is original
-    with pytest.raises(RuntimeError), _without_autotune_cache():
+    with pytest.raises(RuntimeError), fresh_races():
         raise RuntimeError("a failed compile")
     assert AutotuneCache.read_best is original
 

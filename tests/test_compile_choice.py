@@ -156,6 +156,35 @@ def test_both_compiles_are_timed_without_autograd_as_they_were_judged(monkeypatc
     assert modes == [False, False]  # compiled (the first call), then a timed call
 
 
+def test_the_other_compile_races_its_kernels_itself(monkeypatch):
+    """The setting's compile reads no launch configuration Inductor remembered on this machine (a harvest child's
+    pick, raced beside three others, carried into a compile trial), as the session's own compile reads none."""
+    import torch
+    import torch._dynamo
+    import torch._inductor.compile_fx as compile_fx
+    from types import SimpleNamespace
+    from torch._inductor.runtime.autotune_cache import AutotuneCache
+
+    from pytest_kernelopt.verify import compile_check
+
+    remembered = lambda self, inductor_meta, configs: configs[0]  # noqa: E731
+    monkeypatch.setattr(AutotuneCache, "read_best", remembered)
+    read = []
+
+    def fake_compile_fx(gm, example_inputs, config_patches=None):
+        read.append(AutotuneCache.read_best(object.__new__(AutotuneCache), {}, ["a", "b"]))
+        return gm.forward
+
+    monkeypatch.setattr(compile_fx, "compile_fx", fake_compile_fx)
+    torch._dynamo.reset()
+    model = torch.nn.ReLU()
+    prepared = SimpleNamespace(inputs=lambda seed: [torch.ones(2, 3)], seeds=[0], others={}, device="cpu",
+                               compiled=SimpleNamespace(model=model, problem=None), variant=None)
+    compile_check._other(prepared, "max-autotune")
+    torch._dynamo.reset()
+    assert read == [None] and AutotuneCache.read_best is remembered
+
+
 # --- tune ------------------------------------------------------------------------------
 
 def _fake_tune(tmp_path, compile_speed, **options):

@@ -331,6 +331,7 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
         if job.shape is None and len(problem.shapes) > 1:
             result.shape_note = (f"benched at shape {problem.shape} only (its first declared); "
                                  f"{', '.join(list(problem.shapes)[1:])} not benched yet")
+        from ..capture.compiled import fresh_races
         from ..capture.training import grad_input_indices, is_training, output_names
 
         training = result.training = is_training(problem)  # then every mode runs and is timed as the whole step
@@ -360,8 +361,10 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
             step(where)
             inputs = problem.make_inputs(SEED, device)
             try:
+                # Each mode races its kernels' launch configurations itself (fresh_races): a pick Inductor
+                # remembered on this machine (a tune's harvest children, racing side by side) would carry over.
                 with _own_wrapper_modules(), warnings.catch_warnings(record=True) as caught, \
-                        _parameters_kept(model, optimizer is not None):
+                        _parameters_kept(model, optimizer is not None), fresh_races():
                     warnings.simplefilter("always")
                     fn, backend = _build(row.mode, model, problem.id, job.kernels_dir)
                     fn = _as_step(fn, model, problem)

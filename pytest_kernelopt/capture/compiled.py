@@ -430,15 +430,19 @@ def signature_key(signature: list[str]) -> tuple[Any, ...]:
 # --- compiling -------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def _without_autotune_cache() -> Iterator[None]:
-    """Inductor's kernels with every launch configuration it compiles, not last time's pick.
+def fresh_races() -> Iterator[None]:
+    """Inductor's kernels with every launch configuration it compiles, not an earlier compile's pick.
 
     Inductor remembers the winner of a kernel's first-call race on disk (its local
-    autotune cache) and later compiles on that machine build that one configuration
-    only: the capture then saw one configuration where a fresh machine races several,
-    and tune neither tried the others nor pinned the pick (seen on the H200: a pooling
-    kernel's 2 configurations captured as 1 after an earlier compile). The race still
-    runs and still writes its winner back.
+    autotune cache, keyed by the kernel's source and configurations) and later compiles on
+    that machine build that one configuration only: the capture then saw one configuration
+    where a fresh machine races several, and tune neither tried the others nor pinned the
+    pick (seen on the H200: a pooling kernel's 2 configurations captured as 1 after an earlier
+    compile). A compile that is timed against another reads none either: the pick would be
+    whichever compile raced the kernel first on this machine, such as one of tune's harvest
+    children racing beside three others. The race still runs and still writes its winner back.
+    Every compile kernelopt times or captures runs under this (capture, the verifier's other
+    compile, bench's modes); production's does not (Inductor's own behaviour).
     """
     try:
         from torch._inductor.runtime.autotune_cache import AutotuneCache
@@ -567,7 +571,7 @@ def compile_problem(
 
     compiled = torch.compile(model, backend="inductor")
     try:
-        with compiling(variant), _without_autotune_cache(), _recording_races(), _record_wrapper_modules() as loaded, \
+        with compiling(variant), fresh_races(), _recording_races(), _record_wrapper_modules() as loaded, \
                 _record_kernel_args() as seen, \
                 (backward_compiled_with_forward() if training else torch.no_grad()):
             if training:  # the backward runs too: its kernels' arguments are recorded on this call

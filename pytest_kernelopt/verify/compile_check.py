@@ -82,6 +82,7 @@ def _other(prepared: Prepared, variant: str | None) -> Any:
     from torch._inductor.compile_fx import compile_fx
 
     from ..capture import launch_signature
+    from ..capture.compiled import fresh_races
     from ..capture.graph_rewrites import rewrites_done
     from ..capture.variants import VARIANTS, compiling
 
@@ -99,8 +100,10 @@ def _other(prepared: Prepared, variant: str | None) -> Any:
         graphs.add(tuple(launch_signature(example_inputs)))
         # A training step's backward compiles inside this block too, under the same options (not lazily
         # on the first backward call, outside it), as in capture and production.
-        with compiling(variant) as patches, (backward_compiled_with_forward() if training
-                                             else contextlib.nullcontext()):
+        # Its kernels race their launch configurations here, as the session's own compile's do
+        # (capture.compiled.fresh_races), never reusing a pick raced elsewhere on this machine.
+        with compiling(variant) as patches, fresh_races(), (backward_compiled_with_forward() if training
+                                                            else contextlib.nullcontext()):
             return compile_fx(gm, example_inputs, config_patches=patches or None)
 
     model = prepared.compiled.model
