@@ -443,6 +443,13 @@ def fresh_races() -> Iterator[None]:
     children racing beside three others. The race still runs and still writes its winner back.
     Every compile kernelopt times or captures runs under this (capture, the verifier's other
     compile, bench's modes); production's does not (Inductor's own behaviour).
+
+    Its reach: the cache is read where a kernel is loaded, and this patches this process (a
+    kernel loaded here, one loaded from the FX graph cache included). A kernel compiled in
+    Inductor's compile worker processes reads it there, which this does not reach. Turning
+    ``autotune_local_cache`` off would (Inductor writes it into each kernel's metadata), but it
+    also turns off the remembered GEMM template timings, so a gate run would autotune a stored
+    max-autotune setting's GEMMs again each time (up to minutes): not done.
     """
     try:
         from torch._inductor.runtime.autotune_cache import AutotuneCache
