@@ -1347,3 +1347,37 @@ def test_the_persistent_rows_variant_holds_a_long_row_on_chip_and_matches_the_lo
     # The choices are Inductor's own again afterwards: the next compile loops as before.
     (again,) = compile_problem(problem, interpreter).summary().kernels
     assert again.name.startswith("triton_red_")
+
+
+def test_tune_searches_no_kernel_where_the_swap_bound_is_under_the_model_gain(tmp_path, monkeypatch):
+    """A GEMM-bound model: its one Triton kernel is 10% of the GPU time at 85% of its limit, so the model can run
+    at most 1.015x faster by any version of it, under the 2% a version needs. Nothing is screened and the
+    kernel's row says why; named with --kernel, it is searched (and here, at 1.5x, stored)."""
+    from pytest_kernelopt.agents import profiler
+
+    real = profiler.build_profile
+
+    def gemm_bound(*args, **kwargs):
+        profile = real(*args, **kwargs)
+        for k in profile.kernels:
+            k.share, k.roofline_pct = 0.1, 85.0
+        profile.swap_bound = profiler.swap_bound(profile)
+        return profile
+
+    monkeypatch.setattr(profiler, "build_profile", gemm_bound)
+    session = FakeSession(_inductor_info(), {8: 1.5, 16: 1.5}, seconds=0.0)
+    tuner, run, store = _tuner(tmp_path, session)
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    run.close()
+    (k,) = outcome.kernels
+    assert outcome.profile.swap_bound == pytest.approx(1.0152, abs=1e-4)
+    assert k.skipped and "at most 1.015x faster" in k.skipped and "2%" in k.skipped and k.stored_version is None
+    assert session.calls == []
+    events = [json.loads(line) for line in (run.root / "trace.jsonl").read_text().splitlines()]
+    assert next(e for e in events if e["event"] == "profile")["data"]["swap_bound"] == pytest.approx(1.0152, abs=1e-4)
+
+    session = FakeSession(_inductor_info(), {8: 1.5, 16: 1.5}, seconds=0.0)
+    tuner, run, store = _tuner(tmp_path / "named", session, kernels=[k.kernel])
+    (named,) = tuner.tune_problem(_problem(tmp_path / "named")).kernels
+    run.close()
+    assert named.skipped is None and session.calls
