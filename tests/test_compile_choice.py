@@ -204,13 +204,15 @@ def test_tune_stores_the_fastest_accepted_compile_and_tunes_kernels_on_it(tmp_pa
                                                               "max-autotune-nd-tiling"])
     outcome = tuner.tune_problem(_problem(tmp_path))
     assert outcome.error is None
-    assert session.compile_calls == ["max-autotune", "persistent-rows", "max-autotune-nd-tiling"]
-    # The trials' session compiles the defaults; the kernel search's compiles the choice.
-    assert session.variants == [None, "persistent-rows"]
+    # The fastest accepted is checked again on a second compile, in a new session, before it is chosen.
+    assert session.compile_calls == ["max-autotune", "persistent-rows", "max-autotune-nd-tiling", "persistent-rows"]
+    # The trials' sessions compile the defaults; the kernel search's compiles the choice.
+    assert session.variants == [None, None, "persistent-rows"]
     assert store.compile_variant("m") == "persistent-rows"
     record = store.model_record("m").compile
     assert record.timing.speedup == pytest.approx(1.35) and record.seeds == [1, 2, 3]
     assert outcome.compile.chosen == "persistent-rows" and outcome.compile.stored
+    assert "1.350x on a second compile" in outcome.compile.note
     assert {t.variant: t.status for t in outcome.compile.tried}["max-autotune-nd-tiling"] == "correct"
     saved = json.loads((run.root / "run.json").read_text())
     assert saved["problems"][0]["compile"]["chosen"] == "persistent-rows"
@@ -247,9 +249,41 @@ def test_a_setting_near_its_numerical_allowance_is_not_chosen(tmp_path):
     assert outcome.compile.chosen == "max-autotune" and store.compile_variant("m") == "max-autotune"
 
 
+def test_a_setting_faster_on_one_compile_only_is_not_chosen(tmp_path):
+    """Each compile races its kernels' launch configurations once, so a setting's gain over the default compile is
+    partly two races: on an H100 max-autotune-extern measured 0.984x on a training step in one tune and 1.027x
+    [1.026, 1.027] in another. The fastest accepted setting is checked again in a new session; one that does not
+    hold there is not chosen, and the next accepted one, which holds, is."""
+    from test_agents import _problem
+
+    session, tuner, run, store = _fake_tune(tmp_path, {}, compile_variants=["max-autotune", "max-autotune-extern"])
+    session.opened.externs = [object()]
+    speeds = {"max-autotune-extern": [1.027, 1.001], "max-autotune": [1.02, 1.019]}
+    scripted = session.verify_compile
+
+    def verify_compile(variant):
+        session.compile_speed = {variant: speeds[variant].pop(0)}
+        return scripted(variant)
+
+    session.verify_compile = verify_compile
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    assert session.compile_calls == ["max-autotune", "max-autotune-extern", "max-autotune-extern", "max-autotune"]
+    trials = {t.variant: t for t in outcome.compile.tried}
+    extern = trials["max-autotune-extern"]
+    assert extern.status == "correct" and extern.speedup == pytest.approx(1.027)
+    assert extern.second_speedup == pytest.approx(1.001) and "not confirmed on a second compile: 1.001x" in extern.reason
+    assert trials["max-autotune"].status == "accepted" and trials["max-autotune"].second_speedup == pytest.approx(1.019)
+    assert outcome.compile.chosen == "max-autotune" and store.compile_variant("m") == "max-autotune"
+    assert store.model_record("m").compile.timing.speedup == pytest.approx(1.019)  # the second compile's figure
+    events = [json.loads(line) for line in (run.root / "trace.jsonl").read_text().splitlines()]
+    assert [(e["data"]["variant"], e["data"]["confirmed"]) for e in events if e["event"] == "compile-second"] == [
+        ("max-autotune-extern", False), ("max-autotune", True)]
+
+
 def test_the_compile_step_stops_trying_settings_once_the_run_s_budget_is_spent(tmp_path):
     """--run-budget-s bounds the compile step too (a max-autotune compile of a model with GEMMs took 89 s on an
-    H100): the first setting is checked, the budget then runs out, the rest are said as not tried."""
+    H100): the first setting is checked, the budget then runs out, the rest are said as not tried, and the first,
+    not checked again on a second compile, is not chosen."""
     from test_agents import _problem
 
     session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune": 1.05, "max-autotune-nd-tiling": 1.10},
@@ -258,8 +292,10 @@ def test_the_compile_step_stops_trying_settings_once_the_run_s_budget_is_spent(t
     tuner._run_left = lambda: 100.0 if not calls.append(1) and len(calls) <= 2 else 0.0
     outcome = tuner.tune_problem(_problem(tmp_path))
     assert session.compile_calls == ["max-autotune"]
-    assert [t.variant for t in outcome.compile.tried] == ["max-autotune"] and outcome.compile.chosen == "max-autotune"
-    assert "budget was spent before the others were checked" in outcome.compile.note
+    (trial,) = outcome.compile.tried
+    assert trial.variant == "max-autotune" and trial.status == "correct" and outcome.compile.chosen is None
+    assert "not confirmed on a second compile: the run's budget" in trial.reason
+    assert "budget (--run-budget-s) was spent before the compile settings were all checked" in outcome.compile.note
     events = [json.loads(line) for line in (run.root / "trace.jsonl").read_text().splitlines()]
     assert any(e["event"] == "compile-skip" and e["data"]["variant"] == "max-autotune-nd-tiling"
                and "run's budget" in e["data"]["reason"] for e in events)
@@ -285,10 +321,10 @@ def test_max_autotune_without_templates_is_tried_only_on_a_model_with_library_ca
     session.opened.externs = [object()] * externs
     outcome = tuner.tune_problem(_problem(tmp_path))
     if externs:
-        assert session.compile_calls == ["max-autotune", "max-autotune-extern"]
+        assert session.compile_calls == ["max-autotune", "max-autotune-extern", "max-autotune-extern"]
         assert outcome.compile.chosen == "max-autotune-extern"
     else:  # it would compile as max-autotune does: not compiled twice
-        assert session.compile_calls == ["max-autotune"] and outcome.compile.chosen == "max-autotune"
+        assert session.compile_calls == ["max-autotune"] * 2 and outcome.compile.chosen == "max-autotune"
         events = [json.loads(line) for line in (run.root / "trace.jsonl").read_text().splitlines()]
         assert any(e["event"] == "compile-skip" and e["data"]["variant"] == "max-autotune-extern" for e in events)
 
@@ -383,7 +419,8 @@ def test_a_shaped_problem_s_compile_is_chosen_once_over_every_shape_and_stored_f
     first = tuner.tune_problem(path, "b2", 0.75)
     assert first.error is None, first.error
     assert session.compile_calls == ["max-autotune@b2", "persistent-rows@b2", "max-autotune-nd-tiling@b2",
-                                     f"{LOOPED}@b2", "max-autotune@b4", "persistent-rows@b4", f"{LOOPED}@b4"]
+                                     f"{LOOPED}@b2", "max-autotune@b4", "persistent-rows@b4", f"{LOOPED}@b4",
+                                     "max-autotune@b2", "max-autotune@b4"]  # then the second compile, each shape
     trials = {t.variant: t for t in first.compile.tried}
     assert list(trials) == variants
     best = trials["max-autotune"]
@@ -391,6 +428,7 @@ def test_a_shaped_problem_s_compile_is_chosen_once_over_every_shape_and_stored_f
     assert [(r.shape, r.weight, r.status) for r in best.shapes] == [("b2", 0.75, "accepted"), ("b4", 0.25, "accepted")]
     assert best.speedup == pytest.approx(1.30 ** 0.75 * 1.10 ** 0.25)
     assert best.ci_low == pytest.approx(1.29 ** 0.75 * 1.09 ** 0.25)
+    assert best.second_speedup == pytest.approx(best.speedup)
     slower = trials["persistent-rows"]
     assert slower.status == "correct" and slower.refused_at == "b4" and slower.speedup is None
     assert "slower than the default compile beyond noise at shape b4: 0.900x" in slower.reason
@@ -412,10 +450,11 @@ def test_a_shaped_problem_s_compile_is_chosen_once_over_every_shape_and_stored_f
     assert {s: t.speedup for s, t in choice.shape_timings.items()} == {"b2": pytest.approx(1.3), "b4": pytest.approx(1.1)}
 
     second = tuner.tune_problem(path, "b4", 0.25)  # no trials again: the choice is the problem's, not the shape's
-    assert len(session.compile_calls) == 7 and second.compile.tried == []
+    assert len(session.compile_calls) == 9 and second.compile.tried == []
     assert second.compile.chosen == "max-autotune" and "chosen once for every declared shape" in second.compile.note
     # The trials' sessions (each shape, the defaults), then each shape's kernel search on the choice.
-    assert session.opened_at == [("b2", None), ("b4", None), ("b2", "max-autotune"), ("b4", "max-autotune")]
+    assert session.opened_at == [("b2", None), ("b4", None), ("b2", None), ("b4", None), ("b2", "max-autotune"),
+                                 ("b4", "max-autotune")]
     saved = json.loads((run.root / "run.json").read_text())
     assert [r["shape"] for r in saved["problems"][0]["compile"]["tried"][0]["shapes"]] == ["b2", "b4"]
 
@@ -453,7 +492,7 @@ def test_tune_tries_compile_settings_on_a_training_step(tmp_path):
     session = _per_shape_session({None: {"max-autotune": 1.3}})
     tuner, run, store = _tuner(tmp_path, session, budget_s=0.01, compile_variants=["max-autotune"])
     outcome = tuner.tune_problem(path)
-    assert outcome.training and session.compile_calls == ["max-autotune@None"]
+    assert outcome.training and session.compile_calls == ["max-autotune@None"] * 2
     assert [t.status for t in outcome.compile.tried] == ["accepted"]
     assert outcome.compile.chosen == "max-autotune" and store.compile_variant("m") == "max-autotune"
     assert outcome.notes == [REWRITES_DECLINE]

@@ -44,6 +44,9 @@ from ..runs.records import CompileOutcome, CompileShapeTrial, CompileTrial
 # A session, entered, for a declared shape (None: the problem declares none), opened under the defaults.
 Opener = Callable[[str | None], AbstractContextManager[Any]]
 
+# How many of the fastest accepted settings are checked again on a second compile before none is chosen.
+CONFIRMED = 2
+
 
 def _trial(variant: str, verdict: Verdict, seconds: float) -> CompileTrial:
     t = verdict.model_timing
@@ -71,8 +74,10 @@ def choose(open_at: Opener, variants: list[str], *, previous: str | None, measur
     time each setting against the default compile without them: the choice is then kept,
     and the note says how to change it.
     """
+    # With committed kernels the choice is kept whatever wins (below): no second compile to confirm a winner.
     outcome, verdicts = _choose(open_at, variants, previous=previous, measured=measured, say=say, ev=ev,
-                                shapes=shapes or {}, policy=(policy or SpeedPolicy()).for_settings(), left=left)
+                                shapes=shapes or {}, policy=(policy or SpeedPolicy()).for_settings(), left=left,
+                                confirm=not committed)
     if committed and outcome.chosen != previous:
         wanted = outcome.chosen or "the default compile"
         outcome.note = (f"{outcome.note}; kept {previous or 'the default compile'!r} instead of {wanted!r}: "
@@ -95,7 +100,8 @@ def _check(session: Any, variant: str) -> tuple[Verdict | None, str | None, floa
 
 def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measured: bool,
             say: Callable[[str], None], ev: Callable[..., Any], shapes: dict[str, float],
-            policy: SpeedPolicy, left: Callable[[], float] | None) -> tuple[CompileOutcome, dict[str | None, Verdict]]:
+            policy: SpeedPolicy, left: Callable[[], float] | None,
+            confirm: bool = True) -> tuple[CompileOutcome, dict[str | None, Verdict]]:
     outcome = CompileOutcome(previous=previous, chosen=previous)
     total = sum(shapes.values())
     weights: dict[str | None, float] = {s: w / total for s, w in shapes.items()} if shapes else {None: 1.0}
@@ -163,15 +169,23 @@ def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measu
     if not measured:
         outcome.note = "interpreter mode: compile settings checked for correctness only; nothing stored"
         return outcome, {}
-    accepted = [t for t in outcome.tried if t.status == "accepted" and t.speedup is not None]
-    if accepted:
-        best = max(accepted, key=lambda t: t.speedup or 0.0)
+    accepted = sorted((t for t in outcome.tried if t.status == "accepted" and t.speedup is not None),
+                      key=lambda t: t.speedup or 0.0, reverse=True)
+    for best in accepted[:CONFIRMED]:
+        if not confirm or (best.variant == previous and left is not None and left() <= 0):
+            second: dict[str | None, Verdict] | None = checked[best.variant]  # kept, or stored and out of budget
+        else:
+            second = _second(open_at, best, weights, policy=policy, ev=ev, say=say, left=left)
+        if second is None:
+            continue
         outcome.chosen = best.variant
         over = "over the default compile" + (" (weighted over the declared shapes)" if shapes else "")
         outcome.note = f"{best.variant}: {speedup_text(best.speedup or 0.0)} {over}" + (
             f" (95% CI {interval(best.ci_low, best.ci_high)})" if best.ci_low is not None and best.ci_high is not None
-            else "") + ("; the run's budget was spent before the others were checked" if cut is not None else "")
-        return outcome, checked[best.variant]
+            else "") + (f", {speedup_text(best.second_speedup)} on a second compile"
+                        if best.second_speedup is not None else "") + (
+            "; the run's budget was spent before the others were checked" if cut is not None else "")
+        return outcome, second
     stored = next((t for t in outcome.tried if t.variant == previous and t.status != "error"), None)
     if previous is not None and stored is not None:
         outcome.chosen = None
@@ -184,6 +198,58 @@ def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measu
     else:
         outcome.note = "no compile setting was faster than the default compile beyond noise"
     return outcome, {}
+
+
+def _second(open_at: Opener, trial: CompileTrial, weights: dict[str | None, float], *, policy: SpeedPolicy,
+            ev: Callable[..., Any], say: Callable[[str], None],
+            left: Callable[[], float] | None) -> dict[str | None, Verdict] | None:
+    """``trial``'s setting checked again, at every shape, each in a new session: the verdicts when it is accepted
+    there too (and within SETTING_HEADROOM on these draws), else None, ``trial`` then marked ``correct`` with why.
+
+    A setting's gain over the default compile is two compiles' launch-configuration races as much as the setting
+    (each compile times its kernels' configurations once, briefly, and keeps the winner): on an H100 the same
+    setting of one training step measured 0.984x in one tune and 1.027x [1.026, 1.027] in another, so one
+    session's interval says nothing of the next compile's, the gate's or production's."""
+    variant = trial.variant
+
+    def refuse(why: str) -> None:
+        trial.status, trial.reason = "correct", f"not confirmed on a second compile: {why}"
+        ev("planner", "compile-second", variant=variant, confirmed=False, reason=why)
+        say(f"  {variant}: {trial.reason}")
+
+    if left is not None and left() <= 0:
+        refuse("the run's budget (--run-budget-s) was spent before it")
+        return None
+    say(f"checking {variant!r} again on a second compile (a new session: both compiles race afresh)")
+    verdicts: dict[str | None, Verdict] = {}
+    rows: list[CompileShapeTrial] = []
+    for shape, weight in weights.items():
+        with open_at(shape) as session:
+            verdict, error, seconds = _check(session, variant)
+        if verdict is None or verdict.status == "rejected":
+            refuse(f"{'the verifier failed' if verdict is None else 'rejected'}"
+                   f"{f' at shape {shape}' if shape is not None else ''}: "
+                   f"{error if verdict is None else verdict.reason_for_agents()}")
+            return None
+        verdicts[shape] = verdict
+        if shape is not None:
+            rows.append(_row(shape, weight, verdict, error, seconds))
+    if None in verdicts:
+        again = _trial(variant, verdicts[None], 0.0)
+    else:
+        timings = {s: v.model_timing for s, v in verdicts.items() if s is not None}
+        again = combine(variant, rows, timings, policy=policy, measured=True)
+    again = _with_headroom(again, verdicts)
+    trial.second_speedup, trial.second_ci_low, trial.second_ci_high = again.speedup, again.ci_low, again.ci_high
+    if again.status != "accepted":
+        refuse((f"{speedup_text(again.speedup, again.ci_low, again.ci_high)} over the default compile there"
+                if again.speedup is not None else "not timed") + (f" ({again.reason})" if again.reason else ""))
+        return None
+    ev("planner", "compile-second", variant=variant, confirmed=True, speedup=again.speedup, ci_low=again.ci_low,
+       ci_high=again.ci_high)
+    say(f"  {variant}: confirmed, {speedup_text(again.speedup or 0.0, again.ci_low, again.ci_high)} on a second "
+        f"compile")
+    return verdicts
 
 
 def _row(shape: str, weight: float, verdict: Verdict | None, error: str | None, seconds: float) -> CompileShapeTrial:

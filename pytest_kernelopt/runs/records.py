@@ -50,6 +50,12 @@ class CompileTrial(Record):
     # Its worst output element's error as a fraction of that element's allowance, over every check (None: not
     # judged); a setting is chosen only with SETTING_HEADROOM (verify/numerics.py) to spare.
     worst_ratio: float | None = None
+    # The fastest accepted setting is checked again in a new session (a second default compile and a second compile
+    # of the setting, each racing its launch configurations afresh) and chosen only if accepted there too: its
+    # speedup and interval on that second compile (None: not checked again). Added 2026-12-05.
+    second_speedup: float | None = None
+    second_ci_low: float | None = None
+    second_ci_high: float | None = None
 
 
 class CompileOutcome(Record):
