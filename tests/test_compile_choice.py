@@ -280,6 +280,30 @@ def test_a_setting_faster_on_one_compile_only_is_not_chosen(tmp_path):
         ("max-autotune-extern", False), ("max-autotune", True)]
 
 
+def test_a_second_session_that_fails_to_open_chooses_nothing_and_blames_the_verifier(tmp_path):
+    """The verifier's own failure on the second compile is said as its own; the setting is not chosen (nothing
+    confirmed it) and the run goes on to the kernels on the default compile."""
+    from test_agents import _problem
+
+    from pytest_kernelopt.errors import VerifierError
+
+    session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune": 1.3}, compile_variants=["max-autotune"])
+    opened = []
+
+    def factory(*args, **kwargs):
+        opened.append(kwargs.get("variant"))
+        if len(opened) == 2:
+            raise VerifierError("the verification worker died while starting (signal 9)")
+        return session(*args, **kwargs)
+
+    tuner.session_factory = factory
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    assert outcome.error is None and outcome.compile.chosen is None and store.compile_variant("m") is None
+    (trial,) = outcome.compile.tried
+    assert trial.status == "correct" and "not confirmed on a second compile: the verifier failed" in trial.reason
+    assert "signal 9" in trial.reason and opened == [None, None, None]
+
+
 def test_the_compile_step_stops_trying_settings_once_the_run_s_budget_is_spent(tmp_path):
     """--run-budget-s bounds the compile step too (a max-autotune compile of a model with GEMMs took 89 s on an
     H100): the first setting is checked, the budget then runs out, the rest are said as not tried, and the first,

@@ -224,8 +224,11 @@ def _second(open_at: Opener, trial: CompileTrial, weights: dict[str | None, floa
     verdicts: dict[str | None, Verdict] = {}
     rows: list[CompileShapeTrial] = []
     for shape, weight in weights.items():
-        with open_at(shape) as session:
-            verdict, error, seconds = _check(session, variant)
+        try:
+            with open_at(shape) as session:
+                verdict, error, seconds = _check(session, variant)
+        except KerneloptError as exc:  # the session itself failed to open: the verifier's, never the setting's
+            verdict, error, seconds = None, str(exc)[:300], 0.0
         if verdict is None or verdict.status == "rejected":
             refuse(f"{'the verifier failed' if verdict is None else 'rejected'}"
                    f"{f' at shape {shape}' if shape is not None else ''}: "
