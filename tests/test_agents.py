@@ -1381,3 +1381,97 @@ def test_tune_searches_no_kernel_where_the_swap_bound_is_under_the_model_gain(tm
     (named,) = tuner.tune_problem(_problem(tmp_path / "named")).kernels
     run.close()
     assert named.skipped is None and session.calls
+
+
+class _Held(FakeSession):
+    """A FakeSession that records when it is entered and left, and the kernels its next opening compiles."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.log: list[str] = []
+
+    def __enter__(self):
+        self.log.append("enter")
+        return self
+
+    def __exit__(self, *exc):
+        self.log.append("exit")
+
+    def open(self):
+        self.log.append("open")
+        return self.opened
+
+
+def _harvesting(tmp_path, session, monkeypatch, **options):
+    """A tuner whose search backend harvests (its children replaced by a record of the call and the session's
+    state then)."""
+    from pytest_kernelopt.agents.search import coder as search_coder
+
+    tuner, run, store = _tuner(tmp_path, session, compile_variants=[], **options)  # no compile step's sessions
+    coder = SearchCoder(variants=["looped-reductions"])
+    harvests: list[tuple[list[str], list[str]]] = []
+
+    def harvest(problem, device, variants, timeout, shape, jobs=None):
+        harvests.append((variants, list(session.log)))
+        session.log.append("harvest")
+        return HarvestResult(wall_seconds=1.5, jobs=1)
+
+    monkeypatch.setattr(search_coder, "harvest", harvest)
+    tuner.coder = coder
+    return tuner, run, store, harvests
+
+
+def test_the_harvest_runs_after_the_plan_with_the_session_closed(tmp_path, monkeypatch):
+    """On a GPU the plan comes first; the session closes for the harvest (its children compile and benchmark on
+    the GPU, so no memory is held beside them) and opens again on the same compile, where the search runs."""
+    session = _Held(_inductor_info(), {8: 1.3}, seconds=0.0)
+    tuner, run, _, harvests = _harvesting(tmp_path, session, monkeypatch)
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    run.close()
+    assert outcome.error is None and outcome.kernels[0].attempts >= 1
+    assert harvests == [(["looped-reductions"], ["enter", "open", "exit"])]
+    assert session.log[:6] == ["enter", "open", "exit", "harvest", "enter", "open"]
+    assert session.log.count("open") == 2 and session.log[-1] == "exit"
+    events = [json.loads(line)["event"] for line in (run.root / "trace.jsonl").read_text().splitlines()]
+    order = [e for e in events if e in ("opened", "profile", "harvest", "proposals")]
+    assert order[:4] == ["opened", "profile", "harvest", "opened"] and "proposals" in order[4:]
+
+
+def test_a_tune_that_searches_nothing_harvests_nothing(tmp_path, monkeypatch):
+    """A kernel at its memory limit is not searched: no harvest child runs and the session opens once."""
+    from pytest_kernelopt.agents import profiler
+
+    real = profiler.build_profile
+
+    def at_limit(*args, **kwargs):
+        profile = real(*args, **kwargs)
+        for k in profile.kernels:
+            k.roofline_pct = 97.0
+        return profile
+
+    monkeypatch.setattr(profiler, "build_profile", at_limit)
+    session = _Held(_inductor_info(), {8: 1.3}, seconds=0.0)
+    tuner, run, _, harvests = _harvesting(tmp_path, session, monkeypatch)
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    run.close()
+    (k,) = outcome.kernels
+    assert k.skipped and harvests == [] and session.log.count("open") == 1 and session.calls == []
+    assert tuner.coder.harvested.kernels == []
+    events = [json.loads(line)["event"] for line in (run.root / "trace.jsonl").read_text().splitlines()]
+    assert "harvest" not in events
+
+
+def test_a_session_that_compiles_other_kernels_after_the_harvest_is_the_problems_error(tmp_path, monkeypatch):
+    """The plan was made on the first opening's kernels: another set when the session opens again is said, not
+    searched on."""
+    session = _Held(_inductor_info(), {8: 1.3}, seconds=0.0)
+    tuner, run, _, _ = _harvesting(tmp_path, session, monkeypatch)
+    first = session.opened
+    other = type("O", (), {"kernels": [_inductor_info().model_copy(update={"name": "triton_per_fused_other_0"})],
+                           "externs": [], "environment": ENV, "seconds": 0.1})()
+    opens = iter([first, other])
+    session.open = lambda: next(opens)  # type: ignore[method-assign]
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    run.close()
+    assert outcome.error and "compiled other Triton kernels when the session opened again" in outcome.error
+    assert "triton_per_fused_other_0" in outcome.error and session.calls == []

@@ -36,9 +36,15 @@ class Coder(Protocol):
     name: str
     model: str | None
 
-    def prepare(self, problem: Path, device: str, kernels: list[Any], shape: str | None = None) -> None:
-        """Once per problem (and declared shape), before its verification session opens (no GPU memory is held
-        then)."""
+    def prepare(self, problem: Path, device: str, kernels: list[str], shape: str | None = None) -> None:
+        """Once per problem (and declared shape), after the plan: ``kernels`` are the names it searches, in plan
+        order (none: nothing will be proposed for this problem, prepare nothing). When there are some, on a GPU,
+        the verification session is closed first (no GPU memory held) where :meth:`prepare_uses_device` says so,
+        and opens again afterwards."""
+
+    def prepare_uses_device(self, device: str) -> bool:
+        """Whether :meth:`prepare` runs work on ``device`` (the search backend's harvest compiles and benchmarks
+        there), so the session must close first."""
 
     def propose(self, ctx: CoderContext) -> list[Proposal]:
         """Candidates for ``ctx.kernel``; an empty list means this backend has nothing more to try."""

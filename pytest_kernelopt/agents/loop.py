@@ -1,9 +1,12 @@
 """The tuning loop: Profiler -> Planner -> (Coder -> Reviewer -> Benchmarker)* -> store.
 
-Per problem: the Coder prepares (the search backend harvests Inductor's
-alternatives in a child process), Nsight Compute reads counters where it runs, and
-one verification session opens (the problem compiled once). The Profiler measures
-the compiled model in that session and the Planner orders its kernels. Per kernel,
+Per problem: the model's compile settings are chosen (``compile_choice.py``), Nsight
+Compute reads counters where it runs, and one verification session opens (the problem
+compiled once). The Profiler measures the compiled model in that session and the
+Planner orders its kernels. Only when it searches one does the Coder prepare (the
+search backend harvests Inductor's alternatives in child processes; on a GPU the
+session closes meanwhile, so no GPU memory is held beside them, and opens again:
+a tune that searches nothing pays for no harvest). Per kernel,
 the active committed version (if any, and not stale) is judged first and becomes
 the starting point; then the Coder proposes candidates round after round, the
 Reviewer stops what need not run, and the Benchmarker (the session) judges the
@@ -20,6 +23,7 @@ was accepted and leaves no half-written file.
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable
 
@@ -143,11 +147,6 @@ class Tuner:
         if outcome.training:  # said once per problem, in the log, the trace and run.json
             self._note(outcome, REWRITES_DECLINE, ev)
         try:
-            self.coder.prepare(problem.path, self.options.device, [], **at)
-            harvested = getattr(self.coder, "harvested", None)
-            if harvested is not None:
-                ev("coder", "harvest", kernels=len(harvested.kernels), errors=harvested.errors,
-                   seconds=harvested.seconds, wall_seconds=harvested.wall_seconds, jobs=harvested.jobs)
             full_options = self.options.verify
             factory = self.session_factory or VerifySession
             variant = self._variant = self._compile_step(problem, outcome, factory, full_options, ev)
@@ -159,15 +158,17 @@ class Tuner:
                 ev("profiler", "ncu", kernels=len(counters or {}), note=note)
             options = full_options.model_copy(update={"model_seconds": self.options.screen_seconds,
                                                       "kernel_seconds": self.options.screen_seconds})
-            with factory(problem.path, self.options.device, options, progress=self.ui.message,
-                         variant=variant, **at) as session:
-                bench = Benchmarker(session, full_options, self.run, self.ui)
-                keeper = Keeper(self.store, self.coder, bench, self.ui, device=self.options.device,
-                                confirm=self.options.confirm, pin=self.options.pin, run_left=self._run_left,
-                                shape=shape, policy=full_options.speed)
+
+            def open_session() -> tuple[Any, Any]:
+                session = stack.enter_context(factory(problem.path, self.options.device, options,
+                                                      progress=self.ui.message, variant=variant, **at))
                 opened = session.open()
                 ev("benchmarker", "opened", seconds=round(opened.seconds, 2), kernels=len(opened.kernels),
                    isolation=getattr(session, "isolation", None))
+                return session, opened
+
+            with ExitStack() as stack:
+                session, opened = open_session()
                 if self.run.record.environment is None:
                     self.run.record.environment = opened.environment
                 if not opened.kernels:
@@ -198,7 +199,22 @@ class Tuner:
                                     f"faster (roofline estimate)")
                 items = plan(profile, min_share=self.options.min_share, only=self.options.kernels,
                              min_gain=full_options.speed.min_gain)
+                searched = [i.kernel for i in items if i.skip is None]
+                if searched and self._prepare_closes_session():
+                    # The Coder prepares with no GPU memory held (the harvest's children compile and benchmark
+                    # on the GPU): the session closes and opens again on the same compile.
+                    stack.close()
+                    self._prepare(problem.path, searched, at, ev)
+                    before = opened.kernels
+                    session, opened = open_session()
+                    _same_kernels(before, opened.kernels)
+                else:  # nothing searched (nothing to harvest), or a CPU: the session stays open
+                    self._prepare(problem.path, searched, at, ev)
                 self.ui.problem(model, sum(1 for i in items if i.skip is None))
+                bench = Benchmarker(session, full_options, self.run, self.ui)
+                keeper = Keeper(self.store, self.coder, bench, self.ui, device=self.options.device,
+                                confirm=self.options.confirm, pin=self.options.pin, run_left=self._run_left,
+                                shape=shape, policy=full_options.speed)
                 stored: dict[str, str] = {}
                 tuned: dict[str, tuple[KernelState, KernelOutcome, str | None]] = {}
                 for item in items:
@@ -238,6 +254,25 @@ class Tuner:
             outcome.seconds = round(time.monotonic() - t0, 2)
             self.run.save()
         return outcome
+
+    # --- the Coder's preparation ----------------------------------------------------------
+
+    def _prepare_closes_session(self) -> bool:
+        """Whether the session closes while the Coder prepares: on a GPU, where the Coder says its preparation
+        uses the device (``Coder.prepare_uses_device``; a coder that does not say is assumed to)."""
+        if self.options.device != "cuda":
+            return False
+        uses = getattr(self.coder, "prepare_uses_device", None)
+        return True if uses is None else bool(uses(self.options.device))
+
+    def _prepare(self, problem: Path, kernels: list[str], at: dict[str, Any], ev: Callable[..., Any]) -> None:
+        """The Coder's preparation for the kernels the plan searches (the search backend's harvest; none when it
+        searches none)."""
+        self.coder.prepare(problem, self.options.device, kernels, **at)
+        harvested = getattr(self.coder, "harvested", None)
+        if harvested is not None and kernels:
+            ev("coder", "harvest", kernels=len(harvested.kernels), errors=harvested.errors,
+               seconds=harvested.seconds, wall_seconds=harvested.wall_seconds, jobs=harvested.jobs)
 
     # --- the model's compile settings ----------------------------------------------------
 
@@ -374,6 +409,17 @@ class Tuner:
             result.message += (f"; stopped by the {budget_stop} after {result.attempts} candidate(s): "
                                f"raise --budget-s to try more")
         return result, source, state
+
+
+def _same_kernels(before: list[KernelInfo], after: list[KernelInfo]) -> None:
+    """The session opened again after the Coder's preparation compiles the kernels the plan was made on (the same
+    problem and settings, Inductor's FX graph cache): a difference is the compiler's, said as the problem's error."""
+    names, again = {k.name for k in before}, {k.name for k in after}
+    if names != again:
+        differ = sorted(names ^ again)
+        raise KerneloptError(f"the model compiled other Triton kernels when the session opened again after the "
+                             f"harvest ({len(differ)} differ: {', '.join(differ[:4])}{', ...' if len(differ) > 4 else ''}); "
+                             f"nothing was searched")
 
 
 def _tally(result: KernelOutcome, state: KernelState) -> None:

@@ -218,8 +218,11 @@ class ClaudeCoder:
 
     # -- the Coder protocol --------------------------------------------------------------
 
-    def prepare(self, problem: Path, device: str, kernels: list[Any], shape: str | None = None) -> None:
+    def prepare(self, problem: Path, device: str, kernels: list[str], shape: str | None = None) -> None:
         """Nothing to prepare: prompts are built per round from the context."""
+
+    def prepare_uses_device(self, device: str) -> bool:
+        return False
 
     @property
     def spend(self) -> Spend:

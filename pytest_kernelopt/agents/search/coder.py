@@ -71,13 +71,22 @@ class SearchCoder:
     def stopped(self) -> str | None:
         return None
 
-    def prepare(self, problem: Path, device: str, kernels: list[Any], shape: str | None = None) -> None:
-        self._device = device
-        variants = self.variants if self.variants is not None else (
+    def _variants(self, device: str) -> list[str]:
+        """The compile settings harvested on ``device``."""
+        return self.variants if self.variants is not None else (
             list(HARVEST_VARIANTS) if device == "cuda" else list(CPU_VARIANTS))
+
+    def prepare_uses_device(self, device: str) -> bool:
+        return bool(self._variants(device))  # each harvest child compiles (and max-autotune benchmarks) there
+
+    def prepare(self, problem: Path, device: str, kernels: list[str], shape: str | None = None) -> None:
+        """Harvest Inductor's alternatives (:mod:`..harvest`: whole-model compiles, whichever of them are
+        searched) when ``kernels`` are searched; none otherwise."""
+        self._device = device
+        variants = self._variants(device)
         self._done.clear()
         self.cpu_points.clear()
-        if not variants:
+        if not variants or not kernels:
             self.harvested = HarvestResult()
             return
         self.progress(f"harvesting Inductor's alternatives ({', '.join(variants)})")
