@@ -1475,3 +1475,14 @@ def test_a_session_that_compiles_other_kernels_after_the_harvest_is_the_problems
     run.close()
     assert outcome.error and "compiled other Triton kernels when the session opened again" in outcome.error
     assert "triton_per_fused_other_0" in outcome.error and session.calls == []
+
+
+def test_a_run_whose_budget_ends_inside_a_kernel_says_the_run_budget_ended_it(tmp_path):
+    """One candidate's check outlasted both the kernel's and the run's budget: the kernel's row names its budget,
+    the run's stop names the run's (before, the run said "stopped early: kernel budget", which ends no run)."""
+    session = FakeSession(_inductor_info(), {8: 1.3, 16: 1.3, 32: 1.3}, seconds=0.3)
+    tuner, run, _ = _tuner(tmp_path, session, budget_s=0.1, run_budget_s=0.2, compile_variants=[])
+    (k,) = tuner.tune_problem(_problem(tmp_path)).kernels
+    run.close()
+    assert k.attempts == 1 and "stopped by the kernel budget" in k.message
+    assert tuner.stop_reason == "run budget: 0.2 s spent"

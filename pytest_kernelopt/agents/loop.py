@@ -119,8 +119,11 @@ class Tuner:
         if state.spent + estimate > budget:
             return f"kernel budget: {state.spent:.0f} of {budget:g} s spent"
         if estimate > self._run_left():
-            return f"run budget: {self.options.run_budget_s:g} s spent"
+            return self._run_spent()
         return None
+
+    def _run_spent(self) -> str:
+        return f"run budget: {self.options.run_budget_s:g} s spent"
 
     # --- one problem --------------------------------------------------------------------
 
@@ -383,8 +386,8 @@ class Tuner:
                 if why:
                     ev("planner", "stop", reason=why)
                     budget_stop = why
-                    if self._run_left() <= 0 or self.coder.stopped:
-                        self.stop_reason = why
+                    if self.coder.stopped or self._run_left() <= 0:  # the run ends too: say what ended it
+                        self.stop_reason = self.coder.stopped or self._run_spent()
                     break
                 bench.judge(model, state, proposal, ev)
                 reached = (limit_pct(item.profile, state.best_kernel_speedup)
