@@ -1486,3 +1486,41 @@ def test_a_run_whose_budget_ends_inside_a_kernel_says_the_run_budget_ended_it(tm
     run.close()
     assert k.attempts == 1 and "stopped by the kernel budget" in k.message
     assert tuner.stop_reason == "run budget: 0.2 s spent"
+
+
+def test_what_a_run_stopped_on_its_budget_did_not_reach_is_recorded(tmp_path, monkeypatch):
+    """The stopped problem's later kernels are rows skipped "not reached", the problems and declared shapes after
+    it are run.json's not_reached and the last lines say so."""
+    from pytest_kernelopt.agents import tuning
+    from pytest_kernelopt.agents.ui import UI
+    from pytest_kernelopt.store import KernelStore
+
+    first, second = _inductor_info(), _inductor_info().model_copy(update={"name": "triton_per_fused_sum_1"})
+    session = FakeSession(first, {8: 1.3, 16: 1.3}, seconds=0.3)
+    session.opened.kernels = [first, second]
+    session.kernel_info = {first.name: first, second.name: second}.__getitem__
+    session.profile = lambda: Profiled(measured=True, model_gpu_us=100.0, copy_gbps=4000.0, kernels={
+        first.name: KernelTime(gpu_us=50.0, launches=1), second.name: KernelTime(gpu_us=40.0, launches=1)})
+    tuner, run, _ = _tuner(tmp_path, session, budget_s=0.1, run_budget_s=0.2, compile_variants=[])
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    run.close()
+    assert [k.skipped for k in outcome.kernels] == [None, "not reached: run budget: 0.2 s spent"]
+
+    shaped = tmp_path / "shaped.py"
+    shaped.write_text(_problem(tmp_path).read_text().replace("torch.randn(64, 1000)", "torch.randn(rows, 1000)")
+                      + "rows = 64\nSHAPES = {'r64': {}, 'r8': {'rows': 8}}\n")
+    calls: list[tuple[str, str | None]] = []
+
+    class Stops(tuning.Tuner):
+        def tune_problem(self, problem, shape=None, share=1.0):
+            calls.append((Path(problem).stem, shape))
+            self.stop_reason = "run budget: 1 s spent"
+
+    monkeypatch.setattr(tuning, "Tuner", Stops)
+    lines: list[str] = []
+    ui = type("U", (UI,), {"message": lambda self, text: lines.append(text)})()
+    record = tuning.tune([shaped, _problem(tmp_path)], TuneOptions(device="cpu"), store=KernelStore(tmp_path / "k"),
+                         runs_dir=tmp_path / "runs2", ui=ui)
+    assert calls == [("shaped", "r64")] and record.stop_reason == "run budget: 1 s spent"
+    assert record.not_reached == ["shaped@r8", "m"]
+    assert "stopping: run budget: 1 s spent; not reached: shaped@r8, m" in lines

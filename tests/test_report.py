@@ -150,6 +150,18 @@ def test_interrupted_run_says_so(tmp_path):
     assert "No kernel got faster in this run: nothing was stored." in text
 
 
+def test_a_run_stopped_on_its_budget_names_what_it_did_not_reach(tmp_path):
+    run_dir = s.write_run(tmp_path / "runs", tmp_path / "kernels", [s.rms_problem()])
+    record = json.loads((run_dir / "run.json").read_text())
+    record.update(stop_reason="run budget: 200 s spent", not_reached=["vit_mlp@longer", "rms_norm"])
+    (run_dir / "run.json").write_text(json.dumps(record))
+    text = write_report(run_dir).report.read_text()
+    assert "Stopped: run budget: 200 s spent.\n" in text
+    assert "Not reached: ` vit_mlp@longer, rms_norm `.\n" in text  # data from the run: a code span
+    html = write_report(run_dir, fmt="html").report.read_text()
+    assert "<p>Not reached: vit_mlp@longer, rms_norm.</p>" in html
+
+
 def test_user_templates_override_the_bundled_ones(run, tmp_path, monkeypatch, capsys):
     run_dir, _ = run
     project = tmp_path / "project"

@@ -223,6 +223,11 @@ class Tuner:
                 for item in items:
                     ev("planner", "plan", kernel=item.kernel, strategies=item.strategies, skip=item.skip)
                     info = session.kernel_info(item.kernel)
+                    if self.stop_reason:  # the run ended at an earlier kernel: this one's row says so
+                        outcome.kernels.append(KernelOutcome(
+                            kernel=item.kernel, fingerprint=info.fingerprint, profile=item.profile,
+                            skipped=item.skip or f"not reached: {self.stop_reason}", backward=info.backward))
+                        continue
                     if item.skip is not None:
                         result = KernelOutcome(kernel=item.kernel, fingerprint=info.fingerprint, profile=item.profile,
                                                skipped=item.skip, backward=info.backward)
@@ -245,8 +250,6 @@ class Tuner:
                         stored[item.kernel] = source
                     self.run.save()
                     self.ui.kernel_done(result)
-                    if self.stop_reason:
-                        break
                 if self.options.device == "cuda":
                     keeper.finish_model(model, outcome, tuned, stored, ev, self.stop_reason)
         except KerneloptError as exc:

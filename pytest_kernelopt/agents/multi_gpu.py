@@ -117,6 +117,7 @@ def _merge(run: RunDir, procs: list, interrupted: bool) -> None:
         record.usd += child.usd
         record.interrupted = record.interrupted or child.interrupted
         record.stop_reason = record.stop_reason or child.stop_reason
+        record.not_reached += child.not_reached
         for event in events:
             event.data = {**event.data, "worker": k}
             run.append(event)  # keeping the time of the worker that wrote it

@@ -105,6 +105,8 @@ def print_tune_table(record: Any) -> None:
         console.print("speed not measured (interpreter mode): nothing was stored as faster")
     if record.interrupted or record.stop_reason:
         console.print(f"stopped early: {record.stop_reason or 'interrupted (Ctrl-C); what was stored stays'}")
+    if record.not_reached:
+        console.print(f"not reached: {', '.join(record.not_reached)}")
 
 
 def problem_lines(record: Any) -> list[str]:

@@ -42,16 +42,16 @@ def tune(problems: list[Path], options: TuneOptions, *, agent: str = "search", a
         ui.message(f"warning: {record.gpu_neighbour}")
     tuner = Tuner(options, coder, store, run, ui)
     try:
-        for problem in problems:
-            for shape, share in shape_shares(problem):
-                if shape is not None:
-                    ui.message(f"{Path(problem).stem}: tuning shape {shape} ({share:.0%} of each kernel's budget, "
-                               "by SHAPE_WEIGHTS)")
-                tuner.tune_problem(problem, shape, share) if shape is not None else tuner.tune_problem(problem)
-                if tuner.stop_reason:
-                    break
+        work = [(problem, shape, share) for problem in problems for shape, share in shape_shares(problem)]
+        for i, (problem, shape, share) in enumerate(work):
+            if shape is not None:
+                ui.message(f"{Path(problem).stem}: tuning shape {shape} ({share:.0%} of each kernel's budget, "
+                           "by SHAPE_WEIGHTS)")
+            tuner.tune_problem(problem, shape, share) if shape is not None else tuner.tune_problem(problem)
             if tuner.stop_reason:
-                ui.message(f"stopping: {tuner.stop_reason}")
+                record.not_reached = [Path(p).stem + (f"@{s}" if s is not None else "") for p, s, _ in work[i + 1:]]
+                ui.message(f"stopping: {tuner.stop_reason}"
+                           + (f"; not reached: {', '.join(record.not_reached)}" if record.not_reached else ""))
                 break
     except KeyboardInterrupt as exc:
         record.interrupted = True

@@ -121,6 +121,7 @@ class RunView:
     usd: float
     interrupted: bool
     stop_reason: str | None
+    not_reached: list[str]
     gpu_neighbour: str | None
     models: list[ModelView]
     trace_events: int
@@ -179,7 +180,7 @@ def build_view(record: RunRecord, events: list[TraceEvent], kernels_dir: Path | 
         agent_model=record.agent_model, budget_s=record.budget_s, environment=record.environment,
         kernels_dir=record.kernels_dir, input_tokens=record.input_tokens, output_tokens=record.output_tokens,
         usd=record.usd, interrupted=record.interrupted, stop_reason=record.stop_reason,
-        gpu_neighbour=record.gpu_neighbour, models=models,
+        not_reached=list(record.not_reached), gpu_neighbour=record.gpu_neighbour, models=models,
         trace_events=len(events), trace_roles=sorted(roles.items(), key=lambda kv: (-kv[1], kv[0])),
         last_event=events[-1] if events else None,
     )

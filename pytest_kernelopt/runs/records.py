@@ -258,6 +258,9 @@ class RunRecord(Record):
     usd: float = 0.0
     interrupted: bool = False
     stop_reason: str | None = None
+    # What the stop left untuned: ``problem`` or ``problem@shape`` (the file's stem), in the order tune would have
+    # taken them (the problem the run stopped in lists its kernels as ``not reached`` instead).
+    not_reached: list[str] = Field(default_factory=list)
     # Another process was using the GPU when the run started (measure/neighbours.py): what was seen.
     gpu_neighbour: str | None = None
 
