@@ -227,6 +227,57 @@ def test_classify_by_launch_time_counters_and_roofline():
     assert classify(50.0, 20.0, {"sm_pct": 30.0, "dram_pct": 70.0}) == "memory"
 
 
+def test_nsight_counters_of_a_function_name_two_graphs_share_are_used_for_neither():
+    """ncu names a kernel by its Triton function: two graphs' kernels of one name would get each other's counters
+    mixed (a median over both), so neither gets them; a name of one kernel does."""
+    a = _info(name="triton_poi_fused_add_0")
+    b = _info(name="triton_poi_fused_add_0__g1").model_copy(update={"function": "triton_poi_fused_add_0", "graph": 1})
+    c = _info(name="triton_red_fused_sum_1")
+    profiled = Profiled(measured=True, model_gpu_us=100.0, copy_gbps=4000.0, kernels={
+        k.name: KernelTime(gpu_us=20.0, launches=1) for k in (a, b, c)})
+    counters = {"triton_poi_fused_add_0": {"dram_pct": 90.0, "sm_pct": 10.0, "registers": 30.0},
+                "triton_red_fused_sum_1": {"dram_pct": 20.0, "sm_pct": 85.0, "registers": 60.0}}
+    rows = {k.kernel: k for k in build_profile("m", "cuda", [a, b, c], profiled, counters).kernels}
+    for name in (a.name, b.name):
+        assert rows[name].source == "roofline" and rows[name].dram_pct is None
+        assert "2 kernels of several graphs are named triton_poi_fused_add_0" in rows[name].note
+    assert rows[c.name].source == "ncu" and rows[c.name].dram_pct == 20.0 and rows[c.name].registers == 60
+
+
+def test_nsight_compute_profiles_the_declared_shape_being_tuned(tmp_path, monkeypatch):
+    """The ncu child compiles the problem at the shape tune is at (before: always its first shape, so another
+    shape's kernels, of the same names, were classified by the first shape's counters)."""
+    from pytest_kernelopt.agents import profiler
+
+    fake = tmp_path / "ncu"
+    log = tmp_path / "argv.txt"
+    fake.write_text(f"#!{sys.executable}\nimport sys\nopen({str(log)!r}, 'w').write(repr(sys.argv[1:]))\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(profiler, "ncu_available", lambda: str(fake))
+    counters, note = profiler.ncu_counters(tmp_path / "p.py", timeout=60, variant="max-autotune", shape="r8")
+    argv = eval(log.read_text())
+    assert counters is None and argv[-3:] == [str(tmp_path / "p.py"), "--shape=r8", "max-autotune"]
+    profiler.ncu_counters(tmp_path / "p.py", timeout=60)
+    assert eval(log.read_text())[-1] == str(tmp_path / "p.py")
+
+    # The child's side: the shape, then the variant, from its arguments (stopped before it compiles).
+    import pytest_kernelopt.capture.problem as problem_module
+    import pytest_kernelopt.config as config
+
+    seen: list[str | None] = []
+
+    def load(path, shape=None):
+        seen.append(shape)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(problem_module, "load_problem", load)
+    monkeypatch.setattr(config, "resolve_device", lambda device: "cpu")
+    for rest, shape in ((["--shape=r8", "max-autotune"], "r8"), (["max-autotune"], None), ([], None)):
+        with pytest.raises(SystemExit):
+            profiler._ncu_target(str(tmp_path / "p.py"), *rest)
+        assert seen.pop() == shape
+
+
 def test_build_profile_shares_roofline_and_order():
     a, b = _info(name="k_a"), _info(name="k_b", xnumel=640)
     profiled = Profiled(measured=True, model_gpu_us=200.0, copy_gbps=4000.0,
@@ -522,7 +573,7 @@ class FakeSession:
         self.variants: list[str | None] = []  # the variant of each session opened
         self.opened = type("O", (), {"kernels": [info], "externs": [], "environment": ENV, "seconds": 0.1})()
 
-    def __call__(self, problem, device, options, progress=None, variant=None):
+    def __call__(self, problem, device, options, progress=None, variant=None, shape=None):
         self.options = options
         self.variants.append(variant)
         return self
@@ -600,7 +651,7 @@ def _tuner(tmp_path: Path, session: FakeSession, **options) -> tuple[Tuner, RunD
     store = KernelStore(tmp_path / "kernels")
     run = RunDir.create(tmp_path / "runs", RunRecord(run_id="t", started="now", agent="search", kernels_dir=str(store.root)))
     coder = SearchCoder(variants=[])
-    coder.prepare = lambda problem, device, kernels: None  # no harvest child in these tests
+    coder.prepare = lambda problem, device, kernels, shape=None: None  # no harvest child in these tests
     coder._device = "cuda"
     opts = TuneOptions(device="cuda", ncu=False, **options)
     return Tuner(opts, coder, store, run, session_factory=session), run, store
@@ -1524,3 +1575,19 @@ def test_what_a_run_stopped_on_its_budget_did_not_reach_is_recorded(tmp_path, mo
     assert calls == [("shaped", "r64")] and record.stop_reason == "run budget: 1 s spent"
     assert record.not_reached == ["shaped@r8", "m"]
     assert "stopping: run budget: 1 s spent; not reached: shaped@r8, m" in lines
+
+
+def test_tune_reads_nsight_counters_at_the_shape_it_tunes(tmp_path, monkeypatch):
+    from pytest_kernelopt.agents import profiler
+
+    asked: list[dict] = []
+    monkeypatch.setattr(profiler, "ncu_counters", lambda problem, **kw: (asked.append(kw), (None, "stub"))[1])
+    shaped = tmp_path / "shaped.py"
+    shaped.write_text(_problem(tmp_path).read_text().replace("torch.randn(64, 1000)", "torch.randn(rows, 1000)")
+                      + "rows = 64\nSHAPES = {'r64': {}, 'r8': {'rows': 8}}\n")
+    session = FakeSession(_inductor_info(), {8: 1.3}, seconds=0.0)
+    tuner, run, _ = _tuner(tmp_path, session, compile_variants=[])
+    tuner.options = tuner.options.model_copy(update={"ncu": True})
+    tuner.tune_problem(shaped, shape="r8")
+    run.close()
+    assert asked == [{"timeout": 600.0, "variant": None, "shape": "r8"}]

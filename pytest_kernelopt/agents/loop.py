@@ -157,7 +157,7 @@ class Tuner:
                                     else "interpreter mode: no timing; shares are shares of bytes moved")
             if self.options.device == "cuda" and self.options.ncu:
                 self.ui.message(f"{model}: reading Nsight Compute counters")
-                counters, note = ncu_counters(problem.path, timeout=600.0, variant=variant)
+                counters, note = ncu_counters(problem.path, timeout=600.0, variant=variant, shape=shape)
                 ev("profiler", "ncu", kernels=len(counters or {}), note=note)
             options = full_options.model_copy(update={"model_seconds": self.options.screen_seconds,
                                                       "kernel_seconds": self.options.screen_seconds})

@@ -26,6 +26,7 @@ import re
 import shutil
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,9 @@ def build_profile(model: str, device: str, kernels: list[KernelInfo], profiled: 
                   counters: dict[str, dict[str, float]] | None, ncu_note: str = "") -> ModelProfile:
     """Combine the session's measurements (and Nsight Compute counters) into a ModelProfile."""
     rows: list[KernelProfile] = []
+    # Nsight Compute's rows name a kernel by its Triton function, which kernels of two graphs may share (the
+    # capture tells them apart with ``__g<graph>``): such a name's counters would mix both, so neither gets them.
+    functions = Counter(k.function for k in kernels)
     split = {k.name: _moved(k) for k in kernels}
     moved = {name: sum(rw) for name, rw in split.items()}
     if profiled.measured and profiled.model_gpu_us:
@@ -114,9 +118,12 @@ def build_profile(model: str, device: str, kernels: list[KernelInfo], profiled: 
             roof = (100.0 * memory_seconds(moved[k.name], profiled.copy_gbps, split[k.name][1],
                                            profiled.read_gbps) / (per_launch * 1e-6)
                     if per_launch and profiled.copy_gbps else None)
-            c = (counters or {}).get(k.function, {})
+            shared = counters is not None and functions[k.function] > 1
+            c = {} if shared else (counters or {}).get(k.function, {})
             source = "ncu" if c else "roofline"
-            notes = [] if c else [ncu_note] if ncu_note else []
+            notes = ([f"Nsight Compute not used: {functions[k.function]} kernels of several graphs are named "
+                      f"{k.function}, its counters cannot be told apart"] if shared
+                     else [] if c else [ncu_note] if ncu_note else [])
             if roof is not None and roof > OVERCOUNT_PCT:
                 # Argument sizes overstate what a launch reads when it indexes into a tensor.
                 notes.append("bytes moved overestimated (indexed reads, or inputs that fit in L2): the estimate says "
@@ -182,11 +189,13 @@ def ncu_available() -> str | None:
     return shutil.which("ncu")
 
 
-def ncu_counters(problem: Path, timeout: float, variant: str | None = None) -> tuple[dict[str, dict[str, float]] | None, str]:
+def ncu_counters(problem: Path, timeout: float, variant: str | None = None,
+                 shape: str | None = None) -> tuple[dict[str, dict[str, float]] | None, str]:
     """Per Triton function name, Nsight Compute counters of one model run (None and why, where ncu fails).
 
-    The child compiles and warms the model up, then runs it once inside an NVTX range;
-    only launches in that range are profiled (autotuning's benchmark launches are not).
+    The child compiles and warms the model up (at ``shape``, a declared shape of a problem with SHAPES; None:
+    its first), then runs it once inside an NVTX range; only launches in that range are profiled (autotuning's
+    benchmark launches are not).
     """
     ncu = ncu_available()
     if ncu is None:
@@ -196,7 +205,7 @@ def ncu_counters(problem: Path, timeout: float, variant: str | None = None) -> t
     with tempfile.TemporaryDirectory(prefix="kernelopt-ncu-") as tmp:
         cmd = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", "--csv",
                "--metrics", ",".join(NCU_METRICS), sys.executable, "-m", "pytest_kernelopt.agents.profiler",
-               str(problem), *([variant] if variant else [])]
+               str(problem), *([f"--shape={shape}"] if shape else []), *([variant] if variant else [])]
         try:
             done = run_child(cmd, env=child_env(scrubbed_env()), cwd=tmp, timeout=timeout, lines=1,
                              keep=NCU_CSV_BYTES, separate_stdout=True)
@@ -237,8 +246,9 @@ def parse_ncu_csv(text: str) -> dict[str, dict[str, float]]:
     return out
 
 
-def _ncu_target(problem_path: str, variant: str | None = None) -> int:
-    """The child Nsight Compute profiles: compile, warm up, one run inside the NVTX range."""
+def _ncu_target(problem_path: str, *rest: str) -> int:
+    """The child Nsight Compute profiles: compile, warm up, one run inside the NVTX range (``rest``:
+    ``[--shape=NAME] [VARIANT]``)."""
     import warnings
 
     import torch
@@ -248,8 +258,11 @@ def _ncu_target(problem_path: str, variant: str | None = None) -> int:
     from ..capture.problem import load_problem
 
     warnings.filterwarnings("ignore")
+    args = list(rest)
+    shape = args.pop(0).removeprefix("--shape=") if args and args[0].startswith("--shape=") else None
+    variant = args[0] if args else None
     device = resolve_device("cuda")
-    problem = load_problem(Path(problem_path))
+    problem = load_problem(Path(problem_path), shape=shape)
     compiled = compile_problem(problem, device, variant=variant)
     inputs = problem.make_inputs(1, device)
     with torch.no_grad():
@@ -264,4 +277,4 @@ def _ncu_target(problem_path: str, variant: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_ncu_target(*sys.argv[1:3]))
+    sys.exit(_ncu_target(*sys.argv[1:4]))
