@@ -123,8 +123,8 @@ def main() -> int:
                     before["harvest"] = round(data.get("wall_seconds") or sum((data.get("seconds") or {}).values()), 1)
                 elif event.get("event") == "compile-trial":
                     before["compile"] = round(before.get("compile", 0.0) + (data.get("seconds") or 0.0), 1)
-                elif event.get("event") == "opened":
-                    before["open"] = data.get("seconds")
+                elif event.get("event") == "opened":  # twice where the session closed for the harvest: the sum
+                    before["open"] = round(before.get("open", 0.0) + (data.get("seconds") or 0.0), 1)
         row["stage_s"] = {k: round(sorted(v)[len(v) // 2], 2) for k, v in stages.items()}
         row["before_search_s"] = before
         print(json.dumps(row), file=sys.stderr, flush=True)
