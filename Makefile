@@ -34,8 +34,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check
 	$(BIN)/mypy
 
-# lint, then the whole suite: about 13 minutes on 2 cores from a clean clone (12:45 with the install, 11.2 min of tests,
-# 1335 CPU-s in all, measured 2026-12-05 on af34e8c; install about 1.1 min, lint about 0.4). Process starts are much of it: each that compiles imports torch and
+# lint, then the whole suite: about 20 minutes on 2 cores from a clean clone (CI of 3b97386: 1325 s with the install,
+# 2026-12-05; on the same kind of machine the tests of 58f72a8 took 20.2 min that evening and 11.2 min of af34e8c's
+# that morning, 1335 CPU-s in all: the machines' speed varies; install about 1.1 min, lint about 0.4). Process starts are much of it: each that compiles imports torch and
 # Inductor, about 4.5 CPU-s (the tests fork their commands from a pre-imported process: tests/forkserver.py).
 # The suite starts hundreds of Python processes: they may cache bytecode (__pycache__/, ignored by git) even where
 # the environment says not to (PYTHONDONTWRITEBYTECODE=1 on the CI machines: each process compiled this package's
