@@ -1473,23 +1473,36 @@ def _harvesting(tmp_path, session, monkeypatch, **options):
 
 
 def test_the_harvest_runs_after_the_plan_with_the_session_closed(tmp_path, monkeypatch):
-    """On a GPU the plan comes first; the session closes for the harvest (its children compile and benchmark on
-    the GPU, so no memory is held beside them) and opens again on the same compile, where the search runs."""
+    """On a GPU the plan comes first; the session closes for Nsight Compute and the harvest (their children
+    compile, and profile or benchmark, on the GPU, so no memory is held beside them) and opens again on the
+    same compile, where the search runs; the counters classify the kernel searched."""
+    from pytest_kernelopt.agents import profiler
+
     session = _Held(_inductor_info(), {8: 1.3}, seconds=0.0)
     tuner, run, _, harvests = _harvesting(tmp_path, session, monkeypatch)
+    tuner.options = tuner.options.model_copy(update={"ncu": True})
+
+    def ncu(problem, **kw):
+        session.log.append("ncu")
+        return {session.info.function: {"dram_pct": 20.0, "sm_pct": 85.0}}, ""
+
+    monkeypatch.setattr(profiler, "ncu_counters", ncu)
     outcome = tuner.tune_problem(_problem(tmp_path))
     run.close()
     assert outcome.error is None and outcome.kernels[0].attempts >= 1
-    assert harvests == [(["looped-reductions"], ["enter", "open", "exit"])]
-    assert session.log[:6] == ["enter", "open", "exit", "harvest", "enter", "open"]
+    assert harvests == [(["looped-reductions"], ["enter", "open", "exit", "ncu"])]
+    assert session.log[:7] == ["enter", "open", "exit", "ncu", "harvest", "enter", "open"]
     assert session.log.count("open") == 2 and session.log[-1] == "exit"
+    (row,) = outcome.profile.kernels
+    assert row.source == "ncu" and row.bottleneck == "compute" and row.sm_pct == 85.0
     events = [json.loads(line)["event"] for line in (run.root / "trace.jsonl").read_text().splitlines()]
-    order = [e for e in events if e in ("opened", "profile", "harvest", "proposals")]
-    assert order[:4] == ["opened", "profile", "harvest", "opened"] and "proposals" in order[4:]
+    order = [e for e in events if e in ("opened", "ncu", "profile", "harvest", "proposals")]
+    assert order[:5] == ["opened", "ncu", "harvest", "opened", "profile"] and "proposals" in order[5:]
 
 
 def test_a_tune_that_searches_nothing_harvests_nothing(tmp_path, monkeypatch):
-    """A kernel at its memory limit is not searched: no harvest child runs and the session opens once."""
+    """A kernel at its memory limit is not searched: no harvest child, no Nsight Compute child; the session opens
+    once."""
     from pytest_kernelopt.agents import profiler
 
     real = profiler.build_profile
@@ -1501,15 +1514,18 @@ def test_a_tune_that_searches_nothing_harvests_nothing(tmp_path, monkeypatch):
         return profile
 
     monkeypatch.setattr(profiler, "build_profile", at_limit)
+    monkeypatch.setattr(profiler, "ncu_counters", lambda *a, **k: pytest.fail("Nsight Compute ran"))
     session = _Held(_inductor_info(), {8: 1.3}, seconds=0.0)
     tuner, run, _, harvests = _harvesting(tmp_path, session, monkeypatch)
+    tuner.options = tuner.options.model_copy(update={"ncu": True})
     outcome = tuner.tune_problem(_problem(tmp_path))
     run.close()
     (k,) = outcome.kernels
     assert k.skipped and harvests == [] and session.log.count("open") == 1 and session.calls == []
     assert tuner.coder.harvested.kernels == []
+    assert outcome.profile.kernels[0].note.startswith("Nsight Compute not run: no kernel is searched")
     events = [json.loads(line)["event"] for line in (run.root / "trace.jsonl").read_text().splitlines()]
-    assert "harvest" not in events
+    assert "harvest" not in events and "ncu" not in events and "profile" in events
 
 
 def test_a_session_that_compiles_other_kernels_after_the_harvest_is_the_problems_error(tmp_path, monkeypatch):
@@ -1528,15 +1544,51 @@ def test_a_session_that_compiles_other_kernels_after_the_harvest_is_the_problems
     assert "triton_per_fused_other_0" in outcome.error and session.calls == []
 
 
-def test_a_run_whose_budget_ends_inside_a_kernel_says_the_run_budget_ended_it(tmp_path):
+def test_a_run_whose_budget_ends_inside_a_kernel_says_the_run_budget_ended_it(tmp_path, monkeypatch):
     """One candidate's check outlasted both the kernel's and the run's budget: the kernel's row names its budget,
     the run's stop names the run's (before, the run said "stopped early: kernel budget", which ends no run)."""
-    session = FakeSession(_inductor_info(), {8: 1.3, 16: 1.3, 32: 1.3}, seconds=0.3)
-    tuner, run, _ = _tuner(tmp_path, session, budget_s=0.1, run_budget_s=0.2, compile_variants=[])
+    from pytest_kernelopt.agents import loop
+
+    clock = _Clock(monkeypatch, loop)
+    session = _Ticking(_inductor_info(), {8: 1.3, 16: 1.3, 32: 1.3}, seconds=0.2)
+    session.clock = clock
+    tuner, run, _ = _tuner(tmp_path, session, budget_s=0.1, run_budget_s=5, compile_variants=[])
     (k,) = tuner.tune_problem(_problem(tmp_path)).kernels
     run.close()
     assert k.attempts == 1 and "stopped by the kernel budget" in k.message
-    assert tuner.stop_reason == "run budget: 0.2 s spent"
+    assert tuner.stop_reason == "run budget: 5 s spent"
+
+    # Spent before a round begins (the check at the top of the round): the run ends there too.
+    clock.now = 0.0
+    session = _Ticking(_inductor_info(), {8: 1.3, 16: 1.3, 32: 1.3}, seconds=0.0)
+    session.clock = clock
+    tuner, run, _ = _tuner(tmp_path / "top", session, run_budget_s=5, compile_variants=[])
+    tuner.coder.propose = lambda ctx: (setattr(clock, "now", clock.now + 10.0), [])[1]  # a round that takes 10 s
+    tuner.coder.last_error = "the reply held no python block"  # the next round comes, to find the run spent
+    tuner.tune_problem(_problem(tmp_path / "top"))
+    run.close()
+    assert tuner.stop_reason == "run budget: 5 s spent"
+
+
+class _Clock:
+    """loop.py's clock (the run's budget), moved by hand."""
+
+    def __init__(self, monkeypatch, module):
+        import time as real
+
+        self.now = 0.0
+        monkeypatch.setattr(module, "time", type("T", (), {"monotonic": lambda _: self.now,
+                                                           "time": staticmethod(real.time)})())
+
+
+class _Ticking(FakeSession):
+    """Each check takes 10 s of the run's clock (and ``seconds`` of real time, the kernel's budget)."""
+
+    clock: _Clock
+
+    def verify(self, kernel, source):
+        self.clock.now += 10.0
+        return super().verify(kernel, source)
 
 
 def test_what_a_run_stopped_on_its_budget_did_not_reach_is_recorded(tmp_path, monkeypatch):
@@ -1546,16 +1598,19 @@ def test_what_a_run_stopped_on_its_budget_did_not_reach_is_recorded(tmp_path, mo
     from pytest_kernelopt.agents.ui import UI
     from pytest_kernelopt.store import KernelStore
 
+    from pytest_kernelopt.agents import loop
+
     first, second = _inductor_info(), _inductor_info().model_copy(update={"name": "triton_per_fused_sum_1"})
-    session = FakeSession(first, {8: 1.3, 16: 1.3}, seconds=0.3)
+    session = _Ticking(first, {8: 1.3, 16: 1.3}, seconds=0.0)
+    session.clock = _Clock(monkeypatch, loop)
     session.opened.kernels = [first, second]
     session.kernel_info = {first.name: first, second.name: second}.__getitem__
     session.profile = lambda: Profiled(measured=True, model_gpu_us=100.0, copy_gbps=4000.0, kernels={
         first.name: KernelTime(gpu_us=50.0, launches=1), second.name: KernelTime(gpu_us=40.0, launches=1)})
-    tuner, run, _ = _tuner(tmp_path, session, budget_s=0.1, run_budget_s=0.2, compile_variants=[])
+    tuner, run, _ = _tuner(tmp_path, session, run_budget_s=5, compile_variants=[])
     outcome = tuner.tune_problem(_problem(tmp_path))
     run.close()
-    assert [k.skipped for k in outcome.kernels] == [None, "not reached: run budget: 0.2 s spent"]
+    assert [k.skipped for k in outcome.kernels] == [None, "not reached: run budget: 5 s spent"]
 
     shaped = tmp_path / "shaped.py"
     shaped.write_text(_problem(tmp_path).read_text().replace("torch.randn(64, 1000)", "torch.randn(rows, 1000)")

@@ -1,12 +1,13 @@
 """The tuning loop: Profiler -> Planner -> (Coder -> Reviewer -> Benchmarker)* -> store.
 
-Per problem: the model's compile settings are chosen (``compile_choice.py``), Nsight
-Compute reads counters where it runs, and one verification session opens (the problem
-compiled once). The Profiler measures the compiled model in that session and the
-Planner orders its kernels. Only when it searches one does the Coder prepare (the
-search backend harvests Inductor's alternatives in child processes; on a GPU the
-session closes meanwhile, so no GPU memory is held beside them, and opens again:
-a tune that searches nothing pays for no harvest). Per kernel,
+Per problem: the model's compile settings are chosen (``compile_choice.py``) and one
+verification session opens (the problem compiled once). The Profiler measures the
+compiled model in that session and the Planner orders its kernels. Only when it
+searches one does Nsight Compute read counters (where it runs: they classify the
+kernels searched) and the Coder prepare (the search backend harvests Inductor's
+alternatives in child processes); on a GPU the session closes meanwhile, so no GPU
+memory is held beside those children, and opens again: a tune that searches nothing
+pays for neither. Per kernel,
 the active committed version (if any, and not stale) is judged first and becomes
 the starting point; then the Coder proposes candidates round after round, the
 Reviewer stops what need not run, and the Benchmarker (the session) judges the
@@ -125,6 +126,12 @@ class Tuner:
     def _run_spent(self) -> str:
         return f"run budget: {self.options.run_budget_s:g} s spent"
 
+    def _end_run_if_spent(self) -> None:
+        """A kernel's search stopped on a budget: where the run's is spent too (or the backend stopped), the run
+        ends, saying which (not the kernel's budget, which ends only the kernel)."""
+        if self.coder.stopped or self._run_left() <= 0:
+            self.stop_reason = self.coder.stopped or self._run_spent()
+
     # --- one problem --------------------------------------------------------------------
 
     def tune_problem(self, problem_path: Path, shape: str | None = None, share: float = 1.0) -> ProblemOutcome:
@@ -153,12 +160,11 @@ class Tuner:
             full_options = self.options.verify
             factory = self.session_factory or VerifySession
             variant = self._variant = self._compile_step(problem, outcome, factory, full_options, ev)
-            counters, note = None, ("Nsight Compute not run (--no-ncu): roofline estimate" if self.options.device == "cuda"
-                                    else "interpreter mode: no timing; shares are shares of bytes moved")
-            if self.options.device == "cuda" and self.options.ncu:
-                self.ui.message(f"{model}: reading Nsight Compute counters")
-                counters, note = ncu_counters(problem.path, timeout=600.0, variant=variant, shape=shape)
-                ev("profiler", "ncu", kernels=len(counters or {}), note=note)
+            cuda = self.options.device == "cuda"
+            note = ("interpreter mode: no timing; shares are shares of bytes moved" if not cuda else
+                    "Nsight Compute not run (--no-ncu): roofline estimate" if not self.options.ncu else
+                    "Nsight Compute not run: no kernel is searched (its counters choose a searched kernel's "
+                    "strategies): roofline estimate")
             options = full_options.model_copy(update={"model_seconds": self.options.screen_seconds,
                                                       "kernel_seconds": self.options.screen_seconds})
 
@@ -189,13 +195,7 @@ class Tuner:
 
                     ev("profiler", "error", error=str(exc))
                     profiled, note = Profiled(measured=False), f"profiling failed ({exc}); shares from bytes moved"
-                profile = build_profile(model, self.options.device, opened.kernels, profiled, counters, note)
-                outcome.profile = profile
-                self.run.save_profile(profile)
-                ev("profiler", "profile", triton_share=profile.triton_share, model_gpu_us=profile.model_gpu_us,
-                   swap_bound=profile.swap_bound,
-                   kernels=[k.model_dump(include={"kernel", "bottleneck", "share", "roofline_pct", "source"})
-                            for k in profile.kernels])
+                profile = build_profile(model, self.options.device, opened.kernels, profiled, None, note)
                 if profile.swap_bound is not None:
                     self.ui.message(f"{model}: Triton kernels {profile.triton_share or 0.0:.0%} of the model's GPU time; "
                                     f"each at its memory limit, the model would run at most {profile.swap_bound:.3f}x "
@@ -203,16 +203,33 @@ class Tuner:
                 items = plan(profile, min_share=self.options.min_share, only=self.options.kernels,
                              min_gain=full_options.speed.min_gain)
                 searched = [i.kernel for i in items if i.skip is None]
-                if searched and self._prepare_closes_session():
-                    # The Coder prepares with no GPU memory held (the harvest's children compile and benchmark
-                    # on the GPU): the session closes and opens again on the same compile.
+                # Nsight Compute's counters only classify the kernels searched (their strategies; what is searched
+                # comes from the session's timing): read where a kernel is searched, with the session closed.
+                counted = bool(searched) and cuda and self.options.ncu and profiled.measured
+                if searched and (counted or self._prepare_closes_session()):
+                    # Nsight Compute's child and the Coder's preparation (the harvest's children compile and
+                    # benchmark on the GPU) run with no GPU memory held: the session closes and opens again on the
+                    # same compile.
                     stack.close()
+                    if counted:
+                        self.ui.message(f"{model}: reading Nsight Compute counters")
+                        counters, note = ncu_counters(problem.path, timeout=600.0, variant=variant, shape=shape)
+                        ev("profiler", "ncu", kernels=len(counters or {}), note=note)
+                        profile = build_profile(model, self.options.device, opened.kernels, profiled, counters, note)
+                        items = plan(profile, min_share=self.options.min_share, only=self.options.kernels,
+                                     min_gain=full_options.speed.min_gain)  # the same kernels, classified by them
                     self._prepare(problem.path, searched, at, ev)
                     before = opened.kernels
                     session, opened = open_session()
                     _same_kernels(before, opened.kernels)
-                else:  # nothing searched (nothing to harvest), or a CPU: the session stays open
+                else:  # nothing searched (no counters, nothing to harvest), or a CPU: the session stays open
                     self._prepare(problem.path, searched, at, ev)
+                outcome.profile = profile
+                self.run.save_profile(profile)
+                ev("profiler", "profile", triton_share=profile.triton_share, model_gpu_us=profile.model_gpu_us,
+                   swap_bound=profile.swap_bound,
+                   kernels=[k.model_dump(include={"kernel", "bottleneck", "share", "roofline_pct", "source"})
+                            for k in profile.kernels])
                 self.ui.problem(model, sum(1 for i in items if i.skip is None))
                 bench = Benchmarker(session, full_options, self.run, self.ui)
                 keeper = Keeper(self.store, self.coder, bench, self.ui, device=self.options.device,
@@ -371,6 +388,7 @@ class Tuner:
             if why:
                 ev("planner", "stop", reason=why)
                 budget_stop = why
+                self._end_run_if_spent()
                 break
             proposals = self.coder.propose(ctx)
             error = getattr(self.coder, "last_error", None)
@@ -389,8 +407,7 @@ class Tuner:
                 if why:
                     ev("planner", "stop", reason=why)
                     budget_stop = why
-                    if self.coder.stopped or self._run_left() <= 0:  # the run ends too: say what ended it
-                        self.stop_reason = self.coder.stopped or self._run_spent()
+                    self._end_run_if_spent()
                     break
                 bench.judge(model, state, proposal, ev)
                 reached = (limit_pct(item.profile, state.best_kernel_speedup)
