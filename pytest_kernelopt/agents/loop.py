@@ -124,7 +124,8 @@ class Tuner:
         return None
 
     def _run_spent(self) -> str:
-        return f"run budget: {self.options.run_budget_s:g} s spent"
+        budget = self.options.run_budget_s
+        return f"run budget: {budget:g} s spent" if budget is not None else "run budget spent"
 
     def _end_run_if_spent(self) -> None:
         """A kernel's search stopped on a budget: where the run's is spent too (or the backend stopped), the run
