@@ -64,6 +64,16 @@ def module_command(module: str, *args: str, site: bool = True) -> tuple[str, ...
     return (sys.executable, *(() if site else ("-S",)), "-m", module, *args)
 
 
+def shape_flag(shape: str | None) -> list[str]:
+    """A child's argument naming a declared shape (``--shape=NAME``; none for the problem's first)."""
+    return [f"--shape={shape}"] if shape else []
+
+
+def pop_shape(args: list[str]) -> str | None:
+    """The declared shape :func:`shape_flag` put first in a child's ``args``, removed from them (None: none)."""
+    return args.pop(0).removeprefix("--shape=") if args and args[0].startswith("--shape=") else None
+
+
 def start_child(argv: Sequence[str], *, env: dict[str, str], output: Path, cwd: str | os.PathLike[str] | None = None,
                 stdout_pipe: bool = False, stdout_file: str | os.PathLike[str] | None = None,
                 pass_fds: Sequence[int] = (), preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen[bytes]:

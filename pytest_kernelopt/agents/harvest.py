@@ -126,7 +126,7 @@ def harvest(problem: Path, device: str, variants: list[str], timeout: float, sha
     problem with SHAPES (None: its first). Ctrl-C or SIGTERM kills every child before it propagates."""
     import tempfile
 
-    from ..child import child_env, module_command, run_children, scrubbed_env
+    from ..child import child_env, module_command, run_children, scrubbed_env, shape_flag
 
     variants = list(dict.fromkeys(variants))  # a variant named twice compiles once
     jobs = harvest_jobs(len(variants), jobs)
@@ -140,7 +140,7 @@ def harvest(problem: Path, device: str, variants: list[str], timeout: float, sha
         def run(names: list[str], at_once: int, limit: float, tag: str) -> None:
             outs = {v: Path(tmp) / f"{tag}-{i}.json" for i, v in enumerate(names)}
             cmds = [module_command("pytest_kernelopt.agents.harvest", str(problem), device, str(outs[v]),
-                                   *([f"--shape={shape}"] if shape else []), v) for v in names]
+                                   *shape_flag(shape), v) for v in names]
             for v, done in zip(names, run_children(cmds, env=env, cwd=tmp, timeout=limit, jobs=at_once, lines=1)):
                 parts[v] = _part(v, outs[v], done, timeout)
 
@@ -187,11 +187,12 @@ def main(argv: list[str]) -> int:
 
     warnings.filterwarnings("ignore")
     problem_path, device, out, *variants = argv
-    shape = variants.pop(0).removeprefix("--shape=") if variants and variants[0].startswith("--shape=") else None
     from ..candidate import render_dump
+    from ..child import pop_shape
     from ..config import resolve_device
     from ..capture.problem import load_problem
 
+    shape = pop_shape(variants)
     device = resolve_device(device)
     problem = load_problem(Path(problem_path), shape=shape)
     result = HarvestResult()

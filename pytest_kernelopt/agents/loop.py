@@ -201,8 +201,11 @@ class Tuner:
                     self.ui.message(f"{model}: Triton kernels {profile.triton_share or 0.0:.0%} of the model's GPU time; "
                                     f"each at its memory limit, the model would run at most {profile.swap_bound:.3f}x "
                                     f"faster (roofline estimate)")
-                items = plan(profile, min_share=self.options.min_share, only=self.options.kernels,
-                             min_gain=full_options.speed.min_gain)
+                def planned(profile: Any) -> list[PlanItem]:
+                    return plan(profile, min_share=self.options.min_share, only=self.options.kernels,
+                                min_gain=full_options.speed.min_gain)
+
+                items = planned(profile)
                 searched = [i.kernel for i in items if i.skip is None]
                 # Nsight Compute's counters only classify the kernels searched (their strategies; what is searched
                 # comes from the session's timing): read where a kernel is searched, with the session closed.
@@ -217,8 +220,7 @@ class Tuner:
                         counters, note = ncu_counters(problem.path, timeout=600.0, variant=variant, shape=shape)
                         ev("profiler", "ncu", kernels=len(counters or {}), note=note)
                         profile = build_profile(model, self.options.device, opened.kernels, profiled, counters, note)
-                        items = plan(profile, min_share=self.options.min_share, only=self.options.kernels,
-                                     min_gain=full_options.speed.min_gain)  # the same kernels, classified by them
+                        items = planned(profile)  # the same kernels searched, classified by the counters
                     self._prepare(problem.path, searched, at, ev)
                     before = opened.kernels
                     session, opened = open_session()

@@ -200,12 +200,12 @@ def ncu_counters(problem: Path, timeout: float, variant: str | None = None,
     ncu = ncu_available()
     if ncu is None:
         return None, "Nsight Compute (ncu) not found: roofline estimate from measured time and bytes moved"
-    from ..child import child_env, run_child, scrubbed_env
+    from ..child import child_env, run_child, scrubbed_env, shape_flag
 
     with tempfile.TemporaryDirectory(prefix="kernelopt-ncu-") as tmp:
         cmd = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", "--csv",
                "--metrics", ",".join(NCU_METRICS), sys.executable, "-m", "pytest_kernelopt.agents.profiler",
-               str(problem), *([f"--shape={shape}"] if shape else []), *([variant] if variant else [])]
+               str(problem), *shape_flag(shape), *([variant] if variant else [])]
         try:
             done = run_child(cmd, env=child_env(scrubbed_env()), cwd=tmp, timeout=timeout, lines=1,
                              keep=NCU_CSV_BYTES, separate_stdout=True)
@@ -258,8 +258,10 @@ def _ncu_target(problem_path: str, *rest: str) -> int:
     from ..capture.problem import load_problem
 
     warnings.filterwarnings("ignore")
+    from ..child import pop_shape
+
     args = list(rest)
-    shape = args.pop(0).removeprefix("--shape=") if args and args[0].startswith("--shape=") else None
+    shape = pop_shape(args)
     variant = args[0] if args else None
     device = resolve_device("cuda")
     problem = load_problem(Path(problem_path), shape=shape)
