@@ -3,7 +3,7 @@
     KERNELOPT_SIZE=large python bench/tune_bench_gpu.py OUT PROBLEM.py ... [--budget-s 10] [--timeout 400]
         [--tune-args "--compile-variants max-autotune"] [--jobs 4]
 
-Per problem, in a fresh kernel store under OUT: ``kernelopt tune --agent search --no-ncu`` (its
+Per problem, in a fresh kernel store under OUT: ``kernelopt tune --agent search --no-ncu`` (``--ncu``: with; its
 compile step and kernel search, the defaults otherwise), then ``kernelopt bench --modes
 default,max-autotune-no-cudagraphs,kernelopt``, in which every mode is timed against the
 default compile in one run (paired, interleaved, L2 flushed). The table's kernelopt /
@@ -73,6 +73,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=400.0)
     parser.add_argument("--tune-args", default="")
     parser.add_argument("--jobs", type=int, default=1, help="tunes at a time (benches always run alone)")
+    parser.add_argument("--ncu", action="store_true",
+                        help="let tune run Nsight Compute (off by default: its child's time is not the search's)")
     parser.add_argument("--deadline-s", type=float, default=None,
                         help="seconds from the start after which no bench starts and a running one is cut short")
     args = parser.parse_args()
@@ -83,7 +85,8 @@ def main() -> int:
     def tune_one(problem: Path) -> dict:
         name = problem.stem
         kernels, runs = args.out / name / "kernels", args.out / name / "runs"
-        tune = [*cli, "tune", str(problem), "--agent", "search", "--no-ncu", "--budget-s", args.budget_s,
+        tune = [*cli, "tune", str(problem), "--agent", "search", *([] if args.ncu else ["--no-ncu"]),
+                "--budget-s", args.budget_s,
                 "--kernels-dir", str(kernels), "--runs-dir", str(runs), "--json", *shlex.split(args.tune_args)]
         print(f"{name}: tune", file=sys.stderr, flush=True)
         code, tune_s, out = _run(tune, args.out / f"{name}.tune.log", args.timeout)
@@ -121,6 +124,8 @@ def main() -> int:
                 elif event.get("event") == "harvest":
                     # wall time (its variants compile side by side); older traces: the sum of the variants'
                     before["harvest"] = round(data.get("wall_seconds") or sum((data.get("seconds") or {}).values()), 1)
+                elif event.get("event") == "ncu":
+                    before["ncu"] = round(before.get("ncu", 0.0) + (data.get("seconds") or 0.0), 1)
                 elif event.get("event") == "compile-trial":
                     before["compile"] = round(before.get("compile", 0.0) + (data.get("seconds") or 0.0), 1)
                 elif event.get("event") == "opened":  # twice where the session closed for the harvest: the sum

@@ -217,8 +217,10 @@ class Tuner:
                     stack.close()
                     if counted:
                         self.ui.message(f"{model}: reading Nsight Compute counters")
+                        ncu_started = time.monotonic()
                         counters, note = ncu_counters(problem.path, timeout=600.0, variant=variant, shape=shape)
-                        ev("profiler", "ncu", kernels=len(counters or {}), note=note)
+                        ev("profiler", "ncu", kernels=len(counters or {}), note=note,
+                           seconds=round(time.monotonic() - ncu_started, 2))
                         profile = build_profile(model, self.options.device, opened.kernels, profiled, counters, note)
                         items = planned(profile)  # the same kernels searched, classified by the counters
                     self._prepare(problem.path, searched, at, ev)
