@@ -29,6 +29,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from pytest_kernelopt.records import at_shape
+
 
 GRACE_S = 30.0  # after SIGTERM at the time limit: a tune stops as on Ctrl-C, prints its record, exits 130
 
@@ -158,8 +160,7 @@ def main() -> int:
             tuned_row["bench_error"] = f"no bench record ({exc})"
         for result in results or [{}]:
             row = dict(tuned_row, bench_exit=code, bench_s=round(bench_s, 1))
-            if result.get("shape"):
-                row["problem"] = f"{name}@{result['shape']}"
+            row["problem"] = at_shape(name, result.get("shape"))
             try:
                 modes = {m["mode"]: m for m in result["modes"]}
                 for mode, key in (("max-autotune-no-cudagraphs", "ma"), ("kernelopt", "ko")):

@@ -22,6 +22,12 @@ class Record(BaseModel):
 
 # --- capture ---------------------------------------------------------------------------
 
+def at_shape(name: str, shape: str | None) -> str:
+    """``<name>@<shape>``, or ``name`` for a problem without SHAPES: a kernel's store folder
+    (``capture.shapes.store_name``) and a problem's label in progress, reports, bench and the gate."""
+    return f"{name}@{shape}" if shape else name
+
+
 class ArgInfo(Record):
     """One argument of a Triton kernel as the compiled model passes it."""
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..measure.text import timing_text
+from ..records import at_shape
 from .ui import UI
 from ..runs.records import Attempt, KernelOutcome
 
@@ -79,7 +80,7 @@ def print_tune_table(record: Any) -> None:
                 "kernel alone", "stored", device_s):
         table.add_column(col)
     for p in record.problems:
-        label = f"{p.model}@{p.shape}" if p.shape else p.model  # a row group per declared shape
+        label = at_shape(p.model, p.shape)  # a row group per declared shape
         if p.error or p.note:
             what = f"error: {p.error}" if p.error else p.note
             table.add_row(label, "-", "-", "-", "-", "-", what, "-", "-", "-", "0")  # no candidate ran
@@ -114,7 +115,7 @@ def problem_lines(record: Any) -> list[str]:
     (``pytest --kernelopt-tune``'s summary; ``kernelopt tune`` shows the same in its table)."""
     lines = []
     for p in record.problems:
-        label = f"{p.model}@{p.shape}" if p.shape else p.model  # a line per declared shape
+        label = at_shape(p.model, p.shape)  # a line per declared shape
         if p.error or p.note:
             lines.append(f"{label}: {'error: ' + p.error if p.error else p.note}")
             continue

@@ -10,6 +10,7 @@ from typing import Any
 from ..capture.problem import load_problem
 from ..errors import Terminated
 from ..measure.neighbours import neighbour_warning
+from ..records import at_shape
 from ..runs.records import RunRecord
 from ..runs.trace import RunDir, new_run_id, now_iso
 from .backends import make_coder
@@ -49,7 +50,7 @@ def tune(problems: list[Path], options: TuneOptions, *, agent: str = "search", a
                            "by SHAPE_WEIGHTS)")
             tuner.tune_problem(problem, shape, share) if shape is not None else tuner.tune_problem(problem)
             if tuner.stop_reason:
-                record.not_reached = [Path(p).stem + (f"@{s}" if s is not None else "") for p, s, _ in work[i + 1:]]
+                record.not_reached = [at_shape(Path(p).stem, s) for p, s, _ in work[i + 1:]]
                 ui.message(f"stopping: {tuner.stop_reason}"
                            + (f"; not reached: {', '.join(record.not_reached)}" if record.not_reached else ""))
                 break

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..measure.text import speedup_text, time_text
-from ..records import dump_json
+from ..records import at_shape, dump_json
 from .records import BASELINE, BenchResult, ModeResult
 
 
@@ -82,7 +82,7 @@ def bench_table(result: BenchResult) -> Any:
 
 def _label(p: Any) -> str:
     """The problem's row label: its model id, ``<model>@<shape>`` per declared shape."""
-    return f"{p.model}@{p.shape}" if p.shape else p.model
+    return at_shape(p.model, p.shape)
 
 
 def print_bench(result: BenchResult) -> None:

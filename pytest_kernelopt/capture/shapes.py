@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any, Iterator
 
 from ..errors import ProblemError
+from ..records import at_shape
 
 SHAPE_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 # What the problem file's own API needs: a shape may not replace it.
@@ -111,7 +112,7 @@ def overridden(module: ModuleType, overrides: dict[str, Any]) -> Iterator[None]:
 
 def store_name(kernel: str, shape: str | None) -> str:
     """The store folder of ``kernel`` at ``shape``: ``<kernel>@<shape>`` (``<kernel>`` for a problem without SHAPES)."""
-    return f"{kernel}@{shape}" if shape else kernel
+    return at_shape(kernel, shape)
 
 
 def split_name(folder: str) -> tuple[str, str | None]:

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from ..capture.shapes import split_name
 from ..measure.text import speedup_text
-from ..records import ArgInfo, CaptureSummary
+from ..records import ArgInfo, CaptureSummary, at_shape
 from ..runs.gate_summary import GateSummary
 from .untrusted import INLINE_LIMIT, plain
 
@@ -138,7 +138,7 @@ def refresh_table(record: RefreshRecord) -> Table:
     for col in ("model", "kernel", "status", "successor", "recipe", "speed before", "speed after", "why"):
         table.add_column(col, overflow="fold")
     for p in record.problems:
-        label = f"{p.model}@{p.shape}" if p.shape else p.model  # a row group per declared shape
+        label = at_shape(p.model, p.shape)  # a row group per declared shape
         if p.error:
             table.add_row(label, "", "error", "", "", "", "", plain(p.error, 300, lines=False))
         for k in p.kernels:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..measure.text import speedup_text
+from ..records import at_shape
 from .gate_result import GateResult, ItemResult, item_from_properties, outcome_counts
 
 Speed = Literal["measured", "compiler baseline", "not timed", "not reached", "not run"]
@@ -167,7 +168,7 @@ def summarize(items: list[ItemResult], problems: Iterable[str] = ()) -> GateSumm
     rows: dict[str, ProblemSummary] = {}
     counted: dict[str, dict[str, int]] = {}
     for item in items:
-        name = f"{item.problem}@{item.shape}" if item.shape else item.problem  # a row per declared shape
+        name = at_shape(item.problem, item.shape)  # a row per declared shape
         row = rows.setdefault(name, ProblemSummary(problem=name, model=item.model, shape=item.shape))
         row.items.append(item)
         if item.accepted_regression:
