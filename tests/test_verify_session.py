@@ -160,6 +160,56 @@ def test_a_missing_float64_reference_is_never_silent(tmp_path, interpreter):
     assert "float64 reference failed" in verdict.reference_note and "RuntimeError" in verdict.reference_note
 
 
+STATEFUL = {
+    "input": ('''
+import torch
+class Model(torch.nn.Module):
+    def forward(self, x, y):
+        x.mul_(2.0)                      # writes into the caller's input
+        return torch.tanh(x + y)
+def get_inputs():
+    return [torch.randn(16, 32), torch.randn(16, 32)]
+def get_init_inputs():
+    return []
+''', "input 0"),
+    "buffer": ('''
+import torch
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(4, 8, 16))
+    def forward(self, k):
+        self.cache.copy_(torch.roll(self.cache, 1, dims=1))   # a rolling cache, kept in the module
+        self.cache[:, 0] = k
+        return torch.softmax(self.cache.sum(-1), dim=-1)
+def get_inputs():
+    return [torch.randn(4, 16)]
+def get_init_inputs():
+    return []
+''', "buffer cache"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(STATEFUL))
+def test_a_model_that_writes_into_its_state_is_the_problems_error_before_any_candidate(kind, tmp_path, interpreter):
+    """A forward that updates its input or a buffer in place makes every run start from another state: the
+    unedited dump was rejected, "the candidate wrote into ...", after minutes. Now the session does not open,
+    naming what changed."""
+    from pytest_kernelopt.errors import ProblemError
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession
+
+    source, changed = STATEFUL[kind]
+    problem = tmp_path / f"stateful_{kind}.py"
+    problem.write_text(source)
+    with pytest.raises(ProblemError) as info:
+        with VerifySession(problem, interpreter, VerifyOptions(seeds=1)) as session:
+            session.open()
+    text = str(info.value)
+    assert f"{changed} changed during one run" in text and "writes into its own state" in text, text
+    assert "candidate" not in text
+
+
 # `kernelopt verify --candidate A B ...` (one session for several candidates, exit 1 when one is rejected, --json
 # printing nothing but the JSON list): tests/test_cascade.py's pointwise_verdicts run, on this problem.
 

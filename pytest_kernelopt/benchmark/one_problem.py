@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal
 
-from ..errors import KerneloptError
+from ..errors import KerneloptError, ProblemError
 from ..measure.roofline import min_bytes, min_flops, written_bytes
 from ..store.production import backend as production_backend
 from .records import (
@@ -345,7 +345,7 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
         try:
             refs, kind, note = build_references(Prepared(compiled=_Eager(problem, model, device), device=device,
                                                          seeds=[SEED], references={}))
-        except torch.OutOfMemoryError:
+        except (torch.OutOfMemoryError, ProblemError):  # a ProblemError says what it is (a model that writes its state)
             raise
         except Exception as exc:
             raise KerneloptError(f"the model fails in eager mode: {_short(exc)}") from exc

@@ -132,8 +132,11 @@ def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str,
     refs: dict[int, SeedReference] = {}
     for seed in prepared.seeds:
         xs = prepared.inputs(seed)
+        state = _state(compiled.model, xs) if seed == prepared.seeds[0] else None
         with torch.no_grad():
             base = [t.clone() for t in flatten(compiled(*xs))]
+        if state is not None:
+            _refuse_a_changed_state(compiled, xs, state)
         reference = None
         if kind == "float64":
             try:
@@ -157,6 +160,34 @@ def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str,
     if kind == "float64" and kept_casts:
         note = "; ".join(n for n in (note, kept_casts[0]) if n)
     return refs, kind, note
+
+
+def _state(model: Any, inputs: list[Any]) -> dict[str, Any]:
+    """Checksums of what a run may only read: each tensor input, each parameter and buffer, by name."""
+    import torch
+
+    from .tensors import checksum
+
+    named = {f"input {i}": x for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)}
+    named.update({f"parameter {n}": t for n, t in model.named_parameters()})
+    named.update({f"buffer {n}": t for n, t in model.named_buffers()})
+    return {name: checksum(t) for name, t in named.items()}
+
+
+def _refuse_a_changed_state(compiled: Any, inputs: list[Any], before: dict[str, Any]) -> None:
+    """A problem whose model (the default compile in a session, the eager model in bench), run once, wrote into
+    its inputs, parameters or buffers (a KV cache, a step counter, ``x.mul_(2)`` on an input) cannot be judged:
+    every check compares a candidate's run with the default compile's on the same inputs and weights, and each
+    run would start from another state. Said before any candidate runs, as the problem's error: never a
+    candidate's rejection."""
+    from ..errors import ProblemError
+
+    changed = [name for name, sums in _state(compiled.model, inputs).items() if sums != before.get(name, sums)]
+    if changed:
+        shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
+        raise ProblemError(compiled.problem.path, (
+            f"the model writes into its own state when it runs ({shown} changed during one run); kernelopt judges models whose forward only reads its inputs, parameters and buffers: "
+            "copy what it updates (x = x.clone()), or pass the state in and return the new one"))
 
 
 def _output_reference(base: Any, ref: Any) -> OutputReference:
