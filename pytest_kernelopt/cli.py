@@ -648,7 +648,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print_tune_table(record)
         print(f"run directory: {Path(runs) / record.run_id}")
         if device != "cuda" and not any(k.stored_version for p in record.problems for k in p.kernels):
-            print(_nothing_stored(Path(runs) / record.run_id))
+            correct = [a.file for p in record.problems for k in p.kernels for a in k.history
+                       if a.status in ("correct", "accepted") and a.file]
+            print(_nothing_stored(Path(runs) / record.run_id, correct))
     if record.interrupted:
         print(f"kernelopt: {stopped_by}", file=sys.stderr)
         return 130
@@ -683,11 +685,13 @@ def _backend_flags_given(args: argparse.Namespace) -> dict[str, Any]:
             if dest.startswith(_BACKEND_DEST) and value is not None}
 
 
-def _nothing_stored(run_dir: Path) -> str:
-    """The last line of a tune on a CPU: it stored nothing, and what does store a kernel there."""
+def _nothing_stored(run_dir: Path, correct: list[str]) -> str:
+    """The last line of a tune on a CPU: it stored nothing, and what does store a kernel there (``correct``: the
+    run's candidate files judged correct, relative to ``run_dir``; the hint names their folder only if any)."""
     return ("nothing stored: interpreter mode measures no speed, so tune keeps no kernel; `kernelopt accept "
             "PROBLEM.py --kernel NAME --candidate FILE` verifies a candidate and stores it when correct (no speed "
-            f"comparison on a CPU), e.g. one of {run_dir / 'candidates'}")
+            "comparison on a CPU)" + (f", e.g. one of the {len(correct)} judged correct in {run_dir / 'candidates'}"
+                                      if correct else ""))
 
 
 def _publish(args: argparse.Namespace, run_dir: Path, project: Path) -> bool:

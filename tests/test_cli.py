@@ -439,20 +439,24 @@ def test_merge_writes_the_gate_report(tmp_path, monkeypatch, capsys):
 
 # --- what a newcomer reads ------------------------------------------------------------------
 
-def test_a_cpu_tune_ends_saying_that_accept_stores(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("correct", [0, 2])
+def test_a_cpu_tune_ends_saying_that_accept_stores(correct, tmp_path, monkeypatch, capsys):
     """On a CPU tune keeps nothing (no speed to compare): its last line says so and names the command that
-    stores a correct candidate there."""
+    stores a correct candidate there, and the folder of the candidates judged correct only where there are some
+    (a problem that failed to open has none)."""
     import pytest_kernelopt.agents as agents
-    from pytest_kernelopt.runs.records import ProblemOutcome, RunRecord
+    from pytest_kernelopt.runs.records import Attempt, KernelOutcome, ProblemOutcome, RunRecord
     from pytest_kernelopt.cli import main
 
     shutil.copy(PROBLEMS / "softmax_rows.py", tmp_path / "softmax_rows.py")
     (tmp_path / "pyproject.toml").write_text('[tool.kernelopt]\ndevice = "cpu"\n')
+    history = [Attempt(kernel="k", origin=f"o{i}", sha256="0" * 64, status=status, file=f"candidates/{i}.py")
+               for i, status in enumerate(["rejected"] + ["correct"] * correct)]
 
     def tune(problems, options, **kwargs):  # the search itself is tested elsewhere: its record, here
         return RunRecord(run_id="r1", started="now", agent="search", kernels_dir="kernels", problems=[
             ProblemOutcome(model="softmax_rows", problem=str(problems[0]), device="cpu", speed_measured=False,
-                           note="no Triton kernels")])
+                           kernels=[KernelOutcome(kernel="k", fingerprint="f", history=history)])])
 
     monkeypatch.setattr(agents, "tune", tune)
     monkeypatch.chdir(tmp_path)
@@ -463,7 +467,9 @@ def test_a_cpu_tune_ends_saying_that_accept_stores(tmp_path, monkeypatch, capsys
     from pytest_kernelopt.cli import build_parser
 
     assert build_parser().parse_args(command[1:]).command == "accept"  # the command it names exists
-    assert str(tmp_path / ".kernelopt" / "runs" / "r1" / "candidates") in last
+    folder = str(tmp_path / ".kernelopt" / "runs" / "r1" / "candidates")
+    assert (f"one of the {correct} judged correct in {folder}" in last) == bool(correct), last
+    assert (folder in last) == bool(correct), last
 
 
 def test_a_stale_kernel_names_the_command_that_carries_it_over():
