@@ -1646,3 +1646,5 @@ def test_tune_reads_nsight_counters_at_the_shape_it_tunes(tmp_path, monkeypatch)
     tuner.tune_problem(shaped, shape="r8")
     run.close()
     assert asked == [{"timeout": 600.0, "variant": None, "shape": "r8"}]
+    ncu, = [e for e in map(json.loads, (run.root / "trace.jsonl").read_text().splitlines()) if e["event"] == "ncu"]
+    assert ncu["data"]["seconds"] >= 0.0 and ncu["data"]["note"] == "stub"  # the child's time, for what it costs
