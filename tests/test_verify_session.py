@@ -202,9 +202,8 @@ def test_a_model_that_writes_into_its_state_is_the_problems_error_before_any_can
     source, changed = STATEFUL[kind]
     problem = tmp_path / f"stateful_{kind}.py"
     problem.write_text(source)
-    with pytest.raises(ProblemError) as info:
-        with VerifySession(problem, interpreter, VerifyOptions(seeds=1)) as session:
-            session.open()
+    with pytest.raises(ProblemError) as info, VerifySession(problem, interpreter, VerifyOptions(seeds=1)) as session:
+        session.open()
     text = str(info.value)
     assert f"{changed} changed during one run" in text and "writes into its own state" in text, text
     assert "candidate" not in text
