@@ -3,8 +3,8 @@
     KERNELOPT_SIZE=large python bench/tune_bench_gpu.py OUT PROBLEM.py ... [--budget-s 10] [--timeout 400]
         [--tune-args "--compile-variants max-autotune"] [--jobs 4]
 
-Per problem, in a fresh kernel store under OUT: ``kernelopt tune --agent search --no-ncu`` (``--ncu``: with; its
-compile step and kernel search, the defaults otherwise), then ``kernelopt bench --modes
+Per problem, in a fresh kernel store under OUT: ``kernelopt tune --agent search --no-ncu`` (its
+compile step and kernel search, the defaults otherwise; ``--ncu`` lets tune run Nsight Compute), then ``kernelopt bench --modes
 default,max-autotune-no-cudagraphs,kernelopt``, in which every mode is timed against the
 default compile in one run (paired, interleaved, L2 flushed). The table's kernelopt /
 max-autotune is the ratio of the two modes' medians from that one bench run. Logs and
