@@ -257,3 +257,26 @@ def test_paths_are_relative_to_the_repository(tmp_path):
     text = write_report(run_dir).report.read_text()
     assert "| kernel store | `kernels` |" in text and f"`models/{s.SOFTMAX}.py`" in text
     assert "see models/README" in text and str(tmp_path) not in text
+
+
+def test_the_kernels_table_prints_every_kernel_name_whole_for_copying() -> None:
+    """A user copies a kernel's name from `kernelopt kernels` into `--kernel`: Inductor's names run to 90
+    characters, and the table once folded them across lines (found on a model indexing a table under a mask)."""
+    from rich.console import Console
+
+    from pytest_kernelopt.records import ArgInfo, CaptureSummary, ExternCallInfo, KernelInfo, LaunchConfig
+    from pytest_kernelopt.report import kernels_table
+
+    names = ["triton_per_fused__log_softmax__to_copy_add_mul_native_layer_norm_native_layer_norm_backward_0",
+             "triton_poi_fused_mul_relu_1"]
+    args = [ArgInfo(name=f"in_ptr{i}", kind="tensor", read=True, shape=[4096, 4096], dtype="bfloat16")
+            for i in range(8)]
+    summary = CaptureSummary(model="m", device="cpu", graphs=1, externs=[
+        ExternCallInfo(name="extern_kernels_mm_with_a_long_name_0", graph=0, target="extern_kernels.mm")],
+        kernels=[KernelInfo(name=n, function=n, graph=0, fingerprint="0123456789abcdef", args=args,
+                            launch=LaunchConfig(), source="") for n in names])
+    console = Console(width=160, record=True)
+    console.print(kernels_table(summary))
+    lines = console.export_text().splitlines()
+    for name in [*names, "extern_kernels_mm_with_a_long_name_0", "0123456789abcdef"]:
+        assert any(name in line for line in lines), name

@@ -71,14 +71,16 @@ def print_tune_table(record: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from ..report.terminal import unbroken
     from .planner import kernel_limits
 
     table = Table(title=f"kernelopt tune ({record.agent}{', ' + record.agent_model if record.agent_model else ''})")
     # Seconds of checks spent on candidates, on the device they ran on.
     device_s = "gpu s" if any(p.device == "cuda" for p in record.problems) else "cpu s"
+    names = [f"{k.kernel} (backward)" if k.backward else k.kernel for p in record.problems for k in p.kernels]
     for col in ("model", "kernel", "class", "share", "of limit", "tried", "outcome by stage", "best (model)",
                 "kernel alone", "stored", device_s):
-        table.add_column(col)
+        table.add_column(col, **(unbroken(names) if col == "kernel" else {}))
     for p in record.problems:
         label = at_shape(p.model, p.shape)  # a row group per declared shape
         if p.error or p.note:

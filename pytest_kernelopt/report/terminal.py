@@ -41,10 +41,18 @@ def _arg(a: ArgInfo) -> str:
     return a.name
 
 
+def unbroken(names: list[str]) -> dict[str, Any]:
+    """A rich column's options for names a user copies into a command (kernel names run to 90 characters):
+    never wrapped, cut or folded; the other columns give way."""
+    return {"no_wrap": True, "min_width": max(map(len, names), default=0)}
+
+
 def kernels_table(summary: CaptureSummary) -> Table:
     table = Table(title=f"{summary.model} ({summary.device}, {summary.graphs} graph(s)); * = written")
-    for col in ("kernel", "kind", "graph", "pass", "fingerprint", "arguments"):
-        table.add_column(col, overflow="fold")
+    table.add_column("kernel", **unbroken([k.name for k in summary.kernels] + [e.name for e in summary.externs]))
+    for col in ("kind", "graph", "pass", "fingerprint"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("arguments", overflow="fold")
     # A graph's pass: backward when any of its kernels is (a training step's, capture/training.py).
     backward = {k.graph for k in summary.kernels if k.backward}
     for k in summary.kernels:
@@ -135,8 +143,9 @@ def refresh_table(record: RefreshRecord) -> Table:
         return f"{value:.3f}x" if value is not None else ("not measured" if not measured else "-")
 
     table = Table(title=f"kernelopt refresh ({record.device}): {record.stale} stale kernel(s)")
+    names = [f"{k.kernel} v{k.version}" for p in record.problems for k in p.kernels]
     for col in ("model", "kernel", "status", "successor", "recipe", "speed before", "speed after", "why"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, **(unbroken(names) if col == "kernel" else {"overflow": "fold"}))
     for p in record.problems:
         label = at_shape(p.model, p.shape)  # a row group per declared shape
         if p.error:
