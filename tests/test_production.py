@@ -296,8 +296,11 @@ def test_a_committed_file_that_cannot_be_used_falls_back_with_one_warning(case, 
 
 
 @pytest.mark.slow
-def test_another_input_shape_gets_the_compilers_kernels(compiled_models, tmp_path):
-    """dynamic=False: a new shape recompiles; the new kernel's fingerprint differs, so the compiler's runs."""
+@pytest.mark.parametrize("dynamic", [False, None])
+def test_another_input_shape_gets_the_compilers_kernels(dynamic, compiled_models, tmp_path):
+    """A new shape recompiles, and the new kernel's fingerprint differs, so the compiler's runs. dynamic=False: a
+    kernel of the new fixed sizes ("stale"). torch.compile's default (None): Dynamo recompiles with symbolic sizes,
+    and the warning says so and how to get verified kernels there (it blamed an undeclared shape)."""
     import torch
 
     import pytest_kernelopt
@@ -307,20 +310,27 @@ def test_another_input_shape_gets_the_compilers_kernels(compiled_models, tmp_pat
     file = commit(tmp_path / "kernels", "elementwise_chain", handle.info, marked(handle.info, "elementwise_chain"))
     problem, model = fresh(ELEMENTWISE)
     backend = pytest_kernelopt.backend("elementwise_chain", tmp_path / "kernels")
-    compiled = torch.compile(model, backend=backend, dynamic=False)
+    compiled = torch.compile(model, backend=backend, dynamic=dynamic)
     tuned_shape = problem.make_inputs(0, "cpu")
     other_shape = [torch.randn(8, 64)]
 
     first, messages = run(compiled, *tuned_shape)
     assert messages == []
     out, messages = run(compiled, *other_shape)
-    assert len(messages) == 1 and "stale" in messages[0] and str(file) in messages[0], messages
+    why = "stale" if dynamic is False else "dynamic shapes"
+    assert len(messages) == 1 and f": {why}: " in messages[0] and str(file) in messages[0], messages
+    assert ("dynamic=False" in messages[0]) == (dynamic is None)
+    assert [k.why for k in backend.kernels] == [None, why]
     with torch.no_grad():
         assert torch.allclose(out, model(*other_shape), atol=1e-5)
     assert [(k.name, k.graph, k.runs) for k in backend.kernels] == [(name, 0, "committed"), (name, 0, "compiler")]
-    # The tuned shape still runs the committed version (its graph is not touched by the recompile).
     again, messages = run(compiled, *tuned_shape)
-    assert torch.equal(again, first) and messages == []
+    assert messages == []
+    if dynamic is False:  # the tuned shape still runs the committed version (its graph is untouched)
+        assert torch.equal(again, first)
+    else:  # the graph of symbolic sizes serves the tuned shape too: the compiler's kernel, not the marked version
+        with torch.no_grad():
+            assert torch.allclose(again, model(*tuned_shape), atol=1e-5) and not torch.allclose(again, first)
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..measure.text import timing_text
+from ..measure.text import timing_text, unbroken
 from ..records import at_shape
 from .ui import UI
 from ..runs.records import Attempt, KernelOutcome
@@ -71,7 +71,6 @@ def print_tune_table(record: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ..report.terminal import unbroken
     from .planner import kernel_limits
 
     table = Table(title=f"kernelopt tune ({record.agent}{', ' + record.agent_model if record.agent_model else ''})")

@@ -2,12 +2,13 @@
 
 ``1.234x [1.200, 1.268]`` everywhere a speedup is shown with its interval (the tuner's
 messages, reports, pull requests, ``kernelopt bench``); ``1.234x (95% CI [1.200, 1.268])``
-where a sentence names the interval (the gate's failures). Numbers only: no records.
+where a sentence names the interval (the gate's failures). Numbers only: no records. And the
+one rule for names a user copies out of a table (:func:`unbroken`): printed whole.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class _Speedup(Protocol):
@@ -40,3 +41,9 @@ def timing_text(t: _Speedup, *, label: bool = False) -> str:
 def time_text(median: float, low: float, high: float, digits: int = 1) -> str:
     """A median time and its interval, in the caller's unit: ``12.3 [12.0, 12.5]``."""
     return f"{median:.{digits}f} {interval(low, high, digits)}"
+
+
+def unbroken(names: list[str]) -> dict[str, Any]:
+    """A rich table column's options for names a user copies into a command (kernel names run to 90
+    characters): never wrapped, cut or folded; the other columns give way."""
+    return {"no_wrap": True, "min_width": max(map(len, names), default=0)}

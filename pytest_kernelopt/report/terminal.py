@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..capture.shapes import split_name
-from ..measure.text import speedup_text
+from ..measure.text import speedup_text, unbroken
 from ..records import ArgInfo, CaptureSummary, at_shape
 from ..runs.gate_summary import GateSummary
 from .untrusted import INLINE_LIMIT, plain
@@ -39,12 +39,6 @@ def _arg(a: ArgInfo) -> str:
     if a.value is not None:
         return f"{a.name}={a.value}"
     return a.name
-
-
-def unbroken(names: list[str]) -> dict[str, Any]:
-    """A rich column's options for names a user copies into a command (kernel names run to 90 characters):
-    never wrapped, cut or folded; the other columns give way."""
-    return {"no_wrap": True, "min_width": max(map(len, names), default=0)}
 
 
 def kernels_table(summary: CaptureSummary) -> Table:

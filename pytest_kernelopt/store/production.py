@@ -59,6 +59,14 @@ __all__ = ["BACKEND_NAME", "KerneloptBackend", "KerneloptWarning", "ProductionKe
            "VerifiedLaunches", "backend", "compile", "kernelopt_backend", "status"]
 
 BACKEND_NAME = "kernelopt"
+# Why a committed kernel does not run in a graph compiled with symbolic sizes, and the two ways out.
+DYNAMIC_SHAPES = (
+    "dynamic shapes: Dynamo compiled this graph with symbolic sizes (torch.compile does so once a second input "
+    "shape arrives, unless dynamic=False, and the new graph then serves every shape, the first one included), and "
+    "no committed version was verified for the kernel that compile generates; compile with dynamic=False to run each declared shape's version, or mark the sizes that vary "
+    "dynamic in the problem's get_inputs() (torch._dynamo.mark_dynamic) so that tune and the gate verify the "
+    "dynamic-shape kernel")
+
 # Keys of torch.compile(..., backend="kernelopt", options={...}) read by the backend;
 # every other key is an Inductor option.
 _OWN_OPTIONS = ("model", "kernels_dir", "quiet")
@@ -131,6 +139,7 @@ class KerneloptBackend:
         self._backward_graphs: set[int] = set()  # numbers of training steps' backward graphs
         self._next_graph: dict[bool, int] = {False: 0, True: 0}
         self._warned: set[str] = set()
+        self._symbolic = False  # the graph being installed was compiled with symbolic sizes (dynamic shapes)
         self._lock = threading.Lock()
         self.quiet = quiet
         _BACKENDS.append(self)
@@ -161,6 +170,7 @@ class KerneloptBackend:
         graphs = [m for m in loaded if callable(getattr(m, "call", None)) and getattr(m, "__file__", None)]
         started = time.perf_counter()
         with self._lock:
+            self._symbolic = _symbolic_sizes(example_inputs)
             sources = [_wrapper_source(m) for m in graphs]
             training = any(is_backward_wrapper(text) for text in sources if text is not None)
             first = self._first_graph(len(graphs), training)
@@ -321,6 +331,8 @@ class KerneloptBackend:
                     f"v{active.record.version} was verified in {_pass(not training)} against compiler kernel "
                     f"{active.manifest.fingerprint}; this {_compile_of(training)}'s kernel is another "
                     f"({record.fingerprint}), so the compiler's code runs (nothing is stale)"))
+            if self._symbolic:
+                return self._fallback(record, active.path, DYNAMIC_SHAPES)
             return self._fallback(record, active.path, (
                 f"stale: it replaces compiler kernel {active.manifest.fingerprint}, but the compiler now generates "
                 f"{record.fingerprint} (another input shape, dtype, device, torch version or model change); "
@@ -361,6 +373,8 @@ class KerneloptBackend:
                 f"{_pass(not record.training)}; this {_compile_of(record.training)}'s kernel is another "
                 f"({record.fingerprint}), so the compiler's code runs (nothing is stale)"))
         seen += [f"{a.manifest.kernel} (replaces {a.manifest.fingerprint}, {_pass_why(a.record)})" for a in other]
+        if not matching and self._symbolic:
+            return self._fallback(record, self.store.model_dir(self.model), DYNAMIC_SHAPES)
         if not matching:
             return self._fallback(record, self.store.model_dir(self.model), (
                 f"stale: no committed version replaces the compiler kernel generated now ({record.fingerprint}): "
@@ -516,9 +530,24 @@ def _pass_why(version: Any) -> str:
     return f"stored for {_pass(version.evidence.training)}"
 
 
+def _symbolic_sizes(example_inputs: Any) -> bool:
+    """Whether Dynamo compiled the graph with symbolic sizes: a size or stride of an input, or an input itself,
+    is a SymInt (dynamic shapes: ``dynamic=True``, ``mark_dynamic``, or torch.compile's default recompiling
+    with them once a second input shape arrives)."""
+    import torch
+
+    symbolic = (torch.SymInt, torch.SymFloat)
+    for x in example_inputs:
+        if isinstance(x, symbolic):
+            return True
+        if isinstance(x, torch.Tensor) and any(isinstance(n, symbolic) for n in (*x.shape, *x.stride())):
+            return True
+    return False
+
+
 def _short_why(cause: str) -> str:
     """A few words for a fallback's cause (the warning has it all)."""
-    for prefix in ("stale", "not verified", "fails the static check", "does not load"):
+    for prefix in ("stale", "dynamic shapes", "not verified", "fails the static check", "does not load"):
         if cause.startswith(prefix):
             return prefix
     if cause.startswith("cannot read the compiler"):
