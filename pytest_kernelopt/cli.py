@@ -476,12 +476,24 @@ def _verify_options(args: argparse.Namespace, *, exact: bool = False) -> Any:
 
 
 def cmd_verify_or_accept(args: argparse.Namespace) -> int:
-    from .capture.problem import load_problem
-    from .verify import VerifySession, read_candidate
+    from .verify import read_candidate
+    from .verify.worker import WorkerProcess
 
     candidates = args.candidate if isinstance(args.candidate, list) else [args.candidate]
     sources = [read_candidate(c) for c in candidates]  # read once: these bytes run and are stored
-    problem = _shape_for(args, load_problem(args.problem))  # a bad problem file is exit 2 before any worker starts
+    # The session's worker, started now: it imports torch and Inductor while this process loads the problem.
+    worker = WorkerProcess()
+    try:
+        return _verify_or_accept(args, sources, worker)
+    finally:
+        worker.close()  # unused (a bad problem file, bytes already stored), or already closed by the session
+
+
+def _verify_or_accept(args: argparse.Namespace, sources: list[Any], worker: Any) -> int:
+    from .capture.problem import load_problem
+    from .verify import VerifySession
+
+    problem = _shape_for(args, load_problem(args.problem))  # a bad problem file is exit 2 before any check runs
     settings = _settings(args)
     device = _device(args, settings)
     # verify reproduces a --seed exactly; accept stores a kernel, so its --seed only adds seeds.
@@ -505,7 +517,8 @@ def cmd_verify_or_accept(args: argparse.Namespace) -> int:
     say = (lambda text: None) if args.json else (lambda text: print(text, file=sys.stderr))
     say(f"settings: {settings.describe(getattr(args, 'kernels_dir', None))}")
     verdicts = []
-    with VerifySession(problem.path, device, options, progress=say, variant=variant, shape=problem.shape) as session:
+    with VerifySession(problem.path, device, options, progress=say, variant=variant, shape=problem.shape,
+                       worker=worker) as session:
         for source in sources:
             at = f" at shape {problem.shape}" if problem.shape else ""
             say(f"verifying {source.label} as {args.kernel} of {problem.id}{at} on {device} ...")

@@ -82,10 +82,12 @@ class VerifySession:
 
     def __init__(self, problem: str | Path, device: str, options: VerifyOptions | None = None, *,
                  progress: Callable[[str], None] | None = None, variant: str | None = None,
-                 shape: str | None = None):
+                 shape: str | None = None, worker: Any = None):
         """``variant``: the compile settings the model is compiled under (a name from
         ``capture/variants.py``, the model's ``model.json`` choice; None: Inductor's defaults).
-        ``shape``: the declared shape (the problem's SHAPES) it is opened at; None: its first, if any."""
+        ``shape``: the declared shape (the problem's SHAPES) it is opened at; None: its first, if any.
+        ``worker``: a :class:`~.worker.WorkerProcess` started ahead (it imports torch and Inductor while the
+        caller loads the problem), used for the first opening if still alive; the session closes it."""
         self.problem = Path(problem).resolve()
         from ..capture.variants import unknown_variant
         from .options import VerifyOptions
@@ -98,6 +100,7 @@ class VerifySession:
         self.options = options or VerifyOptions()
         self.progress = progress or (lambda _: None)
         self._worker: Any = None
+        self._spare: Any = worker
         self._opened: Opened | None = None
         self._checker: Any = None  # stage 1's next process, started ahead (see static_problems)
         self._used: Any = None     # the one that served the last check, closed later
@@ -121,6 +124,9 @@ class VerifySession:
         self.close()
 
     def close(self) -> None:
+        if self._spare is not None:
+            self._spare.close()
+            self._spare = None
         if self._worker is not None:
             self._worker.close()
             self._worker = None
@@ -157,7 +163,10 @@ class VerifySession:
         from .protocol import Failure, Opened, OpenRequest
         from .worker import OPENED_BYTES, WorkerExited, WorkerProcess
 
-        self._worker = worker = WorkerProcess()
+        spare, self._spare = self._spare, None
+        if spare is not None and not spare.alive:
+            spare.close()
+        self._worker = worker = spare if spare is not None and spare.alive else WorkerProcess()
         if self._checker is None:
             self._checker = _static_checker()  # starts while the problem compiles
         limit = self.options.open_timeout

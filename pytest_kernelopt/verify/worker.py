@@ -106,6 +106,7 @@ class WorkerProcess:
         self._in = from_child_r
         self._buffer = bytearray()
         self._scanned = 0  # bytes of the buffer known to hold no newline
+        self._sent = 0  # requests written: one started ahead and never used is killed without a goodbye
 
     @property
     def alive(self) -> bool:
@@ -116,6 +117,7 @@ class WorkerProcess:
         from .protocol import encode
 
         data = memoryview(encode(message))
+        self._sent += 1
         deadline = time.monotonic() + timeout
         try:
             while data:
@@ -201,8 +203,9 @@ class WorkerProcess:
         kill_group(self.proc, timeout=30)
 
     def close(self) -> None:
-        """Ask the worker to stop, then kill its whole process group and remove its folder."""
-        if self.alive:
+        """Ask the worker to stop (if it was ever asked anything), then kill its whole process group and remove
+        its folder."""
+        if self.alive and self._sent:
             from .protocol import CloseRequest
 
             with contextlib.suppress(WorkerExited):
@@ -211,8 +214,10 @@ class WorkerProcess:
                 self.proc.wait(timeout=5)
         self.kill()  # also whatever it started in its group
         for fd in (self._out, self._in):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            if fd >= 0:  # closed once: a second close() must not close a descriptor reused since
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._out = self._in = -1
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -227,6 +232,9 @@ def serve(in_fd: int, out_fd: int) -> int:
     from .protocol import REQUEST, Failure, encode
 
     warnings.filterwarnings("ignore")
+    # What opening any problem imports, before the first request: a worker started ahead (the session's
+    # ``worker``) does this while the parent still loads the problem.
+    import torch._inductor.compile_fx  # noqa: F401
 
     def emit(message: Message) -> None:
         data = encode(message)
