@@ -324,6 +324,34 @@ def test_python_numbers_in_a_models_output_are_compared_like_0d_tensors():
 
     from pytest_kernelopt.verify.model import flatten
 
-    out = flatten({"b": (torch.ones(2), 2.5), "a": [True, 3], "c": "text"})
+    out = flatten({"b": (torch.ones(2), 2.5), "a": [True, 3], "c": None})
     assert [(t.dtype, t.tolist()) for t in out] == [(torch.bool, True), (torch.int64, 3), (torch.float32, [1.0, 1.0]),
                                                      (torch.float32, 2.5)]
+
+
+def test_dataclass_fields_are_outputs_and_anything_unknown_is_an_error():
+    """A dataclass of outputs was flattened to nothing (the model stage judged no element); a string or an object
+    of the model's own class would be too: now an error naming the type."""
+    import dataclasses
+    from typing import NamedTuple
+
+    import torch
+
+    from pytest_kernelopt.capture.outputs import UnsupportedOutput
+    from pytest_kernelopt.verify.model import flatten
+
+    class Pair(NamedTuple):
+        second: torch.Tensor
+        first: torch.Tensor
+
+    @dataclasses.dataclass
+    class Out:
+        pair: Pair
+        norm: torch.Tensor
+        extra: object = None
+
+    out = Out(Pair(torch.full((1,), 2.0), torch.full((1,), 1.0)), torch.full((1,), 3.0))
+    assert [t.item() for t in flatten(out)] == [2.0, 1.0, 3.0]  # declaration order, fields and tuple items
+    for bad in ("text", Out, object()):
+        with pytest.raises(UnsupportedOutput, match="which kernelopt cannot compare"):
+            flatten([torch.ones(1), bad])

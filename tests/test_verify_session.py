@@ -209,6 +209,51 @@ def test_a_model_that_writes_into_its_state_is_the_problems_error_before_any_can
     assert "candidate" not in text
 
 
+OUTPUTS = """
+import dataclasses
+import torch
+@dataclasses.dataclass
+class Out:
+    probs: torch.Tensor
+    norm: torch.Tensor
+class Opaque:
+    def __init__(self, t):
+        self.t = t
+class Model(torch.nn.Module):
+    def forward(self, x):
+        h = torch.tanh(x) * 3.0
+        return {RETURN}
+def get_inputs():
+    return [torch.randn(16, 32)]
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.slow
+def test_outputs_in_a_dataclass_are_judged_and_an_opaque_object_is_the_problems_error(tmp_path, interpreter):
+    """A model returning a dataclass had every output left out of the comparison (the model stage judged
+    nothing: "scale 0", bench's error 0): now its fields are compared, and an output of a type that cannot be
+    compared is the problem's error at opening, naming the type."""
+    from pytest_kernelopt.candidate import render_dump
+    from pytest_kernelopt.errors import ProblemError
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession, source_of
+
+    problem = tmp_path / "boxed.py"
+    problem.write_text(OUTPUTS.replace("{RETURN}", "Out(torch.softmax(h, -1), h.norm(dim=-1))"))
+    with VerifySession(problem, interpreter, VerifyOptions(seeds=1)) as session:
+        (name,) = session.kernels
+        verdict = session.verify(name, source_of(render_dump(session.kernel_info(name), "boxed"), "dump.py"))
+    assert verdict.status == "correct", verdict.reason
+    model_errors = [e for e in verdict.errors if e.scale is not None]
+    assert model_errors and all(e.scale > 1.0 for e in model_errors)  # max |reference| over both fields
+
+    problem.write_text(OUTPUTS.replace("{RETURN}", "Opaque(h)"))
+    with pytest.raises(ProblemError) as info, VerifySession(problem, interpreter, VerifyOptions(seeds=1)) as session:
+        session.open()
+    assert "the model returns an object of type Opaque, which kernelopt cannot compare" in str(info.value)
+
+
 # `kernelopt verify --candidate A B ...` (one session for several candidates, exit 1 when one is rejected, --json
 # printing nothing but the JSON list): tests/test_cascade.py's pointwise_verdicts run, on this problem.
 

@@ -134,7 +134,7 @@ def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str,
         xs = prepared.inputs(seed)
         state = _state(compiled.model, xs) if seed == prepared.seeds[0] else None
         with torch.no_grad():
-            base = [t.clone() for t in flatten(compiled(*xs))]
+            base = [t.clone() for t in _compared_outputs(compiled, compiled(*xs))]
         if state is not None:
             _refuse_a_changed_state(compiled, xs, state)
         reference = None
@@ -160,6 +160,22 @@ def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str,
     if kind == "float64" and kept_casts:
         note = "; ".join(n for n in (note, kept_casts[0]) if n)
     return refs, kind, note
+
+
+def _compared_outputs(compiled: Any, out: Any) -> list[Any]:
+    """The tensors of the baseline's first outputs, or the problem's error: outputs of a type :func:`flatten`
+    cannot compare, or none at all, would leave every check with nothing to judge."""
+    from ..capture.outputs import RETURNS, UnsupportedOutput
+    from ..errors import ProblemError
+
+    try:
+        tensors = flatten(out)
+    except UnsupportedOutput as exc:
+        raise ProblemError(compiled.problem.path, str(exc)) from None
+    if not tensors:
+        raise ProblemError(compiled.problem.path, f"the model returns no tensor ({type(out).__name__}), so there is "
+                                                  f"nothing to compare; return {RETURNS}")
+    return tensors
 
 
 def _state(model: Any, inputs: list[Any]) -> dict[str, Any]:
