@@ -594,11 +594,14 @@ def test_verify_starts_its_worker_ahead_and_closes_it_when_the_problem_fails(tmp
 
 
 def test_a_session_opens_on_the_worker_started_ahead_and_closes_a_dead_one(monkeypatch):
-    from pytest_kernelopt.verify import VerifySession
+    """A worker started ahead (by `verify`, or by the gate for its next problem) is the session's if it still runs
+    in the isolation workers get now; a dead one, or one started before the sandbox was turned off, is closed."""
+    from pytest_kernelopt.verify import VerifySession, sandbox
 
     class Spare:
-        def __init__(self, alive: bool):
+        def __init__(self, alive: bool, isolation=None):
             self.alive, self.closed = alive, 0
+            self.sandbox = isolation or sandbox.isolation()
 
         def close(self) -> None:
             self.closed += 1
@@ -613,12 +616,13 @@ def test_a_session_opens_on_the_worker_started_ahead_and_closes_a_dead_one(monke
         raise Used
 
     monkeypatch.setattr(Spare, "send", send, raising=False)
-    for alive in (True, False):
+    for alive, isolation in ((True, None), (False, None), (True, sandbox.Isolation((), (), "turned off"))):
         started.clear()
-        spare = Spare(alive)
+        spare = Spare(alive, isolation)
+        usable = alive and isolation is None
         session = VerifySession("p.py", "cpu", worker=spare)
         session._checker = Spare(True)  # the static checker's process, started on first open otherwise
         with pytest.raises(Used):
             session._open_worker()
-        assert (session._worker is spare) == alive and started == ([] if alive else ["new"])
-        assert spare.closed == (0 if alive else 1)  # a live one is the session's worker now, closed with it
+        assert (session._worker is spare) == usable and started == ([] if usable else ["new"])
+        assert spare.closed == (0 if usable else 1)  # a usable one is the session's worker now, closed with it

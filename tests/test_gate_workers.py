@@ -180,3 +180,55 @@ def test_each_worker_and_its_verifier_workers_get_their_own_gpu(repo: Path, pyte
     seen = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
     assert seen == {"gw0": {"worker": "gw0", "pinned": "3", "verifier_worker": "3"},
                     "gw1": {"worker": "gw1", "pinned": "5", "verifier_worker": "5"}}, seen
+
+
+def test_the_next_problems_worker_starts_while_this_problems_items_run(monkeypatch):
+    """Each session after the first opens on a worker started ahead (its torch import overlaps the last problem's
+    checks); none is started when no problem is left to open, and the run's end closes an unused one."""
+    from types import SimpleNamespace
+
+    from pytest_kernelopt.gate.checks import VerifySessions
+
+    events: list[str] = []
+
+    class Worker:
+        count = 0
+
+        def __init__(self):
+            Worker.count += 1
+            self.name = f"w{Worker.count}"
+            events.append(f"start {self.name}")
+
+        def close(self):
+            events.append(f"close {self.name}")
+
+    class Session:
+        def __init__(self, path, device, options, *, variant, shape, worker):
+            self.path, self.worker = path, worker
+            events.append(f"session {path} on {worker.name if worker else 'its own'}")
+
+        def open(self):
+            pass
+
+        def close(self):
+            events.append(f"close session {self.path}")
+
+    monkeypatch.setattr("pytest_kernelopt.verify.worker.WorkerProcess", Worker)
+    monkeypatch.setattr("pytest_kernelopt.verify.VerifySession", Session)
+    item = SimpleNamespace(prop=lambda *a: None)
+    a, b = (SimpleNamespace(key=(name, None), path=name, variant=None, shape=None) for name in ("a", "b"))
+    sessions = VerifySessions("cpu", None)
+    sessions.expect([a, a, b])
+    sessions.get(a, item)
+    sessions.get(a, item)
+    sessions.item_done(a)
+    sessions.item_done(a)
+    sessions.get(b, item)
+    sessions.item_done(b)
+    assert events == ["session a on its own", "start w1", "close session a", "session b on w1", "close session b"]
+    # Rerun of a's items after it closed (a rerun plugin): its session reopens; the run's end closes the spare.
+    events.clear()
+    sessions.expect([a, b])
+    sessions.get(a, item)
+    sessions.close()
+    assert events == ["session a on its own", "start w2", "close session a", "close w2"]

@@ -44,6 +44,10 @@ class VerifySessions:
     a ``conftest.py``) close each session after its own last item, not at the next problem.
     An item that runs again after that (a rerun plugin) reopens it; :meth:`close` at the
     end of the run stops whatever is still open.
+
+    While a problem's items run, the next problem's worker is already starting (importing torch and Inductor,
+    seconds of CPU) on another core: a gate over several problems opens each session after the first on a
+    worker started ahead.
     """
 
     def __init__(self, device: str, options: Any):
@@ -51,6 +55,7 @@ class VerifySessions:
         self.options = options  # verify.VerifyOptions
         self._open: dict[Any, Any] = {}
         self._left: Counter[Any] = Counter()  # per problem (path, shape): its items still to run
+        self._ahead: Any = None  # verify.worker.WorkerProcess for the next session to open, or None
 
     def expect(self, problems: Iterable[Problem]) -> None:
         """The problems of the items that will run, one entry per item (after ``-k``, ``--lf``, deselection)."""
@@ -61,15 +66,25 @@ class VerifySessions:
 
         session = self._open.get(problem.key)
         if session is None:
+            ahead, self._ahead = self._ahead, None
             session = self._open[problem.key] = VerifySession(problem.path, self.device, self.options,
-                                                              variant=problem.variant, shape=problem.shape)
+                                                              variant=problem.variant, shape=problem.shape,
+                                                              worker=ahead)
             started = time.monotonic()
             try:
                 with internal_warnings_ignored():
                     session.open()
             finally:
                 item.prop("open_seconds", round(time.monotonic() - started, 2))
+                self._start_ahead()
         return session
+
+    def _start_ahead(self) -> None:
+        """A worker for the next session, if a problem whose session is not open still has items to run."""
+        from ..verify.worker import WorkerProcess
+
+        if self._ahead is None and set(self._left) - set(self._open):
+            self._ahead = WorkerProcess()
 
     def item_done(self, problem: Problem) -> None:
         """An item of ``problem`` has run (whatever its outcome): after its last, its session is closed."""
@@ -84,6 +99,9 @@ class VerifySessions:
             session = self._open.pop(open_key, None)
             if session is not None:
                 session.close()
+        if self._ahead is not None and (key is None or not set(self._left) - set(self._open)):
+            self._ahead.close()  # the run ends, or no session is left to open
+            self._ahead = None
 
 
 class Checks:

@@ -163,10 +163,15 @@ class VerifySession:
         from .protocol import Failure, Opened, OpenRequest
         from .worker import OPENED_BYTES, WorkerExited, WorkerProcess
 
+        from . import sandbox
+
         spare, self._spare = self._spare, None
-        if spare is not None and not spare.alive:
+        # One started ahead is used if it still runs, in the isolation workers get now (CUDA failing inside the
+        # namespaces turns them off for the workers started after).
+        if spare is not None and (not spare.alive or spare.sandbox is not sandbox.isolation()):
             spare.close()
-        self._worker = worker = spare if spare is not None and spare.alive else WorkerProcess()
+            spare = None
+        self._worker = worker = spare if spare is not None else WorkerProcess()
         if self._checker is None:
             self._checker = _static_checker()  # starts while the problem compiles
         limit = self.options.open_timeout
