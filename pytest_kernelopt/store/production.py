@@ -62,10 +62,11 @@ BACKEND_NAME = "kernelopt"
 # Why a committed kernel does not run in a graph compiled with symbolic sizes, and the two ways out.
 DYNAMIC_SHAPES = (
     "dynamic shapes: Dynamo compiled this graph with symbolic sizes (torch.compile does so once a second input "
-    "shape arrives, unless dynamic=False, and the new graph then serves every shape, the first one included), and "
-    "no committed version was verified for the kernel that compile generates; compile with dynamic=False to run each declared shape's version, or mark the sizes that vary "
-    "dynamic in the problem's get_inputs() (torch._dynamo.mark_dynamic), so that tune and the gate verify the "
-    "dynamic-shape kernel, and compile with dynamic=True")
+    "shape arrives, unless dynamic=False, and the new graph then serves every shape, the first one included), "
+    "and no committed version was verified for the kernel that compile generates; compile with dynamic=False "
+    "to run each declared shape's version, or mark the sizes that vary dynamic in the problem's get_inputs() "
+    "(torch._dynamo.mark_dynamic), so that tune and the gate verify the dynamic-shape kernel, and compile with "
+    "dynamic=True")
 
 # Keys of torch.compile(..., backend="kernelopt", options={...}) read by the backend;
 # every other key is an Inductor option.

@@ -160,10 +160,9 @@ class VerifySession:
             return self._open_worker()
 
     def _open_worker(self) -> Opened:
+        from . import sandbox
         from .protocol import Failure, Opened, OpenRequest
         from .worker import OPENED_BYTES, WorkerExited, WorkerProcess
-
-        from . import sandbox
 
         spare, self._spare = self._spare, None
         # One started ahead is used if it still runs, in the isolation workers get now (CUDA failing inside the

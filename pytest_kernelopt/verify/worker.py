@@ -204,7 +204,10 @@ class WorkerProcess:
 
     def close(self) -> None:
         """Ask the worker to stop (if it was ever asked anything), then kill its whole process group and remove
-        its folder."""
+        its folder. Once: a second call (a worker started ahead is closed by its session and by its starter)
+        does nothing, never a signal to a process group whose number may be another's by then."""
+        if self._out < 0:
+            return
         if self.alive and self._sent:
             from .protocol import CloseRequest
 
@@ -214,9 +217,8 @@ class WorkerProcess:
                 self.proc.wait(timeout=5)
         self.kill()  # also whatever it started in its group
         for fd in (self._out, self._in):
-            if fd >= 0:  # closed once: a second close() must not close a descriptor reused since
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
         self._out = self._in = -1
         shutil.rmtree(self.folder, ignore_errors=True)
 
