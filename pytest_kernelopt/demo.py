@@ -11,6 +11,7 @@ reported as not measured.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import time
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     from .capture import compile_problem
     from .config import resolve_device
     from .verify import VerifyOptions, VerifySession
+    from .verify.worker import WorkerProcess
     from .capture.problem import load_problem
 
     root = repository_root()
@@ -83,30 +85,32 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     steps: list[str] = []
     for path in paths:
-        t0 = time.monotonic()
-        problem = load_problem(path)
-        with console.status(f"{problem.id}: compiling and capturing"):
-            compiled = compile_problem(problem, device)
-        infos = [h.info for h in compiled.kernels.values()]
-        files = write_dumps(infos, problem.id, out / problem.id)
-        first = files[0]
-        steps = steps or next_steps(path, infos[0].name, first)
-        broken = first.with_name(first.stem + "_broken.py")
-        broken.write_text(break_candidate(first.read_text()))
-        with VerifySession(path, device, options) as session:
-            with console.status(f"{problem.id}: opening a verification session"):
-                session.open()
-            with console.status(f"{problem.id}: verifying {first.name}"):
-                good = session.verify(infos[0].name, first)
-            with console.status(f"{problem.id}: verifying a 0.1% wrong copy"):
-                bad = session.verify(infos[0].name, broken)
-        ok = good.status != "rejected" and bad.status == "rejected"
-        failures += not ok
-        failed_stage = next((s.name for s in bad.stages if s.passed is False), "-")
-        table.add_row(problem.id, str(len(compiled.graphs)), str(len(infos)), str(len(compiled.externs)),
-                      good.status, f"{bad.status} at {failed_stage}", f"{time.monotonic() - t0:.0f}")
-        console.print(f"{problem.id}: {len(infos)} kernel(s) dumped to {out / problem.id}; dump {good.status}, "
-                      f"broken copy {bad.status}")
+        # The session's worker, importing torch while this process compiles the problem; closed whatever happens.
+        with contextlib.closing(WorkerProcess()) as worker:
+            t0 = time.monotonic()
+            problem = load_problem(path)
+            with console.status(f"{problem.id}: compiling and capturing"):
+                compiled = compile_problem(problem, device)
+            infos = [h.info for h in compiled.kernels.values()]
+            files = write_dumps(infos, problem.id, out / problem.id)
+            first = files[0]
+            steps = steps or next_steps(path, infos[0].name, first)
+            broken = first.with_name(first.stem + "_broken.py")
+            broken.write_text(break_candidate(first.read_text()))
+            with VerifySession(path, device, options, worker=worker) as session:
+                with console.status(f"{problem.id}: opening a verification session"):
+                    session.open()
+                with console.status(f"{problem.id}: verifying {first.name}"):
+                    good = session.verify(infos[0].name, first)
+                with console.status(f"{problem.id}: verifying a 0.1% wrong copy"):
+                    bad = session.verify(infos[0].name, broken)
+            ok = good.status != "rejected" and bad.status == "rejected"
+            failures += not ok
+            failed_stage = next((s.name for s in bad.stages if s.passed is False), "-")
+            table.add_row(problem.id, str(len(compiled.graphs)), str(len(infos)), str(len(compiled.externs)),
+                          good.status, f"{bad.status} at {failed_stage}", f"{time.monotonic() - t0:.0f}")
+            console.print(f"{problem.id}: {len(infos)} kernel(s) dumped to {out / problem.id}; dump {good.status}, "
+                          f"broken copy {bad.status}")
     print_whole(console, table)
     if not failures:
         print("\n".join(steps))
