@@ -482,14 +482,18 @@ def cmd_verify_or_accept(args: argparse.Namespace) -> int:
     candidates = args.candidate if isinstance(args.candidate, list) else [args.candidate]
     sources = [read_candidate(c) for c in candidates]  # read once: these bytes run and are stored
     # The session's worker, started now: it imports torch and Inductor while this process loads the problem.
-    worker = WorkerProcess()
+    # What starting it says (no namespaces here) is said when the session opens, not before a bad input's error.
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        worker = WorkerProcess()
     try:
-        return _verify_or_accept(args, sources, worker)
+        return _verify_or_accept(args, sources, worker, said)
     finally:
         worker.close()  # unused (a bad problem file, bytes already stored), or already closed by the session
 
 
-def _verify_or_accept(args: argparse.Namespace, sources: list[Any], worker: Any) -> int:
+def _verify_or_accept(args: argparse.Namespace, sources: list[Any], worker: Any,
+                      said: list[warnings.WarningMessage]) -> int:
     from .capture.problem import load_problem
     from .verify import VerifySession
 
@@ -517,6 +521,8 @@ def _verify_or_accept(args: argparse.Namespace, sources: list[Any], worker: Any)
     say = (lambda text: None) if args.json else (lambda text: print(text, file=sys.stderr))
     say(f"settings: {settings.describe(getattr(args, 'kernels_dir', None))}")
     verdicts = []
+    for w in said:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     with VerifySession(problem.path, device, options, progress=say, variant=variant, shape=problem.shape,
                        worker=worker) as session:
         for source in sources:

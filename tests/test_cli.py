@@ -626,3 +626,36 @@ def test_a_session_opens_on_the_worker_started_ahead_and_closes_a_dead_one(monke
             session._open_worker()
         assert (session._worker is spare) == usable and started == ([] if usable else ["new"])
         assert spare.closed == (0 if usable else 1)  # a usable one is the session's worker now, closed with it
+
+
+def test_a_worker_started_ahead_without_namespaces_warns_only_when_its_session_opens(tmp_path, monkeypatch, capsys):
+    """Where namespaces are unavailable, starting a worker warns (never silently); started ahead of a problem
+    that fails to load, it would have put that warning before the one error line."""
+    import warnings
+
+    from pytest_kernelopt.cli import main
+    from pytest_kernelopt.verify import sandbox
+
+    monkeypatch.chdir(tmp_path)  # no project: the default kernel store, empty
+    monkeypatch.setattr(sandbox, "_probed", {"probed": sandbox.Isolation((), (), "switched off for the test")})
+    monkeypatch.setattr(sandbox, "_warned", [])
+    candidate = tmp_path / "c.py"
+    candidate.write_text("x = 1\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["verify", str(tmp_path / "missing.py"), "--kernel", "k", "--candidate", str(candidate)]) == 2
+    assert caught == [] and capsys.readouterr().err.count("\n") == 1
+
+    class Opened(Exception):
+        pass
+
+    def session(*args, **kwargs):
+        raise Opened
+
+    monkeypatch.setattr("pytest_kernelopt.verify.VerifySession", session)
+    monkeypatch.setattr(sandbox, "_warned", [])
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(Opened):
+        warnings.simplefilter("always")
+        main(["verify", str(PROBLEMS / "elementwise_chain.py"), "--kernel", "k", "--candidate", str(candidate)])
+    assert [w.category for w in caught] == [sandbox.SandboxWarning]
+    assert "without Linux namespaces (switched off for the test)" in str(caught[0].message)
