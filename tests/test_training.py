@@ -172,6 +172,40 @@ def test_a_files_own_loss_is_used_and_integer_inputs_get_no_gradient():
     assert torch.allclose(grad_logits, x.grad) and torch.allclose(grad_scale, model.scale.grad)
 
 
+def test_a_steps_floor_counts_its_gradients_its_backward_flops_and_the_incoming_gradients_it_was_given():
+    """The memory floor of a step (bench's and the gate's % of limit): inputs and parameters read, outputs and
+    every gradient written, and the default loss's incoming gradients read (one per output, in its dtype); a
+    file's own loss gives none counted (its gradient may be an expanded scalar). The count is the latest step's:
+    a float64 step (the reference's) records wider ones, so callers take the floor right after the model's own."""
+    import torch
+
+    from pytest_kernelopt.capture.floor import call_floor
+    from pytest_kernelopt.capture.problem import load_problem
+    from pytest_kernelopt.capture.training import step
+    from pytest_kernelopt.measure.roofline import min_flops, written_bytes
+
+    def size(tensors: Any) -> int:
+        return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+    problem = load_problem(MLP)
+    model = problem.build_model()
+    inputs = problem.make_inputs(3)
+    results = step(model, model, problem, inputs)
+    floor = call_floor(problem, model, inputs, written_bytes(results))
+    out = results[0]
+    assert floor.written == size(results)
+    assert floor.bytes == size(inputs) + size(model.parameters()) + size(results) + size([out])
+    assert floor.flops == min_flops(model, inputs, [0]) and floor.flops["float32"] > min_flops(model, inputs)["float32"]
+    step(model.double(), model, problem, [x.double() for x in inputs])  # wider incoming gradients
+    assert call_floor(problem, model.float(), inputs, 0).bytes == size(inputs) + size(model.parameters()) + 8 * out.numel()
+
+    problem = load_problem(XENT)  # its own loss: no incoming gradient counted
+    model = problem.build_model()
+    inputs = problem.make_inputs(1)
+    results = step(model, model, problem, inputs)
+    assert call_floor(problem, model, inputs, 0).bytes == size(inputs) + size(model.parameters())
+
+
 def test_a_drawn_incoming_gradient_reaches_the_backward_under_the_default_loss_and_a_files_own():
     """Inside incoming_drawn() the backward runs from the loss's gradient of each output as the draw left it:
     the default loss's weights (whose gradients are then the drawn ones through plain autograd) or the file's own
@@ -282,6 +316,14 @@ def test_bench_runs_and_judges_the_whole_step_in_every_mode(prepared, kernelopt,
     assert modes["eager"]["correct"] is True and modes["default"]["correct"] is True
     assert modes["kernelopt"]["correct"] is False and modes["kernelopt"]["committed_kernels"] == 1
     assert re.search(r"gradient of parameter \w+\.bias", modes["kernelopt"]["correctness_detail"])
+    # The step's floor: input and parameters read, the output and every gradient written, the output's incoming
+    # gradient (the default loss's) read.
+    from pytest_kernelopt.capture.problem import load_problem
+
+    p = load_problem(MLP)
+    (x,) = p.make_inputs(0)
+    read = 4 * (x.numel() + sum(t.numel() for t in p.build_model().parameters()))
+    assert problem["min_bytes"] == 2 * read + 2 * 4 * 8 * 16 and problem["min_written_bytes"] == read + 4 * 8 * 16
 
 
 def test_the_optimizer_step_follows_the_backward_with_the_steps_own_gradients():

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Literal
 
 from ..errors import KerneloptError, ProblemError
-from ..measure.roofline import min_bytes, min_flops, written_bytes
+from ..capture.floor import call_floor
+from ..measure.roofline import written_bytes
 from ..store.production import backend as production_backend
 from .records import (
     BASELINE, ERROR_FACTOR_NOTE, PROFILED_RUNS, SEED, BenchJob, ChildMessage, KernelTime, ModeResult, ProblemResult,
@@ -332,7 +333,7 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
             result.shape_note = (f"benched at shape {problem.shape} only (its first declared); "
                                  f"{', '.join(list(problem.shapes)[1:])} not benched yet")
         from ..capture.compiled import fresh_races
-        from ..capture.training import grad_input_indices, is_training, output_names
+        from ..capture.training import is_training, output_names
 
         training = result.training = is_training(problem)  # then every mode runs and is timed as the whole step
         optimizer = result.optimizer = job.optimizer if training else None  # stepped inside every mode's step
@@ -393,10 +394,9 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
                 messages = [str(w.message) for w in caught if issubclass(w.category, KerneloptWarning)]
                 row.committed_kernels, row.kernels_note = _kernels_note(backend, messages)
                 row.compile_setting = next((s for s in backend.settings_applied if s is not None), None)
-            if row.mode == BASELINE:  # a step's: its outputs and gradients written, its backward's FLOPs too
-                result.min_bytes = min_bytes(model, inputs, outputs)
-                result.min_written_bytes = written_bytes(outputs)
-                result.min_flops = min_flops(model, inputs, grad_input_indices(problem, inputs) if training else None)
+            if row.mode == BASELINE:  # a step's: its gradients and incoming gradients, its backward's FLOPs too
+                floor = call_floor(problem, model, inputs, written_bytes(outputs))
+                result.min_bytes, result.min_written_bytes, result.min_flops = floor.bytes, floor.written, floor.flops
             names = output_names(problem, model, inputs, len(outputs))
             del inputs
             if row.mode == BASELINE and kind == "float64" and len(outputs) == len(reference):

@@ -132,7 +132,7 @@ class ProblemResult(Record):
     wall_seconds: float = 0.0
     environment: Environment | None = None
     # A training problem (capture/training.py): every mode ran, was judged and was timed as the whole step
-    # (forward, loss, backward; outputs and every gradient against float64); no % of limit for it yet.
+    # (forward, loss, backward; outputs and every gradient against float64); its floor the step's (capture/floor.py).
     training: bool = False
     # A training problem benched with --optimizer: the torch.optim step (torch's defaults) that ran after the
     # backward inside every mode's call, timed with it; None: no optimizer step (or not a training problem).

@@ -9,6 +9,7 @@
     variants.py        the one catalogue of named Inductor settings
     graph_rewrites.py  kernelopt's graph rewrites (rewrite_kernels.py: their Triton kernels)
     outputs.py         the outputs of a call, flattened
+    floor.py           what one call or training step must move and compute at the least (its limit)
 
 This file only re-exports.
 """

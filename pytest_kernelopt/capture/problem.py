@@ -59,6 +59,10 @@ class Problem:
     # A training step's default incoming gradients per (seed, outputs), drawn once (capture/training.py:
     # default_incoming); held by the problem, so they go when it goes.
     incoming: dict[tuple, list[Any]] = field(default_factory=dict, repr=False, compare=False)
+    # The bytes of the incoming gradients the latest training step's backward started from, where the step
+    # gave them in full (the default loss's, capture/training.py: step); 0: none counted (a file's own loss,
+    # whose gradient may be an expanded scalar, or not a training problem). Part of the step's floor (floor.py).
+    incoming_bytes: int = field(default=0, repr=False, compare=False)
 
     @property
     def id(self) -> str:

@@ -173,8 +173,10 @@ def step(fn: Any, model: Any, problem: Any, inputs: Any) -> tuple[Any, ...]:
         wrt = [xs[i] for i in wanted] + params
         draw = getattr(problem, "incoming_draw", None)
         loss = loss_of(problem, out)
+        problem.incoming_bytes = 0
         if loss is None:
             outputs, incoming = default_incoming(problem, out)
+            problem.incoming_bytes = sum(g.numel() * g.element_size() for g in incoming)
             if draw is not None:  # turned in place: copies, the drawn weights serve the other steps
                 incoming = [g.clone() for g in incoming]
                 draw(incoming)

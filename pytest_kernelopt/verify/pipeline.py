@@ -81,7 +81,7 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
     from ..capture import compile_problem
     from ..config import resolve_device
     from ..capture.problem import load_problem
-    from ..measure.roofline import min_bytes, min_flops
+    from ..capture.floor import call_floor
     from .tensors import input_checksums
 
     started = time.monotonic()
@@ -94,12 +94,13 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
         first = problem.make_inputs(seeds[0], device)
         compiled = compile_problem(problem, device, inputs=first, measure_eager_peak=True, variant=request.variant)
         eager_peak = compiled.eager_peak_bytes
-        floor = min_bytes(compiled.model, first, [])  # inputs, parameters, buffers; outputs below
-        flops = min_flops(compiled.model, first)
+        # Read here, after the model ran at these shapes in its own dtypes (a training step records the incoming
+        # gradients it started from; the float64 reference's, below, are wider); the outputs' writes below.
+        reads = call_floor(problem, compiled.model, first, 0)
         del first
         _PeakTracker.stage()
         prepared = Prepared(compiled=compiled, device=device, seeds=seeds, references={}, variant=request.variant,
-                            min_flops=flops)
+                            min_flops=reads.flops)
         for seed in seeds:
             inputs = prepared.inputs(seed)
             prepared.integrity[seed] = input_checksums(inputs)
@@ -107,7 +108,7 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
         prepared.references, kind, note = model_stage.build_references(prepared)
         first_seed = prepared.references[seeds[0]].outputs
         written = sum(math.prod(out.shape) * out.dtype.itemsize for out in first_seed)
-        floor += written
+        floor = reads.writing(written)
         prepared.weights = weight_sums(compiled.model)
         prepared.seal_references()
     except torch.OutOfMemoryError as exc:
@@ -116,8 +117,8 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
     opened = Opened(
         device=device, graphs=summary.graphs, kernels=summary.kernels, externs=summary.externs,
         environment=environment(device), seconds=time.monotonic() - started, reference=kind, reference_note=note,
-        eager_peak_bytes=eager_peak, peak_bytes=_PeakTracker.stage(), min_bytes=floor,
-        min_written_bytes=written, min_flops=flops,
+        eager_peak_bytes=eager_peak, peak_bytes=_PeakTracker.stage(), min_bytes=floor.bytes,
+        min_written_bytes=floor.written, min_flops=floor.flops,
     )
     return prepared, opened
 
