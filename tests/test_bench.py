@@ -86,8 +86,11 @@ def bench(tmp_path_factory: pytest.TempPathFactory, compiled_models: Any, kernel
     broken.write_text(BROKEN)
     plain = folder / "relu_affine.py"
     plain.write_text(NOTHING_COMMITTED)
+    own_rng = folder / "own_rng.py"  # a generator of its own: every draw differs
+    own_rng.write_text(NOTHING_COMMITTED.replace("import torch", "import numpy as np\nimport torch").replace(
+        "torch.randn(8, 32)", "torch.from_numpy(np.random.default_rng().standard_normal((8, 32)))"))
     out = folder / "bench.json"
-    result = kernelopt("bench", ELEMENTWISE, broken, plain, "--modes", "eager,default,kernelopt",
+    result = kernelopt("bench", ELEMENTWISE, broken, plain, own_rng, "--modes", "eager,default,kernelopt",
                        "--device", "cpu", "--kernels-dir", folder / "kernels", "--json", out)
     return result, json.loads(out.read_text()) if out.exists() else None
 
@@ -102,8 +105,10 @@ def test_bench_finishes_despite_a_broken_problem(bench):
 
     assert result.returncode == 0, result.stderr
     assert data is not None
-    assert [p["model"] for p in data["problems"]] == ["elementwise_chain", "broken_matmul", "relu_affine"]
-    assert [p["status"] for p in data["problems"]] == ["ok", "error", "ok"]
+    assert [p["model"] for p in data["problems"]] == ["elementwise_chain", "broken_matmul", "relu_affine", "own_rng"]
+    assert [p["status"] for p in data["problems"]] == ["ok", "error", "ok", "error"]
+    assert "drawing default's inputs" in data["problems"][3]["error"]
+    assert "get_inputs() is not reproducible: two draws under seed" in data["problems"][3]["error"]
 
 
 def test_broken_problem_is_an_error_row_naming_the_cause(bench):

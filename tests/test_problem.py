@@ -85,6 +85,52 @@ def test_inputs_depend_on_the_seed_only(path):
     assert any(not torch.equal(a, b) for a, b in zip(first, other, strict=True))
 
 
+NUMPY_DRAWN = """
+import random
+import numpy as np
+import torch
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.from_numpy(np.random.randn(8).astype("float32")))
+    def forward(self, x, s):
+        return x * self.w * s
+def get_inputs():
+    return [torch.from_numpy(np.random.randn(4, 8).astype("float32")), random.random()]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_inputs_and_weights_drawn_with_numpy_or_random_depend_on_the_seed_only(tmp_path):
+    """numpy's and Python's global generators are seeded with torch's (all 64 bits of a seed): a file that draws
+    with np.random.randn or random.random gets the same inputs and weights under the same seed, whatever ran
+    before; and two draws that differ are the problem's error (the verifier's check, which names the input)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from pytest_kernelopt.errors import ProblemError
+
+    path = tmp_path / "numpy_drawn.py"
+    path.write_text(NUMPY_DRAWN)
+    problem = load_problem(path)
+    big = 2 ** 63 - 25  # the verifier's seeds are 63-bit
+    first = problem.make_inputs(big)
+    np.random.rand(100), random.random()  # whatever ran before must not matter
+    again, other = problem.make_inputs(big), problem.make_inputs(big - 2 ** 32)  # only the high bits differ
+    assert torch.equal(first[0], again[0]) and first[1] == again[1]
+    assert not torch.equal(first[0], other[0]) and first[1] != other[1]
+    np.random.rand(100)
+    assert torch.equal(problem.build_model().w, problem.build_model().w)
+
+    problem.check_reproducible(big, [1, 2], [1, 2])
+    with pytest.raises(ProblemError, match=r"get_inputs\(\) is not reproducible: two draws under seed 5 differ "
+                                           r"\(input 1\)\..*np\.random\.default_rng\(\)"):
+        problem.check_reproducible(5, [1, 2], [1, 3])
+
+
 @pytest.mark.parametrize("name", WEIGHTED)
 def test_weights_are_deterministic(name):
     import torch

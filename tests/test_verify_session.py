@@ -254,6 +254,25 @@ def test_outputs_in_a_dataclass_are_judged_and_an_opaque_object_is_the_problems_
     assert "the model returns an object of type Opaque, which kernelopt cannot compare" in str(info.value)
 
 
+@pytest.mark.slow
+def test_a_problem_whose_inputs_a_seed_does_not_fix_is_the_problems_error_not_the_candidates(tmp_path, interpreter):
+    """A file drawing from a generator of its own (numpy's default_rng) gave other inputs at every draw: the
+    compiler's own kernel was rejected at the kernel stage, "the candidate wrote into memory it may only read".
+    The session now refuses the problem when it opens, saying why and how to draw."""
+    from pytest_kernelopt.errors import ProblemError
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession
+
+    problem = tmp_path / "own_rng.py"
+    problem.write_text(OUTPUTS.replace("{RETURN}", "h").replace(
+        "return [torch.randn(16, 32)]",
+        "import numpy as np\n    return [torch.from_numpy(np.random.default_rng().standard_normal((16, 32)))]"))
+    with pytest.raises(ProblemError) as info, VerifySession(problem, interpreter, VerifyOptions(seeds=1)) as session:
+        session.open()
+    text = str(info.value)
+    assert "get_inputs() is not reproducible: two draws under seed" in text and "(input 0)" in text, text
+    assert "candidate" not in text
+
+
 # `kernelopt verify --candidate A B ...` (one session for several candidates, exit 1 when one is rejected, --json
 # printing nothing but the JSON list): tests/test_cascade.py's pointwise_verdicts run, on this problem.
 

@@ -343,6 +343,9 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
 
         where = "running the eager model and its float64 copy"
         step(where)
+        from ..verify.tensors import input_checksums
+
+        drawn = input_checksums(problem.make_inputs(SEED, device))  # every mode's draw must be this one
         try:
             refs, kind, note = build_references(Prepared(compiled=_Eager(problem, model, device), device=device,
                                                          seeds=[SEED], references={}))
@@ -358,9 +361,11 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
         # ``default`` first: once it ran, its own error against float64 is the envelope every mode is
         # judged by (the gate's rule: the compiled baseline's error, times the factor).
         for row in sorted(result.modes, key=lambda r: r.mode != BASELINE):
-            where = f"building {row.mode}" if row.mode == "eager" else f"compiling {row.mode}"
-            step(where)
+            step(f"building {row.mode}" if row.mode == "eager" else f"compiling {row.mode}")
+            where = f"drawing {row.mode}'s inputs"
             inputs = problem.make_inputs(SEED, device)
+            problem.check_reproducible(SEED, drawn, input_checksums(inputs))
+            where = f"building {row.mode}" if row.mode == "eager" else f"compiling {row.mode}"
             try:
                 # Each mode races its kernels' launch configurations itself (fresh_races): a pick Inductor
                 # remembered on this machine (a tune's harvest children, racing side by side) would carry over.

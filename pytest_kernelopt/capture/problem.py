@@ -7,7 +7,10 @@ weights a problem loads are its own too). The verifier varies them as production
 caller's choosing and are drawn on the device the model runs on (``get_inputs()``
 runs under ``torch.device(device)``): drawing 2^31 numbers on the CPU took longer
 than verifying a candidate, and full-size inputs never pass through host memory.
-The same seed gives the same inputs on the same kind of device.
+The same seed gives the same inputs on the same kind of device: the draw runs with torch's, Python's
+``random`` and numpy's global generators seeded (:func:`seeded`); a generator of the file's own
+(``np.random.default_rng()``, an unseeded ``torch.Generator``) is not, and the verifier refuses a
+problem whose two draws under one seed differ (verify/pipeline.py).
 
 A problem may declare several input shapes (``SHAPES``, :mod:`.shapes`); a :class:`Problem` is
 opened at one of them (``shape``, default the first declared) and draws its inputs there.
@@ -27,7 +30,22 @@ from typing import Any
 from ..errors import ProblemError
 from .shapes import choose_shape, overridden, read_shapes, store_name
 
-WEIGHT_SEED = 0  # torch's seed while the problem's own weights are built
+WEIGHT_SEED = 0  # the seed while the problem's own weights are built
+
+
+def seeded(seed: int) -> None:
+    """Seed every global generator a problem file may draw from: torch's (every device), Python's ``random``
+    and numpy's legacy one (``np.random.randn``...), the last from all 64 bits of ``seed``."""
+    import random
+
+    import torch
+
+    torch.manual_seed(seed)
+    random.seed(seed)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        bits = seed % 2 ** 64
+        numpy.random.seed([bits & 0xFFFFFFFF, bits >> 32])
 # Perturbed weights (:func:`perturb_weights`): parameters get additive noise of this many times
 # their RMS; buffers are scaled element by element by 2**u, u uniform in [-BUFFER_OCTAVES/2, +BUFFER_OCTAVES/2].
 PARAMETER_NOISE = 0.25
@@ -77,7 +95,7 @@ class Problem:
         """The model in eval mode on ``device``, weights drawn from a fixed seed."""
         import torch
 
-        torch.manual_seed(WEIGHT_SEED)
+        seeded(WEIGHT_SEED)
         try:
             init = list(self.module.get_init_inputs())
             model = self.module.Model(*init)
@@ -86,6 +104,19 @@ class Problem:
         if not isinstance(model, torch.nn.Module):
             raise ProblemError(self.path, "Model is not a torch.nn.Module")
         return model.to(device).eval()
+
+    def check_reproducible(self, seed: int, first: list[Any], second: list[Any]) -> None:
+        """This problem's error when two draws of ``get_inputs()`` under ``seed`` differ (``first`` and ``second``:
+        a checksum or the like per input): every check compares runs on inputs drawn again from their seed, so
+        such a problem would fail every candidate, the compiler's own kernels included."""
+        differ = [i for i, (a, b) in enumerate(zip(first, second)) if a != b]
+        if differ or len(first) != len(second):
+            which = f"input {differ[0]}" if differ else f"{len(first)} and {len(second)} inputs"
+            raise ProblemError(self.path, f"get_inputs() is not reproducible: two draws under seed {seed} differ "
+                                          f"({which}). Draw with torch (torch.randn...), Python's random or numpy's "
+                                          "global generator (np.random.randn...), which kernelopt seeds before each "
+                                          "draw; a generator of your own (np.random.default_rng(), "
+                                          "torch.Generator()) must be seeded from torch.initial_seed()")
 
     def store_name(self, kernel: str) -> str:
         """The store folder of ``kernel`` at this problem's shape (``<kernel>@<shape>`` when it declares SHAPES)."""
@@ -99,7 +130,7 @@ class Problem:
 
         chosen = choose_shape(self.path, self.shapes, shape or self.shape) if self.shapes or shape else None
         overrides = self.shapes[chosen] if chosen is not None else {}
-        torch.manual_seed(seed)
+        seeded(seed)
         self.draw_seed = seed
         try:
             with torch.device(device), overridden(self.module, overrides):

@@ -92,6 +92,7 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
         # The eager model's own peak, measured with nothing else of ours on the device.
         _reset_peak()
         first = problem.make_inputs(seeds[0], device)
+        drawn = input_checksums(first)  # before anything runs on them; a second draw below must match
         compiled = compile_problem(problem, device, inputs=first, measure_eager_peak=True, variant=request.variant)
         eager_peak = compiled.eager_peak_bytes
         # Read here, after the model ran at these shapes in its own dtypes (a training step records the incoming
@@ -105,6 +106,7 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
             inputs = prepared.inputs(seed)
             prepared.integrity[seed] = input_checksums(inputs)
             del inputs
+        problem.check_reproducible(seeds[0], drawn, prepared.integrity[seeds[0]])
         prepared.references, kind, note = model_stage.build_references(prepared)
         first_seed = prepared.references[seeds[0]].outputs
         written = sum(math.prod(out.shape) * out.dtype.itemsize for out in first_seed)
