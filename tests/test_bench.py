@@ -90,7 +90,9 @@ def bench(tmp_path_factory: pytest.TempPathFactory, compiled_models: Any, kernel
     own_rng.write_text(NOTHING_COMMITTED.replace("import torch", "import numpy as np\nimport torch").replace(
         "torch.randn(8, 32)", "torch.from_numpy(np.random.default_rng().standard_normal((8, 32)))"))
     out = folder / "bench.json"
-    result = kernelopt("bench", ELEMENTWISE, broken, plain, own_rng, "--modes", "eager,default,kernelopt",
+    dropout = folder / "dropout_left_on.py"  # random numbers drawn in the forward
+    dropout.write_text(NOTHING_COMMITTED.replace("torch.relu(x)", "torch.nn.functional.dropout(x, 0.2, training=True)"))
+    result = kernelopt("bench", ELEMENTWISE, broken, plain, own_rng, dropout, "--modes", "eager,default,kernelopt",
                        "--device", "cpu", "--kernels-dir", folder / "kernels", "--json", out)
     return result, json.loads(out.read_text()) if out.exists() else None
 
@@ -105,10 +107,12 @@ def test_bench_finishes_despite_a_broken_problem(bench):
 
     assert result.returncode == 0, result.stderr
     assert data is not None
-    assert [p["model"] for p in data["problems"]] == ["elementwise_chain", "broken_matmul", "relu_affine", "own_rng"]
-    assert [p["status"] for p in data["problems"]] == ["ok", "error", "ok", "error"]
+    assert [p["model"] for p in data["problems"]] == ["elementwise_chain", "broken_matmul", "relu_affine", "own_rng",
+                                                  "dropout_left_on"]
+    assert [p["status"] for p in data["problems"]] == ["ok", "error", "ok", "error", "error"]
     assert "drawing default's inputs" in data["problems"][3]["error"]
     assert "get_inputs() is not reproducible: two draws under seed" in data["problems"][3]["error"]
+    assert "the model draws random numbers when it runs (bernoulli_" in data["problems"][4]["error"]
 
 
 def test_broken_problem_is_an_error_row_naming_the_cause(bench):

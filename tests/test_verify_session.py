@@ -255,10 +255,11 @@ def test_outputs_in_a_dataclass_are_judged_and_an_opaque_object_is_the_problems_
 
 
 @pytest.mark.slow
-def test_a_problem_whose_inputs_a_seed_does_not_fix_is_the_problems_error_not_the_candidates(tmp_path, interpreter):
+def test_a_problem_whose_inputs_or_outputs_a_seed_does_not_fix_is_the_problems_error_not_the_candidates(tmp_path, interpreter):
     """A file drawing from a generator of its own (numpy's default_rng) gave other inputs at every draw: the
     compiler's own kernel was rejected at the kernel stage, "the candidate wrote into memory it may only read".
-    The session now refuses the problem when it opens, saying why and how to draw."""
+    The session now refuses the problem when it opens, saying why and how to draw; and a model that draws random
+    numbers itself (dropout in training mode) likewise, naming the op."""
     from pytest_kernelopt.errors import ProblemError
     from pytest_kernelopt.verify import VerifyOptions, VerifySession
 
@@ -271,6 +272,12 @@ def test_a_problem_whose_inputs_a_seed_does_not_fix_is_the_problems_error_not_th
     text = str(info.value)
     assert "get_inputs() is not reproducible: two draws under seed" in text and "(input 0)" in text, text
     assert "candidate" not in text
+
+    # Random numbers drawn inside the model (dropout left in training mode): other outputs at every run.
+    problem.write_text(OUTPUTS.replace("{RETURN}", "torch.nn.functional.dropout(h, 0.1, training=True)"))
+    with pytest.raises(ProblemError) as info, VerifySession(problem, interpreter, VerifyOptions(seeds=1)) as session:
+        session.open()
+    assert "the model draws random numbers when it runs (bernoulli_" in str(info.value), str(info.value)
 
 
 # `kernelopt verify --candidate A B ...` (one session for several candidates, exit 1 when one is rejected, --json

@@ -36,11 +36,18 @@ class _Eager:
     device: str
 
     def __call__(self, *inputs: Any) -> Any:
+        from ..capture.compiled import draws_seen, random_draws_error
         from ..capture.training import is_training, step
 
+        drawn: list[str] = []
+        forward = draws_seen(drawn)
         if is_training(self.problem):  # the training step: outputs, then every gradient
-            return step(self.model, self.model, self.problem, inputs)
-        return self.model(*inputs)
+            out = step(lambda *xs: forward(self.model, xs), self.model, self.problem, inputs)
+        else:
+            out = forward(self.model, inputs)
+        if drawn:  # other outputs at every run: nothing to judge a mode by
+            raise random_draws_error(self.problem, drawn[0])
+        return out
 
 
 def _as_step(fn: Callable[..., Any], model: Any, problem: Any) -> Callable[..., Any]:

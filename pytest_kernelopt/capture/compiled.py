@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..candidate.format import find_kernel_def
 from ..errors import CaptureError, ProblemError, UsageError
@@ -535,7 +535,7 @@ def _record_kernel_args() -> Iterator[dict[int, tuple[Any, ...]]]:
 
 def compile_problem(
     problem: Problem, device: str, seed: int = 0, variant: str | None = None, reset: bool = True,
-    inputs: list[Any] | None = None, measure_eager_peak: bool = False,
+    inputs: list[Any] | None = None, measure_eager_peak: bool = False, refuse_draws: bool = False,
 ) -> CompiledModel:
     """Compile ``problem`` for ``device`` in inference mode (a training problem: its training step, with
     forward and backward graphs, :mod:`.training`) and open up every graph.
@@ -548,6 +548,8 @@ def compile_problem(
     (inputs and weights included) in ``eager_peak_bytes``; reset torch's peak
     counter before drawing the inputs for that figure to mean anything. ``variant``: a
     name from :mod:`.variants` (Inductor's settings for this compile; None: the defaults).
+    ``refuse_draws``: a model whose eager forward draws random numbers is the problem's error
+    (:func:`random_draws_error`) before anything compiles (the verifier's; listing its kernels is fine).
     """
     import torch
     import torch._dynamo
@@ -564,13 +566,17 @@ def compile_problem(
 
     training = is_training(problem)
     try:
+        drawn: list[str] = []
+        forward = draws_seen(drawn)
         if training:
-            step(model, model, problem, inputs)
+            step(lambda *xs: forward(model, xs), model, problem, inputs)
         else:
             with torch.no_grad():
-                model(*inputs)
+                forward(model, inputs)
         eager_peak = int(torch.cuda.max_memory_allocated()) if measure_eager_peak and device == "cuda" else None
-    except torch.OutOfMemoryError:
+        if drawn and refuse_draws:
+            raise random_draws_error(problem, drawn[0])
+    except (torch.OutOfMemoryError, ProblemError):
         raise
     except Exception as exc:
         raise ProblemError(problem.path, f"the model fails in eager mode{_where(exc, problem.path)}: "
@@ -633,6 +639,36 @@ def compile_problem(
         problem=problem, device=device, model=model, compiled=compiled, graphs=graphs, kernels=kernels, externs=externs,
         generation=_generation, eager_peak_bytes=eager_peak,
     )
+
+
+def draws_seen(drawn: list[str]) -> Callable[[Any, Any], Any]:
+    """A runner of a model's forward, ``forward(model, inputs)``, that appends to ``drawn`` the name of each random
+    draw inside it: an ATen op torch tags ``nondeterministic_seeded`` (dropout with training=True, rand_like,
+    bernoulli, multinomial...). A training step's incoming gradients, drawn outside the forward, are not its."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Draws(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if torch.Tag.nondeterministic_seeded in func.tags:
+                drawn.append(str(func.overloadpacket.__name__))
+            return func(*args, **(kwargs or {}))
+
+    def forward(model: Any, xs: Any) -> Any:
+        with _Draws():
+            return model(*xs)
+
+    return forward
+
+
+def random_draws_error(problem: Problem, op: str) -> ProblemError:
+    """The problem's error for a model that draws random numbers when it runs (``op``, :func:`draws_seen`): it
+    computes other outputs at every run, so nothing of it can be judged against float64 or an earlier run, and
+    every candidate would pass or fail by chance."""
+    return ProblemError(problem.path, f"the model draws random numbers when it runs ({op}: dropout with training=True, "
+                                      "rand_like, bernoulli...): its outputs differ at every run, so no kernel of it "
+                                      "can be judged. Draw them in get_inputs() and pass them in (a noise or mask "
+                                      "input), or leave dropout to eval()")
 
 
 def read_kernel_source(autotuner: Any, wrapper: Any, attr: str) -> str:

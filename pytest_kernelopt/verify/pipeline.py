@@ -93,7 +93,8 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
         _reset_peak()
         first = problem.make_inputs(seeds[0], device)
         drawn = input_checksums(first)  # before anything runs on them; a second draw below must match
-        compiled = compile_problem(problem, device, inputs=first, measure_eager_peak=True, variant=request.variant)
+        compiled = compile_problem(problem, device, inputs=first, measure_eager_peak=True, variant=request.variant,
+                                    refuse_draws=True)
         eager_peak = compiled.eager_peak_bytes
         # Read here, after the model ran at these shapes in its own dtypes (a training step records the incoming
         # gradients it started from; the float64 reference's, below, are wider); the outputs' writes below.
