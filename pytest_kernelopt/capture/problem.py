@@ -32,6 +32,18 @@ from .shapes import choose_shape, overridden, read_shapes, store_name
 
 WEIGHT_SEED = 0  # the seed while the problem's own weights are built
 
+# Perturbed weights (:func:`perturb_weights`): parameters get additive noise of this many times
+# their RMS; buffers are scaled element by element by 2**u, u uniform in [-BUFFER_OCTAVES/2, +BUFFER_OCTAVES/2].
+PARAMETER_NOISE = 0.25
+BUFFER_OCTAVES = 1.0
+_PIECE = 1 << 24  # elements drawn at a time: no full-size temporary beside an 8 GiB weight
+
+
+def _where(exc: BaseException, path: Path) -> str:
+    """``line N`` of the innermost frame inside the problem file, if any."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]
+    return f" (line {frames[-1].lineno})" if frames else ""
+
 
 def seeded(seed: int) -> None:
     """Seed every global generator a problem file may draw from: torch's (every device), Python's ``random``
@@ -46,17 +58,6 @@ def seeded(seed: int) -> None:
     if numpy is not None:
         bits = seed % 2 ** 64
         numpy.random.seed([bits & 0xFFFFFFFF, bits >> 32])
-# Perturbed weights (:func:`perturb_weights`): parameters get additive noise of this many times
-# their RMS; buffers are scaled element by element by 2**u, u uniform in [-BUFFER_OCTAVES/2, +BUFFER_OCTAVES/2].
-PARAMETER_NOISE = 0.25
-BUFFER_OCTAVES = 1.0
-_PIECE = 1 << 24  # elements drawn at a time: no full-size temporary beside an 8 GiB weight
-
-
-def _where(exc: BaseException, path: Path) -> str:
-    """``line N`` of the innermost frame inside the problem file, if any."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]
-    return f" (line {frames[-1].lineno})" if frames else ""
 
 
 @dataclass
