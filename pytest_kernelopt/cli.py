@@ -354,11 +354,17 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     for shape in shapes:
         at = problem.at(shape) if shape is not None else problem
-        summary = compile_problem(at, device, variant=variant).summary()  # a model that fails: its one error line
+        compiled = compile_problem(at, device, variant=variant)  # a model that fails: its one error line
+        summary = compiled.summary()
         if shape == shapes[0]:
             print(f"settings: {settings.describe(None)}", file=sys.stderr)
             if variant is not None:
                 print(f"compiled as {variant!r} (model.json's compile settings)", file=sys.stderr)
+            if compiled.draws is not None:
+                from .capture.compiled import random_draws_error
+
+                print(f"warning: {random_draws_error(problem, compiled.draws)} (verify, accept, tune and bench refuse "
+                      "it, and the gate fails it where kernels are committed)", file=sys.stderr)
         if args.dump:
             from .candidate import write_dumps
 

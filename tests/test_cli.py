@@ -65,6 +65,18 @@ def test_kernels_says_when_there_is_no_triton_kernel(kernelopt, tmp_path):
            "(extern_kernels.mm), which kernelopt leaves alone" in result.stderr
 
 
+def test_kernels_lists_a_model_that_draws_random_numbers_and_says_the_verifier_refuses_it(kernelopt, tmp_path):
+    problem = tmp_path / "noisy.py"
+    problem.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                       "        return x + torch.rand_like(x)\n\n\ndef get_inputs():\n    return [torch.randn(8, 8)]\n"
+                       "\n\ndef get_init_inputs():\n    return []\n")
+    result = kernelopt("kernels", problem)
+    assert result.returncode == 0, result.stderr
+    assert "triton_" in result.stdout
+    assert "warning: " in result.stderr and "the model draws random numbers when it runs (rand_like" in result.stderr
+    assert "verify, accept, tune and bench refuse it" in result.stderr
+
+
 @pytest.mark.slow
 def test_kernels_json(kernels_listing):
     listing = kernels_listing(PROBLEMS / "small_mlp_graph_break.py")

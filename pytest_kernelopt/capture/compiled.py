@@ -65,6 +65,9 @@ class CompiledModel:
     generation: int = 0
     # Peak device memory of one eager call, inputs and weights included (CUDA only).
     eager_peak_bytes: int | None = None
+    # The first random draw its eager forward made (an ATen op's name, :func:`draws_seen`); None: none.
+    # compile_problem(refuse_draws=True), the verifier's, refuses such a model instead.
+    draws: str | None = None
 
     def __call__(self, *inputs: Any) -> Any:
         import torch
@@ -637,7 +640,7 @@ def compile_problem(
             kernels[name] = KernelHandle(info=info, module=module, attr=attr, original=autotuner)
     return CompiledModel(
         problem=problem, device=device, model=model, compiled=compiled, graphs=graphs, kernels=kernels, externs=externs,
-        generation=_generation, eager_peak_bytes=eager_peak,
+        generation=_generation, eager_peak_bytes=eager_peak, draws=drawn[0] if drawn else None,
     )
 
 
