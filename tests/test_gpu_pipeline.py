@@ -99,6 +99,28 @@ def test_the_limit_of_gemm_and_convolution_models_is_a_lower_bound(large: None) 
     assert "tf32" in conv.min_flops  # torch's default lets cuDNN use TF32 for float32 convolutions
 
 
+def test_a_training_steps_limit_counts_its_incoming_gradient_and_stays_a_lower_bound(tmp_path: Path) -> None:
+    """A training step's floor: input and weight read, output and both gradients written, and the incoming
+    gradient its backward reads (the default loss's, in the output's dtype); the step at most at its limit.
+    Without the incoming gradient the bf16 RMSNorm step read 53% with both kernels at the copy rate (H100,
+    2026-12-06); with it, 70%."""
+    from pytest_kernelopt.benchmark import BenchJob, BenchSettings, run_bench
+
+    path = Path(__file__).parent.parent / "bench" / "train" / "rms_norm_bf16_train.py"
+    modes = ["default"]
+    job = BenchJob(problem=str(path), modes=modes, device="cuda", kernels_dir=str(tmp_path / "kernels"),  # type: ignore[arg-type]
+                   seconds=0.5)
+    (problem,) = run_bench([job], BenchSettings(modes=modes, device="cuda", seconds=0.5, timeout=600),  # type: ignore[arg-type]
+                           quiet=True).problems
+    assert problem.status == "ok", problem.error
+    rows, features = 16384, 4096
+    x, w = 2 * rows * features, 2 * features  # bfloat16
+    assert problem.min_written_bytes == x + x + w  # the output, the input's and the weight's gradients
+    assert problem.min_bytes == x + w + (x + x + w) + x  # + the incoming gradient, read
+    pct = problem.mode("default").limit_pct
+    assert pct is not None and 0.0 < pct <= 105.0, pct
+
+
 def test_production_model_computes_what_the_gate_measures_at_its_speed(large: None, tmp_path: Path) -> None:
     import copy
 
