@@ -672,7 +672,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
         print_tune_table(record)
         print(f"run directory: {Path(runs) / record.run_id}")
-        if device != "cuda" and not any(k.stored_version for p in record.problems for k in p.kernels):
+        if (device != "cuda" and not any(k.stored_version for p in record.problems for k in p.kernels)
+                and any(p.error is None for p in record.problems)):  # where every problem failed, its error says why
             correct = [a.file for p in record.problems for k in p.kernels for a in k.history
                        if a.status in ("correct", "accepted") and a.file]
             print(_nothing_stored(Path(runs) / record.run_id, correct))

@@ -484,6 +484,28 @@ def test_a_cpu_tune_ends_saying_that_accept_stores(correct, tmp_path, monkeypatc
     assert (folder in last) == bool(correct), last
 
 
+def test_a_cpu_tune_whose_every_problem_failed_ends_without_the_accept_hint(tmp_path, monkeypatch, capsys):
+    """The problem's own error is what such a run says; "nothing stored ... kernelopt accept" would send the
+    user to store a candidate of a problem that cannot be opened."""
+    import pytest_kernelopt.agents as agents
+    from pytest_kernelopt.runs.records import ProblemOutcome, RunRecord
+    from pytest_kernelopt.cli import main
+
+    shutil.copy(PROBLEMS / "softmax_rows.py", tmp_path / "softmax_rows.py")
+    (tmp_path / "pyproject.toml").write_text('[tool.kernelopt]\ndevice = "cpu"\n')
+
+    def tune(problems, options, **kwargs):
+        return RunRecord(run_id="r1", started="now", agent="search", kernels_dir="kernels", problems=[
+            ProblemOutcome(model="softmax_rows", problem=str(problems[0]), device="cpu", speed_measured=False,
+                           error="softmax_rows.py: the model draws random numbers when it runs")])
+
+    monkeypatch.setattr(agents, "tune", tune)
+    monkeypatch.chdir(tmp_path)
+    main(["tune", "softmax_rows.py", "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert "the model draws random numbers" in out and "nothing stored" not in out, out
+
+
 def test_a_stale_kernel_names_the_command_that_carries_it_over():
     from pytest_kernelopt.gate.failure import GateFailure, stale
 
