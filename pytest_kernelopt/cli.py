@@ -388,6 +388,10 @@ def cmd_kernels(args: argparse.Namespace) -> int:
             print(f"{problem.id}: no Triton kernels: Inductor generated none"
                   + (f"; the model runs {len(summary.externs)} extern call(s) ({', '.join(targets)}), which kernelopt "
                      "leaves alone" if targets else ""), file=sys.stderr)
+        if compiled.graph_breaks:
+            print(f"{problem.id}: Dynamo broke the model's graph ({'; '.join(compiled.graph_breaks)}): the code past a "
+                  "break is compiled as another graph or runs eagerly, and Inductor generates no kernel for what runs "
+                  "eagerly (TORCH_LOGS=graph_breaks shows where)", file=sys.stderr)
     if args.json:
         print(json.dumps(rows, indent=2))
     return EXIT_OK

@@ -51,6 +51,15 @@ def test_kernels_table_lists_triton_kernels_and_extern_calls(kernelopt, compiled
     assert re.search(r"addmm_0\W+extern\W", result.stdout)  # the row of the GEMM is an extern call
     assert "extern_kernels.addmm" in result.stdout
     assert result.stderr.startswith("settings: ")  # like every command
+    assert "Dynamo broke" not in result.stderr
+
+
+def test_a_graph_break_is_named_where_the_kernels_are_listed(compiled_models):
+    """Code past a graph break is another graph or runs eagerly, unseen by Inductor: capture keeps Dynamo's reason
+    (one line each) for `kernelopt kernels` to say; a model without a break has none."""
+    breaks = compiled_models.get(PROBLEMS / "small_mlp_graph_break.py").graph_breaks
+    assert len(breaks) == 1 and "torch._dynamo.graph_break()" in breaks[0] and "\n" not in breaks[0], breaks
+    assert compiled_models.get(PROBLEMS / "softmax_rows.py").graph_breaks == []
 
 
 @pytest.mark.slow  # compiles the problem in a kernelopt process

@@ -65,6 +65,9 @@ class CompiledModel:
     generation: int = 0
     # Peak device memory of one eager call, inputs and weights included (CUDA only).
     eager_peak_bytes: int | None = None
+    # Why Dynamo broke the model's graph or left code to run eagerly, one line each (:func:`_dynamo_breaks`):
+    # code past a break is compiled as another graph or not at all, so Inductor generates no kernel for it.
+    graph_breaks: list[str] = field(default_factory=list)
     # The first random draw its eager forward made (an ATen op's name, :func:`draws_seen`); None: none.
     # compile_problem(refuse_draws=True), the verifier's, refuses such a model instead.
     draws: str | None = None
@@ -586,6 +589,7 @@ def compile_problem(
                                          f"{type(exc).__name__}: {_first_line(exc)}") from exc
 
     compiled = torch.compile(model, backend="inductor")
+    breaks_before = _dynamo_breaks()
     try:
         with compiling(variant), fresh_races(), _recording_races(), _record_wrapper_modules() as loaded, \
                 _record_kernel_args() as seen, \
@@ -641,7 +645,24 @@ def compile_problem(
     return CompiledModel(
         problem=problem, device=device, model=model, compiled=compiled, graphs=graphs, kernels=kernels, externs=externs,
         generation=_generation, eager_peak_bytes=eager_peak, draws=drawn[0] if drawn else None,
+        graph_breaks=[reason for reason, n in _dynamo_breaks().items() if n > breaks_before.get(reason, 0)],
     )
+
+
+def _dynamo_breaks() -> dict[str, int]:
+    """Dynamo's counts of graph breaks and of constructs it does not support (``torch._dynamo.utils.counters``,
+    torch 2.11-2.15), by the first line of each reason; {} where this torch keeps them elsewhere."""
+    try:
+        from torch._dynamo.utils import counters
+
+        found: dict[str, int] = {}
+        for group in ("graph_break", "unimplemented"):
+            for reason, n in counters[group].items():
+                line = str(reason).strip().splitlines()[0][:200] if str(reason).strip() else "(no reason given)"
+                found[line] = found.get(line, 0) + int(n)
+        return found
+    except Exception:  # noqa: BLE001 - a note for the user, never a failure
+        return {}
 
 
 def draws_seen(drawn: list[str]) -> Callable[[Any, Any], Any]:
