@@ -840,19 +840,22 @@ def test_a_lone_near_miss_is_not_combined(tmp_path):
     assert not any(e.event == "combine" for e in events)
 
 
-def test_a_model_without_triton_kernels_says_so(tmp_path, capsys):
+@pytest.mark.parametrize("breaks", [[], ["Attempted to wrap RNN, GRU, or LSTM"]])
+def test_a_model_without_triton_kernels_says_so(tmp_path, capsys, breaks):
     from pytest_kernelopt.agents.progress import print_tune_table
     from pytest_kernelopt.records import ExternCallInfo
 
     session = FakeSession(_inductor_info(), {}, seconds=0.0)
     session.opened = type("O", (), {"kernels": [], "environment": ENV, "seconds": 0.1, "externs": [
-        ExternCallInfo(name="buf0", graph=0, target="extern_kernels.mm")]})()
+        ExternCallInfo(name="buf0", graph=0, target="extern_kernels.mm")], "graph_breaks": breaks})()
     tuner, run, store = _tuner(tmp_path, session)
     outcome = tuner.tune_problem(_problem(tmp_path))
     run.close()
     assert outcome.error is None and outcome.kernels == []
     assert outcome.note == ("no Triton kernels to tune: Inductor generated none; the model runs 1 extern call(s) "
-                            "(extern_kernels.mm), which kernelopt leaves alone")
+                            "(extern_kernels.mm), which kernelopt leaves alone"
+                            + ("; Dynamo broke its graph (Attempted to wrap RNN, GRU, or LSTM), and what runs "
+                               "eagerly gets no kernel" if breaks else ""))
     assert session.calls == []
     record, _ = load_run(run.root)
     assert record.problems[0].note == outcome.note

@@ -294,6 +294,22 @@ def test_flops_are_counted_on_meta_tensors_per_rate_with_torchs_formulas():
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
     assert model.linear.weight.device.type == "cpu" and not model.linear.weight.is_meta  # the model is untouched
 
+    class Rebinding(torch.nn.Module):  # KernelBench's LSTMs keep h0 as a plain attribute and move it in forward
+        def __init__(self):
+            super().__init__()
+            self.h0 = torch.randn(2, 3)
+            self.linear = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            self.h0 = self.h0.to(x.device)
+            return self.linear(x + self.h0)
+
+    rebinding = Rebinding()
+    h0 = rebinding.h0
+    assert min_flops(rebinding, [torch.randn(2, 3)]) == {"float32": 2 * 2 * 3 * 3}
+    assert rebinding.h0 is h0  # not the meta tensor its forward bound on the meta run
+    rebinding(torch.randn(2, 3))  # and the model still runs
+
     class Pointwise(torch.nn.Module):
         def forward(self, x):
             return x * 2

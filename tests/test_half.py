@@ -50,6 +50,35 @@ def _half_model():
     return Model
 
 
+def test_float64_reference_widens_tensors_a_module_keeps_as_plain_attributes():
+    """A KernelBench-style LSTM keeps its initial state as a plain attribute (``self.h0``, not a buffer), which
+    ``model.double()`` leaves in float32: its float64 copy raised (float and double operands) and the problem fell
+    back to the fp32 eager reference. The copy widens such tensors too; the model itself is untouched."""
+    import torch
+
+    from pytest_kernelopt.verify.model import _float64_outputs
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.h0 = torch.randn(1, 2, 4)
+            self.c0 = torch.randn(1, 2, 4)
+            self.lstm = torch.nn.LSTM(3, 4, batch_first=True)
+
+        def forward(self, x):
+            self.h0 = self.h0.to(x.device)
+            out, _ = self.lstm(x, (self.h0, self.c0))
+            return out[:, -1, :]
+
+    torch.manual_seed(0)
+    model = Model().eval()
+    x = torch.randn(2, 5, 3)
+    (out,) = _float64_outputs(model, [x.clone()], "cpu")
+    assert out.dtype == torch.float64 and model.h0.dtype == torch.float32
+    with torch.no_grad():
+        assert torch.allclose(out, model(x).double(), atol=1e-5)
+
+
 def test_float64_reference_computes_in_float64_whatever_dtypes_the_forward_names(interpreter):
     import torch
 

@@ -185,7 +185,9 @@ class Tuner:
                     targets = sorted({e.target for e in opened.externs})
                     outcome.note = ("no Triton kernels to tune: Inductor generated none"
                                     + (f"; the model runs {len(opened.externs)} extern call(s) ({', '.join(targets)}), "
-                                       "which kernelopt leaves alone" if targets else ""))
+                                       "which kernelopt leaves alone" if targets else "")
+                                    + (f"; Dynamo broke its graph ({'; '.join(opened.graph_breaks)}), and what runs "
+                                       "eagerly gets no kernel" if opened.graph_breaks else ""))
                     ev("planner", "stop", reason=outcome.note)
                     self.ui.message(f"{model}: {outcome.note}")
                     return outcome

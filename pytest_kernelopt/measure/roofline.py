@@ -161,6 +161,9 @@ def min_flops(model: Any, inputs: list[Any], grad_inputs: list[int] | None = Non
     def meta(x: Any) -> Any:
         return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta") if isinstance(x, torch.Tensor) else x
 
+    # A forward may rebind attributes of its modules (``self.h0 = self.h0.to(x.device)``, a KernelBench LSTM): on
+    # meta inputs that would leave a meta tensor in the model. Every module's attributes are put back after.
+    attributes = [(m, dict(m.__dict__)) for m in model.modules()]
     try:
         state = {name: meta(t) for name, t in [*model.named_parameters(), *model.named_buffers()]}
         xs = [meta(x) for x in inputs]
@@ -178,6 +181,10 @@ def min_flops(model: Any, inputs: list[Any], grad_inputs: list[int] | None = Non
                                     allow_unused=True)
     except Exception:  # noqa: BLE001 - a model that needs real data: no FLOP floor, never an error
         return None
+    finally:
+        for module, saved in attributes:  # the same objects back (no comparison: == on tensors is elementwise)
+            module.__dict__.clear()
+            module.__dict__.update(saved)
     return {rate: n for rate, n in counts.items() if n > 0}
 
 

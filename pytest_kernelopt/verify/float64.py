@@ -55,14 +55,18 @@ def float64_outputs(model: Any, inputs: list[Any], device: str, notes: list[str]
 
     Takes the caller's list and empties it, so the inputs are freed while the float64 model
     runs (at 2^31 elements that is 8 GiB less at the session's peak). Floating-point inputs and
-    every floating-point parameter and buffer (bf16 or fp16 ones a model cast in ``__init__``
-    included) become float64; integer ones stay as they are. Where the forward raises under
+    every floating-point parameter, buffer and tensor a module keeps as a plain attribute (bf16 or fp16
+    ones a model cast in ``__init__`` included) become float64; integer ones stay as they are. Where the forward raises under
     :class:`Float64Mode`, it runs again without it, and a line saying so is added to ``notes``.
     A training problem runs its step (outputs, then gradients: ``capture.training.run_eager``).
     """
     from ..capture.training import run_eager
 
     model64 = copy.deepcopy(model).to(device).double()
+    for module in model64.modules():  # tensors kept as plain attributes (a KernelBench LSTM's ``self.h0``) too
+        for name, value in list(vars(module).items()):
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and not name.startswith("_"):
+                module.__dict__[name] = value.to(device=device, dtype=torch.float64)
     args = [(x.to(device).double() if x.is_floating_point() else x.to(device)) if isinstance(x, torch.Tensor) else x
             for x in inputs]
     inputs.clear()

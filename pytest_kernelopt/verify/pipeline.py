@@ -121,7 +121,7 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
         device=device, graphs=summary.graphs, kernels=summary.kernels, externs=summary.externs,
         environment=environment(device), seconds=time.monotonic() - started, reference=kind, reference_note=note,
         eager_peak_bytes=eager_peak, peak_bytes=_PeakTracker.stage(), min_bytes=floor.bytes,
-        min_written_bytes=floor.written, min_flops=floor.flops,
+        min_written_bytes=floor.written, min_flops=floor.flops, graph_breaks=compiled.graph_breaks,
     )
     return prepared, opened
 

@@ -115,6 +115,8 @@ class Opened(Message):
     min_written_bytes: int | None = None  # the part of min_bytes that is the outputs, written
     # FLOPs of its matrix products and convolutions per call, by dtype: the compute limit's floor.
     min_flops: dict[str, int] | None = None
+    # Why Dynamo broke the model's graph, one line each (capture's CompiledModel.graph_breaks).
+    graph_breaks: list[str] = Field(default_factory=list)
 
 
 def _known_stage(name: str) -> str:
