@@ -279,6 +279,15 @@ def test_a_problem_whose_inputs_or_outputs_a_seed_does_not_fix_is_the_problems_e
         session.open()
     assert "the model draws random numbers when it runs (bernoulli_" in str(info.value), str(info.value)
 
+    # A graph that specialises on an input's value (a Python number from .item()): compiled again for every draw,
+    # its kernels not launched on the next draw ("rejected at kernel: ... was not launched", the unedited dump).
+    problem.write_text(OUTPUTS.replace("{RETURN}", "torch.softmax(h / x.abs().max().item(), -1)"))
+    with pytest.raises(ProblemError) as info, VerifySession(problem, interpreter, VerifyOptions(seeds=2)) as session:
+        session.open()
+    text = str(info.value)
+    assert "the compiled model compiled again for another input draw (Dynamo: " in text, text
+    assert "capture_scalar_outputs = True" in text and "candidate" not in text
+
 
 # `kernelopt verify --candidate A B ...` (one session for several candidates, exit 1 when one is rejected, --json
 # printing nothing but the JSON list): tests/test_cascade.py's pointwise_verdicts run, on this problem.

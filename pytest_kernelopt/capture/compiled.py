@@ -665,6 +665,39 @@ def _dynamo_breaks() -> dict[str, int]:
         return {}
 
 
+def graphs_compiled() -> int | None:
+    """How many graphs Dynamo has compiled in this process so far (``counters["stats"]["unique_graphs"]``,
+    torch 2.11-2.15); None where this torch keeps the count elsewhere."""
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
+    except Exception:  # noqa: BLE001 - a check of ours, never the model's failure
+        return None
+
+
+def recompiled_error(problem: Problem) -> ProblemError:
+    """The problem's error for a compiled model that compiled again for another input draw: its graph
+    specialises on input values (or sizes), so its kernels differ from one draw to the next (a kernel captured on
+    one draw is not launched on another) and none can be verified or stored. Names Dynamo's reason (the guard
+    that failed, with the line of the model it guards) where this torch records one."""
+    reason = ""
+    try:
+        from torch._dynamo import guard_failures
+
+        failed = [str(r).strip() for reasons in guard_failures.values() for r in reasons if str(r).strip()]
+        if failed:
+            reason = " (Dynamo: " + " ".join(failed[-1].splitlines()[0].split())[:240] + ")"
+    except Exception:  # noqa: BLE001 - the reason is extra
+        pass
+    return ProblemError(problem.path, f"the compiled model compiled again for another input draw{reason}: its "
+                                      "graph specialises on what the draws change (a Python number from `.item()`, a "
+                                      "float input, a size get_inputs() varies), so its kernels differ from one input "
+                                      "to the next and none can be verified or stored; keep such values tensors (or "
+                                      "set torch._dynamo.config.capture_scalar_outputs = True in the problem file), "
+                                      "and draw one shape per declared SHAPES entry")
+
+
 def draws_seen(drawn: list[str]) -> Callable[[Any, Any], Any]:
     """A runner of a model's forward, ``forward(model, inputs)``, that appends to ``drawn`` the name of each random
     draw inside it: an ATen op torch tags ``nondeterministic_seeded`` (dropout with training=True, rand_like,

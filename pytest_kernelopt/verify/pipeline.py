@@ -79,6 +79,7 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
     import torch
 
     from ..capture import compile_problem
+    from ..capture.compiled import graphs_compiled, recompiled_error
     from ..config import resolve_device
     from ..capture.problem import load_problem
     from ..capture.floor import call_floor
@@ -108,7 +109,10 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
             prepared.integrity[seed] = input_checksums(inputs)
             del inputs
         problem.check_reproducible(seeds[0], drawn, prepared.integrity[seeds[0]])
+        compiled_before = graphs_compiled()  # the baseline runs every seed's draw: it must not compile again
         prepared.references, kind, note = model_stage.build_references(prepared)
+        if compiled_before is not None and graphs_compiled() != compiled_before:
+            raise recompiled_error(problem)
         first_seed = prepared.references[seeds[0]].outputs
         written = sum(math.prod(out.shape) * out.dtype.itemsize for out in first_seed)
         floor = reads.writing(written)
