@@ -62,23 +62,27 @@ def test_a_graph_break_is_named_where_the_kernels_are_listed(compiled_models):
     assert compiled_models.get(PROBLEMS / "softmax_rows.py").graph_breaks == []
 
 
+def _tiny_problem(folder: Path, name: str, args: str, returns: str, inputs: str) -> Path:
+    """A problem file ``folder/name.py`` whose ``forward(self, args)`` returns ``returns``, drawn as ``inputs``."""
+    problem = folder / f"{name}.py"
+    problem.write_text(f"import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, {args}):\n"
+                       f"        return {returns}\n\n\ndef get_inputs():\n    return [{inputs}]\n"
+                       "\n\ndef get_init_inputs():\n    return []\n")
+    return problem
+
+
 @pytest.mark.slow  # compiles the problem in a kernelopt process
 def test_kernels_says_when_there_is_no_triton_kernel(kernelopt, tmp_path):
-    problem = tmp_path / "plain_matmul.py"
-    problem.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, a, b):\n"
-                       "        return a @ b\n\n\ndef get_inputs():\n    return [torch.randn(8, 8), torch.randn(8, 8)]\n"
-                       "\n\ndef get_init_inputs():\n    return []\n")
+    problem = _tiny_problem(tmp_path, "plain_matmul", "a, b", "a @ b", "torch.randn(8, 8), torch.randn(8, 8)")
     result = kernelopt("kernels", problem)
     assert result.returncode == 0, result.stderr
     assert "plain_matmul: no Triton kernels: Inductor generated none; the model runs 1 extern call(s) " \
            "(extern_kernels.mm), which kernelopt leaves alone" in result.stderr
 
 
+@pytest.mark.slow  # compiles the problem in a kernelopt process
 def test_kernels_lists_a_model_that_draws_random_numbers_and_says_the_verifier_refuses_it(kernelopt, tmp_path):
-    problem = tmp_path / "noisy.py"
-    problem.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
-                       "        return x + torch.rand_like(x)\n\n\ndef get_inputs():\n    return [torch.randn(8, 8)]\n"
-                       "\n\ndef get_init_inputs():\n    return []\n")
+    problem = _tiny_problem(tmp_path, "noisy", "x", "x + torch.rand_like(x)", "torch.randn(8, 8)")
     result = kernelopt("kernels", problem)
     assert result.returncode == 0, result.stderr
     assert "triton_" in result.stdout
