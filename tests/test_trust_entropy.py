@@ -87,6 +87,18 @@ def test_perturbed_weights_vary_every_parameter_and_keep_buffers_structure(inter
     assert torch.isinf(bn.running_mean[4]) and torch.equal(a.mask, own.mask)
     assert torch.equal(bn.num_batches_tracked, bn0.num_batches_tracked)  # integer buffers untouched
 
+    # A tensor kept as a plain attribute (a temperature the serving code may change) varies like a buffer: a
+    # candidate with `tl.load(temp) * 0.0 + 2.0` passed every check while the attribute never varied. One that
+    # shares memory with a parameter changes with it, and integer ones stay.
+    from pytest_kernelopt.capture.problem import tensor_attributes
+
+    plain = model()
+    plain.temp, plain.index, plain.view = torch.full((1,), 2.0), torch.arange(3), plain[0].weight.t()
+    assert tensor_attributes(plain) == [plain.temp]
+    perturb_weights(plain, 5)
+    assert 2.0 * 2 ** -0.5 <= float(plain.temp) <= 2.0 * 2 ** 0.5 and float(plain.temp) != 2.0
+    assert torch.equal(plain.index, torch.arange(3)) and torch.equal(plain.view, plain[0].weight.t())
+
 
 def _folded_bias(dump: str, bias: list[float]) -> str:
     """The dump with its load of the per-channel bias replaced by the problem's own values as constants."""

@@ -201,7 +201,8 @@ def perturb_weights(model: Any, seed: int) -> None:
     Parameters (floating point): additive normal noise of :data:`PARAMETER_NOISE` times the
     tensor's RMS, or, for an all-zero one (a bias or a LayerNorm shift as initialised), the
     mean RMS of the model's other parameters; so constant ones (LayerNorm's ones and zeros)
-    vary too. Buffers (floating point): each element scaled by a positive factor, so signs,
+    vary too. Buffers and tensors kept as plain attributes (:func:`tensor_attributes`; floating
+    point): each element scaled by a positive factor, so signs,
     zeros, infinities and NaNs keep their places (a running variance stays positive, a mask
     of zeros and -inf stays one). Integer and bool tensors are left alone. The same seed
     gives the same weights on the same kind of device.
@@ -222,13 +223,31 @@ def perturb_weights(model: Any, seed: int) -> None:
             for piece in _pieces(p):
                 piece.add_(torch.randn(piece.shape, generator=gen, device=p.device, dtype=torch.float32)
                            .mul_(scale).to(piece.dtype))
-        for k, b in enumerate(model.buffers()):
+        for k, b in enumerate([*model.buffers(), *tensor_attributes(model)]):
             if not b.dtype.is_floating_point:
                 continue
             gen = torch.Generator(device=b.device).manual_seed(root + len(params) + k)
             for piece in _pieces(b):
                 u = torch.rand(piece.shape, generator=gen, device=b.device, dtype=torch.float32) - 0.5
                 piece.mul_(torch.exp2(u * BUFFER_OCTAVES).to(piece.dtype))
+
+
+def tensor_attributes(model: Any) -> list[Any]:
+    """The floating-point tensors the model's modules keep as plain attributes (``self.temp = torch.full(...)``,
+    a KernelBench LSTM's ``self.h0``): not parameters or buffers, so not in its state_dict, but read by its
+    kernels like weights and changeable at run time. Those sharing memory with a parameter or buffer are left
+    out (they change with it)."""
+    import torch
+
+    owned = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    found: list[Any] = []
+    for module in model.modules():
+        for name, value in vars(module).items():
+            if (isinstance(value, torch.Tensor) and value.dtype.is_floating_point and not name.startswith("_")
+                    and not isinstance(value, torch.nn.Parameter) and value.untyped_storage().data_ptr() not in owned
+                    and all(value is not t for t in found)):
+                found.append(value)
+    return found
 
 
 def _pieces(t: Any) -> list[Any]:

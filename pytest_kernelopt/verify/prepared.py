@@ -258,7 +258,10 @@ def _host_copy(t: Any, pin: bool) -> Any:
 
 
 def _weights(model: Any) -> list[Any]:
-    return [*model.parameters(), *model.buffers()]
+    """What the verifier varies as weights: parameters, buffers and tensors kept as plain attributes."""
+    from ..capture.problem import tensor_attributes
+
+    return [*model.parameters(), *model.buffers(), *tensor_attributes(model)]
 
 
 def weight_sums(model: Any) -> list[Any]:
