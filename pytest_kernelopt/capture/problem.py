@@ -237,17 +237,22 @@ def tensor_attributes(model: Any) -> list[Any]:
     a KernelBench LSTM's ``self.h0``): not parameters or buffers, so not in its state_dict, but read by its
     kernels like weights and changeable at run time. Those sharing memory with a parameter or buffer are left
     out (they change with it)."""
-    import torch
-
     owned = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
     found: list[Any] = []
-    for module in model.modules():
-        for name, value in vars(module).items():
-            if (isinstance(value, torch.Tensor) and value.dtype.is_floating_point and not name.startswith("_")
-                    and not isinstance(value, torch.nn.Parameter) and value.untyped_storage().data_ptr() not in owned
-                    and all(value is not t for t in found)):
-                found.append(value)
+    for _, _, value in plain_tensors(model):
+        if value.untyped_storage().data_ptr() not in owned and all(value is not t for t in found):
+            found.append(value)
     return found
+
+
+def plain_tensors(model: Any) -> list[tuple[Any, str, Any]]:
+    """(module, attribute name, tensor) for every floating-point tensor a module of ``model`` keeps as a plain
+    attribute (not a parameter or buffer, not a private ``_name``)."""
+    import torch
+
+    return [(module, name, value) for module in model.modules() for name, value in vars(module).items()
+            if isinstance(value, torch.Tensor) and value.dtype.is_floating_point and not name.startswith("_")
+            and not isinstance(value, torch.nn.Parameter)]
 
 
 def _pieces(t: Any) -> list[Any]:

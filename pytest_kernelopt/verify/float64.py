@@ -62,11 +62,11 @@ def float64_outputs(model: Any, inputs: list[Any], device: str, notes: list[str]
     """
     from ..capture.training import run_eager
 
+    from ..capture.problem import plain_tensors
+
     model64 = copy.deepcopy(model).to(device).double()
-    for module in model64.modules():  # tensors kept as plain attributes (a KernelBench LSTM's ``self.h0``) too
-        for name, value in list(vars(module).items()):
-            if isinstance(value, torch.Tensor) and value.is_floating_point() and not name.startswith("_"):
-                module.__dict__[name] = value.to(device=device, dtype=torch.float64)
+    for module, name, value in plain_tensors(model64):  # tensors kept as plain attributes (an LSTM's ``h0``) too
+        module.__dict__[name] = value.to(device=device, dtype=torch.float64)
     args = [(x.to(device).double() if x.is_floating_point() else x.to(device)) if isinstance(x, torch.Tensor) else x
             for x in inputs]
     inputs.clear()
