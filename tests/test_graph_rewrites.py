@@ -5,6 +5,7 @@ Interpreter mode: the rewrite's Triton kernel runs in Triton's interpreter on th
 
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 
 import pytest
@@ -380,3 +381,143 @@ def test_the_wide_row_rewrite_leaves_narrow_rows_and_rows_in_too_many_chunks(int
     monkeypatch.setattr(graph_rewrites, "WIDE_ROW_BYTES", 256)
     monkeypatch.setattr(graph_rewrites, "_multiprocessors", lambda device: 0)  # no GPU: one chunk is too many
     assert rewritten(torch.randn(2, 300)) == 0
+
+
+def _cross_entropy64(x: torch.Tensor, target: torch.Tensor, ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's loss (0 where ignored) and log-sum-exp, in float64 by torch."""
+    x64 = x.double()
+    loss = F.cross_entropy(x64, target.long(), ignore_index=ignore_index, reduction="none")
+    return loss, torch.logsumexp(x64, 1)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 1e-5), (torch.float16, 1e-5)])
+@pytest.mark.parametrize("launch", [{}, {"block": 64, "split": 3}, {"block": 128, "split": 7}, {"block": 512, "num_warps": 4}])
+def test_the_cross_entropy_kernels_match_float64(interpreter, dtype, tolerance, launch):
+    """Loss, log-sum-exp and the logits' gradient, element by element: rows split over programs or not,
+    an ignored row, masked (-inf) logits, large offsets."""
+    from pytest_kernelopt.capture.graph_rewrites import launch_cross_entropy, launch_cross_entropy_grad
+
+    torch.manual_seed(4)
+    x = (torch.randn(7, 333) * 4 + torch.randn(7, 1) * 50).to(dtype)
+    x[3, ::5] = float("-inf")  # a masked vocabulary
+    target = torch.randint(0, 333, (7,), dtype=torch.int32)
+    target[3] = 1  # not masked
+    target[5] = -7  # ignored
+    loss, stats = launch_cross_entropy(x, target, -7, **{k: v for k, v in launch.items() if k != "num_warps"})
+    ref_loss, ref_lse = _cross_entropy64(x, target.clamp(min=0) * (target != -7) - 7 * (target == -7), -7)
+    assert loss.dtype == stats.dtype == torch.float32 and stats.shape == (7, 2)
+    assert (loss.double() - ref_loss).abs().max() <= tolerance * ref_lse.abs().max()
+    assert (stats.double().sum(1) - ref_lse).abs().max() <= tolerance * ref_lse.abs().max()
+    assert torch.equal(stats[:, 0], x.float().amax(1))
+    assert loss[5] == 0
+    grad = torch.rand(7) + 0.5
+    x64 = x.double().requires_grad_()
+    rows = F.cross_entropy(x64, target.long(), ignore_index=-7, reduction="none")
+    (ref,) = torch.autograd.grad((rows * grad).sum(), x64)
+    dx = launch_cross_entropy_grad(x, target, stats, grad, -7, block=launch.get("block"))
+    rounding = {torch.float32: 1e-6, torch.bfloat16: 8e-3, torch.float16: 1e-3}[dtype]
+    assert dx.dtype == dtype and torch.isfinite(dx).all()
+    assert (dx.double() - ref).abs().max() <= rounding * 2
+    assert dx[5].eq(0).all()
+
+
+def test_the_cross_entropy_kernel_says_nan_for_a_target_outside_the_row_and_reads_nothing_there(interpreter):
+    from pytest_kernelopt.capture.graph_rewrites import _cross_entropy_reference, launch_cross_entropy
+
+    x = torch.randn(3, 100)
+    target = torch.tensor([5, 100, -3])  # the last two outside [0, 100), -100 ignored
+    loss, _ = launch_cross_entropy(x, target, -100)
+    assert torch.isfinite(loss[0]) and loss[1:].isnan().all()
+    ref, _ = _cross_entropy_reference(x, target, -100)
+    assert torch.equal(loss.isnan(), ref.isnan()) and (loss[0] - ref[0]).abs() < 1e-5
+
+
+def _lm_head(vocab: int = 300, hidden: int = 16, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    torch.manual_seed(6)
+    return torch.nn.Linear(hidden, vocab).to(dtype)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("upcast", [False, True])
+def test_the_cross_entropy_rewrite_replaces_the_loss_in_a_training_step_and_its_gradients_match(
+        interpreter, monkeypatch, reduction, upcast):
+    """The pre-grad pass puts the operator in place of ``F.cross_entropy`` while gradients are recorded (a
+    half-precision cast to float32 just before read through); the loss and every gradient (input and
+    parameters) agree with float64 as closely as the default compile's."""
+    import torch._inductor.config as inductor_config
+
+    from pytest_kernelopt.capture import graph_rewrites
+
+    monkeypatch.setattr(graph_rewrites, "CROSS_ENTROPY_ROW_BYTES", 256)
+    dtype = torch.bfloat16 if upcast else torch.float32
+    head = _lm_head(dtype=dtype)
+    h = torch.randn(6, 16, dtype=dtype)
+    target = torch.randint(0, 300, (6,))
+    target[2] = -100
+
+    def step(model, x):
+        logits = model(x)
+        return F.cross_entropy(logits.float() if upcast else logits, target, reduction=reduction)
+
+    def grads(fn, model, x):
+        x = x.detach().requires_grad_()
+        out = fn(model, x)
+        weights = torch.randn(out.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1)).to(out.dtype)
+        return [out, *torch.autograd.grad((out * weights).sum(), [x, *model.parameters()])]
+
+    ref = grads(step, copy.deepcopy(head).double(), h.double())
+    errors = {}
+    for rewrite in (False, True):
+        torch._dynamo.reset()
+        before = graph_rewrites.rewrites_done()
+        passes = {"pre_grad_custom_pass": graph_rewrites.pre_grad_rewrite_pass()} if rewrite else {}
+        with inductor_config.patch(fx_graph_cache=False, **passes):
+            got = grads(torch.compile(step), head, h)
+        assert graph_rewrites.rewrites_done() - before == int(rewrite)
+        errors[rewrite] = [(g.double() - r).abs().max().item() for g, r in zip(got, ref)]
+        assert [g.dtype for g in got[1:]] == [dtype] * 3  # the input's and the parameters' gradients
+    rounding = 1e-2 if upcast else 1e-5
+    for default, rewritten in zip(errors[False], errors[True]):
+        assert rewritten <= 2 * default + rounding, errors
+
+
+@pytest.mark.parametrize("call, rewritten", [
+    (lambda x, t: F.cross_entropy(x, t), 1),
+    (lambda x, t: torch.nn.CrossEntropyLoss(ignore_index=0)(x, t), 1),
+    (lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1), 0),  # label smoothing: Inductor's
+    (lambda x, t: F.cross_entropy(x, t, weight=torch.ones(300, dtype=x.dtype)), 0),  # class weights: Inductor's
+    (lambda x, t: F.cross_entropy(x[:, :200], t % 200), 0),  # a slice: not contiguous
+    (lambda x, t: F.cross_entropy(x.view(2, 3, 300).transpose(1, 2), t.view(2, 3)), 0),  # classes on axis 1 of 3
+    (lambda x, t: F.cross_entropy(x, F.one_hot(t, 300).to(x.dtype)), 0),  # probabilities as the target
+])
+def test_the_cross_entropy_rewrite_leaves_what_its_kernel_does_not_serve(interpreter, monkeypatch, call, rewritten):
+    import torch._inductor.config as inductor_config
+
+    from pytest_kernelopt.capture import graph_rewrites
+
+    monkeypatch.setattr(graph_rewrites, "CROSS_ENTROPY_ROW_BYTES", 256)
+    x, t = torch.randn(6, 300), torch.randint(1, 300, (6,))
+    torch._dynamo.reset()
+    before = graph_rewrites.rewrites_done()
+    with torch.no_grad(), inductor_config.patch(pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass(),
+                                                fx_graph_cache=False):
+        out = torch.compile(call)(x, t)
+    assert graph_rewrites.rewrites_done() - before == rewritten
+    assert (out.double() - call(x.double(), t)).abs().max() < 1e-5
+    monkeypatch.setattr(graph_rewrites, "CROSS_ENTROPY_ROW_BYTES", 2048)  # 1.2 KB rows: narrow, Inductor holds them
+    torch._dynamo.reset()
+    before = graph_rewrites.rewrites_done()
+    with torch.no_grad(), inductor_config.patch(pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass(),
+                                                fx_graph_cache=False):
+        torch.compile(call)(x, t)
+    assert graph_rewrites.rewrites_done() == before
+
+
+def test_a_training_step_tries_the_rewrites_only_where_it_has_a_cross_entropy():
+    from pytest_kernelopt.capture.variants import needless
+
+    norm = SimpleNamespace(name="triton_red_fused_native_layer_norm_0__bwd", source="", training=True)
+    loss = SimpleNamespace(name="triton_red_fused__log_softmax_nll_loss_forward_0", source="", training=True)
+    assert "a training step without a cross-entropy" in needless(VARIANT, [norm], [])
+    assert needless(VARIANT, [norm, loss], []) is None
+    assert needless(VARIANT, [loss.__class__(name=loss.name, source="")], []) is None  # inference too

@@ -35,7 +35,8 @@ import os
 import threading
 from typing import Any
 
-__all__ = ["group_norm", "launch_group_norm", "launch_suffix_scan", "launch_wide_rows", "pre_grad_rewrite_pass", "rewrite_pass",
+__all__ = ["cross_entropy_rows", "group_norm", "launch_cross_entropy", "launch_cross_entropy_grad", "launch_group_norm",
+           "launch_suffix_scan", "launch_wide_rows", "pre_grad_rewrite_pass", "rewrite_pass",
            "rewrites_done", "suffix_scan", "wide_rows"]
 
 _done = threading.local()
@@ -532,9 +533,218 @@ def _wide_rows(graph: Any) -> int:
     return count
 
 
+# Cross-entropy rows at least this wide go to ``kernelopt::cross_entropy_rows``: Inductor reads a
+# row this wide twice in the forward (its maximum, then its sum of exponentials) and keeps it
+# off chip; narrower rows it holds in registers and reads once.
+CROSS_ENTROPY_ROW_BYTES = 32 * 1024
+# Elements a cross-entropy program reads at a time (``rewrite_kernels.cross_entropy_stats``, ``_grad``).
+_CE_BLOCK = 4096
+
+
+def _cross_entropy_split(rows: int, n: int, multiprocessors: int, block: int) -> int:
+    """How many programs share each row in ``cross_entropy_stats``: one, unless the rows are fewer than
+    four programs a multiprocessor, then enough to fill them (at most a block each)."""
+    wanted = -(-4 * max(multiprocessors, 1) // max(rows, 1))
+    return max(1, min(wanted, -(-n // block)))
+
+
+def launch_cross_entropy(x: Any, target: Any, ignore_index: int, *, block: int | None = None, split: int | None = None,
+                         num_warps: int | None = None) -> tuple[Any, Any]:
+    """Each row's cross-entropy loss over the logits ``x`` (2-D) for the class ``target[row]`` (0 where
+    it is ``ignore_index``, NaN where it is out of range) and its statistics [rows, 2] (the maximum,
+    the log of the sum of exp(x - maximum)), float32 (float64 for float64 logits): every logit
+    read once, ``split`` programs a row."""
+    import torch
+    import triton
+
+    from . import rewrite_kernels  # imports Triton: only when a rewrite runs
+
+    x, target = x.contiguous(), target.contiguous()
+    rows, n = x.shape
+    out = torch.float64 if x.dtype == torch.float64 else torch.float32
+    loss = torch.empty(rows, device=x.device, dtype=out)
+    stats = torch.empty(rows, 2, device=x.device, dtype=out)
+    if rows == 0:
+        return loss, stats
+    block = block or _CE_BLOCK
+    k = split or _cross_entropy_split(rows, n, _multiprocessors(x.device), block)
+    chunk = triton.cdiv(triton.cdiv(n, k), block) * block
+    k = triton.cdiv(n, chunk)
+    m = torch.empty(rows * k, device=x.device, dtype=out)
+    s = torch.empty_like(m)
+    fp64 = out == torch.float64
+    rewrite_kernels.cross_entropy_stats[(rows * k,)](x, m, s, n, k, CHUNK=chunk, FP64=fp64, BLOCK=block,
+                                                     num_warps=num_warps or 8)
+    block_r = 32
+    rewrite_kernels.cross_entropy_finish[(triton.cdiv(rows, block_r),)](
+        x, target, m, s, loss, stats, rows, n, k, ignore_index, FP64=fp64, KP=triton.next_power_of_2(k),
+        BLOCK_R=block_r)
+    return loss, stats
+
+
+def launch_cross_entropy_grad(x: Any, target: Any, stats: Any, grad: Any, ignore_index: int, *,
+                              block: int | None = None, num_warps: int | None = None) -> Any:
+    """The gradient over the logits ``x`` of ``launch_cross_entropy``'s losses (incoming ``grad``, one a
+    row; ``stats`` as it returned them), in ``x``'s dtype: every logit read once, written once."""
+    import torch
+    import triton
+
+    from . import rewrite_kernels
+
+    x = x.contiguous()
+    dx = torch.empty_like(x)
+    if x.numel() == 0:
+        return dx
+    rows, n = x.shape
+    block = block or _CE_BLOCK
+    rewrite_kernels.cross_entropy_grad[(rows, triton.cdiv(n, block))](
+        x, target.contiguous(), stats.contiguous(), grad.contiguous(), dx, n, ignore_index,
+        FP64=x.dtype == torch.float64, BLOCK=block, num_warps=num_warps or 8)
+    return dx
+
+
+def _cross_entropy_reference(x: Any, target: Any, ignore_index: int) -> tuple[Any, Any]:
+    """What ``kernelopt::cross_entropy_rows`` computes, in torch (where Triton cannot run; the tests' reference)."""
+    import torch
+
+    x = x.double() if x.dtype == torch.float64 else x.float()
+    top = x.amax(1)
+    shift = torch.where(top == float("-inf"), torch.zeros_like(top), top)
+    log_sum = torch.log(torch.exp(x - shift[:, None]).sum(1))
+    valid = target != ignore_index
+    inside = (target >= 0) & (target < x.shape[1])
+    picked = x.gather(1, target.clamp(0, max(x.shape[1] - 1, 0)).long()[:, None])[:, 0]
+    nan = torch.full_like(top, float("nan"))
+    loss = torch.where(valid, torch.where(inside, (shift - picked) + log_sum, nan), torch.zeros_like(top))
+    return loss, torch.stack([shift, log_sum], 1)
+
+
+def _cross_entropy_grad_reference(x: Any, target: Any, stats: Any, grad: Any, ignore_index: int) -> Any:
+    """What ``kernelopt::cross_entropy_rows_grad`` computes, in torch."""
+    import torch
+
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    g = torch.where(target != ignore_index, grad.to(acc), torch.zeros((), dtype=acc, device=x.device))
+    p = torch.exp((x.to(acc) - stats[:, :1].to(acc)) - stats[:, 1:].to(acc))
+    onehot = torch.arange(x.shape[1], device=x.device)[None, :] == target[:, None]
+    return (p * g[:, None] - torch.where(onehot, g[:, None], 0)).to(x.dtype)
+
+
+@functools.cache
+def cross_entropy_rows() -> Any:
+    """The ``kernelopt::cross_entropy_rows(x, target, ignore_index) -> (loss, stats)`` operator and its
+    backward, ``kernelopt::cross_entropy_rows_grad`` (registered on first use): the forward reads
+    each logit once and keeps two numbers a row (``launch_cross_entropy``; the statistics are not
+    differentiable); the backward reads the logits once more and writes their gradient."""
+    import torch
+
+    @torch.library.custom_op("kernelopt::cross_entropy_rows", mutates_args=(),
+                             schema="(Tensor x, Tensor target, int ignore_index) -> (Tensor, Tensor)")
+    def op(x, target, ignore_index):
+        if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            return _cross_entropy_reference(x, target, ignore_index)
+        return launch_cross_entropy(x, target, ignore_index)
+
+    @op.register_fake
+    def _(x, target, ignore_index):
+        out = torch.float64 if x.dtype == torch.float64 else torch.float32
+        return x.new_empty(x.shape[0], dtype=out), x.new_empty(x.shape[0], 2, dtype=out)
+
+    @torch.library.custom_op("kernelopt::cross_entropy_rows_grad", mutates_args=(),
+                             schema="(Tensor x, Tensor target, Tensor stats, Tensor grad, int ignore_index) -> Tensor")
+    def grad_op(x, target, stats, grad, ignore_index):
+        if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            return _cross_entropy_grad_reference(x, target, stats, grad, ignore_index)
+        return launch_cross_entropy_grad(x, target, stats, grad, ignore_index)
+
+    @grad_op.register_fake
+    def _(x, target, stats, grad, ignore_index):
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+    def setup_context(ctx, inputs, output):
+        x, target, ignore_index = inputs
+        ctx.save_for_backward(x, target, output[1])
+        ctx.mark_non_differentiable(output[1])
+        ctx.ignore_index = ignore_index
+
+    def backward(ctx, grad, _):
+        x, target, stats = ctx.saved_tensors
+        if grad is None:
+            grad = torch.zeros_like(stats[:, 0])
+        return grad_op(x, target, stats, grad, ctx.ignore_index), None, None
+
+    op.register_autograd(backward, setup_context=setup_context)
+    return torch.ops.kernelopt.cross_entropy_rows.default
+
+
+def _cross_entropy_call(x: Any, target: Any, reduction: str, ignore_index: int, dtype: Any) -> Any:
+    """What the rewrite puts in place of ``F.cross_entropy(x, target, ...)``: the rows' losses from
+    ``kernelopt::cross_entropy_rows``, reduced as torch does (the mean over the rows whose target is not
+    ``ignore_index``), in ``dtype``."""
+    loss = cross_entropy_rows()(x, target, ignore_index)[0]
+    if reduction == "mean":
+        loss = loss.sum() / (target != ignore_index).sum()
+    elif reduction == "sum":
+        loss = loss.sum()
+    return loss.to(dtype)
+
+
+_CROSS_ENTROPY_ARGS = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction",
+                       "label_smoothing")
+
+
+def _upcast_source(node: Any) -> Any:
+    """The half-precision tensor ``node`` casts to float32 for its one user (``x.float()``,
+    ``x.to(torch.float32)``), so that the rewrite reads it as it is; None otherwise."""
+    import torch
+
+    if getattr(node, "op", None) != "call_method" or len(node.users) != 1 or node.kwargs:
+        return None
+    if not (node.target == "float" and len(node.args) == 1
+            or node.target == "to" and len(node.args) == 2 and node.args[1] is torch.float32):
+        return None
+    source = _example(node.args[0])
+    return node.args[0] if source is not None and source.dtype in (torch.float16, torch.bfloat16) else None
+
+
+def _cross_entropies(graph: Any) -> int:
+    """Rewrite every ``F.cross_entropy(x, target)`` of ``graph`` (Dynamo's graph, before autograd) over
+    wide rows (``CROSS_ENTROPY_ROW_BYTES``): 2-D contiguous float logits, a class index a row, no class
+    weights and no label smoothing; a cast of half-precision logits to float32 just before is read
+    through. Gradients may be recorded: the operator has its backward. How many."""
+    import torch
+
+    count = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not torch.nn.functional.cross_entropy:
+            continue
+        bound = dict(zip(_CROSS_ENTROPY_ARGS, node.args)) | dict(node.kwargs)
+        x, target = bound.get("input"), bound.get("target")
+        ignore_index, reduction = bound.get("ignore_index", -100), bound.get("reduction", "mean")
+        if any(bound.get(name) is not None for name in ("weight", "size_average", "reduce")) \
+                or bound.get("label_smoothing", 0.0) != 0.0 or reduction not in ("mean", "sum", "none") \
+                or not isinstance(ignore_index, int) or isinstance(ignore_index, bool):
+            continue
+        logits, labels, out = _example(x), _example(target), _example(node)
+        if logits is None or labels is None or out is None or logits.dim() != 2 or labels.dim() != 1 \
+                or labels.dtype not in (torch.int64, torch.int32) or labels.shape[0] != logits.shape[0] \
+                or logits.dtype not in (torch.float16, torch.bfloat16, torch.float32) or not logits.is_contiguous():
+            continue
+        source = _upcast_source(x)
+        read = _example(source) if source is not None else logits
+        if not read.is_contiguous() or logits.shape[1] * read.element_size() < CROSS_ENTROPY_ROW_BYTES:
+            continue
+        _replace(graph, node, _cross_entropy_call, (source if source is not None else x, target, reduction,
+                                                    ignore_index, out.dtype))
+        count += 1
+    if count:
+        graph.eliminate_dead_code()
+    return count
+
+
 def _pre_grad_rewrites(graph: Any) -> int:
-    """The rewrites matched before decomposition (group norms, wide rows); how many."""
-    return _group_norms(graph) + _wide_rows(graph)
+    """The rewrites matched before decomposition (group norms, wide rows, cross-entropies); how many."""
+    return _group_norms(graph) + _wide_rows(graph) + _cross_entropies(graph)
 
 
 def _reverse_scans(graph: Any) -> int:

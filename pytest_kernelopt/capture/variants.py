@@ -102,6 +102,7 @@ MODEL_VARIANTS = ("max-autotune", "max-autotune-extern", "max-autotune-rewrites"
 
 
 _SCAN = "tl.associative_scan"  # how Inductor's scan kernels combine (torch 2.11 and 2.13)
+_CROSS_ENTROPY = "nll_loss"  # in the names of Inductor's cross-entropy kernels (``..._nll_loss_forward_0``)
 
 
 def _row_reduction(name: str) -> bool:
@@ -116,13 +117,16 @@ def needless(name: str, kernels: list[Any], externs: list[Any]) -> str | None:
     variant = VARIANTS[name]
     if variant.externs_only and not externs:
         return "the model makes no extern (library) call, so it compiles as max-autotune does"
-    if variant.rewrites and any(getattr(k, "training", None) for k in kernels):
-        return ("a training step: the graph rewrites decline where gradients are recorded (capture/graph_rewrites.py), "
+    if variant.rewrites and any(getattr(k, "training", None) for k in kernels) \
+            and not any(_CROSS_ENTROPY in k.name for k in kernels):
+        return ("a training step without a cross-entropy: of the graph rewrites only the cross-entropy's has a "
+                "backward, the others decline where gradients are recorded (capture/graph_rewrites.py), "
                 "so it compiles as max-autotune does")
     if variant.rewrites and not any(_SCAN in k.source or "group_norm" in k.name or _row_reduction(k.name)
-                                    for k in kernels) \
+                                    or _CROSS_ENTROPY in k.name for k in kernels) \
             and not any(op in e.target for e in externs for op in ("cumsum", "cumprod")):
-        return ("the model has no scan (cumulative sum or product), no group norm and no softmax or norm over rows, "
+        return ("the model has no scan (cumulative sum or product), no group norm, no softmax or norm over rows "
+                "and no cross-entropy, "
                 "the patterns the graph rewrites change")
     return None
 
