@@ -19,9 +19,11 @@ the operator's launch configurations on the widest shapes.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
+import types
 from pathlib import Path
 
 import torch
@@ -44,6 +46,7 @@ SHAPES = [  # rows, classes, dtype, cast to float32 first
 ]
 QUICK = [SHAPES[0], SHAPES[3], SHAPES[5]]
 DEVICE = "cuda"
+_COMPILES = itertools.count()
 
 
 def loss_fn(cast: bool):
@@ -53,8 +56,12 @@ def loss_fn(cast: bool):
 
 
 def compiled(fn, mode, rewrite, first_call):
-    """``fn`` compiled (its first call, under the rewrite's pass where asked), and how many rewrites it made."""
-    torch._dynamo.reset()
+    """``fn`` compiled (its first call, under the rewrite's pass where asked), and how many rewrites it made.
+
+    A code object of its own for each compile, and no ``torch._dynamo.reset()`` between them: a reset
+    drops every compiled function's code, and the next call would compile it again without the pass."""
+    fn = types.FunctionType(fn.__code__.replace(co_name=f"{fn.__name__}_{next(_COMPILES)}"), fn.__globals__,
+                            closure=fn.__closure__)
     patches = {"pre_grad_custom_pass": graph_rewrites.pre_grad_rewrite_pass()} if rewrite else {}
     with inductor_config.patch(fx_graph_cache=False, **patches):
         before = graph_rewrites.rewrites_done()
@@ -100,15 +107,18 @@ def run_shape(rows, classes, dtype, cast, rounds, sweep):
             e_grad = (grad.double() - ref_grad).abs().max().item() if grad is not None else 0.0
             errors[name] = (e_loss, e_grad)
             variants[name] = (lambda c=c: call(c))
-        if sweep and mode == "step" and classes * x.element_size() >= 128 * 1024:
-            for block in (2048, 4096, 8192):
-                for warps in (4, 8, 16):
-                    def op(block=block, warps=warps):
-                        loss, stats = graph_rewrites.launch_cross_entropy(x, t, -100, block=block, num_warps=warps)
-                        g = torch.full_like(loss, 1.0 / rows)
-                        return graph_rewrites.launch_cross_entropy_grad(x, t, stats, g, -100, block=block,
-                                                                        num_warps=warps)
-                    variants[f"op b{block} w{warps}"] = op
+        configs = [(b, w) for b in (2048, 4096, 8192) for w in (4, 8, 16)] if sweep and mode == "step" \
+            and classes * x.element_size() >= 128 * 1024 else [(None, None)]
+        for block, warps in configs:
+            if mode == "loss":
+                variants["op"] = (lambda: graph_rewrites.launch_cross_entropy(x, t, -100))
+            else:
+                def op(block=block, warps=warps):
+                    loss, stats = graph_rewrites.launch_cross_entropy(x, t, -100, block=block, num_warps=warps)
+                    g = torch.full_like(loss, 1.0 / rows)
+                    return graph_rewrites.launch_cross_entropy_grad(x, t, stats, g, -100, block=block,
+                                                                    num_warps=warps)
+                variants["op" if block is None else f"op b{block} w{warps}"] = op
         times = {name: [] for name in variants}
         for _ in range(rounds):
             for name, f in variants.items():
@@ -141,6 +151,7 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
     graph_rewrites.CROSS_ENTROPY_ROW_BYTES = 0
+    torch._dynamo.config.cache_size_limit = 64
     results = []
     for shape in QUICK if args.quick else SHAPES:
         try:
