@@ -533,10 +533,11 @@ def _wide_rows(graph: Any) -> int:
     return count
 
 
-# Cross-entropy rows at least this wide go to ``kernelopt::cross_entropy_rows``: Inductor reads a
-# row this wide twice in the forward (its maximum, then its sum of exponentials) and keeps it
-# off chip; narrower rows it holds in registers and reads once.
-CROSS_ENTROPY_ROW_BYTES = 32 * 1024
+# Cross-entropy rows at least this wide go to ``kernelopt::cross_entropy_rows``. On an H100
+# (2026-12-06, ``bench/cross_entropy_gpu.py``) Inductor's default compile of a bf16 loss split
+# the rows' reduction and read them twice: 41-51% of the read's limit on rows of 16-250 KB,
+# the operator 93-100%; the narrowest rows measured were 16 KB (8,192 bf16 classes).
+CROSS_ENTROPY_ROW_BYTES = 16 * 1024
 # Elements a cross-entropy program reads at a time (``rewrite_kernels.cross_entropy_stats``, ``_grad``).
 _CE_BLOCK = 4096
 
