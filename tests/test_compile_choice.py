@@ -503,7 +503,7 @@ def test_a_shaped_compile_slower_at_no_shape_but_not_faster_overall_is_not_chose
 
 def test_tune_tries_compile_settings_on_a_training_step(tmp_path):
     """A training problem's compile step runs like any other (it was once refused): the settings are checked and
-    the fastest accepted one is stored; the only note is that the graph rewrites are not tried (no compile here:
+    the fastest accepted one is stored; the only note says which graph rewrites a training step tries (no compile here:
     the check of a training step itself is test_a_training_step_s_compile_setting_is_judged_...)."""
     import shutil
 

@@ -179,6 +179,15 @@ def test_the_operator_runs_the_pattern_itself_where_triton_cannot_run(monkeypatc
     x, w = torch.randn(2, 6, 5), torch.randn(6)
     assert torch.equal(group_norm()(x, 3, w, None, 1e-5, "silu"),
                        torch.nn.functional.silu(torch.nn.functional.group_norm(x, 3, w, None, 1e-5)))
+    from pytest_kernelopt.capture.graph_rewrites import cross_entropy_rows
+
+    logits, target = torch.randn(4, 50, requires_grad=True), torch.tensor([3, -100, 49, 0])
+    loss, _ = cross_entropy_rows()(logits, target, -100)
+    eager = torch.nn.functional.cross_entropy(logits, target, reduction="none")
+    assert torch.allclose(loss, eager, atol=1e-6)
+    weights = torch.rand(4)
+    assert torch.allclose(torch.autograd.grad((loss * weights).sum(), logits)[0],
+                          torch.autograd.grad((eager * weights).sum(), logits)[0], atol=1e-6)
 
 
 def _group_norm_model(groups=4, channels=8):

@@ -72,7 +72,9 @@ VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
     CompileVariant("max-autotune-rewrites", "max-autotune-no-cudagraphs", rewrites=True,
                    about="max-autotune, plus kernelopt's graph rewrites (a cumulative sum or product between two "
                          "flips of its axis, a group norm, a softmax or L1/L2 normalisation of rows wider than 128 KB: "
-                         "one kernel each that reads its input once, where Inductor makes two or three passes)",
+                         "one kernel each that reads its input once, where Inductor makes two or three passes; a "
+                         "cross-entropy over rows of 16 KB or more, read once, with a backward that reads them once "
+                         "more)",
                    harvest=False),
     CompileVariant("coordinate-descent", None, {"coordinate_descent_tuning": True},
                    about="default compile, launch configurations refined by coordinate descent"),
