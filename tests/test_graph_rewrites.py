@@ -530,3 +530,35 @@ def test_a_training_step_tries_the_rewrites_only_where_it_has_a_cross_entropy():
     assert "a training step without a cross-entropy" in needless(VARIANT, [norm], [])
     assert needless(VARIANT, [norm, loss], []) is None
     assert needless(VARIANT, [loss.__class__(name=loss.name, source="")], []) is None  # inference too
+
+
+@pytest.mark.parametrize("loss, read", [
+    (lambda x, t: F.cross_entropy(x.float().view(-1, 300), t.view(-1)), torch.bfloat16),  # nanoGPT's, cast first
+    (lambda x, t: F.cross_entropy(x.to(torch.float32).reshape(6, 300), t.reshape(6)), torch.bfloat16),
+    (lambda x, t: F.cross_entropy(x.view(-1, 300).float(), t.view(-1)), torch.bfloat16),
+    (lambda x, t: F.cross_entropy(x.float().view(-1, 300), t.view(-1)) + x.float().sum(), torch.bfloat16),
+    (lambda x, t: (lambda f: F.cross_entropy(f.view(-1, 300), t.view(-1)) + f.sum())(x.float()), torch.float32),
+])
+def test_the_cross_entropy_rewrite_reads_half_precision_logits_through_their_cast(interpreter, monkeypatch, loss, read):
+    """A cast of bf16 logits to float32, viewed to rows before the loss, is read through: the operator gets the bf16
+    tensor (no float32 copy made), unless the cast has another user (then it reads the float32 tensor)."""
+    import torch._inductor.config as inductor_config
+
+    from pytest_kernelopt.capture import graph_rewrites
+
+    monkeypatch.setattr(graph_rewrites, "CROSS_ENTROPY_ROW_BYTES", 256)
+    seen = []
+    launch = graph_rewrites.launch_cross_entropy
+    monkeypatch.setattr(graph_rewrites, "launch_cross_entropy", lambda x, *a, **k: seen.append(x.dtype) or launch(x, *a, **k))
+    x = torch.randn(2, 3, 300).to(torch.bfloat16).requires_grad_()
+    t = torch.randint(0, 300, (2, 3))
+    torch._dynamo.reset()
+    with inductor_config.patch(pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass(), fx_graph_cache=False):
+        out = torch.compile(loss)(x, t)
+        (grad,) = torch.autograd.grad(out, x)
+    assert seen == [read]
+    x64 = x.detach().double().requires_grad_()
+    ref = loss(x64, t)
+    (ref_grad,) = torch.autograd.grad(ref, x64)
+    assert (out.double() - ref).abs() < 1e-4 and grad.dtype == torch.bfloat16
+    assert (grad.double() - ref_grad).abs().max() < 1e-2

@@ -694,25 +694,70 @@ _CROSS_ENTROPY_ARGS = ("input", "target", "weight", "size_average", "ignore_inde
                        "label_smoothing")
 
 
-def _upcast_source(node: Any) -> Any:
-    """The half-precision tensor ``node`` casts to float32 for its one user (``x.float()``,
-    ``x.to(torch.float32)``), so that the rewrite reads it as it is; None otherwise."""
+def _is_upcast(node: Any) -> bool:
+    """Whether ``node`` casts a half-precision tensor to float32 (``x.float()``, ``x.to(torch.float32)``)."""
     import torch
 
-    if getattr(node, "op", None) != "call_method" or len(node.users) != 1 or node.kwargs:
-        return None
+    if getattr(node, "op", None) != "call_method" or node.kwargs:
+        return False
     if not (node.target == "float" and len(node.args) == 1
             or node.target == "to" and len(node.args) == 2 and node.args[1] is torch.float32):
-        return None
+        return False
     source = _example(node.args[0])
-    return node.args[0] if source is not None and source.dtype in (torch.float16, torch.bfloat16) else None
+    return source is not None and source.dtype in (torch.float16, torch.bfloat16)
+
+
+def _reshape_args(node: Any) -> tuple | None:
+    """The shape arguments of ``node`` where it is ``t.view(...)`` / ``t.reshape(...)`` by constant sizes."""
+    if getattr(node, "op", None) != "call_method" or node.target not in ("view", "reshape") or node.kwargs:
+        return None
+    sizes = node.args[1:]
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+        sizes = tuple(sizes[0])
+    ok = sizes and all(isinstance(n, int) and not isinstance(n, bool) for n in sizes)
+    return tuple(sizes) if ok else None
+
+
+def _through_upcast(x: Any) -> tuple[Any, list[tuple], Any] | None:
+    """Where the logits ``x`` are a half-precision tensor cast to float32 (``_is_upcast``), then perhaps
+    viewed or reshaped by constant sizes (``logits.float().view(-1, classes)``), each step used only on the
+    way to the loss: (the half-precision tensor's node, the sizes to reshape it by, in order, the
+    example tensor of the result); None otherwise. The operator reads that tensor and computes in
+    float32: the cast's values, without the float32 copy."""
+    shapes: list[tuple] = []
+    at = x
+    while (sizes := _reshape_args(at)) is not None and len(at.users) == 1:
+        shapes.append(sizes)
+        at = at.args[0]
+    if not _is_upcast(at) or len(at.users) != 1:
+        return None
+    shapes.reverse()
+    example = _example(at.args[0])
+    for sizes in shapes:
+        try:
+            example = example.reshape(sizes)
+        except RuntimeError:  # not a shape this tensor takes: left as it is
+            return None
+    return at.args[0], shapes, example
+
+
+def _reshaped(graph: Any, before: Any, source: Any, shapes: list[tuple]) -> Any:
+    """``source`` reshaped by each of ``shapes`` in turn, in nodes put before ``before``."""
+    example = _example(source)
+    for sizes in shapes:
+        example = example.reshape(sizes)
+        with graph.inserting_before(before):
+            source = graph.call_method("reshape", (source, *sizes))
+        source.meta["example_value"] = example
+    return source
 
 
 def _cross_entropies(graph: Any) -> int:
     """Rewrite every ``F.cross_entropy(x, target)`` of ``graph`` (Dynamo's graph, before autograd) over
     wide rows (``CROSS_ENTROPY_ROW_BYTES``): 2-D contiguous float logits, a class index a row, no class
-    weights and no label smoothing; a cast of half-precision logits to float32 just before is read
-    through. Gradients may be recorded: the operator has its backward. How many."""
+    weights and no label smoothing; a cast of half-precision logits to float32 just before (perhaps
+    then reshaped) is read through (``_through_upcast``). Gradients may be recorded: the operator has
+    its backward. How many."""
     import torch
 
     count = 0
@@ -731,12 +776,12 @@ def _cross_entropies(graph: Any) -> int:
                 or labels.dtype not in (torch.int64, torch.int32) or labels.shape[0] != logits.shape[0] \
                 or logits.dtype not in (torch.float16, torch.bfloat16, torch.float32) or not logits.is_contiguous():
             continue
-        source = _upcast_source(x)
-        read = _example(source) if source is not None else logits
+        upcast = _through_upcast(x)
+        read = upcast[2] if upcast else logits
         if not read.is_contiguous() or logits.shape[1] * read.element_size() < CROSS_ENTROPY_ROW_BYTES:
             continue
-        _replace(graph, node, _cross_entropy_call, (source if source is not None else x, target, reduction,
-                                                    ignore_index, out.dtype))
+        source = _reshaped(graph, node, *upcast[:2]) if upcast else x
+        _replace(graph, node, _cross_entropy_call, (source, target, reduction, ignore_index, out.dtype))
         count += 1
     if count:
         graph.eliminate_dead_code()
