@@ -182,8 +182,8 @@ def test_the_operator_runs_the_pattern_itself_where_triton_cannot_run(monkeypatc
     from pytest_kernelopt.capture.graph_rewrites import cross_entropy_rows
 
     logits, target = torch.randn(4, 50, requires_grad=True), torch.tensor([3, -100, 49, 0])
-    loss, _ = cross_entropy_rows()(logits, target, -100)
-    eager = torch.nn.functional.cross_entropy(logits, target, reduction="none")
+    loss, _ = cross_entropy_rows()(logits, target, -100, 0.1)
+    eager = torch.nn.functional.cross_entropy(logits, target, reduction="none", label_smoothing=0.1)
     assert torch.allclose(loss, eager, atol=1e-6)
     weights = torch.rand(4)
     assert torch.allclose(torch.autograd.grad((loss * weights).sum(), logits)[0],
@@ -392,28 +392,32 @@ def test_the_wide_row_rewrite_leaves_narrow_rows_and_rows_in_too_many_chunks(int
     assert rewritten(torch.randn(2, 300)) == 0
 
 
-def _cross_entropy64(x: torch.Tensor, target: torch.Tensor, ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _cross_entropy64(x: torch.Tensor, target: torch.Tensor, ignore_index: int,
+                     smoothing: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's loss (0 where ignored) and log-sum-exp, in float64 by torch."""
     x64 = x.double()
-    loss = F.cross_entropy(x64, target.long(), ignore_index=ignore_index, reduction="none")
+    loss = F.cross_entropy(x64, target.long(), ignore_index=ignore_index, reduction="none", label_smoothing=smoothing)
     return loss, torch.logsumexp(x64, 1)
 
 
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 1e-5), (torch.float16, 1e-5)])
 @pytest.mark.parametrize("launch", [{}, {"block": 64, "split": 3}, {"block": 128, "split": 7}, {"block": 512, "num_warps": 4}])
-def test_the_cross_entropy_kernels_match_float64(interpreter, dtype, tolerance, launch):
+@pytest.mark.parametrize("smoothing", [0.0, 0.15])
+def test_the_cross_entropy_kernels_match_float64(interpreter, dtype, tolerance, launch, smoothing):
     """Loss, log-sum-exp and the logits' gradient, element by element: rows split over programs or not,
-    an ignored row, masked (-inf) logits, large offsets."""
+    an ignored row, large offsets, label smoothing; masked (-inf) logits without it (with it torch's loss is
+    infinite there)."""
     from pytest_kernelopt.capture.graph_rewrites import launch_cross_entropy, launch_cross_entropy_grad
 
     torch.manual_seed(4)
     x = (torch.randn(7, 333) * 4 + torch.randn(7, 1) * 50).to(dtype)
-    x[3, ::5] = float("-inf")  # a masked vocabulary
+    if not smoothing:
+        x[3, ::5] = float("-inf")  # a masked vocabulary
     target = torch.randint(0, 333, (7,), dtype=torch.int32)
     target[3] = 1  # not masked
     target[5] = -7  # ignored
-    loss, stats = launch_cross_entropy(x, target, -7, **{k: v for k, v in launch.items() if k != "num_warps"})
-    ref_loss, ref_lse = _cross_entropy64(x, target.clamp(min=0) * (target != -7) - 7 * (target == -7), -7)
+    loss, stats = launch_cross_entropy(x, target, -7, smoothing, **launch)
+    ref_loss, ref_lse = _cross_entropy64(x, target, -7, smoothing)
     assert loss.dtype == stats.dtype == torch.float32 and stats.shape == (7, 2)
     assert (loss.double() - ref_loss).abs().max() <= tolerance * ref_lse.abs().max()
     assert (stats.double().sum(1) - ref_lse).abs().max() <= tolerance * ref_lse.abs().max()
@@ -421,9 +425,9 @@ def test_the_cross_entropy_kernels_match_float64(interpreter, dtype, tolerance, 
     assert loss[5] == 0
     grad = torch.rand(7) + 0.5
     x64 = x.double().requires_grad_()
-    rows = F.cross_entropy(x64, target.long(), ignore_index=-7, reduction="none")
+    rows = F.cross_entropy(x64, target.long(), ignore_index=-7, reduction="none", label_smoothing=smoothing)
     (ref,) = torch.autograd.grad((rows * grad).sum(), x64)
-    dx = launch_cross_entropy_grad(x, target, stats, grad, -7, block=launch.get("block"))
+    dx = launch_cross_entropy_grad(x, target, stats, grad, -7, smoothing, block=launch.get("block"))
     rounding = {torch.float32: 1e-6, torch.bfloat16: 8e-3, torch.float16: 1e-3}[dtype]
     assert dx.dtype == dtype and torch.isfinite(dx).all()
     assert (dx.double() - ref).abs().max() <= rounding * 2
@@ -446,10 +450,10 @@ def _lm_head(vocab: int = 300, hidden: int = 16, dtype: torch.dtype = torch.floa
     return torch.nn.Linear(hidden, vocab).to(dtype)
 
 
-@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("reduction, smoothing", [("mean", 0.0), ("sum", 0.0), ("none", 0.0), ("mean", 0.1)])
 @pytest.mark.parametrize("upcast", [False, True])
 def test_the_cross_entropy_rewrite_replaces_the_loss_in_a_training_step_and_its_gradients_match(
-        interpreter, monkeypatch, reduction, upcast):
+        interpreter, monkeypatch, reduction, smoothing, upcast):
     """The pre-grad pass puts the operator in place of ``F.cross_entropy`` while gradients are recorded (a
     half-precision cast to float32 just before read through); the loss and every gradient (input and
     parameters) agree with float64 as closely as the default compile's."""
@@ -466,7 +470,8 @@ def test_the_cross_entropy_rewrite_replaces_the_loss_in_a_training_step_and_its_
 
     def step(model, x):
         logits = model(x)
-        return F.cross_entropy(logits.float() if upcast else logits, target, reduction=reduction)
+        return F.cross_entropy(logits.float() if upcast else logits, target, reduction=reduction,
+                               label_smoothing=smoothing)
 
     def grads(fn, model, x):
         x = x.detach().requires_grad_()
@@ -493,7 +498,8 @@ def test_the_cross_entropy_rewrite_replaces_the_loss_in_a_training_step_and_its_
 @pytest.mark.parametrize("call, rewritten", [
     (lambda x, t: F.cross_entropy(x, t), 1),
     (lambda x, t: torch.nn.CrossEntropyLoss(ignore_index=0)(x, t), 1),
-    (lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1), 0),  # label smoothing: Inductor's
+    (lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1), 1),
+    (lambda x, t: F.cross_entropy(x, t, label_smoothing=0.2, ignore_index=5, reduction="sum"), 1),
     (lambda x, t: F.cross_entropy(x, t, weight=torch.ones(300, dtype=x.dtype)), 0),  # class weights: Inductor's
     (lambda x, t: F.cross_entropy(x[:, :200], t % 200), 0),  # a slice: not contiguous
     (lambda x, t: F.cross_entropy(x.view(2, 3, 300).transpose(1, 2), t.view(2, 3)), 0),  # classes on axis 1 of 3

@@ -549,12 +549,13 @@ def _cross_entropy_split(rows: int, n: int, multiprocessors: int, block: int) ->
     return max(1, min(wanted, -(-n // block)))
 
 
-def launch_cross_entropy(x: Any, target: Any, ignore_index: int, *, block: int | None = None, split: int | None = None,
+def launch_cross_entropy(x: Any, target: Any, ignore_index: int, label_smoothing: float = 0.0, *,
+                         block: int | None = None, split: int | None = None,
                          num_warps: int | None = None) -> tuple[Any, Any]:
     """Each row's cross-entropy loss over the logits ``x`` (2-D) for the class ``target[row]`` (0 where
-    it is ``ignore_index``, NaN where it is out of range) and its statistics [rows, 2] (the maximum,
-    the log of the sum of exp(x - maximum)), float32 (float64 for float64 logits): every logit
-    read once, ``split`` programs a row."""
+    it is ``ignore_index``, NaN where it is out of range; with torch's ``label_smoothing``) and its
+    statistics [rows, 2] (the maximum, the log of the sum of exp(x - maximum)), float32 (float64 for
+    float64 logits): every logit read once, ``split`` programs a row."""
     import torch
     import triton
 
@@ -571,20 +572,20 @@ def launch_cross_entropy(x: Any, target: Any, ignore_index: int, *, block: int |
     k = split or _cross_entropy_split(rows, n, _multiprocessors(x.device), block)
     chunk = triton.cdiv(triton.cdiv(n, k), block) * block
     k = triton.cdiv(n, chunk)
-    m = torch.empty(rows * k, device=x.device, dtype=out)
-    s = torch.empty_like(m)
+    smooth = label_smoothing != 0
+    m, s, sx = torch.empty(3, rows * k, device=x.device, dtype=out)  # sx: read with label smoothing only
     fp64 = out == torch.float64
-    rewrite_kernels.cross_entropy_stats[(rows * k,)](x, m, s, n, k, CHUNK=chunk, FP64=fp64, BLOCK=block,
-                                                     num_warps=num_warps or 8)
+    rewrite_kernels.cross_entropy_stats[(rows * k,)](x, m, s, sx, n, k, CHUNK=chunk, SUM_X=smooth, FP64=fp64,
+                                                     BLOCK=block, num_warps=num_warps or 8)
     block_r = 32
     rewrite_kernels.cross_entropy_finish[(triton.cdiv(rows, block_r),)](
-        x, target, m, s, loss, stats, rows, n, k, ignore_index, FP64=fp64, KP=triton.next_power_of_2(k),
-        BLOCK_R=block_r)
+        x, target, m, s, sx, loss, stats, rows, n, k, ignore_index, float(label_smoothing), SUM_X=smooth, FP64=fp64,
+        KP=triton.next_power_of_2(k), BLOCK_R=block_r)
     return loss, stats
 
 
-def launch_cross_entropy_grad(x: Any, target: Any, stats: Any, grad: Any, ignore_index: int, *,
-                              block: int | None = None, num_warps: int | None = None) -> Any:
+def launch_cross_entropy_grad(x: Any, target: Any, stats: Any, grad: Any, ignore_index: int, label_smoothing: float = 0.0,
+                              *, block: int | None = None, num_warps: int | None = None) -> Any:
     """The gradient over the logits ``x`` of ``launch_cross_entropy``'s losses (incoming ``grad``, one a
     row; ``stats`` as it returned them), in ``x``'s dtype: every logit read once, written once."""
     import torch
@@ -599,12 +600,12 @@ def launch_cross_entropy_grad(x: Any, target: Any, stats: Any, grad: Any, ignore
     rows, n = x.shape
     block = block or _CE_BLOCK
     rewrite_kernels.cross_entropy_grad[(rows, triton.cdiv(n, block))](
-        x, target.contiguous(), stats.contiguous(), grad.contiguous(), dx, n, ignore_index,
+        x, target.contiguous(), stats.contiguous(), grad.contiguous(), dx, n, ignore_index, float(label_smoothing),
         FP64=x.dtype == torch.float64, BLOCK=block, num_warps=num_warps or 8)
     return dx
 
 
-def _cross_entropy_reference(x: Any, target: Any, ignore_index: int) -> tuple[Any, Any]:
+def _cross_entropy_reference(x: Any, target: Any, ignore_index: int, label_smoothing: float = 0.0) -> tuple[Any, Any]:
     """What ``kernelopt::cross_entropy_rows`` computes, in torch (where Triton cannot run; the tests' reference)."""
     import torch
 
@@ -616,73 +617,78 @@ def _cross_entropy_reference(x: Any, target: Any, ignore_index: int) -> tuple[An
     inside = (target >= 0) & (target < x.shape[1])
     picked = x.gather(1, target.clamp(0, max(x.shape[1] - 1, 0)).long()[:, None])[:, 0]
     nan = torch.full_like(top, float("nan"))
-    loss = torch.where(valid, torch.where(inside, (shift - picked) + log_sum, nan), torch.zeros_like(top))
+    nll = (shift - picked) + log_sum
+    if label_smoothing:
+        nll = (1 - label_smoothing) * nll + label_smoothing * ((shift - x.mean(1)) + log_sum)
+    loss = torch.where(valid, torch.where(inside, nll, nan), torch.zeros_like(top))
     return loss, torch.stack([shift, log_sum], 1)
 
 
-def _cross_entropy_grad_reference(x: Any, target: Any, stats: Any, grad: Any, ignore_index: int) -> Any:
+def _cross_entropy_grad_reference(x: Any, target: Any, stats: Any, grad: Any, ignore_index: int,
+                                  label_smoothing: float = 0.0) -> Any:
     """What ``kernelopt::cross_entropy_rows_grad`` computes, in torch."""
     import torch
 
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     g = torch.where(target != ignore_index, grad.to(acc), torch.zeros((), dtype=acc, device=x.device))
-    p = torch.exp((x.to(acc) - stats[:, :1].to(acc)) - stats[:, 1:].to(acc))
+    p = torch.exp((x.to(acc) - stats[:, :1].to(acc)) - stats[:, 1:].to(acc)) - label_smoothing / x.shape[1]
     onehot = torch.arange(x.shape[1], device=x.device)[None, :] == target[:, None]
-    return (p * g[:, None] - torch.where(onehot, g[:, None], 0)).to(x.dtype)
+    return (p * g[:, None] - torch.where(onehot, g[:, None] * (1 - label_smoothing), 0)).to(x.dtype)
 
 
 @functools.cache
 def cross_entropy_rows() -> Any:
-    """The ``kernelopt::cross_entropy_rows(x, target, ignore_index) -> (loss, stats)`` operator and its
+    """The ``kernelopt::cross_entropy_rows(x, target, ignore_index, label_smoothing) -> (loss, stats)`` operator and its
     backward, ``kernelopt::cross_entropy_rows_grad`` (registered on first use): the forward reads
     each logit once and keeps two numbers a row (``launch_cross_entropy``; the statistics are not
     differentiable); the backward reads the logits once more and writes their gradient."""
     import torch
 
     @torch.library.custom_op("kernelopt::cross_entropy_rows", mutates_args=(),
-                             schema="(Tensor x, Tensor target, int ignore_index) -> (Tensor, Tensor)")
-    def op(x, target, ignore_index):
+                             schema="(Tensor x, Tensor target, int ignore_index, float label_smoothing) -> (Tensor, Tensor)")
+    def op(x, target, ignore_index, label_smoothing):
         if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-            return _cross_entropy_reference(x, target, ignore_index)
-        return launch_cross_entropy(x, target, ignore_index)
+            return _cross_entropy_reference(x, target, ignore_index, label_smoothing)
+        return launch_cross_entropy(x, target, ignore_index, label_smoothing)
 
     @op.register_fake
-    def _(x, target, ignore_index):
+    def _(x, target, ignore_index, label_smoothing):
         out = torch.float64 if x.dtype == torch.float64 else torch.float32
         return x.new_empty(x.shape[0], dtype=out), x.new_empty(x.shape[0], 2, dtype=out)
 
     @torch.library.custom_op("kernelopt::cross_entropy_rows_grad", mutates_args=(),
-                             schema="(Tensor x, Tensor target, Tensor stats, Tensor grad, int ignore_index) -> Tensor")
-    def grad_op(x, target, stats, grad, ignore_index):
+                             schema="(Tensor x, Tensor target, Tensor stats, Tensor grad, int ignore_index, "
+                                    "float label_smoothing) -> Tensor")
+    def grad_op(x, target, stats, grad, ignore_index, label_smoothing):
         if x.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-            return _cross_entropy_grad_reference(x, target, stats, grad, ignore_index)
-        return launch_cross_entropy_grad(x, target, stats, grad, ignore_index)
+            return _cross_entropy_grad_reference(x, target, stats, grad, ignore_index, label_smoothing)
+        return launch_cross_entropy_grad(x, target, stats, grad, ignore_index, label_smoothing)
 
     @grad_op.register_fake
-    def _(x, target, stats, grad, ignore_index):
+    def _(x, target, stats, grad, ignore_index, label_smoothing):
         return torch.empty_like(x, memory_format=torch.contiguous_format)
 
     def setup_context(ctx, inputs, output):
-        x, target, ignore_index = inputs
+        x, target, ignore_index, label_smoothing = inputs
         ctx.save_for_backward(x, target, output[1])
         ctx.mark_non_differentiable(output[1])
-        ctx.ignore_index = ignore_index
+        ctx.ignore_index, ctx.label_smoothing = ignore_index, label_smoothing
 
     def backward(ctx, grad, _):
         x, target, stats = ctx.saved_tensors
         if grad is None:
             grad = torch.zeros_like(stats[:, 0])
-        return grad_op(x, target, stats, grad, ctx.ignore_index), None, None
+        return grad_op(x, target, stats, grad, ctx.ignore_index, ctx.label_smoothing), None, None, None
 
     op.register_autograd(backward, setup_context=setup_context)
     return torch.ops.kernelopt.cross_entropy_rows.default
 
 
-def _cross_entropy_call(x: Any, target: Any, reduction: str, ignore_index: int, dtype: Any) -> Any:
+def _cross_entropy_call(x: Any, target: Any, reduction: str, ignore_index: int, label_smoothing: float, dtype: Any) -> Any:
     """What the rewrite puts in place of ``F.cross_entropy(x, target, ...)``: the rows' losses from
     ``kernelopt::cross_entropy_rows``, reduced as torch does (the mean over the rows whose target is not
     ``ignore_index``), in ``dtype``."""
-    loss = cross_entropy_rows()(x, target, ignore_index)[0]
+    loss = cross_entropy_rows()(x, target, ignore_index, label_smoothing)[0]
     if reduction == "mean":
         loss = loss.sum() / (target != ignore_index).sum()
     elif reduction == "sum":
@@ -755,7 +761,7 @@ def _reshaped(graph: Any, before: Any, source: Any, shapes: list[tuple]) -> Any:
 def _cross_entropies(graph: Any) -> int:
     """Rewrite every ``F.cross_entropy(x, target)`` of ``graph`` (Dynamo's graph, before autograd) over
     wide rows (``CROSS_ENTROPY_ROW_BYTES``): 2-D contiguous float logits, a class index a row, no class
-    weights and no label smoothing; a cast of half-precision logits to float32 just before (perhaps
+    weights (label smoothing as torch computes it); a cast of half-precision logits to float32 just before (perhaps
     then reshaped) is read through (``_through_upcast``). Gradients may be recorded: the operator has
     its backward. How many."""
     import torch
@@ -767,8 +773,10 @@ def _cross_entropies(graph: Any) -> int:
         bound = dict(zip(_CROSS_ENTROPY_ARGS, node.args)) | dict(node.kwargs)
         x, target = bound.get("input"), bound.get("target")
         ignore_index, reduction = bound.get("ignore_index", -100), bound.get("reduction", "mean")
+        smoothing = bound.get("label_smoothing", 0.0)
         if any(bound.get(name) is not None for name in ("weight", "size_average", "reduce")) \
-                or bound.get("label_smoothing", 0.0) != 0.0 or reduction not in ("mean", "sum", "none") \
+                or not isinstance(smoothing, (int, float)) or isinstance(smoothing, bool) or not 0 <= smoothing <= 1 \
+                or reduction not in ("mean", "sum", "none") \
                 or not isinstance(ignore_index, int) or isinstance(ignore_index, bool):
             continue
         logits, labels, out = _example(x), _example(target), _example(node)
@@ -781,7 +789,7 @@ def _cross_entropies(graph: Any) -> int:
         if not read.is_contiguous() or logits.shape[1] * read.element_size() < CROSS_ENTROPY_ROW_BYTES:
             continue
         source = _reshaped(graph, node, *upcast[:2]) if upcast else x
-        _replace(graph, node, _cross_entropy_call, (source, target, reduction, ignore_index, out.dtype))
+        _replace(graph, node, _cross_entropy_call, (source, target, reduction, ignore_index, float(smoothing), out.dtype))
         count += 1
     if count:
         graph.eliminate_dead_code()

@@ -320,16 +320,19 @@ def wide_rows_retry(x_ptr, y_ptr, m_ptr, s_ptr, count_ptr, ROWS, N, K, eps, KIND
 
 
 @triton.jit
-def cross_entropy_stats(x_ptr, m_ptr, s_ptr, N, K, CHUNK: tl.constexpr, FP64: tl.constexpr, BLOCK: tl.constexpr):
+def cross_entropy_stats(x_ptr, m_ptr, s_ptr, sx_ptr, N, K, CHUNK: tl.constexpr, SUM_X: tl.constexpr,
+                        FP64: tl.constexpr, BLOCK: tl.constexpr):
     """x: contiguous [ROWS, N] logits; program p reads chunk p % K (CHUNK elements, BLOCK at a time)
     of row p // K once and stores its maximum and its sum of exp(x - maximum) at m_ptr[p], s_ptr[p]
-    (a NaN reaches the sum; an all -inf chunk stores (-inf, 0))."""
+    (a NaN reaches the sum; an all -inf chunk stores (-inf, 0)), and with SUM_X (label smoothing)
+    the sum of its logits at sx_ptr[p]."""
     pid = tl.program_id(0)
     row, chunk = pid // K, pid % K
     base = row.to(tl.int64) * N
     acc = tl.float64 if FP64 else tl.float32
     m = tl.full([], float("-inf"), acc)
     s = tl.zeros([], acc)
+    sx = tl.zeros([], acc)
     for start in range(chunk * CHUNK, tl.minimum(chunk * CHUNK + CHUNK, N), BLOCK):
         idx = start + tl.arange(0, BLOCK)
         x = tl.load(x_ptr + base + idx, mask=idx < N, other=float("-inf")).to(acc)
@@ -337,18 +340,23 @@ def cross_entropy_stats(x_ptr, m_ptr, s_ptr, N, K, CHUNK: tl.constexpr, FP64: tl
         shift = tl.where(new == float("-inf"), 0, new)
         s = s * tl.exp(m - shift) + tl.sum(tl.exp(x - shift), 0)
         m = new
+        if SUM_X:
+            sx += tl.sum(tl.where(idx < N, x, 0), 0)
     tl.store(m_ptr + pid, m)
     tl.store(s_ptr + pid, s)
+    if SUM_X:
+        tl.store(sx_ptr + pid, sx)
 
 
 @triton.jit
-def cross_entropy_finish(x_ptr, t_ptr, m_ptr, s_ptr, loss_ptr, stats_ptr, ROWS, N, K, ignore_index,
-                         FP64: tl.constexpr, KP: tl.constexpr, BLOCK_R: tl.constexpr):
+def cross_entropy_finish(x_ptr, t_ptr, m_ptr, s_ptr, sx_ptr, loss_ptr, stats_ptr, ROWS, N, K, ignore_index, smoothing,
+                         SUM_X: tl.constexpr, FP64: tl.constexpr, KP: tl.constexpr, BLOCK_R: tl.constexpr):
     """Each row's maximum and log of the sum of exp(x - maximum), from its K chunk statistics
     (``cross_entropy_stats``), at stats_ptr[row, 0:2], and its loss, (maximum - x[row, target]) + log
     sum (as Inductor's log-softmax rounds it: the log-sum-exp as one number loses the maximum's
     low bits): 0 where the target is ``ignore_index``, NaN where it is out of range (no read
-    outside the row)."""
+    outside the row). With SUM_X, label smoothing ``smoothing`` (torch's): (1 - smoothing) times
+    that plus smoothing times the mean over classes of -log softmax, (maximum - mean x) + log sum."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     live = rows < ROWS
     ks = tl.arange(0, KP)
@@ -365,18 +373,22 @@ def cross_entropy_finish(x_ptr, t_ptr, m_ptr, s_ptr, loss_ptr, stats_ptr, ROWS, 
     valid = t != ignore_index
     inside = (t >= 0) & (t < N)
     picked = tl.load(x_ptr + rows.to(tl.int64) * N + t, mask=live & valid & inside, other=0).to(acc)
-    loss = tl.where(valid, tl.where(inside, (shift - picked) + log_sum, float("nan")), 0)
+    nll = (shift - picked) + log_sum
+    if SUM_X:
+        mean_x = tl.sum(tl.load(sx_ptr + where, mask=both, other=0), 1) / N
+        nll = (1 - smoothing) * nll + smoothing * ((shift - mean_x) + log_sum)
+    loss = tl.where(valid, tl.where(inside, nll, float("nan")), 0)
     tl.store(loss_ptr + rows, loss.to(loss_ptr.dtype.element_ty), mask=live)
     tl.store(stats_ptr + 2 * rows, shift.to(stats_ptr.dtype.element_ty), mask=live)
     tl.store(stats_ptr + 2 * rows + 1, log_sum.to(stats_ptr.dtype.element_ty), mask=live)
 
 
 @triton.jit
-def cross_entropy_grad(x_ptr, t_ptr, stats_ptr, g_ptr, dx_ptr, N, ignore_index, FP64: tl.constexpr,
+def cross_entropy_grad(x_ptr, t_ptr, stats_ptr, g_ptr, dx_ptr, N, ignore_index, smoothing, FP64: tl.constexpr,
                        BLOCK: tl.constexpr):
     """The gradient of ``cross_entropy_finish``'s losses over the logits, block (row, program 1):
-    dx = g * (softmax(x) - 1 at the target), where g is the row's incoming gradient; a row whose
-    target is ``ignore_index`` has none."""
+    dx = g * (softmax(x) - (1 - smoothing) at the target - smoothing / N), where g is the row's
+    incoming gradient; a row whose target is ``ignore_index`` has none."""
     row = tl.program_id(0).to(tl.int64)
     idx = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = idx < N
@@ -386,6 +398,6 @@ def cross_entropy_grad(x_ptr, t_ptr, stats_ptr, g_ptr, dx_ptr, N, ignore_index, 
     log_sum = tl.load(stats_ptr + 2 * row + 1).to(acc)
     t = tl.load(t_ptr + row).to(tl.int64)
     g = tl.where(t == ignore_index, 0, tl.load(g_ptr + row).to(acc))
-    p = tl.exp((x - shift) - log_sum)
-    dx = p * g - tl.where(idx == t, g, 0)
+    p = tl.exp((x - shift) - log_sum) - smoothing / N
+    dx = p * g - tl.where(idx == t, g * (1 - smoothing), 0)
     tl.store(dx_ptr + row * N + idx, dx.to(dx_ptr.dtype.element_ty), mask=mask)
