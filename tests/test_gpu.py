@@ -165,12 +165,14 @@ def test_the_wide_row_rewrite_matches_float64_at_gpu_sizes(kind: str, shape: tup
             assert excess <= 0, (rows, excess)
 
 
-@pytest.mark.parametrize("rows, vocab, dtype", [
-    (4096, 128256, "bfloat16"),  # a language model's vocabulary, one program a row
-    (16, 2**20 + 3, "float32"),  # few rows: each split over programs; 2^24 logits past 64-bit offsets' need
-    (17000, 131072, "bfloat16"),  # past 2^31 logits: 64-bit offsets
+@pytest.mark.parametrize("rows, vocab, dtype, smoothing", [
+    (4096, 128256, "bfloat16", 0.0),  # a language model's vocabulary, one program a row
+    (4096, 21843, "float32", 0.1),  # an image classifier's 21k classes, label smoothing
+    (16, 2**20 + 3, "float32", 0.0),  # few rows: each split over programs
+    (17000, 131072, "bfloat16", 0.0),  # past 2^31 logits: 64-bit offsets
 ])
-def test_the_cross_entropy_rewrite_matches_float64_at_gpu_sizes(rows: int, vocab: int, dtype: str) -> None:
+def test_the_cross_entropy_rewrite_matches_float64_at_gpu_sizes(rows: int, vocab: int, dtype: str,
+                                                                 smoothing: float) -> None:
     """``launch_cross_entropy`` and its gradient against float64 on sampled rows (within twice eager's error and a
     rounding step): an ignored row, a masked (-inf) half row, a NaN (NaN loss, as eager)."""
     import torch
@@ -181,26 +183,29 @@ def test_the_cross_entropy_rewrite_matches_float64_at_gpu_sizes(rows: int, vocab
     x = (torch.randn(rows, vocab, device="cuda") * 3).to(getattr(torch, dtype))
     target = torch.randint(0, vocab, (rows,), device="cuda")
     target[1] = -100
-    x[3, : vocab // 2] = float("-inf")
+    if not smoothing:  # with it, torch's loss over a masked (-inf) half row is infinite
+        x[3, : vocab // 2] = float("-inf")
     target[3] = vocab - 1
     x[2, 5] = float("nan")
     grad = torch.rand(rows, device="cuda") + 0.5
-    loss, stats = launch_cross_entropy(x, target, -100)
-    dx = launch_cross_entropy_grad(x, target, stats, grad, -100)
+    loss, stats = launch_cross_entropy(x, target, -100, smoothing)
+    dx = launch_cross_entropy_grad(x, target, stats, grad, -100, smoothing)
     torch.cuda.synchronize()
     picked = sorted({0, 1, 2, 3, rows // 2, rows - 1})
     part, t = x[picked], target[picked]
-    ref = torch.nn.functional.cross_entropy(part.double(), t, reduction="none")
-    eager = torch.nn.functional.cross_entropy(part.float(), t, reduction="none").double()
+    ref = torch.nn.functional.cross_entropy(part.double(), t, reduction="none", label_smoothing=smoothing)
+    eager = torch.nn.functional.cross_entropy(part.float(), t, reduction="none", label_smoothing=smoothing).double()
     out = loss[picked].double()
     assert torch.equal(out.isnan(), ref.isnan()) and out[1] == 0
     ok = ~ref.isnan()
     assert ((out - ref)[ok].abs() <= 2 * (eager - ref)[ok].abs().max() + 1e-6 * ref[ok].abs()).all()
     x64 = part.double().requires_grad_()
-    (g_ref,) = torch.autograd.grad((torch.nn.functional.cross_entropy(x64, t, reduction="none") * grad[picked]).sum(), x64)
+    (g_ref,) = torch.autograd.grad((torch.nn.functional.cross_entropy(x64, t, reduction="none", label_smoothing=smoothing)
+                                    * grad[picked]).sum(), x64)
     x32 = part.float().requires_grad_()
-    (g_eager,) = torch.autograd.grad((torch.nn.functional.cross_entropy(x32, t, reduction="none") * grad[picked]).sum(),
-                                     x32)
+    (g_eager,) = torch.autograd.grad((torch.nn.functional.cross_entropy(x32, t, reduction="none",
+                                                                        label_smoothing=smoothing)
+                                      * grad[picked]).sum(), x32)
     g = dx[picked].double()
     rows_ok = ok.nonzero()[:, 0]
     eager_error = (g_eager.double() - g_ref)[rows_ok].abs().max()
