@@ -721,11 +721,12 @@ def test_the_read_ceiling_kernel_reads_every_element():
 
     from pytest_kernelopt.measure import read_kernel
 
-    n = 3 * read_kernel.BLOCK * read_kernel.STEPS + 123  # a ragged last program
-    src = torch.arange(n, dtype=torch.float32) % 7
-    partial = torch.zeros(read_kernel.programs(n), dtype=torch.float32)
-    read_kernel.launch(src, partial)
-    assert partial.sum().item() == src.sum().item()
+    for shape in read_kernel.SHAPES:
+        n = 3 * shape[0] * shape[1] + 123  # a ragged last program
+        src = torch.arange(n, dtype=torch.float32) % 7
+        partial = torch.zeros(read_kernel.programs(n, shape), dtype=torch.float32)
+        read_kernel.launch(src, partial, shape)
+        assert partial.sum().item() == src.sum().item()
 
 
 def test_each_mode_races_its_launch_configurations_itself(monkeypatch, tmp_path):

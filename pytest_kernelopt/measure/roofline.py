@@ -266,10 +266,10 @@ def copy_ceiling_gbps() -> float:
 
 
 def read_ceiling_gbps() -> float:
-    """Read bandwidth (GB/s): the faster of two kernels that read a buffer once and write almost nothing
-    (ours, :mod:`.read_kernel`, and torch's sum), median of 10 timed runs each, on the copy's buffer size.
-    A reduction streams faster than a copy (no writes to turn the bus around for): at the copy
-    bandwidth alone, a mean read as 101-107% of its limit on the H200."""
+    """Read bandwidth (GB/s): the fastest of kernels that read a buffer once and write almost nothing
+    (ours, :mod:`.read_kernel`, in each of its shapes, and torch's sum), median of 10 timed runs each,
+    on the copy's buffer size. A reduction streams faster than a copy (no writes to turn the bus
+    around for): at the copy bandwidth alone, a mean read as 101-107% of its limit on the H200."""
     import torch
 
     from . import read_kernel
@@ -277,10 +277,12 @@ def read_ceiling_gbps() -> float:
     free, _ = torch.cuda.mem_get_info()
     n = max(1 << 24, min(COPY_BYTES, free // 10)) // 4
     src = torch.ones(n, dtype=torch.float32, device="cuda")
-    partial = torch.empty(read_kernel.programs(n), dtype=torch.float32, device="cuda")
-    ours = median_event_seconds(lambda: read_kernel.launch(src, partial))
-    torchs = median_event_seconds(lambda: src.sum())
-    return 4 * n / min(ours, torchs) / 1e9
+    def ours(shape: tuple[int, int, int]) -> float:
+        partial = torch.empty(read_kernel.programs(n, shape), dtype=torch.float32, device="cuda")
+        return median_event_seconds(lambda: read_kernel.launch(src, partial, shape))
+
+    seconds = [median_event_seconds(lambda: src.sum()), *(ours(shape) for shape in read_kernel.SHAPES)]
+    return 4 * n / min(seconds) / 1e9
 
 
 def _matmul_tflops(rate: str) -> float:
