@@ -401,8 +401,8 @@ def _cross_entropy64(x: torch.Tensor, target: torch.Tensor, ignore_index: int,
 
 
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 1e-5), (torch.float16, 1e-5)])
-@pytest.mark.parametrize("launch", [{}, {"block": 64, "split": 3}, {"block": 128, "split": 7}, {"block": 512, "num_warps": 4}])
-@pytest.mark.parametrize("smoothing", [0.0, 0.15])
+@pytest.mark.parametrize("launch, smoothing", [({}, 0.0), ({"block": 64, "split": 3}, 0.15), ({"block": 128, "split": 7}, 0.0),
+                                               ({"block": 512, "num_warps": 4}, 0.15)])
 def test_the_cross_entropy_kernels_match_float64(interpreter, dtype, tolerance, launch, smoothing):
     """Loss, log-sum-exp and the logits' gradient, element by element: rows split over programs or not,
     an ignored row, large offsets, label smoothing; masked (-inf) logits without it (with it torch's loss is
@@ -519,12 +519,19 @@ def test_the_cross_entropy_rewrite_leaves_what_its_kernel_does_not_serve(interpr
         out = torch.compile(call)(x, t)
     assert graph_rewrites.rewrites_done() - before == rewritten
     assert (out.double() - call(x.double(), t)).abs().max() < 1e-5
+
+
+def test_the_cross_entropy_rewrite_leaves_narrow_rows_to_inductor(interpreter, monkeypatch):
+    import torch._inductor.config as inductor_config
+
+    from pytest_kernelopt.capture import graph_rewrites
+
     monkeypatch.setattr(graph_rewrites, "CROSS_ENTROPY_ROW_BYTES", 2048)  # 1.2 KB rows: narrow, Inductor holds them
     torch._dynamo.reset()
     before = graph_rewrites.rewrites_done()
     with torch.no_grad(), inductor_config.patch(pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass(),
                                                 fx_graph_cache=False):
-        torch.compile(call)(x, t)
+        torch.compile(F.cross_entropy)(torch.randn(6, 300), torch.randint(0, 300, (6,)))
     assert graph_rewrites.rewrites_done() == before
 
 
