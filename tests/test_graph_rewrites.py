@@ -575,3 +575,33 @@ def test_the_cross_entropy_rewrite_reads_half_precision_logits_through_their_cas
     (ref_grad,) = torch.autograd.grad(ref, x64)
     assert (out.double() - ref).abs() < 1e-4 and grad.dtype == torch.bfloat16
     assert (grad.double() - ref_grad).abs().max() < 1e-2
+
+
+LM_LOSS = TESTS / "data" / "lm_loss_train.py"
+
+
+@pytest.mark.slow
+def test_a_training_step_s_cross_entropy_rewrite_is_judged_on_every_gradient_and_the_gate_compiles_it(
+        interpreter, monkeypatch):
+    """Tune's side (the default compile, then the setting judged on the whole step: outputs and every gradient
+    against float64) and the gate's (the problem opened under the setting: the operator and its gradient
+    operator are the step's extern calls, no Inductor cross-entropy kernel left)."""
+    from pytest_kernelopt.capture import variants
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession
+
+    # The rewrites on the default compile (max-autotune's configuration races are minutes in the interpreter).
+    monkeypatch.setitem(variants.VARIANTS, VARIANT, variants.CompileVariant(VARIANT, None, rewrites=True))
+    options = VerifyOptions(seeds=1, seed=5)
+    with VerifySession(LM_LOSS, interpreter, options) as session:
+        opened = session.open()
+        assert any("nll_loss" in k.name for k in opened.kernels)
+        assert variants.needless(VARIANT, opened.kernels, opened.externs) is None  # a training step, tried
+        verdict = session.verify_compile(VARIANT)
+    _judged_on_every_draw(verdict)
+    assert "gradient" in verdict.stages[1].detail or verdict.status == "rejected", verdict.stages[1].detail
+    with VerifySession(LM_LOSS, interpreter, options, variant=VARIANT) as session:
+        opened = session.open()
+    targets = {e.target for e in opened.externs}
+    assert {"torch.ops.kernelopt.cross_entropy_rows.default",
+            "torch.ops.kernelopt.cross_entropy_rows_grad.default"} <= targets, targets
+    assert not any("nll_loss" in k.name for k in opened.kernels)
