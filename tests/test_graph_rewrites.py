@@ -551,6 +551,9 @@ def test_a_training_step_tries_the_rewrites_only_where_it_has_a_cross_entropy():
     (lambda x, t: F.cross_entropy(x.view(-1, 300).float(), t.view(-1)), torch.bfloat16),
     (lambda x, t: F.cross_entropy(x.float().view(-1, 300), t.view(-1)) + x.float().sum(), torch.bfloat16),
     (lambda x, t: (lambda f: F.cross_entropy(f.view(-1, 300), t.view(-1)) + f.sum())(x.float()), torch.float32),
+    # A causal language model's loss as libraries write it: the labels shifted (padded), the logits cast and viewed.
+    (lambda x, t: F.cross_entropy(x.float().view(-1, 300), F.pad(t, (0, 1), value=-100)[..., 1:].contiguous().view(-1),
+                                  ignore_index=-100, reduction="sum") / 5, torch.bfloat16),
 ])
 def test_the_cross_entropy_rewrite_reads_half_precision_logits_through_their_cast(interpreter, monkeypatch, loss, read):
     """A cast of bf16 logits to float32, viewed to rows before the loss, is read through: the operator gets the bf16
