@@ -30,12 +30,12 @@ def read_all(src, partial, n, BLOCK: tl.constexpr, STEPS: tl.constexpr):
     tl.store(partial + pid, tl.sum(acc, axis=0))
 
 
-def launch(src: Any, partial: Any, shape: tuple[int, int, int] = SHAPES[0]) -> None:
+def launch(src: Any, partial: Any, shape: tuple[int, int, int]) -> None:
     """Read all of ``src`` (float32, 1-D) in programs of ``shape`` (of :data:`SHAPES`); ``partial`` gets
     one sum per program (:func:`programs` of them)."""
     block, steps, warps = shape
     read_all[(programs(src.numel(), shape),)](src, partial, src.numel(), BLOCK=block, STEPS=steps, num_warps=warps)
 
 
-def programs(n: int, shape: tuple[int, int, int] = SHAPES[0]) -> int:
+def programs(n: int, shape: tuple[int, int, int]) -> int:
     return triton.cdiv(n, shape[0] * shape[1])

@@ -277,6 +277,7 @@ def read_ceiling_gbps() -> float:
     free, _ = torch.cuda.mem_get_info()
     n = max(1 << 24, min(COPY_BYTES, free // 10)) // 4
     src = torch.ones(n, dtype=torch.float32, device="cuda")
+
     def ours(shape: tuple[int, int, int]) -> float:
         partial = torch.empty(read_kernel.programs(n, shape), dtype=torch.float32, device="cuda")
         return median_event_seconds(lambda: read_kernel.launch(src, partial, shape))
