@@ -280,3 +280,24 @@ def test_the_kernels_table_prints_every_kernel_name_whole_for_copying() -> None:
     lines = console.export_text().splitlines()
     for name in [*names, "extern_kernels_mm_with_a_long_name_0", "0123456789abcdef"]:
         assert any(name in line for line in lines), name
+
+
+def test_a_training_steps_long_kernel_names_leave_the_other_columns_whole(capsys) -> None:
+    """A training step's backward kernel names run to 140 characters (found on a decoder layer with a tied
+    head): at 160 columns the kind, graph, pass and fingerprint columns were cut to an ellipsis. The table
+    now prints as wide as it must."""
+    from pytest_kernelopt.records import ArgInfo, CaptureSummary, KernelInfo, LaunchConfig
+    from pytest_kernelopt.report import kernels_table, print_table
+
+    name = ("triton_per_fused__softmax_backward_data_bitwise_not_div_masked_fill_nll_loss_forward_slice_view_"
+            "add_embedding_dense_backward_native_layer_norm_6__bwd")
+    assert len(name) > 140
+    args = [ArgInfo(name=f"in_ptr{i}", kind="tensor", read=True, shape=[4096, 4096], dtype="bfloat16") for i in range(4)]
+    summary = CaptureSummary(model="m", device="cpu", graphs=2, externs=[], kernels=[
+        KernelInfo(name=name, function=name, graph=1, fingerprint="0123456789abcdef", args=args, launch=LaunchConfig(),
+                   source="", backward=True)])
+    print_table(kernels_table(summary))
+    text = capsys.readouterr().out
+    assert "…" not in text
+    for word in (name, "triton", "backward", "0123456789abcdef", "fingerprint", "arguments", "in_ptr3"):
+        assert word in text, word
