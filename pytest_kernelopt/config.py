@@ -3,8 +3,8 @@
 Settings belong to the project that holds the problem files: the nearest
 pyproject.toml *with a ``[tool.kernelopt]`` table*, searched upwards from the
 problem file (command line) or from pytest's rootdir (plugin). Without one, the
-defaults apply, rooted at the nearest pyproject.toml's folder (else the start
-folder). Relative paths in the settings are relative to the file they are in;
+defaults apply, rooted at the nearest pyproject.toml's folder (else the top of the
+git working tree, else the start folder). Relative paths in the settings are relative to the file they are in;
 relative paths given as arguments, to the current folder. The kernel store and the
 runs folder are resolved by :func:`kernels_folder` and :func:`runs_folder` alone.
 """
@@ -87,7 +87,8 @@ RUNS_DIR = Path(".kernelopt") / "runs"
 def kernels_folder(settings: Config | None, given: str | Path | None = None) -> Path:
     """The kernel store, absolute: ``given`` (``--kernels-dir``, an argument) relative to the current folder,
     else ``[tool.kernelopt] kernels_dir`` relative to the folder of the pyproject.toml holding it
-    (``settings.root``; without settings: the nearest pyproject.toml's folder, else the start folder).
+    (``settings.root``; without settings: the nearest pyproject.toml's folder, else the git working tree's
+    top, else the start folder).
     ``settings`` None: the current folder's project (:func:`load_config`), read only when needed."""
     if given is not None:  # what a person typed is taken from where they typed it
         return Path(given).resolve()
@@ -203,7 +204,9 @@ def toml_key(name: str) -> str:
 
 def _settings_from(start: Path) -> Config:
     nearest: Path | None = None
+    repository: Path | None = None  # the top of the git working tree holding ``start``
     for folder in [start, *start.parents]:
+        repository = repository or (folder if (folder / ".git").exists() else None)
         pyproject = folder / "pyproject.toml"
         if not pyproject.is_file():
             continue
@@ -211,7 +214,10 @@ def _settings_from(start: Path) -> Config:
         section = _read_section(pyproject)
         if section is not None:
             return _validated(pyproject, section)
-    return Config(root=nearest.parent if nearest else start)
+    # Without settings, one root for every command wherever it runs from: tune given models/x.py and the
+    # gate run from the repository's top must find the same kernel store (a project with no pyproject.toml
+    # once had tune store under models/ and the gate look at the top).
+    return Config(root=nearest.parent if nearest else repository or start)
 
 
 def load_config(start: Path | None = None) -> Config:
@@ -226,7 +232,7 @@ def config_for_problem(problem: Path, *, config: Path | None = None) -> Config:
     ``config``, a pyproject.toml given explicitly, wins (it must exist and be readable);
     otherwise the nearest pyproject.toml with a ``[tool.kernelopt]`` table above the
     problem file's folder; else defaults rooted at the nearest pyproject.toml's folder,
-    else at the problem's folder.
+    else at the top of the git working tree holding the problem, else at the problem's folder.
     """
     if config is not None:
         path = Path(config).resolve()

@@ -69,6 +69,24 @@ def test_without_any_pyproject_the_problems_folder_is_the_root(tmp_path: Path) -
     assert (config.root, config.kernels_path) == (tmp_path / "models", tmp_path / "models" / "kernels")
 
 
+def test_without_any_pyproject_a_git_repositorys_top_is_the_root_for_every_command(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repository without pyproject.toml (setup.py, requirements.txt): tune given models/x.py and the gate
+    run from the top must use one kernel store (tune once stored under models/, the gate looked at the top)."""
+    if any((p / "pyproject.toml").is_file() or (p / ".git").exists() for p in tmp_path.parents):
+        pytest.skip("a pyproject.toml or a git tree above the temp folder")
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    problem = write(repo / "models" / "deep" / "x.py", "")
+    from pytest_kernelopt.config import kernels_folder, runs_folder
+
+    for config in (config_for_problem(problem), load_config(repo), load_config(repo / "models")):
+        assert config.root == repo and config.source is None
+        assert kernels_folder(config) == repo / "kernels" and runs_folder(config) == repo / ".kernelopt" / "runs"
+    write(repo / "models" / "pyproject.toml", '[project]\nname = "models"\n')  # a pyproject still comes first
+    assert config_for_problem(problem).root == repo / "models"
+
+
 def test_explicit_config_wins(project: Path, tmp_path: Path) -> None:
     other = write(tmp_path / "ci" / "kernelopt.toml", '[tool.kernelopt]\nkernels_dir = "k"\n')
     config = config_for_problem(project / "models" / "deep" / "x.py", config=other)
