@@ -20,6 +20,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from .measure.text import print_whole
+
 
 def break_candidate(source: str) -> str:
     """Scale the value of the last ``tl.store`` by 1.001."""
@@ -30,13 +32,6 @@ def break_candidate(source: str) -> str:
             lines[i] = f"{m.group(1)}{m.group(2)} * 1.001{m.group(3)}"
             return "\n".join(lines) + "\n"
     raise ValueError("no tl.store to break")
-
-
-def print_whole(console: Console, table: Table) -> None:
-    """``table`` at the width it needs: rich cuts cells to the console's width (80 in a log)."""
-    needed = console.measure(table, options=console.options.update_width(400)).maximum
-    # Console.print(width=...) cannot exceed the console's own width: a wider console, same output.
-    (console if console.width >= needed else Console(file=console.file, width=needed)).print(table)
 
 
 def next_steps(problem: Path, kernel: str, dump: Path) -> list[str]:
@@ -80,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"kernelopt demo on {device} ({'GPU' if device == 'cuda' else 'interpreter mode'}), {len(paths)} problems")
     table = Table(title="kernelopt demo")
     for col in ("problem", "graphs", "triton", "extern", "dump verified", "0.1% error", "seconds"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=True)  # short cells, read whole
     options = VerifyOptions(seeds=2, timeout=600)
     failures = 0
     steps: list[str] = []
@@ -111,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                           good.status, f"{bad.status} at {failed_stage}", f"{time.monotonic() - t0:.0f}")
             console.print(f"{problem.id}: {len(infos)} kernel(s) dumped to {out / problem.id}; dump {good.status}, "
                           f"broken copy {bad.status}")
-    print_whole(console, table)
+    print_whole(table, console)
     if not failures:
         print("\n".join(steps))
     return 1 if failures else 0

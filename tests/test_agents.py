@@ -1219,6 +1219,25 @@ def test_kernel_limits_place_the_compiler_max_autotune_and_the_stored_version(ca
     assert "78.5% / 80.1% -> 92.2%" in capsys.readouterr().out
 
 
+def test_the_tune_table_keeps_every_column_whole_beside_a_training_steps_names(capsys):
+    """A training step's backward kernel names run to 140 characters: in a 200-column log the tune table cut
+    the model, class and stored columns to an ellipsis (found tuning a decoder layer with a tied head)."""
+    from pytest_kernelopt.agents.progress import print_tune_table
+    from pytest_kernelopt.runs.records import KernelOutcome, KernelProfile, ProblemOutcome
+
+    name = "triton_per_fused_add_embedding_dense_backward_native_layer_norm_native_layer_norm_backward_view_11__bwd"
+    prof = KernelProfile(kernel=name, source="roofline", bottleneck="memory", share=0.099, roofline_pct=61.0)
+    outcome = KernelOutcome(kernel=name, fingerprint="f", profile=prof, backward=True, stored_version=3, pinned=True)
+    record = RunRecord(run_id="t", started="now", agent="search", kernels_dir="k",
+                       problems=[ProblemOutcome(model="emb_attn_train", problem="m.py", device="cuda",
+                                                speed_measured=True, kernels=[outcome])])
+    print_tune_table(record)
+    text = capsys.readouterr().out
+    assert "…" not in text
+    for word in (f"{name} (backward)", "emb_attn_train", "memory", "9.9%", "v3 (pinned)"):
+        assert word in text, word
+
+
 def test_profile_notes_say_why_figures_are_estimates():
     a = _info(name="k_a")
     cpu = build_profile("m", "cpu", [a], Profiled(measured=False), None, "interpreter mode: no timing")

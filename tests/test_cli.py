@@ -354,14 +354,14 @@ def test_the_demo_table_is_not_cut_at_80_columns():
     from rich.console import Console
     from rich.table import Table
 
-    from pytest_kernelopt.demo import print_whole
+    from pytest_kernelopt.measure.text import print_whole
 
     out = io.StringIO()
     table = Table(title="kernelopt demo")
     for col in ("problem", "graphs", "triton", "extern", "dump verified", "0.1% error", "seconds"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=True)
     table.add_row("small_mlp_graph_break", "2", "3", "3", "correct", "rejected at kernel", "25")
-    print_whole(Console(file=out, width=80), table)
+    print_whole(table, Console(file=out, width=80))
     assert "small_mlp_graph_break" in out.getvalue() and "rejected at kernel" in out.getvalue()
 
 

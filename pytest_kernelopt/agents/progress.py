@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
-from ..measure.text import timing_text, unbroken
+from ..measure.text import print_whole, timing_text, unbroken
 from ..records import at_shape
 from .ui import UI
 from ..runs.records import Attempt, KernelOutcome
@@ -68,7 +67,6 @@ def _x(t: Any) -> str:
 def print_tune_table(record: Any) -> None:
     """The table at the end of ``kernelopt tune``: per kernel, class, share, percent of its memory limit
     (compiler / max-autotune -> stored), candidates, outcome by stage, speedup."""
-    from rich.console import Console
     from rich.table import Table
 
     from .planner import kernel_limits
@@ -79,7 +77,8 @@ def print_tune_table(record: Any) -> None:
     names = [f"{k.kernel} (backward)" if k.backward else k.kernel for p in record.problems for k in p.kernels]
     for col in ("model", "kernel", "class", "share", "of limit", "tried", "outcome by stage", "best (model)",
                 "kernel alone", "stored", device_s):
-        table.add_column(col, **(unbroken(names) if col == "kernel" else {}))
+        # Short cells are never cut; only the stages' text wraps (print_whole widens the console for the rest).
+        table.add_column(col, **(unbroken(names) if col == "kernel" else {"no_wrap": col != "outcome by stage"}))
     for p in record.problems:
         label = at_shape(p.model, p.shape)  # a row group per declared shape
         if p.error or p.note:
@@ -100,9 +99,7 @@ def print_tune_table(record: Any) -> None:
                           f"{k.gpu_seconds:.0f}")
         if p.model_timing is not None:
             table.add_row(label, "(whole model, stored kernels)", "", "", "", "", "", _x(p.model_timing), "", "", "")
-    # A terminal gets its own width; a log (CI) gets room for kernel names instead of 80 columns.
-    console = Console() if sys.stdout.isatty() else Console(width=200)
-    console.print(table)
+    console = print_whole(table)  # a terminal at its width, a log (CI) 200 wide; wider where names need it
     if not any(p.speed_measured for p in record.problems):
         console.print("speed not measured (interpreter mode): nothing was stored as faster")
     if record.interrupted or record.stop_reason:

@@ -4,12 +4,11 @@ geometric means at the bottom) and the ``--json`` file (:class:`~.records.BenchR
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..measure.text import speedup_text, time_text
+from ..measure.text import print_whole, speedup_text, time_text
 from ..records import at_shape, dump_json
 from .records import BASELINE, BenchResult, ModeResult
 
@@ -34,6 +33,10 @@ def _error(m: ModeResult) -> str:
     return f"{rel} {mark}"
 
 
+# Columns of short cells, never cut (``print_whole`` widens the console for them); the others fold.
+_SHORT = ("mode", "median us [95% CI]", "vs default [95% CI]", "of limit", "compile s", "Triton share")
+
+
 def bench_table(result: BenchResult) -> Any:
     from rich.table import Table
 
@@ -41,7 +44,7 @@ def bench_table(result: BenchResult) -> Any:
     table = Table(title=f"kernelopt bench: speedup = default / mode, medians with 95% CIs{speed}")
     for col in ("problem", "mode", "median us [95% CI]", "vs default [95% CI]", "of limit", "error/scale",
                 "compile s", "Triton share", "notes"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, overflow="fold", no_wrap=col in _SHORT)
     for p in result.problems:
         rows = p.modes if p.modes else []
         if p.status == "error" and not any(m.compile_seconds is not None or m.correct is not None for m in rows):
@@ -86,9 +89,7 @@ def _label(p: Any) -> str:
 
 
 def print_bench(result: BenchResult) -> None:
-    from rich.console import Console
-
-    (Console() if sys.stdout.isatty() else Console(width=200)).print(bench_table(result))
+    print_whole(bench_table(result))
     for p in result.problems:
         if p.shape_note:
             print(f"{p.model}: {p.shape_note}")

@@ -3,11 +3,13 @@
 ``1.234x [1.200, 1.268]`` everywhere a speedup is shown with its interval (the tuner's
 messages, reports, pull requests, ``kernelopt bench``); ``1.234x (95% CI [1.200, 1.268])``
 where a sentence names the interval (the gate's failures). Numbers only: no records. And the
-one rule for names a user copies out of a table (:func:`unbroken`): printed whole.
+one rule for names a user copies out of a table (:func:`unbroken`): printed whole, and one way to print a
+table (:func:`print_whole`) so that no column is cut to an ellipsis.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Protocol
 
 
@@ -47,3 +49,34 @@ def unbroken(names: list[str]) -> dict[str, Any]:
     """A rich table column's options for names a user copies into a command (kernel names run to 90
     characters): never wrapped, cut or folded; the other columns give way."""
     return {"no_wrap": True, "min_width": max(map(len, names), default=0)}
+
+
+def print_whole(table: Any, console: Any = None, *, log_width: int = 200) -> Any:
+    """Print a rich ``table`` on ``console`` (default: the terminal at its width, a log at ``log_width``),
+    on a wider console where the table needs more (:func:`least_width`): rich narrows columns to fit the
+    console, and a training step's kernel names (140 characters) once left the others one character wide.
+    Returns the console used, for the lines after the table."""
+    from rich.console import Console
+
+    if console is None:
+        console = Console() if sys.stdout.isatty() else Console(width=log_width)
+    needed = least_width(table)
+    if needed > console.width:  # Console.print(width=...) cannot exceed the console's own width
+        console = Console(file=console.file, width=needed)
+    console.print(table)
+    return console
+
+
+def least_width(table: Any) -> int:
+    """The narrowest a rich ``table`` prints with no cell cut to an ellipsis: a ``no_wrap`` column as wide as
+    its widest line, any other as its longest word, plus padding and borders. (Rich's own measure counts
+    ``no_wrap`` columns narrower than their cells.)"""
+    width = 1  # the left border
+    for column in table.columns:
+        lines = [line for text in (column.header, *column.cells) for line in str(text).splitlines()]
+        if column.no_wrap:
+            least = max(map(len, lines), default=0)
+        else:
+            least = max((len(word) for line in lines for word in line.split()), default=0)
+        width += max(least, column.min_width or 0) + 2 * table.padding[1] + 1  # padding each side, a border
+    return width

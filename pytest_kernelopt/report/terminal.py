@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..capture.shapes import split_name
-from ..measure.text import speedup_text, unbroken
+from ..measure.text import print_whole, speedup_text, unbroken
 from ..records import ArgInfo, CaptureSummary, at_shape
 from ..runs.gate_summary import GateSummary
 from .untrusted import INLINE_LIMIT, plain
@@ -60,24 +60,8 @@ def _pass(backward: bool) -> str:
     return "backward" if backward else "forward"
 
 
-def print_table(table: Table, width: int = 160) -> None:
-    """Print ``table`` ``width`` columns wide, or wider where its unbroken columns (kernel names, a training
-    step's run to 140 characters) and the others' headers need more: no column is cut to an ellipsis."""
-    Console(width=max(width, _least_width(table))).print(table)
-
-
-def _least_width(table: Table) -> int:
-    """The narrowest ``table`` can print without cutting a column: its unbroken columns whole, the others at
-    their header's width (at least 40 characters: arguments and reasons fold), plus the borders."""
-    widest = 0
-    for column in table.columns:
-        cells = [str(c) for c in column.cells]
-        if column.no_wrap and column.overflow != "fold":
-            least = max([len(str(column.header)), column.min_width or 0, *map(len, cells)])
-        else:
-            least = max(len(str(column.header)), 40)
-        widest += least + 3  # padding on each side, one border
-    return widest + 1
+def print_table(table: Table) -> None:
+    print_whole(table, Console(width=160))
 
 
 def gate_lines(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
