@@ -26,6 +26,12 @@ The rewrites:
   read once and kept in registers, a larger one is read twice, the second time backwards so
   that it starts on what is still in L2. Only where batch x groups is at least the GPU's
   multiprocessor count: fewer programs leave it idle.
+* **attention written out.** ``softmax(q @ k.transpose(-2, -1) * c [masked], -1) @ v`` writes the
+  scores and the weights to memory and reads them back; Inductor's own attention patterns
+  (``fx_passes/fuse_attention.py``) miss common forms (nanoGPT's ``masked_fill`` of a sliced causal
+  buffer, 2026-12-06). The rewrite calls ``F.scaled_dot_product_attention``: torch's fused kernels,
+  nothing of this package's. Inference only (``_attentions`` says why).
+* wide rows and cross-entropies: see ``_wide_rows`` and ``_cross_entropies``.
 """
 
 from __future__ import annotations
@@ -797,9 +803,218 @@ def _cross_entropies(graph: Any) -> int:
     return count
 
 
+def _matmul_of(node: Any) -> tuple[Any, Any] | None:
+    """(a, b) where ``node`` is ``a @ b`` (``torch.matmul``, ``Tensor.matmul``)."""
+    import operator
+
+    import torch
+
+    if _call(node, (operator.matmul, torch.matmul), "matmul") and len(node.args) == 2 and not node.kwargs:
+        return node.args[0], node.args[1]
+    return None
+
+
+def _untransposed(node: Any) -> Any:
+    """``k`` where ``node`` swaps the last two axes of ``k`` (``k.transpose(-2, -1)``, ``k.transpose(2, 3)``
+    of a 4-D tensor, ``torch.transpose``); None otherwise."""
+    import torch
+
+    if not _call(node, (torch.transpose,), "transpose") or len(node.args) != 3 or node.kwargs:
+        return None
+    k, a, b = node.args
+    example = _example(k)
+    if example is None or not all(isinstance(d, int) and not isinstance(d, bool) for d in (a, b)):
+        return None
+    ndim = example.dim()
+    return k if ndim >= 2 and {a % ndim, b % ndim} == {ndim - 2, ndim - 1} else None
+
+
+def _scaled(node: Any) -> tuple[Any, float] | None:
+    """(x, factor) where ``node`` is ``x * c``, ``c * x`` or ``x / c`` for a positive number ``c``."""
+    import operator
+
+    import torch
+
+    if len(getattr(node, "args", ())) != 2 or node.kwargs:
+        return None
+    a, b = node.args
+    number = (int, float)
+    if _call(node, (operator.mul, torch.mul), "mul"):
+        x, c = (a, b) if isinstance(b, number) else (b, a)
+        factor = c
+    elif _call(node, (operator.truediv, torch.div, torch.true_divide), "div") and isinstance(b, number) and b:
+        x, factor = a, 1 / b
+    else:
+        return None
+    ok = isinstance(factor, number) and not isinstance(factor, bool) and 0 < factor < float("inf") \
+        and hasattr(x, "op")
+    return (x, float(factor)) if ok else None
+
+
+def _masked_out(node: Any) -> tuple[Any, Any] | None:
+    """(x, mask) where ``node`` is ``x.masked_fill(mask, -inf)`` (``torch.masked_fill``) with a boolean mask."""
+    import torch
+
+    if not _call(node, (torch.masked_fill,), "masked_fill") or len(node.args) != 3 or node.kwargs:
+        return None
+    x, mask, value = node.args
+    example = _example(mask)
+    if value != float("-inf") or example is None or example.dtype != torch.bool:
+        return None
+    return x, mask
+
+
+def _plus_mask(node: Any) -> tuple[Any, Any] | None:
+    """(x, mask) where ``node`` is ``x + mask`` for a floating tensor ``mask`` (an additive attention mask)."""
+    import operator
+
+    import torch
+
+    if not _call(node, (operator.add, torch.add), "add") or len(node.args) != 2 or node.kwargs:
+        return None
+    x, mask = node.args
+    example = _example(mask) if hasattr(mask, "op") else None
+    return (x, mask) if example is not None and _floating(example.dtype) and hasattr(x, "op") else None
+
+
+def _softmax_input(p: Any, dtype: Any) -> Any:
+    """``s`` where ``p`` is ``softmax(s, -1)`` in ``dtype``, or, for half-precision ``dtype``, the float32
+    softmax of ``s`` cast back (``F.softmax(s.float(), -1).type_as(q)``, as Llama's reference code writes it);
+    each step with no other user. None otherwise."""
+
+    if _call(p, (), "type_as") and len(p.args) == 2 or _call(p, (), "to") and len(p.args) == 2 and p.args[1] is dtype:
+        inner = p.args[0]
+        if hasattr(inner, "op") and len(inner.users) == 1 and (found := _softmax_kind(inner)) is not None \
+                and found[1] == "softmax" and _is_upcast(found[0]) and len(found[0].users) == 1 \
+                and _example(p) is not None and _example(p).dtype == dtype:
+            return found[0].args[0]
+        return None
+    found = _softmax_kind(p)
+    example = _example(p)
+    if found is None or found[1] != "softmax" or example is None or example.dtype != dtype:
+        return None
+    return found[0]
+
+
+def _no_dropout(node: Any) -> Any:
+    """``p`` where ``node`` is a dropout of ``p`` that changes nothing (``F.dropout(p, 0.0)``, or with
+    ``training=False``: ``nn.Dropout`` in eval mode); None otherwise."""
+    import torch
+
+    F = torch.nn.functional
+    if getattr(node, "op", None) != "call_function" or node.target is not F.dropout:
+        return None
+    bound = dict(zip(("input", "p", "training", "inplace"), node.args)) | dict(node.kwargs)
+    p, training = bound.get("p", 0.5), bound.get("training", True)
+    return bound.get("input") if (p == 0 or training is False) and bound.get("inplace", False) is False else None
+
+
+def _fake(function: Any, *examples: Any) -> Any:
+    """``function`` of the example tensors ``examples`` under their fake mode (None where they have none)."""
+    mode = getattr(examples[0], "fake_mode", None)
+    if mode is None:
+        return None
+    with mode:
+        return function(*examples)
+
+
+def _attention_parts(node: Any) -> tuple[Any, Any, Any, Any, str, float] | None:
+    """(q, k, v, mask, kind, scale) where ``node`` is attention written out: ``softmax(s, -1) @ v`` with
+    ``s = q @ k.transpose(-2, -1)``, perhaps scaled by a positive number, perhaps masked: ``masked_fill(m,
+    -inf)`` (kind "fill", in any order with the scale) or ``+ m`` after the scale (kind "add"); the softmax
+    perhaps in float32 of a half-precision ``s`` cast back (``_softmax_input``), perhaps through a dropout that
+    does nothing; each step used only on the way (the weights are not returned). mask None where there is none."""
+    operands = _matmul_of(node)
+    if operands is None:
+        return None
+    p, v = operands
+    if not hasattr(p, "op") or len(p.users) != 1 or _example(v) is None:
+        return None
+    if (kept := _no_dropout(p)) is not None:
+        p = kept
+        if not hasattr(p, "op") or len(p.users) != 1:
+            return None
+    at = _softmax_input(p, _example(v).dtype)
+    mask, kind, scale = None, "", 1.0
+    for _ in range(3):  # a mask and a scale, then the scores' product
+        if not hasattr(at, "op") or len(at.users) != 1:
+            return None
+        if mask is None and (masked := _masked_out(at)) is not None:
+            (at, mask), kind = masked, "fill"
+        elif mask is None and scale == 1.0 and (added := _plus_mask(at)) is not None:  # added after any scale
+            (at, mask), kind = added, "add"
+        elif scale == 1.0 and (scaled := _scaled(at)) is not None:
+            at, scale = scaled
+        else:
+            break
+    scores = _matmul_of(at)
+    if scores is None or len(at.users) != 1 or (k := _untransposed(scores[1])) is None:
+        return None
+    return scores[0], k, v, mask, kind, scale
+
+
+def _attentions(graph: Any) -> int:
+    """Rewrite attention written out (``_attention_parts``) over 4-D float tensors of one dtype as
+    ``F.scaled_dot_product_attention`` (a filled boolean mask's complement, or an added mask, as its
+    ``attn_mask``; the product's scale as its ``scale``): torch's fused attention, which never writes the
+    scores, where Inductor's own attention patterns miss (nanoGPT's ``masked_fill`` of a sliced causal
+    buffer, among others). No gradient recorded: the fused backward returned NaN on the verifier's
+    large-magnitude draws where the written-out form stays finite (below). How many.
+
+    Why not in training (CPU, torch 2.13, 2026-12-06): the fused backward recomputes the weights from the
+    row's log-sum-exp, a float32 number as large as the scores; where the scores reach ~1e9 (rows shifted
+    or scaled by the ``offset`` and ``mixed`` draws, float32 and bfloat16) its rounding, hundreds, exceeds
+    the range of exp, and the gradients are NaN; the written-out softmax subtracts the row's maximum
+    exactly. The inference forward passed the same draws."""
+    import torch
+
+    F = torch.nn.functional
+    count = 0
+    for node in list(graph.nodes):
+        if node.op not in ("call_function", "call_method"):
+            continue
+        parts = _attention_parts(node)
+        if parts is None:
+            continue
+        q, k, v, mask, kind, scale = parts
+        qe, ke, ve, out = _example(q), _example(k), _example(v), _example(node)
+        if any(e is None for e in (qe, ke, ve, out)) or qe.dim() != 4 or ke.dim() != 4 or ve.dim() != 4 \
+                or torch.is_grad_enabled() and any(e.requires_grad for e in (qe, ke, ve)) \
+                or not qe.dtype == ke.dtype == ve.dtype == out.dtype \
+                or qe.dtype not in (torch.float16, torch.bfloat16, torch.float32) \
+                or qe.shape[:2] != ke.shape[:2] or ke.shape[:2] != ve.shape[:2] \
+                or qe.shape[-1] != ke.shape[-1] or ke.shape[-2] != ve.shape[-2] \
+                or tuple(out.shape) != (*qe.shape[:-1], ve.shape[-1]):
+            continue
+        kwargs: dict[str, Any] = {"scale": scale}
+        if mask is not None:
+            me = _example(mask)
+            try:
+                fits = torch.broadcast_shapes(me.shape, (*qe.shape[:-1], ke.shape[-2])) == (*qe.shape[:-1], ke.shape[-2])
+            except RuntimeError:
+                fits = False
+            if not fits or kind == "add" and me.dtype != qe.dtype:  # SDPA adds a mask of the query's dtype
+                continue
+            if kind == "fill":
+                with graph.inserting_before(node):
+                    mask = graph.call_function(torch.logical_not, (mask,))  # SDPA's boolean mask: True attends
+                mask.meta["example_value"] = _fake(torch.logical_not, me)
+            kwargs["attn_mask"] = mask
+        with graph.inserting_before(node):
+            new = graph.call_function(F.scaled_dot_product_attention, (q, k, v), kwargs)
+        new.meta.update(node.meta)
+        node.replace_all_uses_with(new)
+        graph.erase_node(node)
+        count += 1
+    if count:
+        graph.eliminate_dead_code()
+    return count
+
+
 def _pre_grad_rewrites(graph: Any) -> int:
-    """The rewrites matched before decomposition (group norms, wide rows, cross-entropies); how many."""
-    return _group_norms(graph) + _wide_rows(graph) + _cross_entropies(graph)
+    """The rewrites matched before decomposition (attention first: its softmax is not a wide-row one; group
+    norms, wide rows, cross-entropies); how many."""
+    return _attentions(graph) + _group_norms(graph) + _wide_rows(graph) + _cross_entropies(graph)
 
 
 def _reverse_scans(graph: Any) -> int:

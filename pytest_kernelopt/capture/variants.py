@@ -74,7 +74,7 @@ VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
                          "flips of its axis, a group norm, a softmax or L1/L2 normalisation of rows wider than 128 KB: "
                          "one kernel each that reads its input once, where Inductor makes two or three passes; a "
                          "cross-entropy over rows of 16 KB or more, read once, with a backward that reads them once "
-                         "more)",
+                         "more; attention written out, without gradients, as torch's fused attention)",
                    harvest=False),
     CompileVariant("coordinate-descent", None, {"coordinate_descent_tuning": True},
                    about="default compile, launch configurations refined by coordinate descent"),
@@ -107,6 +107,12 @@ _SCAN = "tl.associative_scan"  # how Inductor's scan kernels combine (torch 2.11
 _CROSS_ENTROPY = "nll_loss"  # in the names of Inductor's cross-entropy kernels (``..._nll_loss_forward_0``)
 
 
+def _attention(kernels: list[Any], externs: list[Any]) -> bool:
+    """Whether the model may write attention out: a softmax kernel beside batched matrix products (the
+    scores and the weighted sum of 4-D tensors are ``bmm`` calls)."""
+    return any("softmax" in k.name for k in kernels) and any("bmm" in e.target for e in externs)
+
+
 def _row_reduction(name: str) -> bool:
     """Whether an Inductor kernel called ``name`` may be a softmax or an L1/L2 normalisation over rows
     (``triton_red_fused__softmax_0``, ``..._abs_div_sum_...``, ``..._linalg_vector_norm_...``)."""
@@ -126,9 +132,10 @@ def needless(name: str, kernels: list[Any], externs: list[Any]) -> str | None:
                 "so it compiles as max-autotune does")
     if variant.rewrites and not any(_SCAN in k.source or "group_norm" in k.name or _row_reduction(k.name)
                                     or _CROSS_ENTROPY in k.name for k in kernels) \
+            and not _attention(kernels, externs) \
             and not any(op in e.target for e in externs for op in ("cumsum", "cumprod")):
-        return ("the model has no scan (cumulative sum or product), no group norm, no softmax or norm over rows "
-                "and no cross-entropy, "
+        return ("the model has no scan (cumulative sum or product), no group norm, no softmax or norm over rows, "
+                "no cross-entropy and no attention written out, "
                 "the patterns the graph rewrites change")
     return None
 
