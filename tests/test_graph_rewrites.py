@@ -676,9 +676,17 @@ def _llama(q, k, v):  # Llama's reference code: an additive mask, the softmax in
     return torch.matmul(F.softmax(scores.float(), dim=-1).type_as(q), v)
 
 
+def _hugging_face_eager(q, k, v):  # transformers' eager attention: a sliced 4-D additive mask, a float32 softmax
+    weights = torch.matmul(q, k.transpose(2, 3)) * q.shape[-1] ** -0.5
+    weights = weights + _NEG.to(q.dtype)[None, None, :, : k.shape[-2]]
+    weights = F.softmax(weights, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(F.dropout(weights, p=0.1, training=False), v)
+
+
 @pytest.mark.parametrize("attention, dtype", [
     (_nanogpt, torch.float32),
     (_llama, torch.bfloat16),
+    (_hugging_face_eager, torch.float16),
     (lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2) / 4.0, -1) @ v, torch.float32),  # no mask
     (lambda q, k, v: (q.matmul(k.transpose(3, 2)).masked_fill(_NEG.isinf(), float("-inf")) * 0.3).softmax(-1) @ v,
      torch.float32),  # the mask filled before the scale

@@ -877,17 +877,35 @@ def _plus_mask(node: Any) -> tuple[Any, Any] | None:
     return (x, mask) if example is not None and _floating(example.dtype) and hasattr(x, "op") else None
 
 
-def _softmax_input(p: Any, dtype: Any) -> Any:
-    """``s`` where ``p`` is ``softmax(s, -1)`` in ``dtype``, or, for half-precision ``dtype``, the float32
-    softmax of ``s`` cast back (``F.softmax(s.float(), -1).type_as(q)``, as Llama's reference code writes it);
-    each step with no other user. None otherwise."""
+def _float32_softmax_of_half(node: Any) -> Any:
+    """``s`` where ``node`` is a float32 softmax over the last axis of a half-precision ``s``: of its cast
+    (``softmax(s.float(), -1)``, the cast with no other user) or with ``dtype=torch.float32``
+    (``F.softmax(s, dim=-1, dtype=torch.float32)``, as Hugging Face's eager attention writes it)."""
+    import torch
 
+    found = _softmax_kind(node)
+    if found is not None and found[1] == "softmax" and _is_upcast(found[0]) and len(found[0].users) == 1:
+        return found[0].args[0]
+    F = torch.nn.functional
+    if not _call(node, (torch.softmax, F.softmax, torch.special.softmax), "softmax"):
+        return None
+    x, dim = _arg(node, 0, "input"), _arg(node, 1, "dim")
+    dtype = _arg(node, 3 if node.target is F.softmax else 2, "dtype")
+    example = _example(x) if hasattr(x, "op") else None
+    if example is None or dtype is not torch.float32 or example.dtype not in (torch.float16, torch.bfloat16) \
+            or not _last_axis(dim, example.dim()):
+        return None
+    return x
+
+
+def _softmax_input(p: Any, dtype: Any) -> Any:
+    """``s`` where ``p`` is ``softmax(s, -1)`` in ``dtype``, or, for half-precision ``dtype``, a float32
+    softmax of ``s`` (``_float32_softmax_of_half``) cast back (``.type_as(q)``, ``.to(dtype)``: Llama's
+    reference code, Hugging Face's eager attention); each step with no other user. None otherwise."""
     if _call(p, (), "type_as") and len(p.args) == 2 or _call(p, (), "to") and len(p.args) == 2 and p.args[1] is dtype:
         inner = p.args[0]
-        if hasattr(inner, "op") and len(inner.users) == 1 and (found := _softmax_kind(inner)) is not None \
-                and found[1] == "softmax" and _is_upcast(found[0]) and len(found[0].users) == 1 \
-                and _example(p) is not None and _example(p).dtype == dtype:
-            return found[0].args[0]
+        if hasattr(inner, "op") and len(inner.users) == 1 and _example(p) is not None and _example(p).dtype == dtype:
+            return _float32_softmax_of_half(inner)
         return None
     found = _softmax_kind(p)
     example = _example(p)
