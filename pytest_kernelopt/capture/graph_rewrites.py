@@ -997,7 +997,8 @@ def _attentions(graph: Any) -> int:
         q, k, v, mask, kind, scale = parts
         qe, ke, ve, out = _example(q), _example(k), _example(v), _example(node)
         if any(e is None for e in (qe, ke, ve, out)) or qe.dim() != 4 or ke.dim() != 4 or ve.dim() != 4 \
-                or torch.is_grad_enabled() and any(e.requires_grad for e in (qe, ke, ve)) \
+                or torch.is_grad_enabled() and any(e is not None and e.requires_grad
+                                                   for e in (qe, ke, ve, _example(mask) if mask is not None else None)) \
                 or not qe.dtype == ke.dtype == ve.dtype == out.dtype \
                 or qe.dtype not in (torch.float16, torch.bfloat16, torch.float32) \
                 or qe.shape[:2] != ke.shape[:2] or ke.shape[:2] != ve.shape[:2] \
