@@ -18,6 +18,9 @@ interpreter lacks is filled in here:
   resolves; under the interpreter they return ``None``. We give each function a
   NumPy implementation. A function without one raises
   :class:`InterpreterUnsupported` naming it, instead of failing later on ``None``.
+* The interpreter's native atomics read their arrays as contiguous memory; a broadcast mask (stride
+  0) made ``tl.atomic_add`` with one row a block add only the first element: each array is made
+  contiguous first (:func:`_patch_atomics`).
 * Every call of a ``@triton.jit`` helper inside a kernel (Inductor's
   ``triton_helpers``, the combine function of each reduction) patched
   ``triton.language`` again, walking its modules with ``inspect.getmembers``,
@@ -79,6 +82,7 @@ def enable() -> None:
     torch_triton.triton_hash_with_backend = backend_hash  # type: ignore[assignment]
     _patch_libdevice()
     _patch_reduce_scan()
+    _patch_atomics()
     if _speedups_checked():
         _patch_helper_calls()
         _patch_np_dtype()
@@ -317,6 +321,37 @@ def _patch_reduce_scan() -> None:
 
     interpreter.ReduceOps.generic_reduce = _tree_reduce
     interpreter.ScanOps.generic_scan = _vector_scan
+
+
+def _patch_atomics() -> None:
+    """Atomics given contiguous arrays. The interpreter's native ``atomic_rmw`` / ``atomic_cas`` read their
+    pointer, value and mask arrays as contiguous memory, but a broadcast makes a view with stride 0: with one
+    row a block (``XBLOCK=1``), ``tl.atomic_add(ptr [1, R], v, xmask [1, 1])`` added only the first of the R
+    elements (triton 3.7.1). Inductor's embedding backward fused with a LayerNorm backward is such a kernel:
+    the whole embedding gradient came out wrong in interpreter mode, the compiled baseline with it."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder.create_atomic_rmw, "_kernelopt", False):
+        return
+    rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
+
+    def contiguous(handle: Any) -> Any:
+        data = getattr(handle, "data", None)
+        if isinstance(data, np.ndarray) and not data.flags.c_contiguous:
+            return interpreter.TensorHandle(np.ascontiguousarray(data), handle.dtype)
+        return handle
+
+    def create_atomic_rmw(self: Any, op: Any, ptr: Any, val: Any, mask: Any, sem: Any, scope: Any) -> Any:
+        return rmw(self, op, contiguous(ptr), contiguous(val), contiguous(mask), sem, scope)
+
+    def create_atomic_cas(self: Any, ptr: Any, cmp: Any, val: Any, sem: Any, scope: Any) -> Any:
+        return cas(self, contiguous(ptr), contiguous(cmp), contiguous(val), sem, scope)
+
+    create_atomic_rmw._kernelopt = True  # type: ignore[attr-defined]
+    builder.create_atomic_rmw = create_atomic_rmw
+    builder.create_atomic_cas = create_atomic_cas
 
 
 # The Triton releases whose interpreter internals the two speed-ups below were read against (they skip work

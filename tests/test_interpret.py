@@ -281,3 +281,61 @@ def test_the_interpreter_speed_ups_apply_only_on_the_triton_release_they_were_re
     patched = getattr(triton_interpreter._patch_lang, "__module__", "") == interpret.__name__
     assert patched == triton.__version__.startswith(interpret.SPEEDUPS_CHECKED)
     assert interpret._speedups_checked() == patched
+
+
+# --- atomics ---------------------------------------------------------------------------------
+
+ATOMIC_KERNEL = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def kernel(out_ptr, idx_ptr, val_ptr, rows, X: tl.constexpr, R: tl.constexpr):
+    x = tl.program_id(0) * X + tl.arange(0, X)[:, None]
+    r = tl.arange(0, R)[None, :]
+    xmask = x < rows
+    i = tl.load(idx_ptr + x, xmask, other=0)
+    v = tl.load(val_ptr + (r + R * x), xmask, other=0.0)
+    tl.atomic_add(out_ptr + tl.broadcast_to(r + R * i, [X, R]), v, xmask, sem="relaxed")
+"""
+
+
+@pytest.mark.parametrize("block_rows", [1, 2, 4])
+def test_an_atomic_add_with_a_broadcast_row_mask_adds_every_element(block_rows, tmp_path):
+    """Inductor's embedding backward (an index_put with accumulation) fused with a LayerNorm backward adds rows
+    with ``tl.atomic_add(ptr [XBLOCK, R], v, xmask [XBLOCK, 1])``. With XBLOCK=1 the interpreter's native atomic
+    read the broadcast mask as contiguous memory and added only the first element of each row (triton 3.7.1):
+    the whole embedding gradient of a training step came out wrong, the compiled baseline with it."""
+    import torch
+
+    path = tmp_path / "atomic.py"
+    path.write_text(ATOMIC_KERNEL)
+    kernel = import_file(path).kernel
+    rows, width = 6, 8
+    idx = torch.tensor([0, 2, 2, 1, 0, 3])  # repeated rows: they accumulate
+    val = torch.randn(rows, width)
+    out = torch.zeros(4, width)
+    kernel[(triton_block(rows) // block_rows,)](out, idx, val, rows, X=block_rows, R=width)
+    assert torch.allclose(out, torch.zeros(4, width).index_add_(0, idx, val), atol=1e-6)
+
+
+def test_an_embedding_then_layer_norm_training_step_compiles_to_the_right_gradient():
+    """The model-level form of the atomic bug above: Inductor's kernel that adds the LayerNorm backward into
+    the embedding's rows. The compiled gradient once matched float64 nowhere (its error was its scale)."""
+    import torch
+    import torch.nn.functional as F
+
+    def f(ids, w, lw, lb, hw):
+        return (F.layer_norm(F.embedding(ids, w), (32,), lw, lb) @ hw.t()).pow(2).mean()
+
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 96, (2, 16), generator=gen)
+    params = [torch.randn(96, 32, generator=gen), torch.rand(32, generator=gen) + 0.5,
+              torch.randn(32, generator=gen), torch.randn(96, 32, generator=gen)]
+    p64 = [p.double().requires_grad_() for p in params]
+    ref = torch.autograd.grad(f(ids, *p64), p64[0])[0]
+    torch._dynamo.reset()
+    p32 = [p.clone().requires_grad_() for p in params]
+    got = torch.autograd.grad(torch.compile(f)(ids, *p32), p32[0])[0]
+    assert (got.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
