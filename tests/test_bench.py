@@ -757,3 +757,34 @@ def test_each_mode_races_its_launch_configurations_itself(monkeypatch, tmp_path)
     assert {m.mode: m.error for m in result.modes} == {"eager": None, "default": None}
     assert seen == {"eager": [None], "default": [None]}
     assert AutotuneCache.read_best is remembered
+
+
+def test_bench_says_when_the_default_compiles_own_error_is_a_large_part_of_an_outputs_scale():
+    """Every mode is judged within the default compile's own error envelope; where that error is a large part of an
+    output's scale (49% of an embedding gradient's, from an interpreter fault, 2026-12-06) large errors pass, and
+    bench says so beside the problem instead of an unqualified "ok"."""
+    import io
+
+    import torch
+    from rich.console import Console
+
+    from pytest_kernelopt.benchmark import BenchResult, BenchSettings, ModeResult, ProblemResult, bench_table
+    from pytest_kernelopt.benchmark.one_problem import BASELINE_SUSPECT, _suspect_baseline
+    from pytest_kernelopt.verify.model import OutputReference
+
+    def ref(err: float, scale: float, floating: bool = True) -> OutputReference:
+        return OutputReference(shape=(4,), dtype=torch.float32, floating=floating, baseline_err=err, scale=scale)
+
+    names = ["output 0", "gradient of parameter emb.weight", "output 2"]
+    assert _suspect_baseline([ref(1e-6, 30.0), ref(1e-3, 0.4), ref(0.0, 0.0)], names) is None
+    assert _suspect_baseline([ref(1e-6, 30.0), ref(BASELINE_SUSPECT * 0.4 * 0.99, 0.4)], names) is None
+    note = _suspect_baseline([ref(1e-6, 30.0), ref(0.19, 0.387), ref(5.0, 1.0, floating=False)], names)
+    assert note is not None and "gradient of parameter emb.weight is 49% of its scale" in note
+    problem = ProblemResult(problem="m.py", model="m", baseline_note=note, reference="float64",
+                            modes=[ModeResult(mode="default", correct=True, relative_error=6.3e-3)])
+    result = BenchResult(created="2026-12-06T00:00:00Z", speed_measured=False, problems=[problem],
+                         settings=BenchSettings(modes=["default"], device="cpu", seconds=3.0, timeout=None))
+    assert BenchResult.model_validate_json(result.model_dump_json()) == result
+    console = Console(file=io.StringIO(), width=400)
+    console.print(bench_table(result))
+    assert "49% of its scale" in console.file.getvalue()

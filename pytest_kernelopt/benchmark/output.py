@@ -68,6 +68,8 @@ def bench_table(result: BenchResult) -> Any:
                 notes.append(m.kernels_note)
             if i == 0 and p.shape_note:
                 notes.append(p.shape_note)
+            if i == 0 and p.baseline_note:
+                notes.append(p.baseline_note)
             if i == 0 and p.reference == "eager":
                 notes.append(f"no float64 reference: {p.reference_note}")
             share = f"{p.triton_share:.0%}" if m.mode == BASELINE and p.triton_share is not None else ""
