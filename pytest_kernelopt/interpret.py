@@ -343,11 +343,13 @@ def _patch_atomics() -> None:
             return interpreter.TensorHandle(np.ascontiguousarray(data), handle.dtype)
         return handle
 
-    def create_atomic_rmw(self: Any, op: Any, ptr: Any, val: Any, mask: Any, sem: Any, scope: Any) -> Any:
-        return rmw(self, op, contiguous(ptr), contiguous(val), contiguous(mask), sem, scope)
+    # Every array argument, whatever the release's signature (triton 3.7: rmw(op, ptr, val, mask, sem, scope),
+    # cas(ptr, cmp, val, sem, scope)); other arguments pass through.
+    def create_atomic_rmw(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return rmw(self, *map(contiguous, args), **{k: contiguous(v) for k, v in kwargs.items()})
 
-    def create_atomic_cas(self: Any, ptr: Any, cmp: Any, val: Any, sem: Any, scope: Any) -> Any:
-        return cas(self, contiguous(ptr), contiguous(cmp), contiguous(val), sem, scope)
+    def create_atomic_cas(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return cas(self, *map(contiguous, args), **{k: contiguous(v) for k, v in kwargs.items()})
 
     create_atomic_rmw._kernelopt = True  # type: ignore[attr-defined]
     builder.create_atomic_rmw = create_atomic_rmw
