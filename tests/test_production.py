@@ -669,3 +669,20 @@ def test_a_compile_setting_applies_only_to_the_graph_inputs_it_was_verified_at(i
     out, found, messages = wrapper_globals(pytest_kernelopt.compile(model, tmp_path / "kernels", quiet=True), x)
     assert [n.startswith("triton_per_") for n in found] == [True]
     assert len(messages) == 1 and "records no graph inputs it was verified at" in messages[0], messages
+
+
+def test_the_start_up_line_names_kernels_with_a_reason_and_counts_those_with_nothing_committed(tmp_path):
+    """A training step's graph has 16 kernels; naming each "(nothing committed)" filled the start-up line."""
+    from pytest_kernelopt.store.production import NOTHING_COMMITTED, ProductionKernel, status_line
+
+    def kernel(name, runs="compiler", why=NOTHING_COMMITTED, version=None):
+        return ProductionKernel(name=name, graph=1, fingerprint=None, runs=runs, why=why, version=version)
+
+    store = tmp_path / "kernels"
+    bare = [kernel(f"triton_poi_fused_{i}") for i in range(16)]
+    assert status_line("m", store, 1, bare).endswith("0 of 16 Triton kernels from " + f"{store}/; "
+                                                     "16 compiler kernels (nothing committed)")
+    mixed = [kernel("triton_per_fused_0", "committed", None, 2), kernel("triton_poi_fused_1", why="stale"), *bare[:3]]
+    assert status_line("m", store, None, mixed) == (
+        f"kernelopt: m: 1 of 5 Triton kernels from {store}/ (triton_per_fused_0 v2); 4 compiler kernels: "
+        "triton_poi_fused_1 (stale), 3 with nothing committed")

@@ -79,6 +79,10 @@ class KerneloptWarning(UserWarning):
     """A committed kernel was not used; the compiler's kernel runs instead."""
 
 
+# ``ProductionKernel.why`` where the store holds nothing for the kernel (the start-up line counts these).
+NOTHING_COMMITTED = "nothing committed"
+
+
 @dataclass
 class ProductionKernel:
     """One Triton kernel of a compiled graph and what runs for it."""
@@ -303,7 +307,7 @@ class KerneloptBackend:
         try:
             folders = self._folders(name)
             if not folders:
-                record.why = "nothing committed"
+                record.why = NOTHING_COMMITTED
                 return record  # nothing committed: no need for a fingerprint (a few ms per kernel)
             if len(folders) > 1:  # one version per declared shape: the one verified for this compiler kernel
                 return self._lookup_shapes(record, folders, module, attr, function)
@@ -314,7 +318,7 @@ class KerneloptBackend:
         record.folder = folder
         if active is None:
             record.why = "no active version" if self.store.kernel_dir(self.model, folder).joinpath(
-                "manifest.json").is_file() else "nothing committed"
+                "manifest.json").is_file() else NOTHING_COMMITTED
             return record  # committed versions, none active
         try:
             record.fingerprint = kernel_fingerprint(compiler_kernel, read_kernel_source(compiler_kernel, module, attr),
@@ -579,8 +583,8 @@ def _wrapper_source(module: ModuleType) -> str | None:
 
 
 def status_line(model: str, kernels_dir: Path, graph: int | None, kernels: list[ProductionKernel]) -> str:
-    """``kernelopt: softmax_rows: 1 of 2 Triton kernels from kernels/ (triton_per_fused_0 v2); 1 compiler
-    kernel: triton_poi_fused_1 (nothing committed)``; ``graph`` is named when it is not the first."""
+    """``kernelopt: softmax_rows: 1 of 3 Triton kernels from kernels/ (triton_per_fused_0 v2); 2 compiler
+    kernels: triton_poi_fused_1 (stale), 1 with nothing committed``; ``graph`` is named when it is not the first."""
     where = f"{model}" + (f" graph {graph}" if graph else "")
     if not kernels:
         return f"kernelopt: {where}: no Triton kernels to swap (Inductor generated none for this graph)"
@@ -591,8 +595,15 @@ def status_line(model: str, kernels_dir: Path, graph: int | None, kernels: list[
     if ours:
         text += " (" + ", ".join(f"{k.folder or k.name} v{k.version}" for k in ours) + ")"
     if theirs:
-        text += f"; {len(theirs)} compiler kernel{'s' if len(theirs) != 1 else ''}: " + ", ".join(
-            f"{k.name} ({k.why or 'nothing committed'})" for k in theirs)
+        # Kernels with a reason (stale, edited file, ...) by name; those with nothing committed counted: a
+        # training step's 16 names once filled the line (``status(model).kernels`` lists them all).
+        said = [k for k in theirs if k.why and k.why != NOTHING_COMMITTED]
+        bare = len(theirs) - len(said)
+        text += f"; {len(theirs)} compiler kernel{'s' if len(theirs) != 1 else ''}"
+        if said:
+            text += ": " + ", ".join(f"{k.name} ({k.why})" for k in said)
+        if bare:
+            text += f", {bare} with {NOTHING_COMMITTED}" if said else f" ({NOTHING_COMMITTED})"
     return text
 
 
