@@ -325,10 +325,10 @@ def _activation_of(node: Any) -> tuple[Any, str] | None:
     return (user, act) if all(isinstance(o, bool) for o in options) and set(user.kwargs) <= {"inplace"} else None
 
 
-def _replace(graph: Any, node: Any, target: Any, args: tuple) -> None:
+def _replace(graph: Any, node: Any, target: Any, args: tuple, kwargs: dict[str, Any] | None = None) -> None:
     """Put a call of ``target`` on ``args`` in ``node``'s place in ``graph`` (its metadata, its users)."""
     with graph.inserting_before(node):
-        new = graph.call_function(target, args)
+        new = graph.call_function(target, args, kwargs or {})
     new.meta.update(node.meta)
     node.replace_all_uses_with(new)
     graph.erase_node(node)
@@ -1019,11 +1019,7 @@ def _attentions(graph: Any) -> int:
                     mask = graph.call_function(torch.logical_not, (mask,))  # SDPA's boolean mask: True attends
                 mask.meta["example_value"] = _fake(torch.logical_not, me)
             kwargs["attn_mask"] = mask
-        with graph.inserting_before(node):
-            new = graph.call_function(F.scaled_dot_product_attention, (q, k, v), kwargs)
-        new.meta.update(node.meta)
-        node.replace_all_uses_with(new)
-        graph.erase_node(node)
+        _replace(graph, node, F.scaled_dot_product_attention, (q, k, v), kwargs)
         count += 1
     if count:
         graph.eliminate_dead_code()
