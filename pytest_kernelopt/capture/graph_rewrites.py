@@ -1097,5 +1097,6 @@ def rewrite_pass() -> Any:
 
 @functools.cache
 def pre_grad_rewrite_pass() -> Any:
-    """The pre-grad pass that applies the rewrites matched before decomposition (group norms, wide rows; one instance)."""
+    """The pre-grad pass that applies the rewrites matched before decomposition (attention, group norms, wide rows,
+    cross-entropies; one instance)."""
     return _counted(_pre_grad_rewrites)
