@@ -88,6 +88,22 @@ def interpreter() -> str:
 
 
 @pytest.fixture(autouse=True)
+def _grad_mode_kept() -> Any:
+    """Each test starts with gradients recorded, as a fresh process does: code run in-process (bench's problem
+    runner turns them off for inference) must not change what a later test in the same xdist worker sees (an
+    interpreter test's backward once failed "does not require grad" in the full suite only)."""
+    import sys
+
+    torch = sys.modules.get("torch")  # never imported here: some tests check what an import loads
+    if torch is not None:
+        torch.set_grad_enabled(True)
+    yield
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_grad_enabled(True)
+
+
+@pytest.fixture(autouse=True)
 def _interpreter_before_triton(request: pytest.FixtureRequest) -> None:
     """Switch interpreter mode on before any test can import triton.
 

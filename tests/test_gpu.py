@@ -420,6 +420,7 @@ def test_the_attention_rewrite_runs_fused_attention_and_matches_float64_at_gpu_s
     assert error <= 2 * default_error + torch.finfo(q.dtype).eps * ref.abs().max(), (error, default_error)
     torch._dynamo.reset()
     before = graph_rewrites.rewrites_done()
-    with inductor_config.patch(fx_graph_cache=False, pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass()):
+    with torch.enable_grad(), \
+            inductor_config.patch(fx_graph_cache=False, pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass()):
         torch.compile(attention)(q.requires_grad_(), k, v).sum().backward()
     assert graph_rewrites.rewrites_done() == before

@@ -333,9 +333,10 @@ def test_an_embedding_then_layer_norm_training_step_compiles_to_the_right_gradie
     ids = torch.randint(0, 96, (2, 16), generator=gen)
     params = [torch.randn(96, 32, generator=gen), torch.rand(32, generator=gen) + 0.5,
               torch.randn(32, generator=gen), torch.randn(96, 32, generator=gen)]
-    p64 = [p.double().requires_grad_() for p in params]
-    ref = torch.autograd.grad(f(ids, *p64), p64[0])[0]
-    torch._dynamo.reset()
-    p32 = [p.clone().requires_grad_() for p in params]
-    got = torch.autograd.grad(torch.compile(f)(ids, *p32), p32[0])[0]
+    with torch.enable_grad():  # whatever an earlier test in this worker left
+        p64 = [p.double().requires_grad_() for p in params]
+        ref = torch.autograd.grad(f(ids, *p64), p64[0])[0]
+        torch._dynamo.reset()
+        p32 = [p.clone().requires_grad_() for p in params]
+        got = torch.autograd.grad(torch.compile(f)(ids, *p32), p32[0])[0]
     assert (got.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
