@@ -231,6 +231,17 @@ POINTER_USES = [
         "idx = tl.load(in_ptr0 + offs, mask)\nrow = tl.load(in_ptr1 + idx * 4, mask)\ntl.store(out_ptr0 + offs, row, mask)",
         "in_ptr0, in_ptr1, out_ptr0, n, BLOCK: tl.constexpr", {"in_ptr0", "in_ptr1"}, {"out_ptr0"}, id="indexed_load",
     ),
+    pytest.param(  # Inductor's embedding backward: the index loaded from in_ptr0 addresses out_ptr0
+        "tmp0 = tl.load(in_ptr0 + offs, mask)\ntmp1 = tl.where(tmp0 < 0, tmp0 + 100, tmp0)\n"
+        "tl.atomic_add(out_ptr0 + (offs + 24 * tmp1), tl.load(in_ptr1 + offs, mask), mask, sem='relaxed')",
+        "in_ptr0, in_ptr1, out_ptr0, n, BLOCK: tl.constexpr", {"in_ptr0", "in_ptr1", "out_ptr0"}, {"out_ptr0"},
+        id="indexed_atomic",
+    ),
+    pytest.param(
+        "row = tl.load(in_ptr0 + offs, mask)\ntl.store(out_ptr0 + row * 4, tl.load(in_ptr1 + offs, mask), mask)",
+        "in_ptr0, in_ptr1, out_ptr0, n, BLOCK: tl.constexpr", {"in_ptr0", "in_ptr1"}, {"out_ptr0"},
+        id="indexed_store",
+    ),
     pytest.param(
         "tl.atomic_add(out_ptr0 + offs, tl.load(in_ptr0 + offs, mask), mask)", IO, {"in_ptr0", "out_ptr0"}, {"out_ptr0"},
         id="atomic_add",

@@ -165,7 +165,20 @@ def _pointer_operand(call: ast.Call) -> ast.AST | None:
 
 
 def _names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    """The names in ``node``, except under ``tl.load``/``tl.atomic_*`` calls: what those return is a value
+    read from memory (an index, say), not a pointer, so ``out_ptr0 + 24 * tl.load(in_ptr0 + x)`` writes
+    through ``out_ptr0`` only."""
+    found: set[str] = set()
+    todo = [node]
+    while todo:
+        sub = todo.pop()
+        if isinstance(sub, ast.Name):
+            found.add(sub.id)
+        elif (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
+              and (sub.func.attr == "load" or sub.func.attr.startswith("atomic_"))):
+            continue
+        todo.extend(ast.iter_child_nodes(sub))
+    return found
 
 
 def pointer_uses(
