@@ -336,3 +336,39 @@ def test_a_kernel_without_a_recorded_file_is_read_from_its_wrapper(tmp_path):
     assert source.startswith("\nimport triton\n@triton.jit\ndef triton_tem_fused_0(a):")
     with pytest.raises(KerneloptError, match="recorded no file"):
         read_kernel_source(SimpleNamespace(filename=None), module, "triton_tem_fused_1")
+
+
+def test_random_draws_seen_only_where_something_is_drawn():
+    """An attention or a dropout at probability 0 computes the same outputs at every run: not a draw, though
+    torch tags the op ``nondeterministic_seeded`` (a GPT block's training step on an H100, torch 2.11, ran
+    ``_scaled_dot_product_cudnn_attention`` with ``dropout_p=0`` and was refused as random)."""
+    import torch
+    import torch.nn.functional as F
+
+    from pytest_kernelopt.capture.compiled import draws_random, draws_seen
+
+    aten = torch.ops.aten
+    q = torch.randn(1, 2, 4, 8)
+    assert not draws_random(aten._scaled_dot_product_flash_attention_for_cpu.default, (q, q, q, 0.0), {})
+    assert draws_random(aten._scaled_dot_product_flash_attention_for_cpu.default, (q, q, q, 0.1), {})
+    assert not draws_random(aten._scaled_dot_product_cudnn_attention.default, (q, q, q, None, True),
+                            {"dropout_p": 0.0})
+    assert draws_random(aten._scaled_dot_product_cudnn_attention.default, (q, q, q, None, True, 0.5), {})
+    assert not draws_random(aten.native_dropout.default, (q, 0.5, False), {})
+    assert draws_random(aten.native_dropout.default, (q, 0.5, True), {})
+    assert draws_random(aten.bernoulli.p, (q, 0.5), {})
+    assert draws_random(aten.rand_like.default, (q,), {})
+
+    class Attend(torch.nn.Module):
+        def __init__(self, p: float):
+            super().__init__()
+            self.p = p
+
+        def forward(self, x):
+            return F.scaled_dot_product_attention(x, x, x, dropout_p=self.p) + F.dropout(x, self.p, training=self.p > 0)
+
+    for p, expected in ((0.0, []), (0.25, ["_scaled_dot_product_flash_attention_for_cpu", "native_dropout"])):
+        drawn: list[str] = []
+        draws_seen(drawn)(Attend(p), [q.requires_grad_()])
+        assert [d for d in drawn if d in expected] == expected or (p > 0 and drawn), (p, drawn)
+        assert (not drawn) == (p == 0), (p, drawn)

@@ -711,6 +711,24 @@ def recompiled_error(problem: Problem) -> ProblemError:
                                       "and draw one shape per declared SHAPES entry")
 
 
+def draws_random(func: Any, args: Any, kwargs: Any) -> bool:
+    """Whether a call of an op torch tags ``nondeterministic_seeded`` draws anything: not where its probability
+    argument (``dropout_p`` of the fused attentions, ``p`` of the dropouts) is the number 0, nor a dropout called
+    with ``train=False``. A training step's fused attention (``_scaled_dot_product_cudnn_attention`` on an H100,
+    torch 2.11) carries the tag whatever its ``dropout_p``; at 0 it computes the same outputs at every run."""
+    schema = func._schema.arguments
+    given = {a.name: a.default_value for a in schema if a.has_default_value()}  # what a call leaves out
+    given.update(zip((a.name for a in schema), args))
+    given.update(kwargs or {})
+    if given.get("train", True) is False:
+        return False
+    for name in ("dropout_p", "p"):
+        if name in given:
+            value = given[name]
+            return not (isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0)
+    return True
+
+
 def draws_seen(drawn: list[str]) -> Callable[[Any, Any], Any]:
     """A runner of a model's forward, ``forward(model, inputs)``, that appends to ``drawn`` the name of each random
     draw inside it: an ATen op torch tags ``nondeterministic_seeded`` (dropout with training=True, rand_like,
@@ -720,7 +738,7 @@ def draws_seen(drawn: list[str]) -> Callable[[Any, Any], Any]:
 
     class _Draws(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            if torch.Tag.nondeterministic_seeded in func.tags:
+            if torch.Tag.nondeterministic_seeded in func.tags and draws_random(func, args, kwargs):
                 drawn.append(str(func.overloadpacket.__name__))
             return func(*args, **(kwargs or {}))
 
