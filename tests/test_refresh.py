@@ -29,8 +29,9 @@ GRID = "grid = (triton.cdiv(xnumel, XBLOCK), 1, 1)"
 
 
 def _problem(folder: Path, batch: int, eps: str) -> Path:
-    """rms_norm with ``batch`` and ``eps``, and 2 rows per batch instead of 8: each row is one interpreted
-    program (every verification here took about 2 s more at 8), and the 64-long reduction is unchanged."""
+    """rms_norm with ``batch`` and ``eps``, and 2 rows per batch instead of 8; the 64-long reduction is unchanged.
+    Batches 4 and 5 (8 and 10 rows) both launch 8 rows per program in interpreter mode (Inductor's largest
+    configuration for up to 16 rows, ``interpret._fewest_programs``), so an edit next to the launch replays."""
     text = (TESTS / "problems" / "rms_norm.py").read_text()
     text = text.replace("(2, 8, 64)", f"({batch}, 2, 64)").replace("return [HIDDEN, 1e-6]", f"return [HIDDEN, {eps}]")
     assert f"({batch}, 2, 64)" in text and eps in text
@@ -54,7 +55,7 @@ def refreshed(tmp_path_factory: pytest.TempPathFactory, interpreter: str) -> dic
 
     root = tmp_path_factory.mktemp("refresh")
     options = VerifyOptions(seeds=1, timeout=300)
-    old_problem = _problem(root / "old", batch=2, eps="1e-6")
+    old_problem = _problem(root / "old", batch=4, eps="1e-6")
     with VerifySession(old_problem, interpreter, options) as session:
         info = session.kernel_info(KERNEL)
         original = render_dump(info, "rms_norm")
@@ -63,7 +64,7 @@ def refreshed(tmp_path_factory: pytest.TempPathFactory, interpreter: str) -> dic
             "rewrite": approximate_divisions(original),
             "legacy": with_point(original, {"XBLOCK": 4}),  # its manifest entry will lose its recipe (schema 2)
             "edit-stale": original.replace("tmp9 = tmp7 + tmp8", "tmp9 = tmp8 + tmp7"),  # beside the eps line
-            "edit-wrong": original.replace(GRID, "grid = (4, 1, 1)"),  # 4 rows: right for batch 2 only
+            "edit-wrong": original.replace(GRID, "grid = (1, 1, 1)"),  # one program of 8 rows: right for batch 4 only
         }
         stores = {}
         for name, text in candidates.items():
@@ -91,7 +92,7 @@ def refreshed(tmp_path_factory: pytest.TempPathFactory, interpreter: str) -> dic
     gate_kernels = root / "gate-kernels"
     shutil.copytree(stores["launch"].root, gate_kernels)
 
-    new_problem = _problem(root / "new", batch=3, eps="1e-5")
+    new_problem = _problem(root / "new", batch=5, eps="1e-5")
     results = {}
     with VerifySession(new_problem, interpreter, options) as session:
         new_info = session.kernel_info(KERNEL)
@@ -117,10 +118,10 @@ def test_accept_records_how_each_version_was_made(refreshed: dict[str, Any]) -> 
     assert all(m["schema_version"] == 4 for m in refreshed["manifests"].values())
     assert recipes["launch"]["kind"] == "launch"
     assert recipes["launch"]["launch"] == {"XBLOCK": 2, "num_warps": 1, "num_stages": 1}
-    assert recipes["launch"]["compiler_launch"] == {"XBLOCK": 1, "num_warps": 2, "num_stages": 1}
+    assert recipes["launch"]["compiler_launch"] == {"XBLOCK": 8, "num_warps": 2, "num_stages": 1}
     assert recipes["rewrite"]["kind"] == "rewrite" and recipes["rewrite"]["rewrites"] == [
         {"rule": "approx-div", "params": {}}]
-    assert recipes["edit-wrong"]["kind"] == "edit" and "+    grid = (4, 1, 1)" in recipes["edit-wrong"]["diff"]
+    assert recipes["edit-wrong"]["kind"] == "edit" and "+    grid = (1, 1, 1)" in recipes["edit-wrong"]["diff"]
     assert all(r["base_fingerprint"] == refreshed["old_info"].fingerprint for r in recipes.values())
 
 
