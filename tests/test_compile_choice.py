@@ -325,6 +325,30 @@ def test_the_compile_step_stops_trying_settings_once_the_run_s_budget_is_spent(t
                and "run's budget" in e["data"]["reason"] for e in events)
 
 
+def test_a_tune_stopped_during_the_compile_step_keeps_the_trials_it_measured(tmp_path):
+    """Ctrl-C or SIGTERM in the middle of the trials (four training steps on an H100 were stopped after 71-90 s of
+    them, and their run records showed none): the run record holds each trial decided so far; nothing is chosen."""
+    from test_agents import _problem
+
+    session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune": 1.05, "max-autotune-nd-tiling": 1.10},
+                                            compile_variants=["max-autotune", "max-autotune-nd-tiling"])
+    check = session.verify_compile
+
+    def stopped_at_the_second(variant):
+        if session.compile_calls:
+            raise KeyboardInterrupt
+        return check(variant)
+
+    session.verify_compile = stopped_at_the_second
+    with pytest.raises(KeyboardInterrupt):
+        tuner.tune_problem(_problem(tmp_path))
+    (outcome,) = run.record.problems
+    (trial,) = outcome.compile.tried
+    assert trial.variant == "max-autotune" and trial.speedup == pytest.approx(1.05)
+    assert outcome.compile.chosen is None and not outcome.compile.stored and store.compile_variant("m") is None
+    assert outcome.compile.note.startswith("stopped during the compile step")
+
+
 def test_a_stored_compile_that_no_longer_wins_goes_back_to_the_defaults(tmp_path):
     from test_agents import _problem
 

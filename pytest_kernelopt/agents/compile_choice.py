@@ -60,7 +60,8 @@ def _trial(variant: str, verdict: Verdict, seconds: float) -> CompileTrial:
 def choose(open_at: Opener, variants: list[str], *, previous: str | None, measured: bool,
            say: Callable[[str], None], ev: Callable[..., Any], shapes: dict[str, float] | None = None,
            policy: SpeedPolicy | None = None, committed: list[str] | None = None,
-           left: Callable[[], float] | None = None) -> tuple[CompileOutcome, dict[str | None, Verdict]]:
+           left: Callable[[], float] | None = None,
+           into: CompileOutcome | None = None) -> tuple[CompileOutcome, dict[str | None, Verdict]]:
     """Try each variant against the default compile; the outcome and the chosen one's verdicts (per declared
     shape; the key None for a problem without SHAPES; empty when nothing new is to be stored).
 
@@ -74,11 +75,15 @@ def choose(open_at: Opener, variants: list[str], *, previous: str | None, measur
     compile would leave them stale (their fingerprints are that compile's), and the trials
     time each setting against the default compile without them: the choice is then kept,
     and the note says how to change it.
+
+    ``into``: the outcome to fill (the run record's, saved when the run is stopped): each trial is in it as soon
+    as it is decided, so a tune stopped during the compile step still records what was measured (nothing is
+    chosen then: a setting is chosen only after its second compile).
     """
     # With committed kernels the choice is kept whatever wins (below): no second compile to confirm a winner.
     outcome, verdicts = _choose(open_at, variants, previous=previous, measured=measured, say=say, ev=ev,
                                 shapes=shapes or {}, policy=(policy or SpeedPolicy()).for_settings(), left=left,
-                                confirm=not committed)
+                                confirm=not committed, into=into)
     if committed and outcome.chosen != previous:
         wanted = outcome.chosen or "the default compile"
         outcome.note = (f"{outcome.note}; kept {previous or 'the default compile'!r} instead of {wanted!r}: "
@@ -102,8 +107,10 @@ def _check(session: Any, variant: str) -> tuple[Verdict | None, str | None, floa
 def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measured: bool,
             say: Callable[[str], None], ev: Callable[..., Any], shapes: dict[str, float],
             policy: SpeedPolicy, left: Callable[[], float] | None,
-            confirm: bool = True) -> tuple[CompileOutcome, dict[str | None, Verdict]]:
-    outcome = CompileOutcome(previous=previous, chosen=previous)
+            confirm: bool = True, into: CompileOutcome | None = None) -> tuple[CompileOutcome, dict[str | None, Verdict]]:
+    outcome = into if into is not None else CompileOutcome()
+    outcome.previous, outcome.chosen = previous, previous
+    outcome.note = "stopped during the compile step, before a setting was chosen: the previous choice stands"
     total = sum(shapes.values())
     weights: dict[str | None, float] = {s: w / total for s, w in shapes.items()} if shapes else {None: 1.0}
     first, last = list(weights)[0], list(weights)[-1]

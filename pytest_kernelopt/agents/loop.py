@@ -349,10 +349,12 @@ class Tuner:
             at: dict[str, Any] = {"shape": shape} if shape is not None else {}
             return factory(problem.path, self.options.device, options, progress=self.ui.message, **at)
 
+        # The run record holds the outcome while it is filled: a run stopped during the trials keeps them.
+        outcome.compile = compile_choice.CompileOutcome()
         chosen, verdicts = compile_choice.choose(
             open_at, variants, previous=previous, measured=self.options.device == "cuda",
             say=lambda text: self.ui.message(f"{model}: {text}"), ev=ev, shapes={s: problem.shape_weights[s] for s in problem.shapes},
-            policy=options.speed, committed=committed, left=self._run_left)
+            policy=options.speed, committed=committed, left=self._run_left, into=outcome.compile)
         outcome.compile = chosen
         if problem.shapes:
             self._compiles[problem.path] = (problem.shape, chosen)
