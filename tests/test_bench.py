@@ -788,3 +788,28 @@ def test_bench_says_when_the_default_compiles_own_error_is_a_large_part_of_an_ou
     console = Console(file=io.StringIO(), width=400)
     console.print(bench_table(result))
     assert "49% of its scale" in console.file.getvalue()
+
+
+def test_tune_bench_gpu_lets_each_tune_end_by_its_own_budget(tmp_path, monkeypatch):
+    """bench/tune_bench_gpu.py gives each tune --run-budget-s at 80% of --timeout (a tune stopped by the limit
+    keeps no compile setting), unless --tune-args names one."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("tune_bench_gpu", Path(__file__).parents[1] / "bench" / "tune_bench_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    commands = []
+
+    def run(cmd, log, timeout):
+        commands.append(cmd)
+        return 0, 0.0, json.dumps({"problems": []})
+
+    monkeypatch.setattr(module, "_run", run)
+    for extra, budget in (([], "92"), (["--tune-args", "--run-budget-s 40"], "40")):
+        commands.clear()
+        monkeypatch.setattr(sys, "argv", ["tune_bench_gpu.py", str(tmp_path / "out"), "p.py", "--timeout", "115", *extra])
+        assert module.main() == 0
+        tune = commands[0]
+        assert tune[tune.index("tune") + 1] == "p.py" and tune.count("--run-budget-s") == 1
+        assert tune[tune.index("--run-budget-s") + 1] == budget
