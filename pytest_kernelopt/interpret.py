@@ -486,7 +486,7 @@ def _patch_launch_choice() -> None:
         self.configs = _fewest_programs(list(self.configs))
 
     cls.__init__ = __init__  # type: ignore[method-assign]
-    cls._kernelopt_fewest_programs = True  # type: ignore[attr-defined]
+    cls._kernelopt_fewest_programs = True
 
 
 def supported_libdevice() -> list[str]:
