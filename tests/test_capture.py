@@ -367,8 +367,7 @@ def test_random_draws_seen_only_where_something_is_drawn():
         def forward(self, x):
             return F.scaled_dot_product_attention(x, x, x, dropout_p=self.p) + F.dropout(x, self.p, training=self.p > 0)
 
-    for p, expected in ((0.0, []), (0.25, ["_scaled_dot_product_flash_attention_for_cpu", "native_dropout"])):
+    for p in (0.0, 0.25):  # with gradients recorded, as in a training step
         drawn: list[str] = []
         draws_seen(drawn)(Attend(p), [q.requires_grad_()])
-        assert [d for d in drawn if d in expected] == expected or (p > 0 and drawn), (p, drawn)
         assert (not drawn) == (p == 0), (p, drawn)
