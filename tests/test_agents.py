@@ -355,6 +355,9 @@ def test_plan_orders_by_share_and_says_why_it_skips():
     assert "rewrite:eviction" in items[0].strategies and items[0].strategies[0] == "rewrite:reverse-pass"
     only = plan(_profile({"big": 0.7, "mid": 0.29}), only=["mid"])
     assert [i.kernel for i in only if i.skip is None] == ["mid"]
+    # A kernel named with --kernel is searched under --min-share too (it was skipped as "below the threshold").
+    named = plan(_profile({"small": 0.003, "big": 0.997}), min_share=0.02, only=["small"])
+    assert [i.kernel for i in named if i.skip is None] == ["small"] and named[0].strategies
 
 
 def test_plan_spends_the_budget_by_distance_to_the_limit_and_skips_kernels_at_it():

@@ -136,6 +136,9 @@ def plan(profile: ModelProfile, *, min_share: float = MIN_SHARE, only: list[str]
         pct = limit_pct(k)
         if only and k.kernel not in only:
             items.append(PlanItem(k.kernel, k, skip="not selected (--kernel)"))
+        elif only:  # named with --kernel: searched whatever its share or distance to the limit
+            items.append(PlanItem(k.kernel, k, strategies=list(STRATEGIES[k.bottleneck]),
+                                  at_limit=pct is not None and pct >= LIMIT_PCT))
         elif k.share < min_share:
             what = "bytes moved" if k.source == "bytes" else "model GPU time"
             items.append(PlanItem(k.kernel, k, skip=f"{k.share:.1%} of {what}, below the {min_share:.0%} threshold"))
