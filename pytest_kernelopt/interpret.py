@@ -21,6 +21,9 @@ interpreter lacks is filled in here:
 * The interpreter's native atomics read their arrays as contiguous memory; a broadcast mask (stride
   0) made ``tl.atomic_add`` with one row a block add only the first element: each array is made
   contiguous first (:func:`_patch_atomics`).
+* Inductor's interpreter path launches a kernel's first configuration (a persistent reduction: one row per
+  program, each program run in Python): the configuration of its own list with the most rows per program and
+  the same reduction blocks is put first (:func:`_patch_launch_choice`).
 * Every call of a ``@triton.jit`` helper inside a kernel (Inductor's
   ``triton_helpers``, the combine function of each reduction) patched
   ``triton.language`` again, walking its modules with ``inspect.getmembers``,
