@@ -451,12 +451,16 @@ def test_committed_kernels_unused_because_inductor_wrote_cpp_is_one_warning(tmp_
         for w in seen:
             if issubclass(w.category, pytest_kernelopt.KerneloptWarning):
                 print("WARNING", w.message)
+        print("STATUS", pytest_kernelopt.status(model))
     """)
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     warned = [line for line in out.stdout.splitlines() if line.startswith("WARNING")]
     assert len(warned) == 1 and "Inductor generated C++ kernels" in warned[0] \
         and "pytest_kernelopt.interpret.enable()" in warned[0], out.stdout
+    # status() said "nothing compiled yet (call the model once ...)" after the call.
+    (status,) = [line for line in out.stdout.splitlines() if line.startswith("STATUS")]
+    assert "1 graph compiled, with no Triton kernel" in status and "nothing compiled yet" not in status, status
 
 
 @pytest.mark.slow

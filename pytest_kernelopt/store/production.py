@@ -617,12 +617,17 @@ class ProductionStatus:
     model: str
     kernels_dir: Path
     kernels: list[ProductionKernel]
+    graphs: int = 0  # graphs compiled so far, with Triton kernels or without
 
     @property
     def committed(self) -> list[ProductionKernel]:
         return [k for k in self.kernels if k.runs == "committed"]
 
     def lines(self) -> list[str]:
+        if not self.kernels and self.graphs:
+            return [f"kernelopt: {self.model}: {self.graphs} graph{'s' if self.graphs != 1 else ''} compiled, with no "
+                    "Triton kernel (Inductor generated none: C++ kernels on a CPU unless "
+                    "pytest_kernelopt.interpret.enable() ran before anything imported triton, or library calls only)"]
         if not self.kernels:
             return [f"kernelopt: {self.model}: nothing compiled yet (call the model once; torch.compile compiles "
                     "on the first call)"]
@@ -680,7 +685,7 @@ def status(model: Any) -> ProductionStatus:
             raise UsageError("kernelopt status: pass what pytest_kernelopt.compile() or torch.compile(..., "
                              "backend=\"kernelopt\") returned, its backend or the model id, not "
                              f"{type(model).__name__}")
-    return ProductionStatus(found.model, found.kernels_dir, list(found.kernels))
+    return ProductionStatus(found.model, found.kernels_dir, list(found.kernels), len(found._graph_kernels))
 
 
 def _frame_key() -> Any:
