@@ -146,7 +146,10 @@ def test_interrupted_run_says_so(tmp_path):
     record.update(interrupted=True, stop_reason="Ctrl-C", finished=None)
     (run_dir / "run.json").write_text(json.dumps(record))
     text = write_report(run_dir).report.read_text()
-    assert "**Interrupted** (Ctrl-C): Ctrl-C. Figures below cover what was done before the interrupt" in text
+    assert "**Interrupted**: Ctrl-C. Figures below cover what was done before the interrupt" in text
+    record.update(stop_reason="terminated (SIGTERM); what was stored stays")  # it read "(Ctrl-C): terminated"
+    (run_dir / "run.json").write_text(json.dumps(record))
+    assert "**Interrupted**: terminated (SIGTERM); what was stored stays." in write_report(run_dir).report.read_text()
     assert "No kernel got faster in this run: nothing was stored." in text
 
 
