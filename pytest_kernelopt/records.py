@@ -35,6 +35,10 @@ class ArgInfo(Record):
     kind: Literal["tensor", "int", "float", "bool", "none", "other"] = "other"
     read: bool = False
     written: bool = False
+    # Written in place: the elements the kernel does not store keep the values they had (Inductor's
+    # ``mutated_arg_names``: a scatter into a buffer an earlier kernel zeroed writes some of its elements).
+    # Its contents before the launch are then part of the result, as a read argument's are.
+    kept: bool = False
     shape: list[int] | None = None
     stride: list[int] | None = None
     dtype: str | None = None

@@ -218,3 +218,33 @@ def test_unchecked_runs_carry_the_candidates_results_back(chain):
     expected = torch.full((4, 64), float("nan"))
     handle.original.run(args[0], args[1], expected, 256, stream=None)
     assert wrapped.failure is None and torch.equal(args[2], expected)
+
+
+def test_a_kernel_writing_a_buffer_in_place_keeps_its_other_elements_under_the_guards(interpreter):
+    """A scatter into a buffer an earlier kernel zeroed stores 2 of each row's 8 elements (Inductor marks the buffer
+    ``mutated_arg_names``). The guards filled such an argument's copy with poison or random numbers as if the
+    kernel wrote all of it, and copied the copy back: the compiler's own kernel, dumped and checked unchanged,
+    failed the model stage of a mixture-of-experts training step ("gradient of input 0: NaN/Inf")."""
+    import torch
+
+    from conftest import TESTS
+    from pytest_kernelopt.capture.swap import swapped
+    from pytest_kernelopt.verify.guards import GuardedKernel
+    from pytest_kernelopt.verify.pipeline import open_problem
+    from pytest_kernelopt.verify.protocol import OpenRequest
+
+    prepared, _ = open_problem(OpenRequest(problem=str(TESTS / "data" / "scatter_rows.py"), device=interpreter,
+                                           seeds=[3]))
+    compiled = prepared.compiled
+    (name,) = [n for n, h in compiled.kernels.items() if any(a.kept for a in h.info.args)]
+    handle = compiled.kernel(name)
+    assert [a.name for a in handle.info.args if a.kept] == ["out_ptr0"]
+    inputs = prepared.inputs(3)
+    with torch.no_grad():
+        expected = compiled(*inputs)
+    for _ in range(4):  # each launch on guarded copies (no unguarded share), its fill drawn
+        guard = GuardedKernel(handle.original, handle.info.args, "test", prepared.device, prepared.entropy)
+        with swapped(compiled, {name: guard}), torch.no_grad():
+            got = compiled(*inputs)
+        assert guard.failure is None and guard.unguarded == 0
+        assert torch.equal(got, expected), (got, expected)

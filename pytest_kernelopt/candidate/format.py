@@ -130,7 +130,8 @@ def render_dump(info: KernelInfo, model_id: str) -> str:
     kernel = func.name
     runtime = [a.name for a in info.args]
     launch = info.launch
-    written = ", ".join(info.written_args) or "none"
+    written = ", ".join(f"{a.name} (in place: elements it does not store keep their values)" if a.kept else a.name
+                        for a in info.args if a.written) or "none"
     signature = ", ".join(runtime)
     call = ", ".join([*runtime, *(f"{k}={k}" for k in launch.kwargs)])
     opts = {}

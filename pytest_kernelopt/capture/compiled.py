@@ -641,11 +641,13 @@ def compile_problem(
             pointers = {k for k, v in signature.items() if str(v).startswith("*")} or None
             reads, writes = pointer_uses(kernel_source, kernel_name, pointers)
             arg_names = [a for a in autotuner.fn.arg_names if a not in cfg.kwargs]
+            kept = set(getattr(autotuner, "mutated_arg_names", None) or ())
             observed = seen.get(id(autotuner), ())
             args = []
             for i, arg in enumerate(arg_names):
                 info = observed[i].model_copy(update={"name": arg}) if i < len(observed) else ArgInfo(name=arg)
                 info.read, info.written = arg in reads, arg in writes
+                info.kept = info.written and arg in kept
                 if info.written:  # recorded before the launch: the range of garbage
                     info.min = info.max = None
                 args.append(info)

@@ -157,7 +157,8 @@ class _Checker:
 
     def _role(self, i: int) -> tuple[bool, bool]:
         info = self.infos[i] if i < len(self.infos) else None
-        return (bool(info and info.read), bool(info and info.written))
+        # An argument written in place (``kept``) starts from its contents, as a read one does.
+        return (bool(info and (info.read or info.kept)), bool(info and info.written))
 
     def _plan(self) -> list[tuple[str, str]]:
         """(output fill, canary kind or UNGUARDED) per pass.
