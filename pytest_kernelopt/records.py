@@ -47,6 +47,11 @@ class ArgInfo(Record):
     max: int | None = None
     value: int | float | bool | None = None
 
+    @property
+    def starts_from_contents(self) -> bool:
+        """Its contents before a launch are part of the result: read, or written in place (``kept``)."""
+        return self.read or self.kept
+
 
 class LaunchConfig(Record):
     """The launch configuration Inductor chose for a kernel (after autotuning)."""

@@ -307,7 +307,7 @@ class GuardedKernel:
                  unguarded: float = 0.0):
         self.candidate, self.where, self.device = candidate, where, device
         self.written = {i for i, a in enumerate(infos) if a.written}
-        self.read = {i for i, a in enumerate(infos) if a.read or a.kept}  # kept: its contents before count
+        self.read = {i for i, a in enumerate(infos) if a.starts_from_contents}
         self.names = [a.name for a in infos]
         self.bands = Bands(self.names, device, entropy)
         self.failure: str | None = None

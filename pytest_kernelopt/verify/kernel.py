@@ -157,8 +157,7 @@ class _Checker:
 
     def _role(self, i: int) -> tuple[bool, bool]:
         info = self.infos[i] if i < len(self.infos) else None
-        # An argument written in place (``kept``) starts from its contents, as a read one does.
-        return (bool(info and (info.read or info.kept)), bool(info and info.written))
+        return (bool(info and info.starts_from_contents), bool(info and info.written))
 
     def _plan(self) -> list[tuple[str, str]]:
         """(output fill, canary kind or UNGUARDED) per pass.

@@ -66,7 +66,7 @@ def first_launch(compiled: Any, name: str, inputs: list[Any]) -> tuple[Any, ...]
             if not calls:
                 kept = []
                 for i, a in enumerate(args):
-                    read = i >= len(infos) or infos[i].read or infos[i].kept
+                    read = i >= len(infos) or infos[i].starts_from_contents
                     written = i >= len(infos) or infos[i].written
                     if isinstance(a, torch.Tensor):
                         ours = a.data_ptr() in model_inputs
