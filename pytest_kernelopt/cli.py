@@ -349,12 +349,13 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
     # Under model.json's compile settings: the kernels verify, accept and the gate refer to.
     variant = KernelStore(settings.kernels_path).compile_variant(problem.id)
+    configs = KernelStore(settings.kernels_path).launch_configs(problem.id)
     # A problem with SHAPES: every declared shape (or the one --shape names), each compiled at its inputs.
     shapes = [problem.shape] if args.shape or not problem.shapes else list(problem.shapes)
     rows: list[dict[str, Any]] = []
     for shape in shapes:
         at = problem.at(shape) if shape is not None else problem
-        compiled = compile_problem(at, device, variant=variant)  # a model that fails: its one error line
+        compiled = compile_problem(at, device, variant=variant, launch_configs=configs)  # a failing model: one line
         summary = compiled.summary()
         if shape == shapes[0]:
             print(f"settings: {settings.describe(None)}", file=sys.stderr)
@@ -516,6 +517,7 @@ def _verify_or_accept(args: argparse.Namespace, sources: list[Any], worker: Any,
 
     store = KernelStore(kernels_folder(settings, getattr(args, "kernels_dir", None)))
     variant = store.compile_variant(problem.id)  # model.json's compile settings: its kernels are that compile's
+    configs = store.launch_configs(problem.id)  # and the launch configurations recorded with them
     if args.command == "accept":  # a name the store cannot hold: say so before the verification runs
         store.kernel_dir(problem.id, problem.store_name(args.kernel))
         # The same bytes, stored and verified before: the answer is known without the cascade.
@@ -534,7 +536,7 @@ def _verify_or_accept(args: argparse.Namespace, sources: list[Any], worker: Any,
     for w in said:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     with VerifySession(problem.path, device, options, progress=say, variant=variant, shape=problem.shape,
-                       worker=worker) as session:
+                       worker=worker, launch_configs=configs) as session:
         for source in sources:
             at = f" at shape {problem.shape}" if problem.shape else ""
             say(f"verifying {source.label} as {args.kernel} of {problem.id}{at} on {device} ...")

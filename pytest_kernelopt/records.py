@@ -359,6 +359,9 @@ class Verdict(Record):
     # kernel stage compared the candidate at, or for a compile check the inputs of each graph compiled under
     # the setting. accept and tune record them; production runs the version or setting only at these.
     launches: list[list[str]] | None = None
+    # A compile check: the launch point each kernel of the setting's compile ran (kernel fingerprint -> point,
+    # capture/launch_configs.py), what its timing measured; tune stores it with the setting. Not serialized.
+    launch_configs: dict[str, dict[str, int]] | None = Field(default=None, exclude=True, repr=False)
     verified_source: str | None = Field(default=None, exclude=True, repr=False)
 
     def reason_for_agents(self) -> str | None:

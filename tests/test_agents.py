@@ -574,15 +574,19 @@ class FakeSession:
         self.compile_speed = compile_speed or {}  # variant -> whole-model speedup over the default compile
         self.compile_calls: list[str] = []
         self.variants: list[str | None] = []  # the variant of each session opened
+        self.launch_configs: list[dict | None] = []  # the launch configurations each session opened with
         self.opened = type("O", (), {"kernels": [info], "externs": [], "environment": ENV, "seconds": 0.1})()
 
-    def __call__(self, problem, device, options, progress=None, variant=None, shape=None):
+    def __call__(self, problem, device, options, progress=None, variant=None, shape=None, launch_configs=None):
         self.options = options
         self.variants.append(variant)
+        self.launch_configs.append(launch_configs)
         return self
 
     def verify_compile(self, variant):
         self.compile_calls.append(variant)
+        # Each check's compile races afresh: its own pick of one kernel's launch (the n-th check: XBLOCK 2**n).
+        picks = {f"fp-{variant}": {"XBLOCK": 2 ** len(self.compile_calls), "num_warps": 4, "num_stages": 1}}
         speedup = self.compile_speed.get(variant, 1.0)
         faster = bool(speedup) and SpeedPolicy().for_settings().judge(_timing(speedup))[0]  # as the session judges
         status = "rejected" if speedup == 0 else "accepted" if faster else "correct"
@@ -590,7 +594,8 @@ class FakeSession:
         return Verdict(model="m", kernel=f"compile:{variant}", candidate=variant, candidate_sha256="", status=status,
                        model_timing=_timing(speedup) if speedup else None, speed_measured=bool(speedup),
                        environment=ENV, seeds=[1, 2, 3], errors=[SeedErrors(seed=1, model_ratio=ratio)] if ratio else [],
-                       reason="model: seed 1, output 0: outside its allowance" if speedup == 0 else None)
+                       reason="model: seed 1, output 0: outside its allowance" if speedup == 0 else None,
+                       launch_configs=picks)
 
     def __enter__(self):
         return self

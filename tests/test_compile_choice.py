@@ -109,10 +109,17 @@ def test_verify_compile_judges_the_variant_against_the_default_compile_from_eith
     assert [s.name for s in verdict.stages] == ["static", "model", "speed"]
     # A given seed only adds: its two seeds and two fresh ones.
     assert "the default compile's own error" in verdict.stages[1].detail and len(verdict.errors) == 4
-    with VerifySession(small_softmax, interpreter, options, variant=LOOPED) as session:  # the gate's side: the variant
-        assert [k.name.startswith("triton_red_") for k in session.open().kernels] == [True]
+    # What the setting's compile launched, per kernel fingerprint (what tune records with the setting).
+    ((fp, point),) = verdict.launch_configs.items()
+    assert point["R0_BLOCK"] >= 64 and {"XBLOCK", "num_warps", "num_stages"} <= set(point)
+    chunks = {**point, "XBLOCK": 1, "R0_BLOCK": 32}
+    with VerifySession(small_softmax, interpreter, options, variant=LOOPED,  # the gate's side: the variant, as
+                       launch_configs={fp: chunks}) as session:                # recorded (4 chunks a row)
+        assert [k.launch.kwargs for k in session.open().kernels] == [{"XBLOCK": 1, "R0_BLOCK": 32}]
+        assert session.opened.launches_fixed == 1 and session.opened.launches_refused == []
         verdict = session.verify_compile(LOOPED)
         assert verdict.status == "correct", verdict.reason
+        assert verdict.launch_configs is None  # given, not raced
         with pytest.raises(UsageError, match="cannot check 'max-autotune'"):
             session.verify_compile("max-autotune")
     with pytest.raises(UsageError, match="unknown compile variant"):
@@ -206,11 +213,14 @@ def test_tune_stores_the_fastest_accepted_compile_and_tunes_kernels_on_it(tmp_pa
     assert outcome.error is None
     # The fastest accepted is checked again on a second compile, in a new session, before it is chosen.
     assert session.compile_calls == ["max-autotune", "persistent-rows", "max-autotune-nd-tiling", "persistent-rows"]
-    # The trials' sessions compile the defaults; the kernel search's compiles the choice.
+    # The trials' sessions compile the defaults; the kernel search's compiles the choice, at the launch
+    # configurations the second compile ran (its fourth check), which the choice records with its timing.
     assert session.variants == [None, None, "persistent-rows"]
     assert store.compile_variant("m") == "persistent-rows"
     record = store.model_record("m").compile
     assert record.timing.speedup == pytest.approx(1.35) and record.seeds == [1, 2, 3]
+    second = {"fp-persistent-rows": {"XBLOCK": 16, "num_warps": 4, "num_stages": 1}}
+    assert record.launch_configs == second and session.launch_configs == [None, None, second]
     assert outcome.compile.chosen == "persistent-rows" and outcome.compile.stored
     assert "1.350x on a second compile" in outcome.compile.note
     assert {t.variant: t.status for t in outcome.compile.tried}["max-autotune-nd-tiling"] == "correct"
@@ -428,10 +438,10 @@ def _per_shape_session(speeds: dict[str, dict[str, float]], fails: dict[tuple[st
     from test_agents import FakeSession, _inductor_info
 
     class PerShape(FakeSession):
-        def __call__(self, problem, device, options, progress=None, variant=None, shape=None):
+        def __call__(self, problem, device, options, progress=None, variant=None, shape=None, launch_configs=None):
             self.shape = shape
             self.opened_at.append((shape, variant))
-            return super().__call__(problem, device, options, progress, variant)
+            return super().__call__(problem, device, options, progress, variant, launch_configs=launch_configs)
 
         def verify_compile(self, variant):
             if (variant, self.shape) in (fails or {}):

@@ -154,9 +154,9 @@ def test_tune_tunes_each_shape_with_its_share_of_the_budget_and_stores_per_shape
     from pytest_kernelopt.runs.trace import load_run
 
     class ShapedSession(FakeSession):
-        def __call__(self, problem, device, options, progress=None, variant=None, shape=None):
+        def __call__(self, problem, device, options, progress=None, variant=None, shape=None, launch_configs=None):
             self.shapes.append(shape)
-            return super().__call__(problem, device, options, progress, variant)
+            return super().__call__(problem, device, options, progress, variant, launch_configs=launch_configs)
 
     path = tmp_path / "m.py"  # the scripted verdicts are of model "m"
     path.write_text(PROBLEM)

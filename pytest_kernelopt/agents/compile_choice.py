@@ -363,11 +363,14 @@ def record(store: Any, model: str, outcome: CompileOutcome, verdicts: dict[str |
     checks = list(verdicts.values())
     shaped = None not in verdicts
     worst = max((e.model_ratio or 0.0 for v in checks for e in v.errors), default=None)
+    from ..capture.launch_configs import merged
+
     recorded = [v.launches for v in checks if v.launches is not None]
     graphs = list({tuple(g): list(g) for launches in recorded for g in launches}.values()) if recorded else None
     store.save_compile(model, CompileChoice(
         variant=outcome.chosen, measured=datetime.now(timezone.utc), environment=checks[0].environment,
         timing=None if shaped else checks[0].model_timing, worst_ratio=worst,
         seeds=list(dict.fromkeys(s for v in checks for s in v.seeds)), graphs=graphs,
-        shape_timings={s: v.model_timing for s, v in verdicts.items() if s is not None} if shaped else None))
+        shape_timings={s: v.model_timing for s, v in verdicts.items() if s is not None} if shaped else None,
+        launch_configs=merged(v.launch_configs for v in checks)))
     outcome.stored = True

@@ -161,6 +161,8 @@ class Tuner:
             full_options = self.options.verify
             factory = self.session_factory or VerifySession
             variant = self._variant = self._compile_step(problem, outcome, factory, full_options, ev)
+            # The chosen setting's launch configurations (model.json): the search works on the compile that was timed.
+            fixed: dict[str, Any] = {"launch_configs": c} if (c := self._launch_configs(model, variant)) else {}
             cuda = self.options.device == "cuda"
             note = ("interpreter mode: no timing; shares are shares of bytes moved" if not cuda else
                     "Nsight Compute not run (--no-ncu): roofline estimate" if not self.options.ncu else
@@ -171,7 +173,7 @@ class Tuner:
 
             def open_session() -> tuple[Any, Any]:
                 session = stack.enter_context(factory(problem.path, self.options.device, options,
-                                                      progress=self.ui.message, variant=variant, **at))
+                                                      progress=self.ui.message, variant=variant, **at, **fixed))
                 opened = session.open()
                 ev("benchmarker", "opened", seconds=round(opened.seconds, 2), kernels=len(opened.kernels),
                    isolation=getattr(session, "isolation", None))
@@ -364,6 +366,15 @@ class Tuner:
         self.ui.message(f"{model}: compile: {chosen.note}")
         self.run.save()
         return chosen.chosen
+
+    def _launch_configs(self, model: str, variant: str | None) -> dict[str, dict[str, int]] | None:
+        """The launch configurations stored with ``variant`` when it is model.json's setting (None: none)."""
+        if variant is None or self.store is None:
+            return None
+        try:
+            return self.store.launch_configs(model) if self.store.compile_variant(model) == variant else None
+        except KerneloptError:
+            return None
 
     # --- one kernel ---------------------------------------------------------------------
 

@@ -397,6 +397,7 @@ def refresh(problems: list[Path], store: Any, device: str, options: Any, *, runs
             try:
                 declared = declared_shapes(Path(problem))
                 variant = store.compile_variant(model)  # its kernels are the compile's under model.json's settings
+                fixed: dict[str, Any] = {"launch_configs": c} if (c := store.launch_configs(model)) else {}
             except KerneloptError as exc:
                 record.problems.append(ProblemRefresh(model=model, problem=str(problem), error=str(exc)))
                 continue
@@ -406,7 +407,7 @@ def refresh(problems: list[Path], store: Any, device: str, options: Any, *, runs
                     continue  # nothing committed at this shape: no compile
                 started = time.monotonic()
                 at: dict[str, Any] = {"shape": shape} if shape is not None else {}
-                with factory(problem, device, options, progress=say, variant=variant, **at) as session:
+                with factory(problem, device, options, progress=say, variant=variant, **at, **fixed) as session:
                     try:
                         session.open()
                     except KerneloptError as exc:

@@ -154,7 +154,12 @@ def _kernels_note(backend: Any, caught: list[str]) -> tuple[int, str]:
     settings = sorted({s for s in backend.settings_applied if s is not None})
     parts = []
     if settings:
-        parts.append(f"compile setting {', '.join(settings)} from model.json")
+        fixed = getattr(backend, "launches_fixed", 0)
+        refused = getattr(backend, "launches_refused", [])
+        parts.append(f"compile setting {', '.join(settings)} from model.json" + (
+            f" ({fixed} kernel(s) at its recorded launch configurations" + (f", {len(refused)} refused" if refused
+                                                                             else "") + ")" if fixed or refused
+            else ""))
     if committed:
         parts.append(f"{len(committed)} of {len(backend.kernels)} Triton kernel(s) run committed versions: " +
                      ", ".join(f"{k.folder or k.name} v{k.version}" for k in committed))

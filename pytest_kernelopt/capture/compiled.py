@@ -71,6 +71,10 @@ class CompiledModel:
     # The first random draw its eager forward made (an ATen op's name, :func:`draws_seen`); None: none.
     # compile_problem(refuse_draws=True), the verifier's, refuses such a model instead.
     draws: str | None = None
+    # The stored setting's launch configurations (compile_problem's ``launch_configs``): kernels that launched
+    # their listed point, and the listed ones that could not (why, one line each; they raced as Inductor does).
+    launches_fixed: int = 0
+    launches_refused: list[str] = field(default_factory=list)
 
     def __call__(self, *inputs: Any) -> Any:
         import torch
@@ -555,6 +559,7 @@ def _record_kernel_args() -> Iterator[dict[int, tuple[Any, ...]]]:
 def compile_problem(
     problem: Problem, device: str, seed: int = 0, variant: str | None = None, reset: bool = True,
     inputs: list[Any] | None = None, measure_eager_peak: bool = False, refuse_draws: bool = False,
+    launch_configs: dict[str, dict[str, int]] | None = None,
 ) -> CompiledModel:
     """Compile ``problem`` for ``device`` in inference mode (a training problem: its training step, with
     forward and backward graphs, :mod:`.training`) and open up every graph.
@@ -569,7 +574,11 @@ def compile_problem(
     name from :mod:`.variants` (Inductor's settings for this compile; None: the defaults).
     ``refuse_draws``: a model whose eager forward draws random numbers is the problem's error
     (:func:`random_draws_error`) before anything compiles (the verifier's; listing its kernels is fine).
+    ``launch_configs``: the stored setting's launch configurations (``model.json``'s ``compile.launch_configs``,
+    :mod:`.launch_configs`): each kernel listed launches its point from its first call, raced no more.
     """
+    from .launch_configs import fixed_at_first_call
+
     import torch
     import torch._dynamo
 
@@ -605,7 +614,7 @@ def compile_problem(
     breaks_before = _dynamo_breaks()
     try:
         with compiling(variant), fresh_races(), _recording_races(), _record_wrapper_modules() as loaded, \
-                _record_kernel_args() as seen, \
+                _record_kernel_args() as seen, fixed_at_first_call(launch_configs) as fixed, \
                 (backward_compiled_with_forward() if training else torch.no_grad()):
             if training:  # the backward runs too: its kernels' arguments are recorded on this call
                 step(compiled, model, problem, inputs)
@@ -661,6 +670,7 @@ def compile_problem(
         problem=problem, device=device, model=model, compiled=compiled, graphs=graphs, kernels=kernels, externs=externs,
         generation=_generation, eager_peak_bytes=eager_peak, draws=drawn[0] if drawn else None,
         graph_breaks=[reason for reason, n in _dynamo_breaks().items() if n > breaks_before.get(reason, 0)],
+        launches_fixed=fixed.fixed, launches_refused=fixed.refused,
     )
 
 

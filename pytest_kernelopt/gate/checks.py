@@ -69,7 +69,7 @@ class VerifySessions:
             ahead, self._ahead = self._ahead, None
             session = self._open[problem.key] = VerifySession(problem.path, self.device, self.options,
                                                               variant=problem.variant, shape=problem.shape,
-                                                              worker=ahead)
+                                                              worker=ahead, launch_configs=problem.launch_configs)
             started = time.monotonic()
             try:
                 with internal_warnings_ignored():
@@ -326,6 +326,11 @@ class Checks:
         with internal_warnings_ignored():
             verdict = session.verify_compile(variant)
         item.prop("speed_measured", verdict.speed_measured)
+        if problem.launch_configs:  # what the check compiled: the recorded launch configurations, used or not
+            opened = session.opened
+            item.prop("launch_configs_fixed", opened.launches_fixed)
+            if opened.launches_refused:
+                item.prop("launch_configs_refused", opened.launches_refused[:20])
         if verdict.status == "rejected":
             raise GateFailure(f"{where}: rejected at {verdict.reason}{reproduce(verdict)}")
         self._check_compile_graphs(problem, where, verdict.launches)

@@ -24,6 +24,7 @@ class Problem:
     kernels: list[str] = field(default_factory=list)
     loaded: bool = False
     variant: str | None = None  # model.json's compile settings (capture/variants.py), None: the defaults
+    launch_configs: dict[str, dict[str, int]] | None = None  # recorded with them (capture/launch_configs.py)
     # A problem file with SHAPES: one Problem per declared shape (``shape`` set, compiled at its inputs), each
     # with its own items; the file's own Problem then has no kernels of its own.
     shape: str | None = None
@@ -109,8 +110,9 @@ def compile_once(problem: Problem, device: str, store: Any) -> Problem:
         problem.loaded = True
         try:
             problem.variant = store.compile_variant(problem.id)
+            problem.launch_configs = store.launch_configs(problem.id) if problem.variant is not None else None
         except KerneloptError:
-            problem.variant = None
+            problem.variant = problem.launch_configs = None
         try:
             loaded = load_problem(problem.path)
         except KerneloptError as exc:
@@ -119,13 +121,14 @@ def compile_once(problem: Problem, device: str, store: Any) -> Problem:
         # Each declared shape is compiled at its own inputs and gated on its own; undeclared ones are not gated.
         declared = list(loaded.shapes)
         problem.declared = declared
-        problem.shapes = [Problem(path=problem.path, id=problem.id, loaded=True, variant=problem.variant, shape=shape,
+        problem.shapes = [Problem(path=problem.path, id=problem.id, loaded=True, variant=problem.variant,
+                                  launch_configs=problem.launch_configs, shape=shape,
                                   declared=declared) for shape in declared]
         for part in problem.parts:
             try:
                 with internal_warnings_ignored():
                     at = loaded.at(part.shape) if part.shape is not None else loaded
-                    compiled = compile_problem(at, device, variant=part.variant)
+                    compiled = compile_problem(at, device, variant=part.variant, launch_configs=part.launch_configs)
                 part.infos = {name: handle.info for name, handle in compiled.kernels.items()}
                 part.kernels = list(part.infos)
                 del compiled

@@ -327,6 +327,7 @@ def _plan(ctx: _Context, problem: Any, model: str, kernel: str, version: int, ou
         store = KernelStore(ctx.kernels_abs)
         folder_abs = store.kernel_dir(model, kernel)  # names that cannot leave the store (nor carry markup)
         variant = store.compile_variant(model)
+        configs = store.launch_configs(model)
     except StoreError as exc:
         raise RefusedError(str(exc)) from None
     folder_rel = ctx.kernels_rel / model / kernel
@@ -357,7 +358,9 @@ def _plan(ctx: _Context, problem: Any, model: str, kernel: str, version: int, ou
     # The bytes to push, judged again on this checkout's problem file: the only source of figures below.
     where = problem_file(ctx.git, problem.problem, _tuned_in(ctx.record.kernels_dir, ctx.kernels_rel))
     # Judged as the compiler's kernel it replaces, at the shape it was tuned at.
-    at = {"shape": problem.shape} if problem.shape else {}
+    at: dict[str, Any] = {"shape": problem.shape} if problem.shape else {}
+    if configs:  # the compile's launch configurations as model.json records them
+        at["launch_configs"] = configs
     verdict = ctx.judge(where, model, outcome.kernel, text, variant, **at)
     if verdict.candidate_sha256 != digest:
         raise RefusedError(f"{folder_rel / record.file}: the re-verification judged other bytes; not published")

@@ -22,12 +22,13 @@ from .errors import RefusedError
 
 
 class Judge(Protocol):
-    """``judge(problem, model, kernel, source, variant[, shape=]) -> Verdict``: the cascade on ``source`` as
-    ``kernel`` of the problem file ``problem`` compiled under ``variant`` (model.json's compile settings), at
-    ``shape`` (a declared shape of a problem with SHAPES; passed only for one)."""
+    """``judge(problem, model, kernel, source, variant[, shape=][, launch_configs=]) -> Verdict``: the cascade on
+    ``source`` as ``kernel`` of the problem file ``problem`` compiled under ``variant`` (model.json's compile
+    settings), at ``shape`` (a declared shape of a problem with SHAPES; passed only for one), with the
+    setting's ``launch_configs`` (passed only where model.json records some)."""
 
     def __call__(self, problem: Path, model: str, kernel: str, source: str, variant: str | None,
-                 *, shape: str = ...) -> Any: ...
+                 *, shape: str = ..., launch_configs: dict[str, dict[str, int]] = ...) -> Any: ...
 
 
 class SessionJudge:
@@ -40,7 +41,7 @@ class SessionJudge:
         self._sessions: dict[tuple[Path, str | None, str | None], Any] = {}
 
     def __call__(self, problem: Path, model: str, kernel: str, source: str, variant: str | None,
-                 shape: str | None = None) -> Any:
+                 shape: str | None = None, launch_configs: dict[str, dict[str, int]] | None = None) -> Any:
         from ..config import resolve_device
         from ..verify import VerifyOptions, VerifySession, source_of
 
@@ -49,7 +50,7 @@ class SessionJudge:
         if session is None:
             self.device = resolve_device(self.device or "auto")
             session = VerifySession(problem, self.device, self.options or VerifyOptions(), variant=variant,
-                                    shape=shape)
+                                    shape=shape, launch_configs=launch_configs)
             self._sessions[key] = session
             session.open()
         return session.verify(kernel, source_of(source, f"{model}/{kernel} as the run stored it"))

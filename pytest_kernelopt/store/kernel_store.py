@@ -395,6 +395,12 @@ class KernelStore:
             raise StoreError(f"{self.model_dir(model) / MODEL_RECORD}: {why}")
         return choice.variant
 
+    def launch_configs(self, model: str) -> dict[str, dict[str, int]] | None:
+        """The launch configurations recorded with ``model.json``'s compile setting (kernel fingerprint -> launch
+        point; None: no setting, or none recorded): what every compile under the setting launches."""
+        choice = self.model_record(model).compile
+        return None if choice is None else choice.launch_configs
+
     def save_compile(self, model: str, choice: CompileChoice | None) -> None:
         """Record the model's compile settings (None: back to the defaults)."""
         folder = self.model_dir(model)

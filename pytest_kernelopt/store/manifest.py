@@ -266,6 +266,14 @@ class CompileChoice(Record):
     # A problem with SHAPES (one setting for every declared shape): each shape's timing against the default
     # compile, and ``graphs`` holds every shape's graphs; ``timing`` is then null. None: a problem without SHAPES.
     shape_timings: dict[str, Timing | None] | None = None
+    # The launch configuration each Triton kernel of the confirming check's compile ran (after Inductor's
+    # first-call race and, under max-autotune, its coordinate descent): kernel fingerprint -> launch point
+    # (block sizes, num_warps, num_stages). Every later compile under the setting (the verifier's, the gate's,
+    # production's) launches these, raced no more (capture/launch_configs.py: a point Inductor itself could not
+    # launch for that kernel is not used). None: not recorded (before 2026-12-06): every compile races.
+    launch_configs: dict[Annotated[str, Field(max_length=128)],
+                         Annotated[dict[Annotated[str, Field(max_length=32)], int], Field(max_length=8)]] | None = \
+        Field(default=None, max_length=4096)
 
 
 class ModelRecord(Record):

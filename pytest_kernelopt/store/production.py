@@ -136,6 +136,10 @@ class KerneloptBackend:
         # model.json's compile setting as each compile applied it: the setting's name, or None where
         # Inductor's defaults compiled the graph (nothing stored, or not verified at its inputs).
         self.settings_applied: list[str | None] = []
+        # That setting's launch configurations (model.json's ``compile.launch_configs``): kernels launched at
+        # their recorded point (raced no more), and the recorded ones that could not be (why, one line each).
+        self.launches_fixed = 0
+        self.launches_refused: list[str] = []
         self.startup_seconds = 0.0
         # Graphs are numbered per kind of compile (True: a training step's forward and backward graphs).
         self._graph_base: dict[tuple[bool, Any], int] = {}  # (training, Dynamo frame) -> number of its first graph
@@ -163,6 +167,7 @@ class KerneloptBackend:
         patches = _inductor_patches(mode or self.mode, {**self.options, **(options or {})})
         # model.json's compile settings first (its kernels are that compile's); the caller's on top.
         variant = self._variant(example_inputs)
+        configs = self._launch_configs() if variant is not None else None
         with self._lock:
             self.settings_applied.append(variant)
         from ..capture.training import backward_compiled_with_forward, is_backward_wrapper
@@ -181,7 +186,7 @@ class KerneloptBackend:
             first = self._first_graph(len(graphs), training)
             for offset, (module, text) in enumerate(zip(graphs, sources)):
                 before = len(self.kernels)
-                self._install(module, text, first + offset, training)
+                self._install(module, text, first + offset, training, configs)
                 self._announce(first + offset, self.kernels[before:])
             self.startup_seconds += time.perf_counter() - started
         return compiled
@@ -218,7 +223,8 @@ class KerneloptBackend:
 
     # --- one graph -----------------------------------------------------------------
 
-    def _install(self, module: ModuleType, source: str | None, graph: int, training: bool) -> None:
+    def _install(self, module: ModuleType, source: str | None, graph: int, training: bool,
+                 configs: dict[str, dict[str, int]] | None = None) -> None:
         from ..capture.compiled import _KERNEL_DEF
 
         if source is None:
@@ -242,6 +248,8 @@ class KerneloptBackend:
                        f"(no folder {self.model}/); the compiler's kernels are used")
         for attr, function in kernels:
             compiler_kernel = getattr(module, attr)
+            if configs:
+                self._fix_launch(module, attr, function, configs)
             try:
                 record = self._lookup(module, attr, function, graph, training)
             except Exception as exc:  # a bug of ours must not stop the model: the compiler's kernel runs
@@ -281,6 +289,34 @@ class KerneloptBackend:
                        f"compile this graph")
             return None
         return variant
+
+    def _launch_configs(self) -> dict[str, dict[str, int]] | None:
+        try:
+            return self.store.launch_configs(self.model)
+        except Exception:  # noqa: BLE001 - _variant already read model.json; a failure here: Inductor races
+            return None
+
+    def _fix_launch(self, module: ModuleType, attr: str, function: str, configs: dict[str, dict[str, int]]) -> None:
+        """The compiler kernel ``attr`` launches the point model.json records for its fingerprint, if any
+        (capture/launch_configs.py); one that cannot is said once and races as Inductor does."""
+        from ..capture import kernel_fingerprint, read_kernel_source
+        from ..capture.launch_configs import fix
+
+        compiler_kernel = getattr(module, attr)
+        try:
+            point = configs.get(kernel_fingerprint(compiler_kernel, read_kernel_source(compiler_kernel, module, attr),
+                                                   function))
+            why = None if point is None else fix(compiler_kernel, point)
+        except Exception as exc:  # noqa: BLE001 - our reading of Inductor's output failed: its race runs
+            point, why = {}, f"{type(exc).__name__}: {exc}"
+        if point is None:
+            return
+        if why is None:
+            self.launches_fixed += 1
+            return
+        self.launches_refused.append(f"{function}: {why}")
+        self._warn(f"kernelopt: model {self.model}: {self.store.model_dir(self.model) / 'model.json'}: the launch "
+                   f"configuration recorded for {function} is not used ({why}); Inductor races its configurations")
 
     def _committed(self) -> bool:
         try:

@@ -82,7 +82,8 @@ def _other(prepared: Prepared, variant: str | None) -> Any:
     from torch._inductor.compile_fx import compile_fx
 
     from ..capture import launch_signature
-    from ..capture.compiled import fresh_races
+    from ..capture.compiled import _record_wrapper_modules, fresh_races
+    from ..capture.launch_configs import kernels_of, picked
     from ..capture.graph_rewrites import rewrites_done
     from ..capture.variants import VARIANTS, compiling
 
@@ -92,6 +93,7 @@ def _other(prepared: Prepared, variant: str | None) -> Any:
         torch.cuda.empty_cache()
 
     graphs: set[tuple[str, ...]] = set()  # each graph's inputs as compiled: where production applies the setting
+    modules: list[Any] = []  # the compiled graphs' wrapper modules: their kernels' launch points, once raced
 
     problem = prepared.compiled.problem
     training = is_training(problem)
@@ -102,9 +104,11 @@ def _other(prepared: Prepared, variant: str | None) -> Any:
         # on the first backward call, outside it), as in capture and production.
         # Its kernels race their launch configurations here, as the session's own compile's do
         # (capture.compiled.fresh_races), never reusing a pick raced elsewhere on this machine.
-        with compiling(variant) as patches, fresh_races(), (backward_compiled_with_forward() if training
-                                                            else contextlib.nullcontext()):
-            return compile_fx(gm, example_inputs, config_patches=patches or None)
+        with compiling(variant) as patches, fresh_races(), _record_wrapper_modules() as loaded, \
+                (backward_compiled_with_forward() if training else contextlib.nullcontext()):
+            compiled = compile_fx(gm, example_inputs, config_patches=patches or None)
+        modules.extend(loaded)
+        return compiled
 
     model = prepared.compiled.model
     compiled = torch.compile(model, backend=backend)
@@ -119,6 +123,8 @@ def _other(prepared: Prepared, variant: str | None) -> Any:
 
     before = rewrites_done()
     other(*prepared.inputs(prepared.seeds[0]))  # compiled now, not inside a timed run
+    # Each kernel raced its configurations on that first call; what the checks and the timing below run.
+    other.launch_configs = picked(kernels_of(modules))  # type: ignore[attr-defined]
     if variant is not None and VARIANTS[variant].rewrites and rewrites_done() == before:
         raise StageFailure(f"{variant!r}: kernelopt's graph rewrites found nothing to rewrite in this model "
                            f"(it compiles as without them)")
@@ -132,6 +138,14 @@ def verified_graphs(prepared: Prepared, variant: str) -> list[list[str]] | None:
     other = prepared.others.get(variant) if prepared.variant is None else None
     graphs = getattr(other, "graphs", None)
     return None if graphs is None else [list(g) for g in sorted(graphs)]
+
+
+def timed_configs(prepared: Prepared, variant: str) -> dict[str, dict[str, int]] | None:
+    """The launch point each kernel of ``variant``'s compile ran after its first-call race (kernel fingerprint ->
+    point, capture/launch_configs.py): what :func:`compile_stage` checked and :func:`compile_speed` times; None
+    when the session itself compiles under it (its launch configurations were given, not raced)."""
+    other = prepared.others.get(variant) if prepared.variant is None else None
+    return getattr(other, "launch_configs", None)
 
 
 INCOMING = " of the incoming gradients"  # in a draw's label: the draw is of the step's incoming gradients

@@ -95,7 +95,7 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
         first = problem.make_inputs(seeds[0], device)
         drawn = input_checksums(first)  # before anything runs on them; a second draw below must match
         compiled = compile_problem(problem, device, inputs=first, measure_eager_peak=True, variant=request.variant,
-                                    refuse_draws=True)
+                                   launch_configs=request.launch_configs, refuse_draws=True)
         eager_peak = compiled.eager_peak_bytes
         # Read here, after the model ran at these shapes in its own dtypes (a training step records the incoming
         # gradients it started from; the float64 reference's, below, are wider); the outputs' writes below.
@@ -126,6 +126,7 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
         environment=environment(device), seconds=time.monotonic() - started, reference=kind, reference_note=note,
         eager_peak_bytes=eager_peak, peak_bytes=_PeakTracker.stage(), min_bytes=floor.bytes,
         min_written_bytes=floor.written, min_flops=floor.flops, graph_breaks=compiled.graph_breaks,
+        launches_fixed=compiled.launches_fixed, launches_refused=compiled.launches_refused,
     )
     return prepared, opened
 

@@ -43,6 +43,9 @@ class OpenRequest(Message):
     seeds: list[int]
     # The model's compile settings (a name from capture/variants.py; None: Inductor's defaults).
     variant: str | None = None
+    # That setting's launch configurations (model.json's compile.launch_configs: kernel fingerprint -> launch
+    # point): each kernel listed launches its point, raced no more (capture/launch_configs.py).
+    launch_configs: dict[str, dict[str, int]] | None = None
     # The declared shape (the problem's SHAPES) every draw of the session is made at; None: its first, if any.
     shape: str | None = None
 
@@ -117,6 +120,10 @@ class Opened(Message):
     min_flops: dict[str, int] | None = None
     # Why Dynamo broke the model's graph, one line each (capture's CompiledModel.graph_breaks).
     graph_breaks: list[str] = Field(default_factory=list)
+    # The stored setting's launch configurations: kernels launched at their listed point, and the listed ones
+    # that could not be (why; they raced as Inductor does).
+    launches_fixed: int = 0
+    launches_refused: list[str] = Field(default_factory=list)
 
 
 def _known_stage(name: str) -> str:
@@ -158,6 +165,9 @@ class StageDone(Message):
     # Kernel stage: the distinct launches the candidate was compared at; a compile check's model stage: the
     # inputs of each graph compiled under the setting (capture.launch_signature).
     launches: list[list[str]] | None = None
+    # A compile check's model stage: the launch point each kernel of the setting's compile ran after its
+    # first-call race (kernel fingerprint -> point; capture/launch_configs.py), what its timing measured.
+    launch_configs: dict[str, dict[str, int]] | None = None
 
 
 class CheckDone(Message):

@@ -82,9 +82,12 @@ class VerifySession:
 
     def __init__(self, problem: str | Path, device: str, options: VerifyOptions | None = None, *,
                  progress: Callable[[str], None] | None = None, variant: str | None = None,
-                 shape: str | None = None, worker: Any = None):
+                 shape: str | None = None, worker: Any = None,
+                 launch_configs: dict[str, dict[str, int]] | None = None):
         """``variant``: the compile settings the model is compiled under (a name from
-        ``capture/variants.py``, the model's ``model.json`` choice; None: Inductor's defaults).
+        ``capture/variants.py``, the model's ``model.json`` choice; None: Inductor's defaults);
+        ``launch_configs``: that choice's launch configurations (``KernelStore.launch_configs``), each listed
+        kernel launched at its point (capture/launch_configs.py).
         ``shape``: the declared shape (the problem's SHAPES) it is opened at; None: its first, if any.
         ``worker``: a :class:`~.worker.WorkerProcess` started ahead (it imports torch and Inductor while the
         caller loads the problem), used for the first opening if still alive; the session closes it."""
@@ -95,6 +98,7 @@ class VerifySession:
         if variant is not None and unknown_variant(variant):
             raise UsageError(f"{self.problem}: {unknown_variant(variant)}")
         self.variant = variant
+        self.launch_configs = launch_configs if variant is not None else None
         self.shape = shape
         self.device = device
         self.options = options or VerifyOptions()
@@ -176,7 +180,7 @@ class VerifySession:
         limit = self.options.open_timeout
         try:
             worker.send(OpenRequest(problem=str(self.problem), device=self.device, seeds=self.seeds,
-                                    variant=self.variant, shape=self.shape))
+                                    variant=self.variant, launch_configs=self.launch_configs, shape=self.shape))
             reply = worker.receive(limit, limit=OPENED_BYTES)
         except WorkerExited as exc:
             self.close()
@@ -193,6 +197,10 @@ class VerifySession:
             raise error
         assert isinstance(reply, Opened)
         self._opened = reply
+        if reply.launches_refused:
+            self.progress(f"{self.problem.name}: {len(reply.launches_refused)} of the stored compile setting's launch "
+                          f"configurations not used (those kernels race as Inductor does): "
+                          f"{'; '.join(reply.launches_refused[:3])}")
         return reply
 
     @property
@@ -459,7 +467,7 @@ class VerifySession:
                                                   "kernel_ratio": k.kernel_ratio})
                 merged.append(row)
             verdict.errors = merged
-        for key in ("model_timing", "kernel_timing", "base_timing", "launches"):
+        for key in ("model_timing", "kernel_timing", "base_timing", "launches", "launch_configs"):
             value = getattr(done, key)
             if value is not None:
                 setattr(verdict, key, value)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .protocol import CandidateSource, CheckRequest
 
 # What a stage's function returns: its row's detail, and the figures its StageDone carries
-# (``errors``, ``launches``, ``model_timing``, ``kernel_timing``, ``base_timing``). It raises
+# (``errors``, ``launches``, ``launch_configs``, ``model_timing``, ``kernel_timing``, ``base_timing``). It raises
 # StageFailure to reject.
 Outcome = tuple[str, dict[str, Any]]
 
@@ -108,7 +108,8 @@ def _model(check: Check) -> Outcome:
                  f"output element within its allowance against the reference, the default compile's own error "
                  f"on the same inputs (the worst at {rows.worst:.2g} of its allowance; on the seeds max abs error "
                  f"{worst.candidate_vs_fp64:.3g}, default compile {worst.baseline_vs_fp64:.3g})"),
-                {"errors": list(rows), "launches": compile_check.verified_graphs(prepared, variant)})
+                {"errors": list(rows), "launches": compile_check.verified_graphs(prepared, variant),
+                 "launch_configs": compile_check.timed_configs(prepared, variant)})
     found = model_stage.model_stage(prepared, check.candidates, request.error_factor, request.allow_reduced_precision)
     worst = max(found, key=lambda r: r.candidate_vs_fp64 or 0.0)
     ratio = max((r.model_ratio or 0.0) for r in found)

@@ -1,0 +1,279 @@
+"""The launch configuration each Triton kernel of a compile runs with: read after its first call, fixed before it.
+
+Inductor compiles several launch configurations of most kernels, times them once, briefly, at the
+kernel's first call and keeps the fastest; under max-autotune, coordinate descent then walks from that
+pick, timing more. So two compiles of one model under one setting run different configurations: on an
+H100 (2026-12-06) a bf16 RMSNorm training step's ``max-autotune-nd-tiling`` measured 1.037x over the
+default compile in tune, confirmed on a second compile, and ran 0.903x of it in the bench's compile.
+
+So a compile setting is stored with what its confirming check timed (``model.json``'s
+``compile.launch_configs``: kernel fingerprint -> launch point, :func:`picked`), and every later compile
+of that setting (the verifier's, so the gate's, and production's) runs those configurations: it
+skips the race and the descent for every kernel listed (:func:`fixed_at_first_call` where the compile
+runs inside a block of ours, :func:`fix` right after a compile elsewhere). A kernel whose fingerprint
+is not listed (another compile, another shape) races as Inductor does.
+
+``model.json`` is read from the repository (a stranger's pull request may edit it), so a listed point
+is used only where Inductor itself could launch it (:func:`refusal`): the keys of the kernel's own
+configurations, powers of two within the bounds coordinate descent keeps to (``TRITON_MAX_BLOCK``, the
+kernel's size hints: the bounds Inductor's masks are written for), warps and stages within Triton's
+range. What runs is then checked like any stored setting: the gate's check compiles it so.
+
+Inductor's autotuner (``CachingAutotuner``: ``launchers``, ``compile_results``, ``_precompile_config``)
+is read and set here only (torch 2.11-2.13); any failure leaves the kernel to Inductor's own race.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from .compiled import _KERNEL_DEF, _point, kernel_fingerprint
+
+__all__ = ["FixedLaunches", "fix", "fixed_at_first_call", "merged", "picked", "refusal"]
+
+log = logging.getLogger("pytest_kernelopt")
+
+MAX_WARPS = 32  # threads per block (1024) over the warp size (32)
+MAX_STAGES = 8
+MAX_TILE = 1 << 20  # elements per program at most (Inductor's TRITON_MAX_TENSOR_NUMEL)
+# The block bounds where this torch keeps none (torch 2.11-2.13's ``TRITON_MAX_BLOCK``).
+_MAX_BLOCK = {"X": 4096, "Y": 1024, "Z": 1024, "R0_": 4096 * 16, "R1_": 2048 * 16}
+
+Point = dict[str, int]
+
+
+def _max_blocks() -> dict[str, int]:
+    try:
+        from torch._inductor.runtime.hints import TRITON_MAX_BLOCK
+
+        return dict(TRITON_MAX_BLOCK)
+    except Exception:  # noqa: BLE001 - another torch: the bounds of the versions this was written for
+        return dict(_MAX_BLOCK)
+
+
+def _prefix(key: str) -> str | None:
+    """``XBLOCK`` -> ``X``, ``R0_BLOCK`` -> ``R0_``, ``RBLOCK`` -> ``R0_`` (older Inductor); None: not a block."""
+    if not key.endswith("BLOCK") or key == "BLOCK":
+        return None
+    prefix = key[: -len("BLOCK")]
+    return "R0_" if prefix == "R" else prefix
+
+
+def _compiled_points(autotuner: Any) -> list[Point]:
+    """The launch points of the configurations the kernel has (launchers, compile results or configs)."""
+    configs = [getattr(x, "config", None) for x in getattr(autotuner, "launchers", None) or []]
+    configs += [getattr(x, "config", None) for x in getattr(autotuner, "compile_results", None) or []]
+    configs += list(getattr(autotuner, "configs", None) or [])
+    points: list[Point] = []
+    for cfg in configs:
+        if cfg is None:
+            continue
+        p = _point(cfg)
+        if p not in points:
+            points.append(p)
+    return points
+
+
+def refusal(autotuner: Any, point: Any) -> str | None:
+    """Why ``point`` may not be launched for this kernel (None: it may): one of its own configurations, or a point
+    coordinate descent could reach from them (module docstring)."""
+    if not isinstance(point, dict) or not all(isinstance(k, str) and type(v) is int for k, v in point.items()):
+        return "not a launch point (names to whole numbers)"
+    own = _compiled_points(autotuner)
+    if not own:
+        return "the kernel has no launch configuration to compare it with"
+    if point in own:
+        return None
+    if set(point) != set(own[0]):
+        return f"its names {sorted(point)} are not the kernel's {sorted(own[0])}"
+    warps, stages = point.get("num_warps", 4), point.get("num_stages", 1)
+    if not (1 <= warps <= MAX_WARPS and warps & (warps - 1) == 0):
+        return f"num_warps={warps} is not a power of two from 1 to {MAX_WARPS}"
+    if not 1 <= stages <= MAX_STAGES:
+        return f"num_stages={stages} is not from 1 to {MAX_STAGES}"
+    hints = getattr(autotuner, "size_hints", None)
+    bounds = _max_blocks()
+    tile = 1
+    for key, value in point.items():
+        prefix = _prefix(key)
+        if prefix is None:
+            if key not in ("num_warps", "num_stages"):
+                return f"{key} is not a block size, warps or stages"
+            continue
+        if value < 1 or value & (value - 1):
+            return f"{key}={value} is not a power of two"
+        hint = hints.get(prefix.lower()) if isinstance(hints, dict) else None
+        if prefix not in bounds or not isinstance(hint, int):
+            return f"{key}: the kernel records no size for that dimension"
+        limit = min(bounds[prefix], max(hint, 1))
+        if value > limit:
+            return f"{key}={value} is over {limit}, the largest the kernel's masks allow"
+        tile *= value
+    if tile > MAX_TILE:
+        return f"{tile} elements per program, over {MAX_TILE}"
+    return None
+
+
+def _config_at(base: Any, point: Point) -> Any:
+    """Inductor configuration ``base`` with ``point``'s block sizes, warps and stages."""
+    cfg = copy.copy(base)
+    cfg.kwargs = {**base.kwargs, **{k: v for k, v in point.items() if k in base.kwargs}}
+    for key in ("num_warps", "num_stages"):
+        if key in point:
+            setattr(cfg, key, point[key])
+    return cfg
+
+
+def _launcher(autotuner: Any, point: Point) -> Any:
+    """A launcher of ``autotuner`` at ``point``: one it has, else one compiled now (as coordinate descent does)."""
+    for launcher in getattr(autotuner, "launchers", None) or []:
+        if _point(launcher.config) == point:
+            return launcher
+    base = (autotuner.launchers[0].config if getattr(autotuner, "launchers", None)
+            else autotuner.compile_results[0].config)
+    cfg = _config_at(base, point)
+    ensure = getattr(autotuner, "_ensure_kernel_loaded", None)
+    if callable(ensure):  # torch 2.13: a kernel compiled in a worker process is loaded back first
+        ensure()
+    elif getattr(getattr(autotuner, "fn", None), "fn", True) is None and callable(getattr(autotuner, "_reload_kernel",
+                                                                                            None)):
+        autotuner.fn = autotuner._reload_kernel().fn  # torch 2.11
+    with getattr(autotuner, "lock", None) or contextlib.nullcontext():
+        return autotuner._precompile_config(cfg).make_launcher()
+
+
+def _interpreted() -> bool:
+    from ..interpret import is_enabled
+
+    return is_enabled()
+
+
+def fix(autotuner: Any, point: Any) -> str | None:
+    """Make ``autotuner`` launch ``point`` from its next call on, raced or descended no more; None when done,
+    else why not (the kernel then keeps Inductor's own race)."""
+    why = refusal(autotuner, point)
+    if why is not None:
+        return why
+    try:
+        if _interpreted():  # Triton's interpreter launches ``configs[0]`` (nothing compiled, nothing raced)
+            configs = list(autotuner.configs)
+            cfg = next((c for c in configs if _point(c) == point), None) or _config_at(configs[0], point)
+            autotuner.configs = [cfg, *(c for c in configs if c is not cfg)]
+            return None
+        if not getattr(autotuner, "launchers", None):
+            autotuner.precompile()
+        launcher = _launcher(autotuner, point)
+        launcher.config.found_by_coordesc = True  # Inductor's mark: no coordinate descent from it
+        autotuner.launchers = [launcher]
+    except Exception as exc:  # noqa: BLE001 - Inductor's internals moved: its own race runs instead
+        return f"could not compile it ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    return None
+
+
+def _fingerprint(autotuner: Any) -> str | None:
+    """The kernel's fingerprint as capture writes it; None for a kernel with no file (a GEMM template's, whose
+    configuration the template's own choice fixed at compile time)."""
+    filename = getattr(autotuner, "filename", None)
+    fn = getattr(autotuner, "fn", None)
+    name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", None)
+    if not filename or not name:
+        return None
+    return kernel_fingerprint(autotuner, Path(filename).read_text(), name)
+
+
+class FixedLaunches:
+    """What :func:`fixed_at_first_call` did: kernels fixed, and the listed ones it could not fix (with why)."""
+
+    def __init__(self) -> None:
+        self.fixed = 0
+        self.refused: list[str] = []
+
+
+@contextlib.contextmanager
+def fixed_at_first_call(points: dict[str, Point] | None) -> Iterator[FixedLaunches]:
+    """While the block runs, each Inductor kernel whose fingerprint ``points`` lists launches that point from its
+    first call (before Inductor would race its configurations). Nothing is patched when ``points`` is empty."""
+    done = FixedLaunches()
+    if not points:
+        yield done
+        return
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    seen: set[int] = set()
+    original = CachingAutotuner.run
+
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if id(self) not in seen:
+            seen.add(id(self))
+            try:
+                fp = _fingerprint(self)
+            except Exception as exc:  # noqa: BLE001 - unreadable: Inductor's race, said below
+                fp, done.refused = None, [*done.refused, f"a kernel's fingerprint ({type(exc).__name__})"]
+            if fp is not None and fp in points:
+                why = fix(self, points[fp])
+                if why is None:
+                    done.fixed += 1
+                else:
+                    done.refused.append(f"{getattr(self.fn, '__name__', '?')}: {why}")
+                    log.warning("kernelopt: launch configuration %s not used for %s: %s", points[fp],
+                                getattr(self.fn, "__name__", "?"), why)
+        return original(self, *args, **kwargs)
+
+    CachingAutotuner.run = run  # type: ignore[method-assign]
+    try:
+        yield done
+    finally:
+        CachingAutotuner.run = original  # type: ignore[method-assign]
+
+
+def kernels_of(modules: Iterable[Any]) -> Iterator[Any]:
+    """The Inductor Triton kernels (autotuners) of compiled graphs' wrapper modules."""
+    for module in modules:
+        path = getattr(module, "__file__", None)
+        if not path or not callable(getattr(module, "call", None)):
+            continue
+        for attr, _ in _KERNEL_DEF.findall(Path(path).read_text()):
+            autotuner = getattr(module, attr, None)
+            if hasattr(autotuner, "triton_meta"):
+                yield autotuner
+
+
+def picked(autotuners: Iterable[Any]) -> dict[str, Point]:
+    """Each kernel's launch point once its first call has raced it (fingerprint -> point): the ones with one
+    launcher left and a file to fingerprint (under Triton's interpreter: the configuration it launches)."""
+    out: dict[str, Point] = {}
+    interpreted = _interpreted()
+    for autotuner in autotuners:
+        launchers = getattr(autotuner, "launchers", None) or []
+        configs = [c.config for c in launchers] if not interpreted else list(getattr(autotuner, "configs", None) or [])
+        if not configs or (len(configs) != 1 and not interpreted):
+            continue
+        try:
+            fp = _fingerprint(autotuner)
+            if fp is not None:
+                out[fp] = _point(configs[0])
+        except Exception:  # noqa: BLE001 - a kernel we cannot read is left to race
+            continue
+    return out
+
+
+def merged(parts: Iterable[dict[str, Point] | None]) -> dict[str, Point] | None:
+    """Several checks' picks in one (a problem with SHAPES: one per shape); a kernel picked differently by two
+    checks is left out (it races). None when no check recorded any."""
+    out: dict[str, Point] = {}
+    clash: set[str] = set()
+    found = False
+    for part in parts:
+        if part is None:
+            continue
+        found = True
+        for fp, point in part.items():
+            if fp in out and out[fp] != point:
+                clash.add(fp)
+            out.setdefault(fp, point)
+    return {fp: p for fp, p in out.items() if fp not in clash} if found else None

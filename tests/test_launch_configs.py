@@ -1,0 +1,152 @@
+"""A compile setting's launch configurations (capture/launch_configs.py): recorded after the race, fixed before it.
+
+Interpreter mode stands in for the GPU: Triton's interpreter launches a kernel's first configuration, which is
+what a fixed point replaces, so a fixed launch changes the blocks the kernel runs with (and its results must not).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import TESTS
+
+SOFTMAX = TESTS / "problems" / "softmax_rows.py"
+LOOPED = "looped-reductions"
+
+
+def _config(**point: int) -> SimpleNamespace:
+    warps, stages = point.pop("num_warps"), point.pop("num_stages")
+    return SimpleNamespace(kwargs=point, num_warps=warps, num_stages=stages)
+
+
+def _autotuner(*points: dict[str, int], hints: dict[str, int] | None = None) -> SimpleNamespace:
+    return SimpleNamespace(configs=[_config(**p) for p in points], launchers=[], compile_results=[],
+                           size_hints=hints if hints is not None else {"x": 1024, "r0_": 512})
+
+
+OWN = {"XBLOCK": 8, "R0_BLOCK": 64, "num_warps": 4, "num_stages": 1}
+
+
+@pytest.mark.parametrize("point, why", [
+    (OWN, None),  # one of its own configurations
+    ({"XBLOCK": 64, "R0_BLOCK": 512, "num_warps": 16, "num_stages": 2}, None),  # reachable by coordinate descent
+    ({"XBLOCK": 8, "num_warps": 4, "num_stages": 1}, "are not the kernel's"),  # R0_BLOCK dropped (persistent)
+    ({"XBLOCK": 8, "R0_BLOCK": 64, "YBLOCK": 2, "num_warps": 4, "num_stages": 1}, "are not the kernel's"),
+    ({"XBLOCK": 12, "R0_BLOCK": 64, "num_warps": 4, "num_stages": 1}, "not a power of two"),
+    ({"XBLOCK": 2048, "R0_BLOCK": 64, "num_warps": 4, "num_stages": 1}, "over 1024"),  # its size hint
+    ({"XBLOCK": 8, "R0_BLOCK": 1024, "num_warps": 4, "num_stages": 1}, "over 512"),
+    ({"XBLOCK": 8, "R0_BLOCK": 64, "num_warps": 64, "num_stages": 1}, "num_warps=64"),
+    ({"XBLOCK": 8, "R0_BLOCK": 64, "num_warps": 3, "num_stages": 1}, "num_warps=3"),
+    ({"XBLOCK": 8, "R0_BLOCK": 64, "num_warps": 4, "num_stages": 0}, "num_stages=0"),
+    ({"XBLOCK": 8.0, "R0_BLOCK": 64, "num_warps": 4, "num_stages": 1}, "not a launch point"),
+    ({"XBLOCK": True, "R0_BLOCK": 64, "num_warps": 4, "num_stages": 1}, "not a launch point"),
+])
+def test_a_recorded_point_is_used_only_where_inductor_itself_could_launch_it(point, why):
+    from pytest_kernelopt.capture.launch_configs import refusal
+
+    found = refusal(_autotuner(OWN), point)
+    assert (found is None) if why is None else (found is not None and why in found), found
+
+
+def test_a_point_on_a_dimension_without_a_size_hint_is_refused_unless_it_is_the_kernel_s_own():
+    from pytest_kernelopt.capture.launch_configs import refusal
+
+    tuner = _autotuner(OWN, hints={"x": 1024})
+    assert refusal(tuner, OWN) is None
+    assert "records no size" in refusal(tuner, {**OWN, "R0_BLOCK": 128})
+
+
+def test_checks_that_picked_a_kernel_differently_leave_it_to_race():
+    from pytest_kernelopt.capture.launch_configs import merged
+
+    a, b = {"XBLOCK": 8, "num_warps": 4}, {"XBLOCK": 16, "num_warps": 4}
+    assert merged([None, None]) is None
+    assert merged([{"k1": a, "k2": a}, None, {"k1": a, "k2": b, "k3": b}]) == {"k1": a, "k3": b}
+
+
+@pytest.mark.slow
+def test_a_compile_launches_its_recorded_point_and_stays_correct_and_a_refused_one_races(interpreter):
+    """The looped softmax kernel recorded at 64-element chunks instead of its one 128: the compile launches that
+    (two chunks per row), its outputs still match eager; a point the kernel cannot take is refused and said."""
+    import torch
+    from torch._inductor.codecache import PyCodeCache
+
+    from pytest_kernelopt.capture import compile_problem
+    from pytest_kernelopt.capture.launch_configs import picked
+    from pytest_kernelopt.capture.problem import load_problem
+
+    problem = load_problem(SOFTMAX)
+    plain = compile_problem(problem, interpreter, variant=LOOPED)
+    (handle,) = plain.kernels.values()
+    fp = handle.info.fingerprint
+    own = picked([handle.original])[fp]
+    assert own["R0_BLOCK"] == 128 and plain.launches_fixed == 0
+    chunked = {**own, "XBLOCK": 1, "R0_BLOCK": 64}
+
+    fixed = compile_problem(problem, interpreter, variant=LOOPED, launch_configs={fp: chunked, "0" * 16: own})
+    (again,) = fixed.kernels.values()
+    assert again.info.fingerprint == fp  # the fingerprint does not depend on the launch
+    assert fixed.launches_fixed == 1 and fixed.launches_refused == []
+    assert again.info.launch.kwargs == {"XBLOCK": 1, "R0_BLOCK": 64}
+    assert picked([again.original])[fp] == chunked  # what a later check records is what ran
+    inputs = problem.make_inputs(3, interpreter)
+    with torch.no_grad():
+        torch.testing.assert_close(fixed(*inputs), fixed.model(*inputs), rtol=1e-5, atol=1e-6)
+
+    # Inductor keeps a loaded kernel module (and its autotuner, fixed above) for a compile of the same source in
+    # this process, as it keeps a kernel's race: dropped here so the next compile loads the kernel afresh.
+    PyCodeCache.cache_clear()
+    bad = compile_problem(problem, interpreter, variant=LOOPED, launch_configs={fp: {**own, "R0_BLOCK": 96}})
+    assert bad.launches_fixed == 0 and len(bad.launches_refused) == 1
+    assert "R0_BLOCK=96 is not a power of two" in bad.launches_refused[0]
+    assert next(iter(bad.kernels.values())).info.launch.kwargs["R0_BLOCK"] == 128
+
+
+@pytest.mark.slow
+def test_production_launches_model_json_s_recorded_point_and_warns_on_one_it_refuses(interpreter, tmp_path):
+    import warnings
+
+    import torch
+
+    import pytest_kernelopt
+    from test_production import fresh, wrapper_globals
+
+    from pytest_kernelopt.capture import compile_problem, launch_signature
+
+    problem, model = fresh(SOFTMAX)
+    (handle,) = compile_problem(problem, interpreter, variant=LOOPED).kernels.values()
+    fp, own = handle.info.fingerprint, {**handle.info.launch.kwargs, "num_warps": handle.info.launch.num_warps,
+                                         "num_stages": handle.info.launch.num_stages}
+    inputs = problem.make_inputs(0, "cpu")
+    kernels = tmp_path / "kernels"
+    (kernels / "softmax_rows").mkdir(parents=True)
+
+    def choose(point: dict[str, int]) -> None:
+        (kernels / "softmax_rows" / "model.json").write_text(json.dumps({"schema_version": 1, "model": "softmax_rows",
+            "compile": {"variant": LOOPED, "measured": datetime(2026, 12, 6, tzinfo=timezone.utc).isoformat(),
+                        "graphs": [launch_signature(inputs)], "launch_configs": {fp: point}}}))
+
+    choose({**own, "XBLOCK": 1, "R0_BLOCK": 32})
+    problem, model = fresh(SOFTMAX)
+    backend = pytest_kernelopt.backend("softmax_rows", kernels, quiet=True)
+    out, found, _ = wrapper_globals(torch.compile(model, backend=backend), *inputs)
+    (kernel,) = found.values()
+    assert backend.launches_fixed == 1 and backend.launches_refused == []
+    assert kernel.configs[0].kwargs == {"XBLOCK": 1, "R0_BLOCK": 32}
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(*inputs), rtol=1e-5, atol=1e-6)
+
+    choose({**own, "XBLOCK": 1 << 20})  # no larger than the kernel's 8 rows
+    problem, model = fresh(SOFTMAX)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch._dynamo.reset()
+    backend = pytest_kernelopt.backend("softmax_rows", kernels, quiet=True)
+    out, found, messages = wrapper_globals(torch.compile(model, backend=backend), *inputs)
+    assert backend.launches_fixed == 0 and "XBLOCK=1048576 is over 8" in backend.launches_refused[0]
+    assert any("launch configuration recorded for" in m and "Inductor races" in m for m in messages)
+    assert next(iter(found.values())).configs[0].kwargs["XBLOCK"] != 1 << 20
