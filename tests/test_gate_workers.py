@@ -203,7 +203,7 @@ def test_the_next_problems_worker_starts_while_this_problems_items_run(monkeypat
             events.append(f"close {self.name}")
 
     class Session:
-        def __init__(self, path, device, options, *, variant, shape, worker):
+        def __init__(self, path, device, options, *, variant, shape, worker, launch_configs):
             self.path, self.worker = path, worker
             events.append(f"session {path} on {worker.name if worker else 'its own'}")
 
@@ -216,7 +216,8 @@ def test_the_next_problems_worker_starts_while_this_problems_items_run(monkeypat
     monkeypatch.setattr("pytest_kernelopt.verify.worker.WorkerProcess", Worker)
     monkeypatch.setattr("pytest_kernelopt.verify.VerifySession", Session)
     item = SimpleNamespace(prop=lambda *a: None)
-    a, b = (SimpleNamespace(key=(name, None), path=name, variant=None, shape=None) for name in ("a", "b"))
+    a, b = (SimpleNamespace(key=(name, None), path=name, variant=None, launch_configs=None, shape=None)
+            for name in ("a", "b"))
     sessions = VerifySessions("cpu", None)
     sessions.expect([a, a, b])
     sessions.get(a, item)
