@@ -583,10 +583,13 @@ class FakeSession:
         self.launch_configs.append(launch_configs)
         return self
 
-    def verify_compile(self, variant):
+    def verify_compile(self, variant, launch_configs=None):
         self.compile_calls.append(variant)
-        # Each check's compile races afresh: its own pick of one kernel's launch (the n-th check: XBLOCK 2**n).
-        picks = {f"fp-{variant}": {"XBLOCK": 2 ** len(self.compile_calls), "num_warps": 4, "num_stages": 1}}
+        self.compile_given = [*getattr(self, "compile_given", []), launch_configs]
+        # Each check's compile races afresh (its own pick of one kernel's launch: the n-th check's XBLOCK 2**n)
+        # unless given the launches to run.
+        picks = launch_configs or {f"fp-{variant}": {"XBLOCK": 2 ** len(self.compile_calls), "num_warps": 4,
+                                                      "num_stages": 1}}
         speedup = self.compile_speed.get(variant, 1.0)
         faster = bool(speedup) and SpeedPolicy().for_settings().judge(_timing(speedup))[0]  # as the session judges
         status = "rejected" if speedup == 0 else "accepted" if faster else "correct"

@@ -105,14 +105,18 @@ def test_verify_compile_judges_the_variant_against_the_default_compile_from_eith
         assert session.opened.min_bytes == 2 * x.numel() * x.element_size()
         assert session.opened.min_flops == {}  # counted in the worker: a softmax has no matrix product
         verdict = session.verify_compile(LOOPED)
-    assert verdict.status == "correct" and verdict.kernel == f"compile:{LOOPED}"
-    assert [s.name for s in verdict.stages] == ["static", "model", "speed"]
-    # A given seed only adds: its two seeds and two fresh ones.
-    assert "the default compile's own error" in verdict.stages[1].detail and len(verdict.errors) == 4
-    # What the setting's compile launched, per kernel fingerprint (what tune records with the setting).
-    ((fp, point),) = verdict.launch_configs.items()
-    assert point["R0_BLOCK"] >= 64 and {"XBLOCK", "num_warps", "num_stages"} <= set(point)
-    chunks = {**point, "XBLOCK": 1, "R0_BLOCK": 32}
+        assert verdict.status == "correct" and verdict.kernel == f"compile:{LOOPED}"
+        assert [s.name for s in verdict.stages] == ["static", "model", "speed"]
+        # A given seed only adds: its two seeds and two fresh ones.
+        assert "the default compile's own error" in verdict.stages[1].detail and len(verdict.errors) == 4
+        # What the setting's compile launched, per kernel fingerprint (what tune records with the setting).
+        ((fp, point),) = verdict.launch_configs.items()
+        assert point["R0_BLOCK"] >= 64 and {"XBLOCK", "num_warps", "num_stages"} <= set(point)
+        chunks = {**point, "XBLOCK": 1, "R0_BLOCK": 32}
+        # Tune's second compile of a setting launches what the first ran: given, they are what it runs and records.
+        again = session.verify_compile(LOOPED, launch_configs={fp: chunks})
+        assert again.status == "correct", again.reason
+        assert again.launch_configs == {fp: chunks}
     with VerifySession(small_softmax, interpreter, options, variant=LOOPED,  # the gate's side: the variant, as
                        launch_configs={fp: chunks}) as session:                # recorded (4 chunks a row)
         assert [k.launch.kwargs for k in session.open().kernels] == [{"XBLOCK": 1, "R0_BLOCK": 32}]
@@ -213,14 +217,15 @@ def test_tune_stores_the_fastest_accepted_compile_and_tunes_kernels_on_it(tmp_pa
     assert outcome.error is None
     # The fastest accepted is checked again on a second compile, in a new session, before it is chosen.
     assert session.compile_calls == ["max-autotune", "persistent-rows", "max-autotune-nd-tiling", "persistent-rows"]
-    # The trials' sessions compile the defaults; the kernel search's compiles the choice, at the launch
-    # configurations the second compile ran (its fourth check), which the choice records with its timing.
+    # The second compile launches what the first trial of the setting ran (its second check), the choice records
+    # those with its timing, and the kernel search's session compiles the choice at them.
+    first = {"fp-persistent-rows": {"XBLOCK": 4, "num_warps": 4, "num_stages": 1}}
+    assert session.compile_given == [None, None, None, first]
     assert session.variants == [None, None, "persistent-rows"]
     assert store.compile_variant("m") == "persistent-rows"
     record = store.model_record("m").compile
     assert record.timing.speedup == pytest.approx(1.35) and record.seeds == [1, 2, 3]
-    second = {"fp-persistent-rows": {"XBLOCK": 16, "num_warps": 4, "num_stages": 1}}
-    assert record.launch_configs == second and session.launch_configs == [None, None, second]
+    assert record.launch_configs == first and session.launch_configs == [None, None, first]
     assert outcome.compile.chosen == "persistent-rows" and outcome.compile.stored
     assert "1.350x on a second compile" in outcome.compile.note
     assert {t.variant: t.status for t in outcome.compile.tried}["max-autotune-nd-tiling"] == "correct"
@@ -271,9 +276,9 @@ def test_a_setting_faster_on_one_compile_only_is_not_chosen(tmp_path):
     speeds = {"max-autotune-extern": [1.027, 1.001], "max-autotune": [1.02, 1.019]}
     scripted = session.verify_compile
 
-    def verify_compile(variant):
+    def verify_compile(variant, launch_configs=None):
         session.compile_speed = {variant: speeds[variant].pop(0)}
-        return scripted(variant)
+        return scripted(variant, launch_configs)
 
     session.verify_compile = verify_compile
     outcome = tuner.tune_problem(_problem(tmp_path))
@@ -344,10 +349,10 @@ def test_a_tune_stopped_during_the_compile_step_keeps_the_trials_it_measured(tmp
                                             compile_variants=["max-autotune", "max-autotune-nd-tiling"])
     check = session.verify_compile
 
-    def stopped_at_the_second(variant):
+    def stopped_at_the_second(variant, launch_configs=None):
         if session.compile_calls:
             raise KeyboardInterrupt
-        return check(variant)
+        return check(variant, launch_configs)
 
     session.verify_compile = stopped_at_the_second
     with pytest.raises(KeyboardInterrupt):
@@ -443,12 +448,12 @@ def _per_shape_session(speeds: dict[str, dict[str, float]], fails: dict[tuple[st
             self.opened_at.append((shape, variant))
             return super().__call__(problem, device, options, progress, variant, launch_configs=launch_configs)
 
-        def verify_compile(self, variant):
+        def verify_compile(self, variant, launch_configs=None):
             if (variant, self.shape) in (fails or {}):
                 self.compile_calls.append(f"{variant}@{self.shape}")
                 raise (fails or {})[(variant, self.shape)]
             self.compile_speed = speeds.get(self.shape, {})
-            verdict = super().verify_compile(variant)
+            verdict = super().verify_compile(variant, launch_configs)
             self.compile_calls[-1] = f"{variant}@{self.shape}"
             verdict.launches = [[f"x@{self.shape}"]]
             return verdict

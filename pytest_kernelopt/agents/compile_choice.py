@@ -34,6 +34,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from ..capture.launch_configs import merged
 from ..capture.variants import needless
 from ..errors import KerneloptError
 from ..measure.rule import SpeedPolicy
@@ -95,10 +96,14 @@ def choose(open_at: Opener, variants: list[str], *, previous: str | None, measur
     return outcome, verdicts
 
 
-def _check(session: Any, variant: str) -> tuple[Verdict | None, str | None, float]:
-    """(the verdict, or None and the verifier's own error, said and never the variant's fault; seconds)."""
+def _check(session: Any, variant: str, launch_configs: dict[str, dict[str, int]] | None = None
+           ) -> tuple[Verdict | None, str | None, float]:
+    """(the verdict, or None and the verifier's own error, said and never the variant's fault; seconds).
+    ``launch_configs``: the variant's compile launches these (passed only when there are some)."""
     t0 = time.monotonic()
     try:
+        if launch_configs:
+            return session.verify_compile(variant, launch_configs=launch_configs), None, time.monotonic() - t0
         return session.verify_compile(variant), None, time.monotonic() - t0
     except KerneloptError as exc:
         return None, str(exc)[:300], time.monotonic() - t0
@@ -183,7 +188,8 @@ def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measu
         if not confirm or (best.variant == previous and left is not None and left() <= 0):
             second: dict[str | None, Verdict] | None = checked[best.variant]  # kept, or stored and out of budget
         else:
-            second = _second(open_at, best, weights, policy=policy, ev=ev, say=say, left=left)
+            timed = merged(v.launch_configs for v in checked[best.variant].values())
+            second = _second(open_at, best, weights, policy=policy, ev=ev, say=say, left=left, launch_configs=timed)
         if second is None:
             continue
         outcome.chosen = best.variant
@@ -209,15 +215,18 @@ def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measu
 
 
 def _second(open_at: Opener, trial: CompileTrial, weights: dict[str | None, float], *, policy: SpeedPolicy,
-            ev: Callable[..., Any], say: Callable[[str], None],
-            left: Callable[[], float] | None) -> dict[str | None, Verdict] | None:
+            ev: Callable[..., Any], say: Callable[[str], None], left: Callable[[], float] | None,
+            launch_configs: dict[str, dict[str, int]] | None = None) -> dict[str | None, Verdict] | None:
     """``trial``'s setting checked again, at every shape, each in a new session: the verdicts when it is accepted
     there too (and within SETTING_HEADROOM on these draws), else None, ``trial`` then marked ``correct`` with why.
 
     A setting's gain over the default compile is two compiles' launch-configuration races as much as the setting
     (each compile times its kernels' configurations once, briefly, and keeps the winner): on an H100 the same
-    setting of one training step measured 0.984x in one tune and 1.027x [1.026, 1.027] in another, so one
-    session's interval says nothing of the next compile's, the gate's or production's."""
+    setting of one training step measured 0.984x in one tune and 1.027x [1.026, 1.027] in another, and a bf16
+    RMSNorm step's max-autotune 1.034x in one session and 0.903x in the next (2026-12-06). So the second compile
+    launches what the first trial ran (``launch_configs``: kernel fingerprint -> point, its verdicts'), and what
+    it confirms is those configurations, which ``model.json`` then records and every later compile launches; a
+    kernel the first did not record races in both."""
     variant = trial.variant
 
     def refuse(why: str) -> None:
@@ -234,7 +243,7 @@ def _second(open_at: Opener, trial: CompileTrial, weights: dict[str | None, floa
     for shape, weight in weights.items():
         try:
             with open_at(shape) as session:
-                verdict, error, seconds = _check(session, variant)
+                verdict, error, seconds = _check(session, variant, launch_configs)
         except KerneloptError as exc:  # the session itself failed to open: the verifier's, never the setting's
             verdict, error, seconds = None, str(exc)[:300], 0.0
         if verdict is None or verdict.status == "rejected":
@@ -363,8 +372,6 @@ def record(store: Any, model: str, outcome: CompileOutcome, verdicts: dict[str |
     checks = list(verdicts.values())
     shaped = None not in verdicts
     worst = max((e.model_ratio or 0.0 for v in checks for e in v.errors), default=None)
-    from ..capture.launch_configs import merged
-
     recorded = [v.launches for v in checks if v.launches is not None]
     graphs = list({tuple(g): list(g) for launches in recorded for g in launches}.values()) if recorded else None
     store.save_compile(model, CompileChoice(

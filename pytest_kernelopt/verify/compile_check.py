@@ -57,24 +57,27 @@ from .numerics import NumericsRule
 from .prepared import Prepared, StageFailure
 
 
-def _sides(prepared: Prepared, variant: str) -> tuple[Any, Any]:
-    """(the default compile, the variant's compile), as callables; one of them is the session's."""
+def _sides(prepared: Prepared, variant: str, launch_configs: dict[str, dict[str, int]] | None = None
+           ) -> tuple[Any, Any]:
+    """(the default compile, the variant's compile), as callables; one of them is the session's. ``launch_configs``:
+    the variant's compiled here launches those (capture/launch_configs.py); a session opened under the variant
+    was given its own when it opened."""
     if prepared.variant is None:
-        return prepared.compiled, _other(prepared, variant)
+        return prepared.compiled, _other(prepared, variant, launch_configs)
     if prepared.variant == variant:
         return _other(prepared, None), prepared.compiled
     raise StageFailure(f"this session compiles the model as {prepared.variant!r}; it cannot check {variant!r} "
                        f"against the default compile")
 
 
-def _other(prepared: Prepared, variant: str | None) -> Any:
+def _other(prepared: Prepared, variant: str | None, launch_configs: dict[str, dict[str, int]] | None = None) -> Any:
     """The session's model compiled again under ``variant`` (None: the defaults), kept until another is asked for.
 
     Called without autograd, as the session's compile is (``CompiledModel.__call__``): called with
     gradients recorded, Dynamo (which guards on the grad mode) would compile it again for training
     (found 2026-12-03 on the H200: the timed calls did, and the group norm rewrite, which declines
     where gradients are recorded, timed as the default compile, 0.9997x, where it ran 1.076x)."""
-    if variant in prepared.others:
+    if variant in prepared.others and getattr(prepared.others[variant], "given", None) == launch_configs:
         return prepared.others[variant]
     import gc
 
@@ -83,7 +86,7 @@ def _other(prepared: Prepared, variant: str | None) -> Any:
 
     from ..capture import launch_signature
     from ..capture.compiled import _record_wrapper_modules, fresh_races
-    from ..capture.launch_configs import kernels_of, picked
+    from ..capture.launch_configs import fixed_at_first_call, kernels_of, picked
     from ..capture.graph_rewrites import rewrites_done
     from ..capture.variants import VARIANTS, compiling
 
@@ -122,9 +125,12 @@ def _other(prepared: Prepared, variant: str | None) -> Any:
     other.graphs = graphs  # type: ignore[attr-defined]
 
     before = rewrites_done()
-    other(*prepared.inputs(prepared.seeds[0]))  # compiled now, not inside a timed run
-    # Each kernel raced its configurations on that first call; what the checks and the timing below run.
+    with fixed_at_first_call(launch_configs):
+        other(*prepared.inputs(prepared.seeds[0]))  # compiled now, not inside a timed run
+    # Each kernel raced its configurations on that first call (or launched the one given); what the checks and the
+    # timing below run.
     other.launch_configs = picked(kernels_of(modules))  # type: ignore[attr-defined]
+    other.given = launch_configs  # type: ignore[attr-defined]
     if variant is not None and VARIANTS[variant].rewrites and rewrites_done() == before:
         raise StageFailure(f"{variant!r}: kernelopt's graph rewrites found nothing to rewrite in this model "
                            f"(it compiles as without them)")
@@ -190,12 +196,14 @@ class CompileRows(list):
         return text
 
 
-def compile_stage(prepared: Prepared, variant: str, error_factor: float, reduced_precision: bool) -> CompileRows:
+def compile_stage(prepared: Prepared, variant: str, error_factor: float, reduced_precision: bool,
+                  launch_configs: dict[str, dict[str, int]] | None = None) -> CompileRows:
     """The variant's compile against float64 on every seed, then on every input draw; the default
-    compile's own error on the same inputs is the allowance (see the module's docstring)."""
+    compile's own error on the same inputs is the allowance (see the module's docstring). ``launch_configs``:
+    what the variant's compile launches (:func:`_sides`)."""
     import torch
 
-    default, chosen = _sides(prepared, variant)
+    default, chosen = _sides(prepared, variant, launch_configs)
     rule = NumericsRule(error_factor=error_factor, reduced_precision=reduced_precision, whole_compile=True)
     rows = CompileRows()
     names: list[str] = []  # each result's name in a verdict (the same for every seed and draw)
@@ -468,12 +476,13 @@ def _short(exc: BaseException) -> str:
     return text.splitlines()[0][:200] if text else ""
 
 
-def compile_speed(prepared: Prepared, variant: str, model_seconds: float) -> Timing:
+def compile_speed(prepared: Prepared, variant: str, model_seconds: float,
+                  launch_configs: dict[str, dict[str, int]] | None = None) -> Timing:
     """The default compile (baseline) against the variant's (candidate), paired and interleaved."""
     from ..measure.timing import paired_timings
     from .speed import _steps, _timing
 
-    default, chosen = _sides(prepared, variant)
+    default, chosen = _sides(prepared, variant, launch_configs)
     inputs = prepared.inputs(prepared.seeds[0])
     nothing = lambda: None  # noqa: E731
     a, b, method = _steps(nothing, lambda: default(*inputs), nothing, nothing, lambda: chosen(*inputs), nothing)

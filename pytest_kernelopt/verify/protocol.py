@@ -70,6 +70,10 @@ class CheckRequest(Message):
     # replacements): judged against float64 with the default compile's error as the allowance,
     # and timed default vs variant. The session was opened under the defaults or under it.
     compile_variant: str | None = None
+    # Of such a check in a session under the defaults: the launch configurations the variant's compile launches
+    # (kernel fingerprint -> point, capture/launch_configs.py; tune's second compile of a setting runs what its
+    # first timed). None: each kernel races as Inductor does.
+    compile_launch_configs: dict[str, dict[str, int]] | None = None
     # The root of this check's own random choices (fills, canaries, paddings, run counts, draws):
     # from the OS per check unless a human asked for reproduction (VerifyOptions.check_entropy).
     entropy: int = Field(0, ge=0, lt=1 << 63)

@@ -265,9 +265,10 @@ class VerifySession:
         return self._check(None, sources, None if base_problem is None else str(base_problem),
                            base_kernels=None if base_kernels is None else str(base_kernels))
 
-    def verify_compile(self, variant: str) -> Verdict:
+    def verify_compile(self, variant: str, launch_configs: dict[str, dict[str, int]] | None = None) -> Verdict:
         """The model compiled under ``variant`` against the default compile (model and speed stages):
-        the session must be open under the defaults or under ``variant`` itself."""
+        the session must be open under the defaults or under ``variant`` itself. ``launch_configs``: in a session
+        under the defaults, the variant's compile launches these (capture/launch_configs.py) instead of racing."""
         from ..capture.variants import unknown_variant
 
         why = unknown_variant(variant)
@@ -276,10 +277,11 @@ class VerifySession:
         if self.variant not in (None, variant):
             raise UsageError(f"{self.problem}: this session compiles the model as {self.variant!r}; it cannot "
                              f"check {variant!r} against the default compile")
-        return self._check(None, {}, None, compile_variant=variant)
+        return self._check(None, {}, None, compile_variant=variant, compile_launch_configs=launch_configs)
 
     def _check(self, kernel: str | None, sources: dict[str, CandidateSource], base_problem: str | None,
-               compile_variant: str | None = None, base_kernels: str | None = None) -> Verdict:
+               compile_variant: str | None = None, base_kernels: str | None = None,
+               compile_launch_configs: dict[str, dict[str, int]] | None = None) -> Verdict:
         """The stages of :data:`.stages.STAGES` for one check: the parent's, then the worker's; the verdict."""
         from .protocol import CheckRequest
 
@@ -294,6 +296,7 @@ class VerifySession:
             error_factor=self.options.error_factor, measure_speed=self.options.measure_speed,
             model_seconds=self.options.model_seconds, kernel_seconds=self.options.kernel_seconds,
             base_problem=base_problem, base_kernels=base_kernels, compile_variant=compile_variant,
+            compile_launch_configs=compile_launch_configs,
             entropy=verdict.check_seed,
         )
         return self._finish(verdict, rows + self._in_worker(verdict, request), started,

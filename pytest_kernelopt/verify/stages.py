@@ -102,7 +102,8 @@ def _model(check: Check) -> Outcome:
     request, prepared = check.request, check.prepared
     variant = request.compile_variant
     if variant is not None:
-        rows = compile_check.compile_stage(prepared, variant, request.error_factor, request.allow_reduced_precision)
+        rows = compile_check.compile_stage(prepared, variant, request.error_factor, request.allow_reduced_precision,
+                                           request.compile_launch_configs)
         worst = max(rows, key=lambda r: r.candidate_vs_fp64 or 0.0)
         return ((f"{len(rows)} seed(s) and {rows.describe()}: the model compiled as {variant!r} has every "
                  f"output element within its allowance against the reference, the default compile's own error "
@@ -143,7 +144,8 @@ def _speed(check: Check) -> Outcome:
 
     request, prepared = check.request, check.prepared
     if request.compile_variant is not None:
-        timing = compile_check.compile_speed(prepared, request.compile_variant, request.model_seconds)
+        timing = compile_check.compile_speed(prepared, request.compile_variant, request.model_seconds,
+                                             request.compile_launch_configs)
         return (f"model, default compile -> {request.compile_variant}: {speed_stage.describe(timing)}",
                 {"model_timing": timing})
     model_t, kernel_t = speed_stage.speed_stage(prepared, check.candidates, request.kernel,
