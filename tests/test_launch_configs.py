@@ -52,6 +52,18 @@ def test_a_recorded_point_is_used_only_where_inductor_itself_could_launch_it(poi
     assert (found is None) if why is None else (found is not None and why in found), found
 
 
+def test_names_coordinate_descent_does_not_walk_keep_a_value_of_the_kernel_s_own_configurations():
+    """A split reduction's configurations (max-autotune, torch 2.11, H100: ``RSPLIT_SIZE``, ``NUM_STAGES``): its
+    descent changed XBLOCK from 4 to 1 and kept the rest, which is used; another RSPLIT_SIZE is not."""
+    from pytest_kernelopt.capture.launch_configs import refusal
+
+    own = {"XBLOCK": 4, "RSPLIT_SIZE": 16, "NUM_STAGES": 3, "num_warps": 8, "num_stages": 1}
+    tuner = _autotuner(own, {**own, "RSPLIT_SIZE": 32}, hints={"x": 4096, "r0_": 1024})
+    assert refusal(tuner, {**own, "XBLOCK": 1}) is None
+    assert refusal(tuner, {**own, "XBLOCK": 1, "RSPLIT_SIZE": 32}) is None
+    assert "RSPLIT_SIZE=64, NUM_STAGES=3: none of the kernel's own" in refusal(tuner, {**own, "RSPLIT_SIZE": 64})
+
+
 def test_a_point_on_a_dimension_without_a_size_hint_is_refused_unless_it_is_the_kernel_s_own():
     from pytest_kernelopt.capture.launch_configs import refusal
 
@@ -76,6 +88,7 @@ def test_a_compile_launches_its_recorded_point_and_stays_correct_and_a_refused_o
     from torch._inductor.codecache import PyCodeCache
 
     from pytest_kernelopt.capture import compile_problem
+    from pytest_kernelopt.capture.compiled import autotuner_fingerprint
     from pytest_kernelopt.capture.launch_configs import picked
     from pytest_kernelopt.capture.problem import load_problem
 
@@ -83,7 +96,7 @@ def test_a_compile_launches_its_recorded_point_and_stays_correct_and_a_refused_o
     plain = compile_problem(problem, interpreter, variant=LOOPED)
     (handle,) = plain.kernels.values()
     fp = handle.info.fingerprint
-    own = picked([handle.original])[fp]
+    own = picked([handle.original], autotuner_fingerprint)[fp]
     assert own["R0_BLOCK"] == 128 and plain.launches_fixed == 0
     chunked = {**own, "XBLOCK": 1, "R0_BLOCK": 64}
 
@@ -92,7 +105,7 @@ def test_a_compile_launches_its_recorded_point_and_stays_correct_and_a_refused_o
     assert again.info.fingerprint == fp  # the fingerprint does not depend on the launch
     assert fixed.launches_fixed == 1 and fixed.launches_refused == []
     assert again.info.launch.kwargs == {"XBLOCK": 1, "R0_BLOCK": 64}
-    assert picked([again.original])[fp] == chunked  # what a later check records is what ran
+    assert picked([again.original], autotuner_fingerprint)[fp] == chunked  # what a later check records is what ran
     inputs = problem.make_inputs(3, interpreter)
     with torch.no_grad():
         torch.testing.assert_close(fixed(*inputs), fixed.model(*inputs), rtol=1e-5, atol=1e-6)

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator
 from ..candidate.format import find_kernel_def
 from ..errors import CaptureError, ProblemError, UsageError
 from ..records import ArgInfo, CaptureSummary, ExternCallInfo, KernelInfo, LaunchConfig
+from .launch_configs import fixed_at_first_call, point_of
 from .problem import Problem, _where
 from .training import backward_compiled_with_forward, is_backward_wrapper, is_training, kernel_base_name, step
 from .variants import compiling
@@ -281,12 +282,30 @@ def _call_args(text: str, start: int) -> list[str]:
 
 # --- launch configuration --------------------------------------------------------------
 
-def _point(cfg: Any) -> dict[str, int]:
-    point = {k: int(v) for k, v in cfg.kwargs.items() if isinstance(v, int)}
-    for key in ("num_warps", "num_stages"):
-        if isinstance(getattr(cfg, key, None), int):
-            point[key] = getattr(cfg, key)
-    return point
+_point = point_of  # a configuration's launch point (capture/launch_configs.py)
+
+
+def autotuner_fingerprint(autotuner: Any) -> str | None:
+    """:func:`kernel_fingerprint` of an Inductor kernel from its autotuner alone (its file and function name); None
+    for a kernel with no file (a GEMM template's, whose configuration its template choice fixed at compile time)."""
+    filename = getattr(autotuner, "filename", None)
+    fn = getattr(autotuner, "fn", None)
+    name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", None)
+    if not filename or not name:
+        return None
+    return kernel_fingerprint(autotuner, Path(filename).read_text(), name)
+
+
+def graph_kernels(modules: Any) -> Iterator[Any]:
+    """The Inductor Triton kernels (autotuners) of compiled graphs' wrapper modules (the ones that define ``call``)."""
+    for module in modules:
+        path = getattr(module, "__file__", None)
+        if not path or not callable(getattr(module, "call", None)):
+            continue
+        for attr, _ in _KERNEL_DEF.findall(Path(path).read_text()):
+            autotuner = getattr(module, attr, None)
+            if hasattr(autotuner, "triton_meta"):
+                yield autotuner
 
 
 # Where :func:`_recording_races` leaves a kernel's first-call race on its autotuner.
@@ -577,7 +596,6 @@ def compile_problem(
     ``launch_configs``: the stored setting's launch configurations (``model.json``'s ``compile.launch_configs``,
     :mod:`.launch_configs`): each kernel listed launches its point from its first call, raced no more.
     """
-    from .launch_configs import fixed_at_first_call
 
     import torch
     import torch._dynamo
@@ -614,7 +632,7 @@ def compile_problem(
     breaks_before = _dynamo_breaks()
     try:
         with compiling(variant), fresh_races(), _recording_races(), _record_wrapper_modules() as loaded, \
-                _record_kernel_args() as seen, fixed_at_first_call(launch_configs) as fixed, \
+                _record_kernel_args() as seen, fixed_at_first_call(launch_configs, autotuner_fingerprint) as fixed, \
                 (backward_compiled_with_forward() if training else torch.no_grad()):
             if training:  # the backward runs too: its kernels' arguments are recorded on this call
                 step(compiled, model, problem, inputs)

@@ -28,13 +28,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-from collections.abc import Iterable, Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from .compiled import _KERNEL_DEF, _point, kernel_fingerprint
-
-__all__ = ["FixedLaunches", "fix", "fixed_at_first_call", "merged", "picked", "refusal"]
+__all__ = ["FixedLaunches", "fix", "fixed_at_first_call", "merged", "picked", "point_of", "refusal"]
 
 log = logging.getLogger("pytest_kernelopt")
 
@@ -45,6 +42,17 @@ MAX_TILE = 1 << 20  # elements per program at most (Inductor's TRITON_MAX_TENSOR
 _MAX_BLOCK = {"X": 4096, "Y": 1024, "Z": 1024, "R0_": 4096 * 16, "R1_": 2048 * 16}
 
 Point = dict[str, int]
+# A kernel's fingerprint from its autotuner (capture.compiled.autotuner_fingerprint); None: it has none.
+Fingerprint = Callable[[Any], "str | None"]
+
+
+def point_of(cfg: Any) -> Point:
+    """An Inductor launch configuration as a point: its integer block sizes, ``num_warps``, ``num_stages``."""
+    point = {k: int(v) for k, v in cfg.kwargs.items() if isinstance(v, int)}
+    for key in ("num_warps", "num_stages"):
+        if isinstance(getattr(cfg, key, None), int):
+            point[key] = getattr(cfg, key)
+    return point
 
 
 def _max_blocks() -> dict[str, int]:
@@ -73,10 +81,15 @@ def _compiled_points(autotuner: Any) -> list[Point]:
     for cfg in configs:
         if cfg is None:
             continue
-        p = _point(cfg)
+        p = point_of(cfg)
         if p not in points:
             points.append(p)
     return points
+
+
+def _fixed_part(point: Point) -> Point:
+    """The names of a point that are not block sizes, warps or stages, with their values."""
+    return {k: v for k, v in point.items() if _prefix(k) is None and k not in ("num_warps", "num_stages")}
 
 
 def refusal(autotuner: Any, point: Any) -> str | None:
@@ -91,6 +104,11 @@ def refusal(autotuner: Any, point: Any) -> str | None:
         return None
     if set(point) != set(own[0]):
         return f"its names {sorted(point)} are not the kernel's {sorted(own[0])}"
+    # What coordinate descent does not walk (a split reduction's RSPLIT_SIZE, a kernel's own NUM_STAGES) stays as
+    # one of the kernel's configurations has it.
+    if _fixed_part(point) not in [_fixed_part(p) for p in own]:
+        return (f"{', '.join(f'{k}={v}' for k, v in _fixed_part(point).items())}: none of the kernel's own "
+                f"configurations has that")
     warps, stages = point.get("num_warps", 4), point.get("num_stages", 1)
     if not (1 <= warps <= MAX_WARPS and warps & (warps - 1) == 0):
         return f"num_warps={warps} is not a power of two from 1 to {MAX_WARPS}"
@@ -102,8 +120,6 @@ def refusal(autotuner: Any, point: Any) -> str | None:
     for key, value in point.items():
         prefix = _prefix(key)
         if prefix is None:
-            if key not in ("num_warps", "num_stages"):
-                return f"{key} is not a block size, warps or stages"
             continue
         if value < 1 or value & (value - 1):
             return f"{key}={value} is not a power of two"
@@ -132,7 +148,7 @@ def _config_at(base: Any, point: Point) -> Any:
 def _launcher(autotuner: Any, point: Point) -> Any:
     """A launcher of ``autotuner`` at ``point``: one it has, else one compiled now (as coordinate descent does)."""
     for launcher in getattr(autotuner, "launchers", None) or []:
-        if _point(launcher.config) == point:
+        if point_of(launcher.config) == point:
             return launcher
     base = (autotuner.launchers[0].config if getattr(autotuner, "launchers", None)
             else autotuner.compile_results[0].config)
@@ -147,10 +163,10 @@ def _launcher(autotuner: Any, point: Point) -> Any:
         return autotuner._precompile_config(cfg).make_launcher()
 
 
-def _interpreted() -> bool:
-    from ..interpret import is_enabled
-
-    return is_enabled()
+def _interpreted(autotuner: Any) -> bool:
+    """Whether Inductor launches this kernel under Triton's interpreter: then ``configs[0]``, nothing compiled or
+    raced (``CachingAutotuner.triton_interpret``, torch 2.11-2.13)."""
+    return bool(getattr(autotuner, "triton_interpret", False))
 
 
 def fix(autotuner: Any, point: Any) -> str | None:
@@ -160,9 +176,9 @@ def fix(autotuner: Any, point: Any) -> str | None:
     if why is not None:
         return why
     try:
-        if _interpreted():  # Triton's interpreter launches ``configs[0]`` (nothing compiled, nothing raced)
+        if _interpreted(autotuner):
             configs = list(autotuner.configs)
-            cfg = next((c for c in configs if _point(c) == point), None) or _config_at(configs[0], point)
+            cfg = next((c for c in configs if point_of(c) == point), None) or _config_at(configs[0], point)
             autotuner.configs = [cfg, *(c for c in configs if c is not cfg)]
             return None
         if not getattr(autotuner, "launchers", None):
@@ -175,17 +191,6 @@ def fix(autotuner: Any, point: Any) -> str | None:
     return None
 
 
-def _fingerprint(autotuner: Any) -> str | None:
-    """The kernel's fingerprint as capture writes it; None for a kernel with no file (a GEMM template's, whose
-    configuration the template's own choice fixed at compile time)."""
-    filename = getattr(autotuner, "filename", None)
-    fn = getattr(autotuner, "fn", None)
-    name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", None)
-    if not filename or not name:
-        return None
-    return kernel_fingerprint(autotuner, Path(filename).read_text(), name)
-
-
 class FixedLaunches:
     """What :func:`fixed_at_first_call` did: kernels fixed, and the listed ones it could not fix (with why)."""
 
@@ -195,9 +200,9 @@ class FixedLaunches:
 
 
 @contextlib.contextmanager
-def fixed_at_first_call(points: dict[str, Point] | None) -> Iterator[FixedLaunches]:
-    """While the block runs, each Inductor kernel whose fingerprint ``points`` lists launches that point from its
-    first call (before Inductor would race its configurations). Nothing is patched when ``points`` is empty."""
+def fixed_at_first_call(points: dict[str, Point] | None, fingerprint: Fingerprint) -> Iterator[FixedLaunches]:
+    """While the block runs, each Inductor kernel whose ``fingerprint`` ``points`` lists launches that point from
+    its first call (before Inductor would race its configurations). Nothing is patched when ``points`` is empty."""
     done = FixedLaunches()
     if not points:
         yield done
@@ -211,7 +216,7 @@ def fixed_at_first_call(points: dict[str, Point] | None) -> Iterator[FixedLaunch
         if id(self) not in seen:
             seen.add(id(self))
             try:
-                fp = _fingerprint(self)
+                fp = fingerprint(self)
             except Exception as exc:  # noqa: BLE001 - unreadable: Inductor's race, said below
                 fp, done.refused = None, [*done.refused, f"a kernel's fingerprint ({type(exc).__name__})"]
             if fp is not None and fp in points:
@@ -231,32 +236,20 @@ def fixed_at_first_call(points: dict[str, Point] | None) -> Iterator[FixedLaunch
         CachingAutotuner.run = original  # type: ignore[method-assign]
 
 
-def kernels_of(modules: Iterable[Any]) -> Iterator[Any]:
-    """The Inductor Triton kernels (autotuners) of compiled graphs' wrapper modules."""
-    for module in modules:
-        path = getattr(module, "__file__", None)
-        if not path or not callable(getattr(module, "call", None)):
-            continue
-        for attr, _ in _KERNEL_DEF.findall(Path(path).read_text()):
-            autotuner = getattr(module, attr, None)
-            if hasattr(autotuner, "triton_meta"):
-                yield autotuner
-
-
-def picked(autotuners: Iterable[Any]) -> dict[str, Point]:
+def picked(autotuners: Iterable[Any], fingerprint: Fingerprint) -> dict[str, Point]:
     """Each kernel's launch point once its first call has raced it (fingerprint -> point): the ones with one
     launcher left and a file to fingerprint (under Triton's interpreter: the configuration it launches)."""
     out: dict[str, Point] = {}
-    interpreted = _interpreted()
     for autotuner in autotuners:
+        interpreted = _interpreted(autotuner)
         launchers = getattr(autotuner, "launchers", None) or []
         configs = [c.config for c in launchers] if not interpreted else list(getattr(autotuner, "configs", None) or [])
         if not configs or (len(configs) != 1 and not interpreted):
             continue
         try:
-            fp = _fingerprint(autotuner)
+            fp = fingerprint(autotuner)
             if fp is not None:
-                out[fp] = _point(configs[0])
+                out[fp] = point_of(configs[0])
         except Exception:  # noqa: BLE001 - a kernel we cannot read is left to race
             continue
     return out

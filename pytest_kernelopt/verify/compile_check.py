@@ -85,8 +85,8 @@ def _other(prepared: Prepared, variant: str | None, launch_configs: dict[str, di
     from torch._inductor.compile_fx import compile_fx
 
     from ..capture import launch_signature
-    from ..capture.compiled import _record_wrapper_modules, fresh_races
-    from ..capture.launch_configs import fixed_at_first_call, kernels_of, picked
+    from ..capture.compiled import _record_wrapper_modules, autotuner_fingerprint, fresh_races, graph_kernels
+    from ..capture.launch_configs import fixed_at_first_call, picked
     from ..capture.graph_rewrites import rewrites_done
     from ..capture.variants import VARIANTS, compiling
 
@@ -125,11 +125,11 @@ def _other(prepared: Prepared, variant: str | None, launch_configs: dict[str, di
     other.graphs = graphs  # type: ignore[attr-defined]
 
     before = rewrites_done()
-    with fixed_at_first_call(launch_configs):
+    with fixed_at_first_call(launch_configs, autotuner_fingerprint):
         other(*prepared.inputs(prepared.seeds[0]))  # compiled now, not inside a timed run
     # Each kernel raced its configurations on that first call (or launched the one given); what the checks and the
     # timing below run.
-    other.launch_configs = picked(kernels_of(modules))  # type: ignore[attr-defined]
+    other.launch_configs = picked(graph_kernels(modules), autotuner_fingerprint)  # type: ignore[attr-defined]
     other.given = launch_configs  # type: ignore[attr-defined]
     if variant is not None and VARIANTS[variant].rewrites and rewrites_done() == before:
         raise StageFailure(f"{variant!r}: kernelopt's graph rewrites found nothing to rewrite in this model "
