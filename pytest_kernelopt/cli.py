@@ -360,7 +360,12 @@ def cmd_kernels(args: argparse.Namespace) -> int:
         if shape == shapes[0]:
             print(f"settings: {settings.describe(None)}", file=sys.stderr)
             if variant is not None:
-                print(f"compiled as {variant!r} (model.json's compile settings)", file=sys.stderr)
+                print(f"compiled as {variant!r} (model.json's compile settings)" + (
+                    f", {compiled.launches_fixed} kernel(s) at its recorded launch configurations" if configs else ""),
+                    file=sys.stderr)
+            for why in compiled.launches_refused:
+                print(f"warning: a recorded launch configuration is not used (the kernel races as Inductor does): "
+                      f"{why}", file=sys.stderr)
             if compiled.draws is not None:
                 from .capture.compiled import random_draws_error
 

@@ -792,8 +792,20 @@ def test_kernels_lists_the_compile_model_json_names(kernelopt, tmp_path):
     _write_choice(tmp_path / "kernels", "softmax_rows", LOOPED)
     result = kernelopt("kernels", "problems/softmax_rows.py", "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert [k["name"].startswith("triton_red_") for k in json.loads(result.stdout) if k["kind"] == "triton"] == [True]
+    (kernel,) = [k for k in json.loads(result.stdout) if k["kind"] == "triton"]
+    assert kernel["name"].startswith("triton_red_")
     assert f"compiled as '{LOOPED}' (model.json's compile settings)" in result.stderr
+    # With the launch configurations recorded for it: the kernel is listed as it launches then.
+    point = {"XBLOCK": 1, "R0_BLOCK": 32, "num_warps": kernel["launch"]["num_warps"],
+             "num_stages": kernel["launch"]["num_stages"]}
+    record = json.loads((tmp_path / "kernels" / "softmax_rows" / "model.json").read_text())
+    record["compile"]["launch_configs"] = {kernel["fingerprint"]: point}
+    (tmp_path / "kernels" / "softmax_rows" / "model.json").write_text(json.dumps(record))
+    result = kernelopt("kernels", "problems/softmax_rows.py", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (kernel,) = [k for k in json.loads(result.stdout) if k["kind"] == "triton"]
+    assert kernel["launch"]["kwargs"] == {"XBLOCK": 1, "R0_BLOCK": 32}
+    assert "1 kernel(s) at its recorded launch configurations" in result.stderr
 
 
 def test_committed_kernels_keep_the_compile_they_were_tuned_on(tmp_path, monkeypatch):
