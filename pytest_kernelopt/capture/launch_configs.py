@@ -3,11 +3,13 @@
 Inductor compiles several launch configurations of most kernels, times them once, briefly, at the
 kernel's first call and keeps the fastest; under max-autotune, coordinate descent then walks from that
 pick, timing more. So two compiles of one model under one setting run different configurations: on an
-H100 (2026-12-06) a bf16 RMSNorm training step's ``max-autotune-nd-tiling`` measured 1.037x over the
-default compile in tune, confirmed on a second compile, and ran 0.903x of it in the bench's compile.
+H100 (2026-12-06) seven max-autotune compiles of one bf16 RMSNorm training step ran 0.877x to 1.039x of the
+default compile (whose own four compiles ran within 0.2% of each other), and a stored
+``max-autotune-nd-tiling`` that measured 1.037x in tune, confirmed on a second compile, ran 0.903x in a bench.
 
 So a compile setting is stored with what its confirming check timed (``model.json``'s
-``compile.launch_configs``: kernel fingerprint -> launch point, :func:`picked`), and every later compile
+``compile.launch_configs``: kernel fingerprint -> launch point, :func:`picked`; tune's confirming check
+launches what its first trial ran, agents/compile_choice.py), and every later compile
 of that setting (the verifier's, so the gate's, and production's) runs those configurations: it
 skips the race and the descent for every kernel listed (:func:`fixed_at_first_call` where the compile
 runs inside a block of ours, :func:`fix` right after a compile elsewhere). A kernel whose fingerprint
