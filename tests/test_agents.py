@@ -588,8 +588,8 @@ class FakeSession:
         self.compile_given = [*getattr(self, "compile_given", []), launch_configs]
         # Each check's compile races afresh (its own pick of one kernel's launch: the n-th check's XBLOCK 2**n)
         # unless given the launches to run.
-        picks = launch_configs or {f"fp-{variant}": {"XBLOCK": 2 ** len(self.compile_calls), "num_warps": 4,
-                                                      "num_stages": 1}}
+        picks = launch_configs or {self.info.fingerprint: {"XBLOCK": 2 ** len(self.compile_calls), "num_warps": 4,
+                                                            "num_stages": 1}}
         speedup = self.compile_speed.get(variant, 1.0)
         faster = bool(speedup) and SpeedPolicy().for_settings().judge(_timing(speedup))[0]  # as the session judges
         status = "rejected" if speedup == 0 else "accepted" if faster else "correct"
@@ -930,6 +930,22 @@ def test_a_kernel_at_its_limit_is_not_searched_but_its_varying_pick_is_pinned(tm
     print_tune_table(record)
     row = next(line for line in capsys.readouterr().out.splitlines() if k.kernel[:20] in line)
     assert "v1 (pinned)" in row
+
+
+def test_a_kernel_the_stored_setting_records_a_launch_for_is_not_pinned(tmp_path):
+    """A chosen compile setting records each kernel's launch configuration, which every compile of it launches: its
+    pick no longer varies, so the pin pass (a check per kernel, then the model) is not spent on it."""
+    info = _varying()
+    session = FakeSession(info, {4: 1.0}, seconds=0.0, compile_speed={"max-autotune": 1.3})
+    tuner, run, store = _tuner(tmp_path, session, compile_variants=["max-autotune"])
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    run.close()
+    assert store.compile_variant("m") == "max-autotune"
+    assert set(store.launch_configs("m")) == {info.fingerprint} and session.launch_configs[-1] == store.launch_configs("m")
+    k = outcome.kernels[0]
+    assert not k.pinned and k.stored_version is None
+    assert "not pinned: the stored compile setting records its launch configuration" in k.message
+    assert not any("pin" in label for label, _ in session.calls)
 
 
 def test_a_near_miss_is_pinned_before_the_compiler_pick(tmp_path):

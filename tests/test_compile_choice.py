@@ -219,7 +219,7 @@ def test_tune_stores_the_fastest_accepted_compile_and_tunes_kernels_on_it(tmp_pa
     assert session.compile_calls == ["max-autotune", "persistent-rows", "max-autotune-nd-tiling", "persistent-rows"]
     # The second compile launches what the first trial of the setting ran (its second check), the choice records
     # those with its timing, and the kernel search's session compiles the choice at them.
-    first = {"fp-persistent-rows": {"XBLOCK": 4, "num_warps": 4, "num_stages": 1}}
+    first = {session.info.fingerprint: {"XBLOCK": 4, "num_warps": 4, "num_stages": 1}}
     assert session.compile_given == [None, None, None, first]
     assert session.variants == [None, None, "persistent-rows"]
     assert store.compile_variant("m") == "persistent-rows"

@@ -33,11 +33,13 @@ from .ui import UI
 
 class Keeper:
     def __init__(self, store: Any, coder: Coder, bench: Benchmarker, ui: UI, *, device: str, confirm: int, pin: bool,
-                 run_left: Callable[[], float], shape: str | None = None, policy: SpeedPolicy | None = None):
+                 run_left: Callable[[], float], shape: str | None = None, policy: SpeedPolicy | None = None,
+                 launch_fixed: frozenset[str] = frozenset()):
         """``confirm``: how many of a kernel's best are confirmed at full length; ``pin``: run the pin pass;
         ``run_left()``: device seconds left to the run (its budget); ``shape``: the declared shape tuned (a
         problem with SHAPES: versions go to ``<kernel>@<shape>/``); ``policy``: the one speed rule, the
-        verifier's (its tolerances: ``VerifyOptions.speed``)."""
+        verifier's (its tolerances: ``VerifyOptions.speed``); ``launch_fixed``: fingerprints of the kernels whose
+        launch configuration the stored compile setting records (``compile.launch_configs``): never pinned."""
         self.store = store
         self.coder = coder
         self.bench = bench
@@ -48,6 +50,7 @@ class Keeper:
         self.run_left = run_left
         self.shape = shape
         self.policy = policy or SpeedPolicy()
+        self.launch_fixed = launch_fixed
 
     def _folder(self, name: str) -> str:
         """The store folder of kernel ``name`` at the shape tuned."""
@@ -256,6 +259,10 @@ class Keeper:
         for name, (state, result, _) in tuned.items():
             configs = state.info.launch.compiled_configs or 0
             if name in stored or configs < 2:
+                continue
+            if state.info.fingerprint in self.launch_fixed:  # every compile of the setting launches one already
+                result.message += ("; not pinned: the stored compile setting records its launch configuration "
+                                   "(compile.launch_configs), which every compile of it launches")
                 continue
             if self.run_left() < 2 * state.estimate():
                 result.message += "; not pinned: the run's budget is spent"

@@ -243,7 +243,8 @@ class Tuner:
                 bench = Benchmarker(session, full_options, self.run, self.ui)
                 keeper = Keeper(self.store, self.coder, bench, self.ui, device=self.options.device,
                                 confirm=self.options.confirm, pin=self.options.pin, run_left=self._run_left,
-                                shape=shape, policy=full_options.speed)
+                                shape=shape, policy=full_options.speed,
+                                launch_fixed=frozenset(fixed.get("launch_configs") or ()))
                 stored: dict[str, str] = {}
                 tuned: dict[str, tuple[KernelState, KernelOutcome, str | None]] = {}
                 for item in items:
