@@ -40,6 +40,10 @@ log = logging.getLogger("pytest_kernelopt")
 MAX_WARPS = 32  # threads per block (1024) over the warp size (32)
 MAX_STAGES = 8
 MAX_TILE = 1 << 20  # elements per program at most (Inductor's TRITON_MAX_TENSOR_NUMEL)
+# What model.json records at most (its schema's bounds): names per point, kernels per setting. A kernel with more
+# names (a combo kernel's per-part blocks) is not recorded, and races.
+MAX_NAMES = 16
+MAX_KERNELS = 4096
 # The block bounds where this torch keeps none (torch 2.11-2.13's ``TRITON_MAX_BLOCK``).
 _MAX_BLOCK = {"X": 4096, "Y": 1024, "Z": 1024, "R0_": 4096 * 16, "R1_": 2048 * 16}
 
@@ -250,8 +254,9 @@ def picked(autotuners: Iterable[Any], fingerprint: Fingerprint) -> dict[str, Poi
             continue
         try:
             fp = fingerprint(autotuner)
-            if fp is not None:
-                out[fp] = point_of(configs[0])
+            point = point_of(configs[0])
+            if fp is not None and len(point) <= MAX_NAMES:
+                out[fp] = point
         except Exception:  # noqa: BLE001 - a kernel we cannot read is left to race
             continue
     return out
@@ -271,4 +276,5 @@ def merged(parts: Iterable[dict[str, Point] | None]) -> dict[str, Point] | None:
             if fp in out and out[fp] != point:
                 clash.add(fp)
             out.setdefault(fp, point)
-    return {fp: p for fp, p in out.items() if fp not in clash} if found else None
+    kept = [(fp, p) for fp, p in out.items() if fp not in clash]
+    return dict(kept[:MAX_KERNELS]) if found else None

@@ -13,6 +13,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from ..capture.launch_configs import MAX_KERNELS, MAX_NAMES
 from ..errors import StoreError
 from ..records import SCHEMA_VERSION, ArgInfo, Environment, Record, SeedErrors, Timing
 from .recipe import Recipe
@@ -272,8 +273,8 @@ class CompileChoice(Record):
     # production's) launches these, raced no more (capture/launch_configs.py: a point Inductor itself could not
     # launch for that kernel is not used). None: not recorded (before 2026-12-06): every compile races.
     launch_configs: dict[Annotated[str, Field(max_length=128)],
-                         Annotated[dict[Annotated[str, Field(max_length=32)], int], Field(max_length=8)]] | None = \
-        Field(default=None, max_length=4096)
+                         Annotated[dict[Annotated[str, Field(max_length=32)], int], Field(max_length=MAX_NAMES)]
+                         ] | None = Field(default=None, max_length=MAX_KERNELS)
 
 
 class ModelRecord(Record):
