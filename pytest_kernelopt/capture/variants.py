@@ -100,7 +100,10 @@ HARVEST_VARIANTS = tuple(name for name, v in VARIANTS.items() if v.harvest)
 # their kernels one by one (and each compile costs GPU time: max-autotune took 6-11 s, max-autotune
 # with 2-D tiling 16-18 s on the H200's GEMM/convolution problems, 2026-12-03; on a GEMM + softmax
 # problem max-autotune's trial took 30 s, max-autotune-extern's 4 s, 2-D tiling's 20 s).
-MODEL_VARIANTS = ("max-autotune", "max-autotune-extern", "max-autotune-rewrites", "max-autotune-nd-tiling")
+# max-autotune-extern first (since 2026-12-06): it compiles in seconds, where max-autotune's GEMM templates can
+# take a run's whole --run-budget-s (an H100, a bf16 GPT-2 block's training step: max-autotune's trial took 243 s,
+# and the kernel search never ran); on a model without extern calls it is skipped (``needless``).
+MODEL_VARIANTS = ("max-autotune-extern", "max-autotune", "max-autotune-rewrites", "max-autotune-nd-tiling")
 
 
 _SCAN = "tl.associative_scan"  # how Inductor's scan kernels combine (torch 2.11 and 2.13)
