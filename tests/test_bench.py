@@ -670,6 +670,11 @@ def test_the_kernelopt_row_says_where_its_speed_comes_from():
     assert "triton_per_fused_0 v2" in text
     assert note([None], [kernel("compiler")])[1].startswith("same as default: no compile setting")
     assert "compiler's kernel kept for triton_per_fused_0: stale" in note([None], [kernel("compiler", 1, "stale")])[1]
+    # The setting's recorded launch configurations (compile.launch_configs): how many kernels ran them.
+    fixed = SimpleNamespace(model="m", kernels=[kernel("compiler")], settings_applied=["max-autotune"],
+                            launches_fixed=3, launches_refused=["triton_red_fused_1: XBLOCK=3 is not a power of two"])
+    assert _kernels_note(fixed, [])[1].startswith("speed from compile setting max-autotune from model.json (3 kernel(s) "
+                                                  "at its recorded launch configurations, 1 refused)")
 
 
 def test_a_stray_overlong_protocol_line_is_dropped_as_it_comes(monkeypatch, tmp_path):
