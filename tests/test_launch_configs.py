@@ -64,6 +64,18 @@ def test_names_coordinate_descent_does_not_walk_keep_a_value_of_the_kernel_s_own
     assert "RSPLIT_SIZE=64, NUM_STAGES=3: none of the kernel's own" in refusal(tuner, {**own, "RSPLIT_SIZE": 64})
 
 
+def test_a_point_that_would_make_triton_compile_a_huge_tile_is_refused():
+    """A pull request's model.json point within the kernel's size hints but with a 512k-element tile on one warp
+    (16k elements a thread): compiling it could take minutes and gigabytes before any check runs. Refused by the
+    bounds the search's own launch space keeps (candidate/launch_space.py), so the kernel races instead."""
+    from pytest_kernelopt.capture.launch_configs import refusal
+
+    tuner = _autotuner(OWN)
+    assert "elements per program" in refusal(tuner, {"XBLOCK": 1024, "R0_BLOCK": 512, "num_warps": 1, "num_stages": 1})
+    assert "per thread" in refusal(tuner, {"XBLOCK": 128, "R0_BLOCK": 128, "num_warps": 1, "num_stages": 1})
+    assert refusal(tuner, {"XBLOCK": 128, "R0_BLOCK": 128, "num_warps": 8, "num_stages": 1}) is None
+
+
 def test_a_point_on_a_dimension_without_a_size_hint_is_refused_unless_it_is_the_kernel_s_own():
     from pytest_kernelopt.capture.launch_configs import refusal
 

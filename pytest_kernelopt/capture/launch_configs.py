@@ -18,8 +18,8 @@ is not listed (another compile, another shape) races as Inductor does.
 ``model.json`` is read from the repository (a stranger's pull request may edit it), so a listed point
 is used only where Inductor itself could launch it (:func:`refusal`): the keys of the kernel's own
 configurations, powers of two within the bounds coordinate descent keeps to (``TRITON_MAX_BLOCK``, the
-kernel's size hints: the bounds Inductor's masks are written for), warps and stages within Triton's
-range. What runs is then checked like any stored setting: the gate's check compiles it so.
+kernel's size hints: the bounds Inductor's masks are written for), warps, stages and a tile within what the
+search's own launch space allows (so no recorded point makes Triton compile a huge tile). What runs is then checked like any stored setting: the gate's check compiles it so.
 
 Inductor's autotuner (``CachingAutotuner``: ``launchers``, ``compile_results``, ``_precompile_config``)
 is read and set here only (torch 2.11-2.13); any failure leaves the kernel to Inductor's own race.
@@ -33,13 +33,14 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+# The bounds the search's own launch space keeps (a tile Triton can hold in registers, warps, stages): a recorded
+# point past them would have Triton compile a huge tile (minutes, gigabytes) before any check runs.
+from ..candidate.launch_space import MAX_PER_THREAD, MAX_STAGES, MAX_TILE, MAX_WARPS
+
 __all__ = ["FixedLaunches", "fix", "fixed_at_first_call", "merged", "picked", "point_of", "refusal"]
 
 log = logging.getLogger("pytest_kernelopt")
 
-MAX_WARPS = 32  # threads per block (1024) over the warp size (32)
-MAX_STAGES = 8
-MAX_TILE = 1 << 20  # elements per program at most (Inductor's TRITON_MAX_TENSOR_NUMEL)
 # What model.json records at most (its schema's bounds): names per point, kernels per setting. A kernel with more
 # names (a combo kernel's per-part blocks) is not recorded, and races.
 MAX_NAMES = 16
@@ -138,6 +139,8 @@ def refusal(autotuner: Any, point: Any) -> str | None:
         tile *= value
     if tile > MAX_TILE:
         return f"{tile} elements per program, over {MAX_TILE}"
+    if tile // (32 * warps) > MAX_PER_THREAD:
+        return f"{tile // (32 * warps)} elements per thread, over {MAX_PER_THREAD}"
     return None
 
 
