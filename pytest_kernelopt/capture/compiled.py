@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 from ..candidate.format import find_kernel_def
 from ..errors import CaptureError, ProblemError, UsageError
 from ..records import ArgInfo, CaptureSummary, ExternCallInfo, KernelInfo, LaunchConfig
-from .launch_configs import fixed_at_first_call, point_of
+from .launch_configs import first_calls, fixed_at_first_call, point_of
 from .problem import Problem, _where
 from .training import backward_compiled_with_forward, is_backward_wrapper, is_training, kernel_base_name, step
 from .variants import compiling
@@ -556,23 +556,14 @@ def _record_wrapper_modules() -> Iterator[list[ModuleType]]:
 @contextlib.contextmanager
 def _record_kernel_args() -> Iterator[dict[int, tuple[Any, ...]]]:
     """First-call arguments of every Triton kernel launched while the block runs, by kernel id."""
-    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-
     seen: dict[int, tuple[Any, ...]] = {}
-    original = CachingAutotuner.run
 
-    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if id(self) not in seen:
-            # Describe the inputs before the launch and the outputs' layout; values
-            # of written arguments are not needed.
-            seen[id(self)] = tuple(describe_value("", a, False) for a in args)
-        return original(self, *args, **kwargs)
+    def record(autotuner: Any, args: tuple[Any, ...]) -> None:
+        # Describe the inputs before the launch and the outputs' layout; values of written arguments are not needed.
+        seen[id(autotuner)] = tuple(describe_value("", a, False) for a in args)
 
-    CachingAutotuner.run = run  # type: ignore[method-assign]
-    try:
+    with first_calls(record):
         yield seen
-    finally:
-        CachingAutotuner.run = original  # type: ignore[method-assign]
 
 
 def compile_problem(

@@ -37,7 +37,7 @@ from typing import Any
 # point past them would have Triton compile a huge tile (minutes, gigabytes) before any check runs.
 from ..candidate.launch_space import MAX_PER_THREAD, MAX_STAGES, MAX_TILE, MAX_WARPS
 
-__all__ = ["FixedLaunches", "fix", "fixed_at_first_call", "merged", "picked", "point_of", "refusal"]
+__all__ = ["FixedLaunches", "first_calls", "fix", "fixed_at_first_call", "merged", "picked", "point_of", "refusal"]
 
 log = logging.getLogger("pytest_kernelopt")
 
@@ -209,13 +209,9 @@ class FixedLaunches:
 
 
 @contextlib.contextmanager
-def fixed_at_first_call(points: dict[str, Point] | None, fingerprint: Fingerprint) -> Iterator[FixedLaunches]:
-    """While the block runs, each Inductor kernel whose ``fingerprint`` ``points`` lists launches that point from
-    its first call (before Inductor would race its configurations). Nothing is patched when ``points`` is empty."""
-    done = FixedLaunches()
-    if not points:
-        yield done
-        return
+def first_calls(hook: Callable[[Any, tuple[Any, ...]], None]) -> Iterator[None]:
+    """While the block runs, ``hook(autotuner, args)`` before each Inductor kernel's first launch (where Inductor
+    races its configurations: ``CachingAutotuner.run``, torch 2.11-2.13)."""
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
     seen: set[int] = set()
@@ -224,25 +220,43 @@ def fixed_at_first_call(points: dict[str, Point] | None, fingerprint: Fingerprin
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
         if id(self) not in seen:
             seen.add(id(self))
-            try:
-                fp = fingerprint(self)
-            except Exception as exc:  # noqa: BLE001 - unreadable: Inductor's race, said below
-                fp, done.refused = None, [*done.refused, f"a kernel's fingerprint ({type(exc).__name__})"]
-            if fp is not None and fp in points:
-                why = fix(self, points[fp])
-                if why is None:
-                    done.fixed += 1
-                else:
-                    done.refused.append(f"{getattr(self.fn, '__name__', '?')}: {why}")
-                    log.warning("kernelopt: launch configuration %s not used for %s: %s", points[fp],
-                                getattr(self.fn, "__name__", "?"), why)
+            hook(self, args)
         return original(self, *args, **kwargs)
 
     CachingAutotuner.run = run  # type: ignore[method-assign]
     try:
-        yield done
+        yield
     finally:
         CachingAutotuner.run = original  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def fixed_at_first_call(points: dict[str, Point] | None, fingerprint: Fingerprint) -> Iterator[FixedLaunches]:
+    """While the block runs, each Inductor kernel whose ``fingerprint`` ``points`` lists launches that point from
+    its first call (before Inductor would race its configurations). Nothing is patched when ``points`` is empty."""
+    done = FixedLaunches()
+    if not points:
+        yield done
+        return
+
+    def fix_listed(autotuner: Any, args: tuple[Any, ...]) -> None:
+        name = getattr(autotuner.fn, "__name__", "?")
+        try:
+            fp = fingerprint(autotuner)
+        except Exception as exc:  # noqa: BLE001 - unreadable: Inductor's race, said
+            done.refused.append(f"{name}: its fingerprint ({type(exc).__name__})")
+            return
+        if fp is None or fp not in points:
+            return
+        why = fix(autotuner, points[fp])
+        if why is None:
+            done.fixed += 1
+            return
+        done.refused.append(f"{name}: {why}")
+        log.warning("kernelopt: launch configuration %s not used for %s: %s", points[fp], name, why)
+
+    with first_calls(fix_listed):
+        yield done
 
 
 def picked(autotuners: Iterable[Any], fingerprint: Fingerprint) -> dict[str, Point]:

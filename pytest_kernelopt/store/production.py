@@ -306,11 +306,11 @@ class KerneloptBackend:
         try:
             point = configs.get(kernel_fingerprint(compiler_kernel, read_kernel_source(compiler_kernel, module, attr),
                                                    function))
-            why = None if point is None else fix(compiler_kernel, point)
+            if point is None:
+                return  # not recorded: Inductor's race
+            why = fix(compiler_kernel, point)
         except Exception as exc:  # noqa: BLE001 - our reading of Inductor's output failed: its race runs
-            point, why = {}, f"{type(exc).__name__}: {exc}"
-        if point is None:
-            return
+            why = f"{type(exc).__name__}: {exc}"
         if why is None:
             self.launches_fixed += 1
             return
