@@ -52,6 +52,11 @@ class VerifierError(KerneloptError):
     opening the problem): never a verdict on the candidate."""
 
 
+class BudgetSpent(KerneloptError):
+    """The caller's time budget ran out while a check was still running (the check was stopped): never a verdict
+    on what was being checked."""
+
+
 class MergeError(KerneloptError):
     """Gate results that cannot be combined into one (``kernelopt merge``): shards that
     overlap or are missing, other settings, another environment."""

@@ -583,8 +583,15 @@ class FakeSession:
         self.launch_configs.append(launch_configs)
         return self
 
-    def verify_compile(self, variant, launch_configs=None):
+    def verify_compile(self, variant, launch_configs=None, budget_s=None):
         self.compile_calls.append(variant)
+        self.compile_budgets = [*getattr(self, "compile_budgets", []), budget_s]
+        took = getattr(self, "compile_seconds", {}).get(variant, 0.0)  # what its compile and checks would take
+        if budget_s is not None and took > budget_s:
+            from pytest_kernelopt.errors import BudgetSpent
+
+            raise BudgetSpent(f"stopped {budget_s:.0f} s into its model stage: the run's budget (--run-budget-s) "
+                              f"ran out")
         self.compile_given = [*getattr(self, "compile_given", []), launch_configs]
         # Each check's compile races afresh (its own pick of one kernel's launch: the n-th check's XBLOCK 2**n)
         # unless given the launches to run.

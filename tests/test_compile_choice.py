@@ -92,7 +92,7 @@ def test_model_json_stores_a_name_the_store_checks_against_the_catalogue(tmp_pat
 
 @pytest.mark.slow
 def test_verify_compile_judges_the_variant_against_the_default_compile_from_either_side(interpreter, small_softmax):
-    from pytest_kernelopt.errors import UsageError
+    from pytest_kernelopt.errors import BudgetSpent, UsageError
     from pytest_kernelopt.verify import VerifyOptions, VerifySession
 
     options = VerifyOptions(seeds=2, seed=7)
@@ -117,6 +117,11 @@ def test_verify_compile_judges_the_variant_against_the_default_compile_from_eith
         again = session.verify_compile(LOOPED, launch_configs={fp: chunks})
         assert again.status == "correct", again.reason
         assert again.launch_configs == {fp: chunks}
+        # The run's budget ends while a check still compiles: stopped there, said as the budget's, no verdict;
+        # the next check runs in a fresh worker.
+        with pytest.raises(BudgetSpent, match=r"the run's budget \(--run-budget-s\) ran out"):
+            session.verify_compile(LOOPED, budget_s=0.01)
+        assert session.verify_compile(LOOPED, budget_s=600.0).status == "correct"
     with VerifySession(small_softmax, interpreter, options, variant=LOOPED,  # the gate's side: the variant, as
                        launch_configs={fp: chunks}) as session:                # recorded (4 chunks a row)
         assert [k.launch.kwargs for k in session.open().kernels] == [{"XBLOCK": 1, "R0_BLOCK": 32}]
@@ -276,9 +281,9 @@ def test_a_setting_faster_on_one_compile_only_is_not_chosen(tmp_path):
     speeds = {"max-autotune-extern": [1.027, 1.001], "max-autotune": [1.02, 1.019]}
     scripted = session.verify_compile
 
-    def verify_compile(variant, launch_configs=None):
+    def verify_compile(variant, launch_configs=None, budget_s=None):
         session.compile_speed = {variant: speeds[variant].pop(0)}
-        return scripted(variant, launch_configs)
+        return scripted(variant, launch_configs, budget_s)
 
     session.verify_compile = verify_compile
     outcome = tuner.tune_problem(_problem(tmp_path))
@@ -328,7 +333,7 @@ def test_the_compile_step_stops_trying_settings_once_the_run_s_budget_is_spent(t
     session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune": 1.05, "max-autotune-nd-tiling": 1.10},
                                             compile_variants=["max-autotune", "max-autotune-nd-tiling"])
     calls = []
-    tuner._run_left = lambda: 100.0 if not calls.append(1) and len(calls) <= 2 else 0.0
+    tuner._run_left = lambda: 100.0 if not calls.append(1) and len(calls) <= 3 else 0.0
     outcome = tuner.tune_problem(_problem(tmp_path))
     assert session.compile_calls == ["max-autotune"]
     (trial,) = outcome.compile.tried
@@ -340,6 +345,41 @@ def test_the_compile_step_stops_trying_settings_once_the_run_s_budget_is_spent(t
                and "run's budget" in e["data"]["reason"] for e in events)
 
 
+def test_a_compile_trial_still_running_when_the_run_s_budget_ends_is_stopped_there(tmp_path):
+    """A setting with GEMM templates compiled for 243 s of a GPT-2 block's training step on an H100 (2026-12-06),
+    past a run budget of 245 s that had little left when it started: each trial is given what is left of the
+    budget, and one still running then is stopped, said as stopped by the budget (an error, never a verdict on
+    the setting), and the compile step ends with nothing chosen."""
+    from test_agents import _problem
+
+    session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune": 1.05, "max-autotune-nd-tiling": 1.10},
+                                            compile_variants=["max-autotune", "max-autotune-nd-tiling"])
+    session.compile_seconds = {"max-autotune-nd-tiling": 250.0}
+
+    def left():  # the budget's seconds left, as the trials go on
+        calls = session.compile_calls
+        return -10.0 if "max-autotune-nd-tiling" in calls else 240.0 if calls else 300.0
+
+    tuner._run_left = left
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    assert session.compile_calls == ["max-autotune", "max-autotune-nd-tiling"]
+    assert session.compile_budgets == [300.0, 240.0]  # each trial told what was left of the run's budget
+    trials = {t.variant: t for t in outcome.compile.tried}
+    cut = trials["max-autotune-nd-tiling"]
+    assert cut.status == "error" and cut.speedup is None
+    assert "the run's budget (--run-budget-s) ran out" in cut.reason and "stopped" in cut.reason
+    assert "not confirmed on a second compile: the run's budget" in trials["max-autotune"].reason
+    assert outcome.compile.chosen is None and store.compile_variant("m") is None
+
+
+def test_a_trial_given_no_run_budget_is_not_told_one(tmp_path):
+    from test_agents import _problem
+
+    session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune": 1.05}, compile_variants=["max-autotune"])
+    tuner.tune_problem(_problem(tmp_path))
+    assert session.compile_calls == ["max-autotune", "max-autotune"] and session.compile_budgets == [None, None]
+
+
 def test_a_tune_stopped_during_the_compile_step_keeps_the_trials_it_measured(tmp_path):
     """Ctrl-C or SIGTERM in the middle of the trials (four training steps on an H100 were stopped after 71-90 s of
     them, and their run records showed none): the run record holds each trial decided so far; nothing is chosen."""
@@ -349,10 +389,10 @@ def test_a_tune_stopped_during_the_compile_step_keeps_the_trials_it_measured(tmp
                                             compile_variants=["max-autotune", "max-autotune-nd-tiling"])
     check = session.verify_compile
 
-    def stopped_at_the_second(variant, launch_configs=None):
+    def stopped_at_the_second(variant, launch_configs=None, budget_s=None):
         if session.compile_calls:
             raise KeyboardInterrupt
-        return check(variant, launch_configs)
+        return check(variant, launch_configs, budget_s)
 
     session.verify_compile = stopped_at_the_second
     with pytest.raises(KeyboardInterrupt):
@@ -448,12 +488,12 @@ def _per_shape_session(speeds: dict[str, dict[str, float]], fails: dict[tuple[st
             self.opened_at.append((shape, variant))
             return super().__call__(problem, device, options, progress, variant, launch_configs=launch_configs)
 
-        def verify_compile(self, variant, launch_configs=None):
+        def verify_compile(self, variant, launch_configs=None, budget_s=None):
             if (variant, self.shape) in (fails or {}):
                 self.compile_calls.append(f"{variant}@{self.shape}")
                 raise (fails or {})[(variant, self.shape)]
             self.compile_speed = speeds.get(self.shape, {})
-            verdict = super().verify_compile(variant, launch_configs)
+            verdict = super().verify_compile(variant, launch_configs, budget_s)
             self.compile_calls[-1] = f"{variant}@{self.shape}"
             verdict.launches = [[f"x@{self.shape}"]]
             return verdict

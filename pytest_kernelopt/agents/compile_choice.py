@@ -29,6 +29,7 @@ On a CPU nothing is timed: the trials run for correctness only and nothing is st
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import AbstractContextManager
 from datetime import datetime, timezone
@@ -96,15 +97,18 @@ def choose(open_at: Opener, variants: list[str], *, previous: str | None, measur
     return outcome, verdicts
 
 
-def _check(session: Any, variant: str, launch_configs: dict[str, dict[str, int]] | None = None
-           ) -> tuple[Verdict | None, str | None, float]:
+def _check(session: Any, variant: str, launch_configs: dict[str, dict[str, int]] | None = None,
+           left: Callable[[], float] | None = None) -> tuple[Verdict | None, str | None, float]:
     """(the verdict, or None and the verifier's own error, said and never the variant's fault; seconds).
-    ``launch_configs``: the variant's compile launches these (passed only when there are some)."""
+    ``launch_configs``: the variant's compile launches these (passed only when there are some); ``left``: the
+    run's budget, at whose end a check still compiling is stopped (an error naming the budget, not a verdict)."""
     t0 = time.monotonic()
+    extra: dict[str, Any] = {"launch_configs": launch_configs} if launch_configs else {}
+    budget = left() if left is not None else math.inf
+    if math.isfinite(budget):
+        extra["budget_s"] = budget
     try:
-        if launch_configs:
-            return session.verify_compile(variant, launch_configs=launch_configs), None, time.monotonic() - t0
-        return session.verify_compile(variant), None, time.monotonic() - t0
+        return session.verify_compile(variant, **extra), None, time.monotonic() - t0
     except KerneloptError as exc:
         return None, str(exc)[:300], time.monotonic() - t0
 
@@ -155,7 +159,7 @@ def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measu
                 if spent(shape):
                     break
                 say(f"compiling the whole model as {variant!r}{at} and checking it against the default compile")
-                verdict, error, seconds = _check(session, variant)
+                verdict, error, seconds = _check(session, variant, left=left)
                 if shape is None:  # a problem without SHAPES: the session's verdict is the trial
                     trial = (_trial(variant, verdict, seconds) if verdict is not None else
                              CompileTrial(variant=variant, status="error", reason=error, seconds=round(seconds, 2)))
@@ -243,11 +247,12 @@ def _second(open_at: Opener, trial: CompileTrial, weights: dict[str | None, floa
     for shape, weight in weights.items():
         try:
             with open_at(shape) as session:
-                verdict, error, seconds = _check(session, variant, launch_configs)
+                verdict, error, seconds = _check(session, variant, launch_configs, left)
         except KerneloptError as exc:  # the session itself failed to open: the verifier's, never the setting's
             verdict, error, seconds = None, str(exc)[:300], 0.0
         if verdict is None or verdict.status == "rejected":
-            refuse(f"{'the verifier failed' if verdict is None else 'rejected'}"
+            cut = verdict is None and left is not None and left() <= 0  # stopped at the run's budget
+            refuse(f"{'not finished' if cut else 'the verifier failed' if verdict is None else 'rejected'}"
                    f"{f' at shape {shape}' if shape is not None else ''}: "
                    f"{error if verdict is None else verdict.reason_for_agents()}")
             return None

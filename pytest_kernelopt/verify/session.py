@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import KerneloptError, ProblemError, UsageError, VerifierError
+from ..errors import BudgetSpent, KerneloptError, ProblemError, UsageError, VerifierError
 from .limits import CANDIDATE_BYTES, size_problem
 from .limits import human_bytes as _human
 from .limits import oversized as _oversized
@@ -265,10 +265,14 @@ class VerifySession:
         return self._check(None, sources, None if base_problem is None else str(base_problem),
                            base_kernels=None if base_kernels is None else str(base_kernels))
 
-    def verify_compile(self, variant: str, launch_configs: dict[str, dict[str, int]] | None = None) -> Verdict:
+    def verify_compile(self, variant: str, launch_configs: dict[str, dict[str, int]] | None = None,
+                       budget_s: float | None = None) -> Verdict:
         """The model compiled under ``variant`` against the default compile (model and speed stages):
         the session must be open under the defaults or under ``variant`` itself. ``launch_configs``: in a session
-        under the defaults, the variant's compile launches these (capture/launch_configs.py) instead of racing."""
+        under the defaults, the variant's compile launches these (capture/launch_configs.py) instead of racing.
+        ``budget_s``: what is left of the caller's run budget; a check still running then is stopped and raises
+        :class:`~pytest_kernelopt.errors.BudgetSpent` (never a verdict on the setting). A setting with GEMM
+        templates takes minutes to compile (243 s for a GPT-2 block's training step on an H100)."""
         from ..capture.variants import unknown_variant
 
         why = unknown_variant(variant)
@@ -277,11 +281,13 @@ class VerifySession:
         if self.variant not in (None, variant):
             raise UsageError(f"{self.problem}: this session compiles the model as {self.variant!r}; it cannot "
                              f"check {variant!r} against the default compile")
-        return self._check(None, {}, None, compile_variant=variant, compile_launch_configs=launch_configs)
+        return self._check(None, {}, None, compile_variant=variant, compile_launch_configs=launch_configs,
+                           budget_s=budget_s)
 
     def _check(self, kernel: str | None, sources: dict[str, CandidateSource], base_problem: str | None,
                compile_variant: str | None = None, base_kernels: str | None = None,
-               compile_launch_configs: dict[str, dict[str, int]] | None = None) -> Verdict:
+               compile_launch_configs: dict[str, dict[str, int]] | None = None,
+               budget_s: float | None = None) -> Verdict:
         """The stages of :data:`.stages.STAGES` for one check: the parent's, then the worker's; the verdict."""
         from .protocol import CheckRequest
 
@@ -299,7 +305,7 @@ class VerifySession:
             compile_launch_configs=compile_launch_configs,
             entropy=verdict.check_seed,
         )
-        return self._finish(verdict, rows + self._in_worker(verdict, request), started,
+        return self._finish(verdict, rows + self._in_worker(verdict, request, budget_s), started,
                             setting=compile_variant is not None)
 
     def _new_verdict(self, kernel: str | None, sources: dict[str, CandidateSource],
@@ -349,9 +355,10 @@ class VerifySession:
             rows.append(StageResult(name=stage.name, passed=True, seconds=time.monotonic() - t0, detail=detail))
         return rows
 
-    def _in_worker(self, verdict: Verdict, request: CheckRequest) -> list[StageResult]:
+    def _in_worker(self, verdict: Verdict, request: CheckRequest, budget_s: float | None = None) -> list[StageResult]:
         """The worker's stages: their rows as the worker sends them, merged into ``verdict``; a row of the stage
-        it was in when it timed out, died or wrote too much (that worker is replaced)."""
+        it was in when it timed out, died or wrote too much (that worker is replaced). Stopped at ``budget_s``
+        (the caller's budget, where it is sooner than the check's limit): BudgetSpent, and the worker replaced."""
         from ..records import StageResult
         from . import stages
         from .protocol import CheckDone, Failure, StageDone, StageStarted
@@ -360,7 +367,9 @@ class VerifySession:
         rows: list[StageResult] = []
         self.checks += 1
         limit = self.options.timeout
-        deadline = time.monotonic() + limit
+        cap = limit if budget_s is None else max(0.0, min(limit, budget_s))
+        budgeted = cap < limit
+        deadline = time.monotonic() + cap
         first = next(s for s in stages.in_worker() if s.applies(request, self.opened.device))
         current, stage_t0 = first.name, time.monotonic()
         worker = self._worker
@@ -371,6 +380,9 @@ class VerifySession:
                 reply = worker.receive(max(0.0, deadline - time.monotonic()))
                 if reply is None:
                     worker.kill()
+                    if budgeted:
+                        raise BudgetSpent(f"stopped {time.monotonic() - stage_t0:.0f} s into its {current} stage: "
+                                          f"the run's budget (--run-budget-s) ran out")
                     elapsed = time.monotonic() - stage_t0
                     rows.append(StageResult(name=current, passed=False, seconds=elapsed,
                                             detail=f"timed out after {limit:g} s (the candidate's checks' limit)"))
