@@ -259,6 +259,17 @@ def test_nsight_compute_profiles_the_declared_shape_being_tuned(tmp_path, monkey
     assert counters is None and argv[-3:] == [str(tmp_path / "p.py"), "--shape=r8", "max-autotune"]
     profiler.ncu_counters(tmp_path / "p.py", timeout=60)
     assert eval(log.read_text())[-1] == str(tmp_path / "p.py")
+    # Under a stored setting with launch configurations: the child is given them (a file it reads), so the
+    # counters are of the launches the search's session runs.
+    points = {"f" * 64: {"XBLOCK": 8, "num_warps": 4, "num_stages": 1}}
+    fake.write_text(f"#!{sys.executable}\nimport sys\nargs = sys.argv[1:]\n"
+                    f"flag = [a for a in args if a.startswith('--launch-configs=')]\n"
+                    f"text = open(flag[0].split('=', 1)[1]).read() if flag else ''\n"
+                    f"open({str(log)!r}, 'w').write(repr((args, text)))\n")
+    profiler.ncu_counters(tmp_path / "p.py", timeout=60, variant="max-autotune", launch_configs=points)
+    argv, text = eval(log.read_text())
+    assert argv[-3] == str(tmp_path / "p.py") and argv[-2].startswith("--launch-configs=")
+    assert argv[-1] == "max-autotune" and json.loads(text) == points
 
     # The child's side: the shape, then the variant, from its arguments (stopped before it compiles).
     import pytest_kernelopt.capture.problem as problem_module
@@ -276,6 +287,21 @@ def test_nsight_compute_profiles_the_declared_shape_being_tuned(tmp_path, monkey
         with pytest.raises(SystemExit):
             profiler._ncu_target(str(tmp_path / "p.py"), *rest)
         assert seen.pop() == shape
+
+    # ... and the launch configurations' file, passed on to the compile.
+    import pytest_kernelopt.capture as capture
+
+    given: list = []
+    monkeypatch.setattr(problem_module, "load_problem", lambda path, shape=None: object())
+    monkeypatch.setattr(capture, "compile_problem", lambda p, d, variant=None, launch_configs=None: (
+        given.append((variant, launch_configs)), sys.exit(0)))
+    saved = tmp_path / "lc.json"
+    saved.write_text(json.dumps({"f" * 64: {"XBLOCK": 8}}))
+    with pytest.raises(SystemExit):
+        profiler._ncu_target(str(tmp_path / "p.py"), "--shape=r8", f"--launch-configs={saved}", "max-autotune")
+    with pytest.raises(SystemExit):
+        profiler._ncu_target(str(tmp_path / "p.py"), "max-autotune")
+    assert given == [("max-autotune", {"f" * 64: {"XBLOCK": 8}}), ("max-autotune", None)]
 
 
 def test_build_profile_shares_roofline_and_order():

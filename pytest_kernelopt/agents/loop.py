@@ -222,7 +222,8 @@ class Tuner:
                     if counted:
                         self.ui.message(f"{model}: reading Nsight Compute counters")
                         ncu_started = time.monotonic()
-                        counters, note = ncu_counters(problem.path, timeout=600.0, variant=variant, shape=shape)
+                        counters, note = ncu_counters(problem.path, timeout=600.0, variant=variant, shape=shape,
+                                                      **fixed)
                         ev("profiler", "ncu", kernels=len(counters or {}), note=note,
                            seconds=round(time.monotonic() - ncu_started, 2))
                         profile = build_profile(model, self.options.device, opened.kernels, profiled, counters, note)

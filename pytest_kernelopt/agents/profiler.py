@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 import shutil
 import sys
@@ -38,6 +39,7 @@ LAUNCH_US = 6.0
 MEMORY_PCT = 50.0
 COMPUTE_PCT = 60.0
 NVTX_RANGE = "kernelopt-profile"
+LAUNCH_FLAG = "--launch-configs="  # the ncu child's argument: a JSON file of the setting's launch configurations
 # A roofline estimate up to this percent is read as "at the limit": the inputs of a kernel in a model
 # run are often still in L2 from the kernel before (seen at 102-113% on the H100, 2026-12-05). Beyond
 # it the estimate says nothing: an indexed read counts the whole tensor, or the inputs fit in L2 (a bf16
@@ -189,13 +191,15 @@ def ncu_available() -> str | None:
     return shutil.which("ncu")
 
 
-def ncu_counters(problem: Path, timeout: float, variant: str | None = None,
-                 shape: str | None = None) -> tuple[dict[str, dict[str, float]] | None, str]:
+def ncu_counters(problem: Path, timeout: float, variant: str | None = None, shape: str | None = None,
+                 launch_configs: dict[str, dict[str, int]] | None = None
+                 ) -> tuple[dict[str, dict[str, float]] | None, str]:
     """Per Triton function name, Nsight Compute counters of one model run (None and why, where ncu fails).
 
     The child compiles and warms the model up (at ``shape``, a declared shape of a problem with SHAPES; None:
-    its first), then runs it once inside an NVTX range; only launches in that range are profiled (autotuning's
-    benchmark launches are not).
+    its first; under ``variant`` launching ``launch_configs``, the setting's recorded ones, as the search's
+    session does), then runs it once inside an NVTX range; only launches in that range are profiled
+    (autotuning's benchmark launches are not).
     """
     ncu = ncu_available()
     if ncu is None:
@@ -203,9 +207,13 @@ def ncu_counters(problem: Path, timeout: float, variant: str | None = None,
     from ..child import child_env, run_child, scrubbed_env, shape_flag
 
     with tempfile.TemporaryDirectory(prefix="kernelopt-ncu-") as tmp:
+        fixed: list[str] = []
+        if launch_configs:
+            (Path(tmp) / "launch_configs.json").write_text(json.dumps(launch_configs))
+            fixed = [f"{LAUNCH_FLAG}{Path(tmp) / 'launch_configs.json'}"]
         cmd = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", "--csv",
                "--metrics", ",".join(NCU_METRICS), sys.executable, "-m", "pytest_kernelopt.agents.profiler",
-               str(problem), *shape_flag(shape), *([variant] if variant else [])]
+               str(problem), *shape_flag(shape), *fixed, *([variant] if variant else [])]
         try:
             done = run_child(cmd, env=child_env(scrubbed_env()), cwd=tmp, timeout=timeout, lines=1,
                              keep=NCU_CSV_BYTES, separate_stdout=True)
@@ -248,7 +256,7 @@ def parse_ncu_csv(text: str) -> dict[str, dict[str, float]]:
 
 def _ncu_target(problem_path: str, *rest: str) -> int:
     """The child Nsight Compute profiles: compile, warm up, one run inside the NVTX range (``rest``:
-    ``[--shape=NAME] [VARIANT]``)."""
+    ``[--shape=NAME] [--launch-configs=FILE] [VARIANT]``)."""
     import warnings
 
     import torch
@@ -262,10 +270,12 @@ def _ncu_target(problem_path: str, *rest: str) -> int:
 
     args = list(rest)
     shape = pop_shape(args)
+    fixed = json.loads(Path(args.pop(0).removeprefix(LAUNCH_FLAG)).read_text()) if (
+        args and args[0].startswith(LAUNCH_FLAG)) else None
     variant = args[0] if args else None
     device = resolve_device("cuda")
     problem = load_problem(Path(problem_path), shape=shape)
-    compiled = compile_problem(problem, device, variant=variant)
+    compiled = compile_problem(problem, device, variant=variant, launch_configs=fixed)
     inputs = problem.make_inputs(1, device)
     with torch.no_grad():
         for _ in range(3):
