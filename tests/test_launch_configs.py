@@ -175,3 +175,21 @@ def test_production_launches_model_json_s_recorded_point_and_warns_on_one_it_ref
     assert backend.launches_fixed == 0 and "XBLOCK=1048576 is over 8" in backend.launches_refused[0]
     assert any("launch configuration recorded for" in m and "Inductor races" in m for m in messages)
     assert next(iter(found.values())).configs[0].kwargs["XBLOCK"] != 1 << 20
+
+
+def test_production_reads_a_kernel_s_fingerprint_once_for_the_launch_fix_and_the_lookup(tmp_path, monkeypatch):
+    """Both ask for it when model.json records launches and versions are committed (a few ms a kernel)."""
+    from types import SimpleNamespace
+
+    import pytest_kernelopt
+    import pytest_kernelopt.capture as capture
+
+    calls: list[str] = []
+    monkeypatch.setattr(capture, "kernel_fingerprint", lambda kernel, source, fn: calls.append(fn) or f"fp-{id(kernel)}")
+    monkeypatch.setattr(capture, "read_kernel_source", lambda kernel, module, attr: "source")
+    backend = pytest_kernelopt.backend("m", tmp_path, quiet=True)
+    module = SimpleNamespace(k=object())
+    first = backend._fingerprint(module, "k", "triton_poi_0")
+    assert backend._fingerprint(module, "k", "triton_poi_0") == first and calls == ["triton_poi_0"]
+    module.k = object()  # recompiled: another kernel object, read afresh
+    assert backend._fingerprint(module, "k", "triton_poi_0") != first and len(calls) == 2

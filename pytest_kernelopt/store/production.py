@@ -145,6 +145,8 @@ class KerneloptBackend:
         self._graph_base: dict[tuple[bool, Any], int] = {}  # (training, Dynamo frame) -> number of its first graph
         # (training, graph number) -> its kernels' base names (latest compile)
         self._graph_kernels: dict[tuple[bool, int], set[str]] = {}
+        # id(compiler kernel) -> (it, its fingerprint), for the graph being installed (cleared for the next)
+        self._fingerprints: dict[int, tuple[Any, str]] = {}
         self._backward_graphs: set[int] = set()  # numbers of training steps' backward graphs
         self._next_graph: dict[bool, int] = {False: 0, True: 0}
         self._warned: set[str] = set()
@@ -227,6 +229,7 @@ class KerneloptBackend:
                  configs: dict[str, dict[str, int]] | None = None) -> None:
         from ..capture.compiled import _KERNEL_DEF
 
+        self._fingerprints.clear()  # not to hold an earlier graph's kernels
         if source is None:
             self._warn(f"kernelopt: model {self.model}: cannot read Inductor's wrapper {module.__file__}; "
                        f"the compiler's kernels of graph {graph} are used")
@@ -296,16 +299,27 @@ class KerneloptBackend:
         except Exception:  # noqa: BLE001 - _variant already read model.json; a failure here: Inductor races
             return None
 
+    def _fingerprint(self, module: ModuleType, attr: str, function: str) -> str:
+        """The fingerprint of compiler kernel ``attr`` (capture.kernel_fingerprint), computed once per kernel
+        object: the launch fix and the lookup of a committed version both ask (a few ms each)."""
+        from ..capture import kernel_fingerprint, read_kernel_source
+
+        compiler_kernel = getattr(module, attr)
+        known = self._fingerprints.get(id(compiler_kernel))
+        if known is None or known[0] is not compiler_kernel:
+            known = (compiler_kernel, kernel_fingerprint(compiler_kernel, read_kernel_source(compiler_kernel, module,
+                                                                                             attr), function))
+            self._fingerprints[id(compiler_kernel)] = known
+        return known[1]
+
     def _fix_launch(self, module: ModuleType, attr: str, function: str, configs: dict[str, dict[str, int]]) -> None:
         """The compiler kernel ``attr`` launches the point model.json records for its fingerprint, if any
         (capture/launch_configs.py); one that cannot is said once and races as Inductor does."""
-        from ..capture import kernel_fingerprint, read_kernel_source
         from ..capture.launch_configs import fix
 
         compiler_kernel = getattr(module, attr)
         try:
-            point = configs.get(kernel_fingerprint(compiler_kernel, read_kernel_source(compiler_kernel, module, attr),
-                                                   function))
+            point = configs.get(self._fingerprint(module, attr, function))
             if point is None:
                 return  # not recorded: Inductor's race
             why = fix(compiler_kernel, point)
@@ -334,9 +348,6 @@ class KerneloptBackend:
         return folders
 
     def _lookup(self, module: ModuleType, attr: str, function: str, graph: int, training: bool) -> ProductionKernel:
-        from ..capture import kernel_fingerprint, read_kernel_source
-
-        compiler_kernel = getattr(module, attr)
         name = self._name(attr, graph, training)
         record = ProductionKernel(name=name, graph=graph, fingerprint=None, runs="compiler", module=module, attr=attr,
                                   training=training)
@@ -357,8 +368,7 @@ class KerneloptBackend:
                 "manifest.json").is_file() else NOTHING_COMMITTED
             return record  # committed versions, none active
         try:
-            record.fingerprint = kernel_fingerprint(compiler_kernel, read_kernel_source(compiler_kernel, module, attr),
-                                                    function)
+            record.fingerprint = self._fingerprint(module, attr, function)
         except Exception as exc:  # our reading of Inductor's output failed: never the model's problem
             return self._fallback(record, active.path,
                                   f"cannot read the compiler's kernel ({type(exc).__name__}: {exc})")
@@ -385,12 +395,8 @@ class KerneloptBackend:
         """A kernel with a folder per declared shape: every active version whose manifest replaces exactly the
         compiler kernel generated now (``dynamic=False`` recompiles at batch 8 and at batch 64 get different
         ones); none: the compiler's kernel (an undeclared shape), said once."""
-        from ..capture import kernel_fingerprint, read_kernel_source
-
-        compiler_kernel = getattr(module, attr)
         try:
-            record.fingerprint = kernel_fingerprint(compiler_kernel, read_kernel_source(compiler_kernel, module, attr),
-                                                    function)
+            record.fingerprint = self._fingerprint(module, attr, function)
         except Exception as exc:  # our reading of Inductor's output failed: never the model's problem
             return self._fallback(record, None, f"cannot read the compiler's kernel ({type(exc).__name__}: {exc})")
         matching, seen, other = [], [], []
