@@ -94,9 +94,14 @@ def _compiled_points(autotuner: Any) -> list[Point]:
     return points
 
 
+# Pipelining stages coordinate descent walks one step at a time: Triton's, and a mix-order (split) reduction's
+# ``NUM_STAGES`` of its ``tl.range`` (torch 2.11 on an H100 raced one to 4, above the 3 its configurations have).
+STAGES = ("num_stages", "NUM_STAGES")
+
+
 def _fixed_part(point: Point) -> Point:
     """The names of a point that are not block sizes, warps or stages, with their values."""
-    return {k: v for k, v in point.items() if _prefix(k) is None and k not in ("num_warps", "num_stages")}
+    return {k: v for k, v in point.items() if _prefix(k) is None and k != "num_warps" and k not in STAGES}
 
 
 def refusal(autotuner: Any, point: Any) -> str | None:
@@ -111,16 +116,17 @@ def refusal(autotuner: Any, point: Any) -> str | None:
         return None
     if set(point) != set(own[0]):
         return f"its names {sorted(point)} are not the kernel's {sorted(own[0])}"
-    # What coordinate descent does not walk (a split reduction's RSPLIT_SIZE, a kernel's own NUM_STAGES) stays as
-    # one of the kernel's configurations has it.
+    # What coordinate descent does not walk (a split reduction's RSPLIT_SIZE) stays as one of the kernel's
+    # configurations has it.
     if _fixed_part(point) not in [_fixed_part(p) for p in own]:
         return (f"{', '.join(f'{k}={v}' for k, v in _fixed_part(point).items())}: none of the kernel's own "
                 f"configurations has that")
-    warps, stages = point.get("num_warps", 4), point.get("num_stages", 1)
+    warps = point.get("num_warps", 4)
     if not (1 <= warps <= MAX_WARPS and warps & (warps - 1) == 0):
         return f"num_warps={warps} is not a power of two from 1 to {MAX_WARPS}"
-    if not 1 <= stages <= MAX_STAGES:
-        return f"num_stages={stages} is not from 1 to {MAX_STAGES}"
+    for name in STAGES:
+        if name in point and not 1 <= point[name] <= MAX_STAGES:
+            return f"{name}={point[name]} is not from 1 to {MAX_STAGES}"
     hints = getattr(autotuner, "size_hints", None)
     bounds = _max_blocks()
     tile = 1
