@@ -198,3 +198,17 @@ def test_production_reads_a_kernel_s_fingerprint_once_for_the_launch_fix_and_the
     assert backend._fingerprint(module, "k", "triton_poi_0") == first and calls == ["triton_poi_0"]
     module.k = object()  # recompiled: another kernel object, read afresh
     assert backend._fingerprint(module, "k", "triton_poi_0") != first and len(calls) == 2
+
+
+def test_the_launch_configs_script_reads_points_and_launches_them_on_a_fresh_compile(interpreter, capsys):
+    """bench/launch_configs_gpu.py, the check the results page quotes, in interpreter mode: one kernel, its point
+    read and fixed on a second compile of fresh kernel objects, nothing refused."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("launch_configs_gpu", TESTS.parent / "bench" / "launch_configs_gpu.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main([str(SOFTMAX), LOOPED, "--device", "cpu"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["kernels"] == result["points"] == result["fixed"] == 1
+    assert result["refused"] == [] and result["differs"] == {} and result["fresh"] is True
