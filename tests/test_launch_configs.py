@@ -67,6 +67,13 @@ def test_names_coordinate_descent_does_not_walk_keep_a_value_of_the_kernel_s_own
     assert refusal(tuner, {**own, "XBLOCK": 2, "NUM_STAGES": 4}) is None
     assert "NUM_STAGES=6 is not from 1 to 5" in refusal(tuner, {**own, "NUM_STAGES": 6})
     assert "NUM_STAGES=0 is not from 1 to 5" in refusal(tuner, {**own, "NUM_STAGES": 0})
+    # What Inductor's coordinate descent itself would not try (its is_valid_config: a split reduction's XBLOCK no
+    # larger than its RSPLIT_SIZE) is not launched either, nor a point its check cannot read.
+    tuner.coordesc_tuner = SimpleNamespace(is_valid_config=lambda c: c.kwargs["XBLOCK"] <= c.kwargs["RSPLIT_SIZE"])
+    assert refusal(tuner, {**own, "XBLOCK": 16}) is None
+    assert "coordinate descent would not launch it" in refusal(tuner, {**own, "XBLOCK": 32})
+    tuner.coordesc_tuner = SimpleNamespace(is_valid_config=lambda c: c.kwargs["YBLOCK"] > 0)
+    assert "Inductor's check of it failed (KeyError)" in refusal(tuner, {**own, "XBLOCK": 8})
 
 
 def test_a_point_that_would_make_triton_compile_a_huge_tile_is_refused():

@@ -19,7 +19,8 @@ is not listed (another compile, another shape) races as Inductor does.
 is used only where Inductor itself could launch it (:func:`refusal`): the keys of the kernel's own
 configurations, powers of two within the bounds coordinate descent keeps to (``TRITON_MAX_BLOCK``, the
 kernel's size hints: the bounds Inductor's masks are written for), warps, stages and a tile within what the
-search's own launch space allows (so no recorded point makes Triton compile a huge tile). What runs is then checked like any stored setting: the gate's check compiles it so.
+search's own launch space allows (so no recorded point makes Triton compile a huge tile), and one Inductor's own
+coordinate descent would try (its ``is_valid_config``). What runs is then checked like any stored setting: the gate's check compiles it so.
 
 Inductor's autotuner (``CachingAutotuner``: ``launchers``, ``compile_results``, ``_precompile_config``)
 is read and set here only (torch 2.11-2.13); any failure leaves the kernel to Inductor's own race.
@@ -79,19 +80,37 @@ def _prefix(key: str) -> str | None:
     return "R0_" if prefix == "R" else prefix
 
 
-def _compiled_points(autotuner: Any) -> list[Point]:
-    """The launch points of the configurations the kernel has (launchers, compile results or configs)."""
+def _own_configs(autotuner: Any) -> list[Any]:
+    """The configurations the kernel has (launchers, compile results, configs)."""
     configs = [getattr(x, "config", None) for x in getattr(autotuner, "launchers", None) or []]
     configs += [getattr(x, "config", None) for x in getattr(autotuner, "compile_results", None) or []]
     configs += list(getattr(autotuner, "configs", None) or [])
+    return [cfg for cfg in configs if cfg is not None]
+
+
+def _compiled_points(autotuner: Any) -> list[Point]:
+    """The launch points of the configurations the kernel has."""
     points: list[Point] = []
-    for cfg in configs:
-        if cfg is None:
-            continue
+    for cfg in _own_configs(autotuner):
         p = point_of(cfg)
         if p not in points:
             points.append(p)
     return points
+
+
+def _inductor_refuses(autotuner: Any, point: Point) -> str | None:
+    """Inductor's own test of a configuration coordinate descent may try (``CoordescTuner.is_valid_config``:
+    a split reduction's XBLOCK no larger than its RSPLIT_SIZE, a native matmul's tile), where this torch has one."""
+    valid = getattr(getattr(autotuner, "coordesc_tuner", None), "is_valid_config", None)
+    own = _own_configs(autotuner)
+    if not callable(valid) or not own:
+        return None
+    try:
+        if valid(_config_at(own[0], point)):
+            return None
+    except Exception as exc:  # noqa: BLE001 - a point Inductor's own check cannot read is not launched
+        return f"Inductor's check of it failed ({type(exc).__name__})"
+    return "coordinate descent would not launch it (Inductor's own check of a configuration)"
 
 
 # Pipelining stages coordinate descent walks one step at a time: Triton's, and a mix-order (split) reduction's
@@ -147,7 +166,7 @@ def refusal(autotuner: Any, point: Any) -> str | None:
         return f"{tile} elements per program, over {MAX_TILE}"
     if tile // (32 * warps) > MAX_PER_THREAD:
         return f"{tile // (32 * warps)} elements per thread, over {MAX_PER_THREAD}"
-    return None
+    return _inductor_refuses(autotuner, point)
 
 
 def _config_at(base: Any, point: Point) -> Any:
