@@ -695,7 +695,7 @@ def _tuner(tmp_path: Path, session: FakeSession, **options) -> tuple[Tuner, RunD
     store = KernelStore(tmp_path / "kernels")
     run = RunDir.create(tmp_path / "runs", RunRecord(run_id="t", started="now", agent="search", kernels_dir=str(store.root)))
     coder = SearchCoder(variants=[])
-    coder.prepare = lambda problem, device, kernels, shape=None: None  # no harvest child in these tests
+    coder.prepare = lambda problem, device, kernels, shape=None, budget_s=None: None  # no harvest child here
     coder._device = "cuda"
     opts = TuneOptions(device="cuda", ncu=False, **options)
     return Tuner(opts, coder, store, run, session_factory=session), run, store
@@ -1195,7 +1195,7 @@ def test_a_reply_without_code_does_not_end_the_kernel(tmp_path):
         def __init__(self):
             self.calls, self.last_error = 0, None
 
-        def prepare(self, *a):
+        def prepare(self, *a, **k):
             return None
 
         def propose(self, ctx):
@@ -1580,6 +1580,42 @@ def test_the_harvest_runs_after_the_plan_with_the_session_closed(tmp_path, monke
     events = [json.loads(line)["event"] for line in (run.root / "trace.jsonl").read_text().splitlines()]
     order = [e for e in events if e in ("opened", "ncu", "profile", "harvest", "proposals")]
     assert order[:5] == ["opened", "ncu", "harvest", "opened", "profile"] and "proposals" in order[5:]
+
+
+def test_the_harvest_ends_with_the_run_s_budget_and_is_not_started_once_it_is_spent(tmp_path, monkeypatch):
+    """--run-budget-s bounds the preparation: the harvest's children are given what is left of it (on an H100 a
+    bf16 softmax step's harvest started 17 s before its run's budget ended and took 31 s, then a second session
+    opened); where the compile step and the session's start spent it all, no Nsight Compute child, no harvest and
+    no second session: the kernels' rows say the run's budget ended it."""
+    from pytest_kernelopt.agents import loop, profiler
+    from pytest_kernelopt.agents.search import coder as search_coder
+
+    clock = _Clock(monkeypatch, loop)
+    session = _Held(_inductor_info(), {8: 1.3}, seconds=0.0)
+    opened = session.open
+    session.open = lambda: (setattr(clock, "now", clock.now + 30.0), opened())[1]  # each start takes 30 s
+    tuner, run, _, harvests = _harvesting(tmp_path, session, monkeypatch, run_budget_s=100)
+    limits: list[float] = []
+    monkeypatch.setattr(search_coder, "harvest", lambda problem, device, variants, timeout, shape, jobs=None: (
+        limits.append(timeout), HarvestResult(wall_seconds=1.0, jobs=1))[1])
+    tuner.tune_problem(_problem(tmp_path))
+    run.close()
+    assert limits == [70.0] and search_coder.HARVEST_TIMEOUT > 70.0  # 100 s less the first session's 30
+
+    clock.now = 0.0
+    session = _Held(_inductor_info(), {8: 1.3}, seconds=0.0)
+    opened = session.open
+    session.open = lambda: (setattr(clock, "now", clock.now + 30.0), opened())[1]
+    tuner, run, _, harvests = _harvesting(tmp_path / "spent", session, monkeypatch, run_budget_s=20)
+    tuner.options = tuner.options.model_copy(update={"ncu": True})
+    monkeypatch.setattr(profiler, "ncu_counters", lambda *a, **k: pytest.fail("Nsight Compute ran"))
+    (problem := tmp_path / "spent" / "m.py").parent.mkdir(exist_ok=True)
+    problem.write_text(_problem(tmp_path).read_text())
+    outcome = tuner.tune_problem(problem)
+    run.close()
+    assert harvests == [] and session.log.count("open") == 1 and session.calls == []
+    assert [k.skipped for k in outcome.kernels] == ["not reached: run budget: 20 s spent"]
+    assert tuner.stop_reason == "run budget: 20 s spent"
 
 
 def test_a_tune_that_searches_nothing_harvests_nothing(tmp_path, monkeypatch):

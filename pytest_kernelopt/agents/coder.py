@@ -36,11 +36,13 @@ class Coder(Protocol):
     name: str
     model: str | None
 
-    def prepare(self, problem: Path, device: str, kernels: list[str], shape: str | None = None) -> None:
+    def prepare(self, problem: Path, device: str, kernels: list[str], shape: str | None = None,
+                budget_s: float | None = None) -> None:
         """Once per problem (and declared shape), after the plan: ``kernels`` are the names it searches, in plan
         order (none: nothing will be proposed for this problem, prepare nothing). When there are some, on a GPU,
         the verification session is closed first (no GPU memory held) where :meth:`prepare_uses_device` says so,
-        and opens again afterwards."""
+        and opens again afterwards. ``budget_s``: what is left of the run's budget (None: no bound), by which the
+        preparation ends."""
 
     def prepare_uses_device(self, device: str) -> bool:
         """Whether :meth:`prepare` runs work on ``device`` (the search backend's harvest compiles and benchmarks

@@ -23,6 +23,7 @@ was accepted and leaves no half-written file.
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -211,6 +212,11 @@ class Tuner:
 
                 items = planned(profile)
                 searched = [i.kernel for i in items if i.skip is None]
+                if searched and self._run_left() <= 0:
+                    # Spent in the compile step or the session's start: no counters, harvest or second session
+                    # for kernels no candidate of which could be checked (each row says so).
+                    self.stop_reason = self._run_spent()
+                    searched = []
                 # Nsight Compute's counters only classify the kernels searched (their strategies; what is searched
                 # comes from the session's timing): read where a kernel is searched, with the session closed.
                 counted = bool(searched) and cuda and self.options.ncu and profiled.measured
@@ -222,8 +228,8 @@ class Tuner:
                     if counted:
                         self.ui.message(f"{model}: reading Nsight Compute counters")
                         ncu_started = time.monotonic()
-                        counters, note = ncu_counters(problem.path, timeout=600.0, variant=variant, shape=shape,
-                                                      **fixed)
+                        counters, note = ncu_counters(problem.path, timeout=min(600.0, self._run_left()),
+                                                      variant=variant, shape=shape, **fixed)
                         ev("profiler", "ncu", kernels=len(counters or {}), note=note,
                            seconds=round(time.monotonic() - ncu_started, 2))
                         profile = build_profile(model, self.options.device, opened.kernels, profiled, counters, note)
@@ -302,7 +308,9 @@ class Tuner:
     def _prepare(self, problem: Path, kernels: list[str], at: dict[str, Any], ev: Callable[..., Any]) -> None:
         """The Coder's preparation for the kernels the plan searches (the search backend's harvest; none when it
         searches none)."""
-        self.coder.prepare(problem, self.options.device, kernels, **at)
+        left = self._run_left()  # the harvest's children are stopped where the run's budget ends
+        bounded: dict[str, Any] = {"budget_s": max(1.0, left)} if kernels and math.isfinite(left) else {}
+        self.coder.prepare(problem, self.options.device, kernels, **at, **bounded)
         harvested = getattr(self.coder, "harvested", None)
         if harvested is not None and kernels:
             ev("coder", "harvest", kernels=len(harvested.kernels), errors=harvested.errors,

@@ -218,7 +218,8 @@ class ClaudeCoder:
 
     # -- the Coder protocol --------------------------------------------------------------
 
-    def prepare(self, problem: Path, device: str, kernels: list[str], shape: str | None = None) -> None:
+    def prepare(self, problem: Path, device: str, kernels: list[str], shape: str | None = None,
+                budget_s: float | None = None) -> None:
         """Nothing to prepare: prompts are built per round from the context."""
 
     def prepare_uses_device(self, device: str) -> bool:

@@ -79,9 +79,11 @@ class SearchCoder:
     def prepare_uses_device(self, device: str) -> bool:
         return bool(self._variants(device))  # each harvest child compiles (and max-autotune benchmarks) there
 
-    def prepare(self, problem: Path, device: str, kernels: list[str], shape: str | None = None) -> None:
+    def prepare(self, problem: Path, device: str, kernels: list[str], shape: str | None = None,
+                budget_s: float | None = None) -> None:
         """Harvest Inductor's alternatives (:mod:`..harvest`: whole-model compiles, whichever of them are
-        searched) when ``kernels`` are searched; none otherwise."""
+        searched) when ``kernels`` are searched, within ``budget_s`` (the run's, where sooner than the harvest's
+        own limit); none otherwise."""
         self._device = device
         variants = self._variants(device)
         self._done.clear()
@@ -90,7 +92,8 @@ class SearchCoder:
             self.harvested = HarvestResult()
             return
         self.progress(f"harvesting Inductor's alternatives ({', '.join(variants)})")
-        self.harvested = harvest(problem, device, variants, self.harvest_timeout, shape, jobs=self.harvest_jobs)
+        limit = self.harvest_timeout if budget_s is None else min(self.harvest_timeout, budget_s)
+        self.harvested = harvest(problem, device, variants, limit, shape, jobs=self.harvest_jobs)
 
     def propose(self, ctx: CoderContext) -> list[Proposal]:
         done = self._done.setdefault(ctx.kernel.name, set())
