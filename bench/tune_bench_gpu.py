@@ -15,7 +15,10 @@ With ``--jobs N`` the tunes run N at a time (their compiles use the host's cores
 run one at a time, alone on the GPU: the table's figures come from the benches. But what a tune
 stores is decided from its own timings, and beside other tunes those are biased, not just noisy: on
 an H100 (2026-12-05) a compile trial read 1.083x beside three tunes and 1.011x alone. For figures
-that say what a user gets, ``--jobs 1``. A problem with SHAPES gets a row per declared shape.
+that say what a user gets, ``--jobs 1`` (the default): then each problem is benched right after its
+tune, and with ``--deadline-s`` (one device call's time) each tune's limit is cut so that its bench
+still fits (BENCH_RESERVE_S), and a problem with less than MIN_TUNE_S of tune left is not started. A
+problem with SHAPES gets a row per declared shape.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from pytest_kernelopt.records import at_shape
 
 
 GRACE_S = 30.0  # after SIGTERM at the time limit: a tune stops as on Ctrl-C, prints its record, exits 130
+BENCH_RESERVE_S = 60.0  # with --jobs 1 and --deadline-s: kept for each problem's bench when its tune is limited
+MIN_TUNE_S = 60.0  # a tune limited to less than this is not started (its compile step alone takes longer)
 
 
 def _run(cmd: list[str], log: Path, timeout: float) -> tuple[int, float, str]:
@@ -79,24 +84,33 @@ def main() -> int:
     parser.add_argument("--ncu", action="store_true",
                         help="let tune run Nsight Compute (off by default: its child's time is not the search's)")
     parser.add_argument("--deadline-s", type=float, default=None,
-                        help="seconds from the start after which no bench starts and a running one is cut short")
+                        help="seconds from the start (a device call's time): with --jobs 1 each tune is cut to leave "
+                             "its bench time; no tune or bench starts past it, and a running one is cut short")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     cli = [sys.executable, "-m", "pytest_kernelopt.cli"]
     started = time.monotonic()
 
+    def left() -> float:
+        return math.inf if args.deadline_s is None else args.deadline_s - (time.monotonic() - started)
+
     def tune_one(problem: Path) -> dict:
         name = problem.stem
         kernels, runs = args.out / name / "kernels", args.out / name / "runs"
+        # One at a time, each tune ends in time for its own bench before the deadline.
+        limit = args.timeout if args.jobs > 1 else min(args.timeout, left() - BENCH_RESERVE_S)
+        if limit < MIN_TUNE_S:
+            print(f"{name}: not tuned, the deadline is near", file=sys.stderr, flush=True)
+            return {"problem": name, "tune_exit": None, "tune_s": 0.0, "tune_error": "not tuned: deadline"}
         # A tune the time limit stops keeps none of its compile step's trials chosen (a setting needs its second
         # compile): four of nine training steps ended so on an H100 at --timeout 115. Unless told otherwise, the
         # tune's own budget ends it first, at 80% of the limit (its last kernel's check may run past it).
-        budget = [] if "--run-budget-s" in args.tune_args else ["--run-budget-s", f"{max(30.0, 0.8 * args.timeout):.0f}"]
+        budget = [] if "--run-budget-s" in args.tune_args else ["--run-budget-s", f"{max(30.0, 0.8 * limit):.0f}"]
         tune = [*cli, "tune", str(problem), "--agent", "search", *([] if args.ncu else ["--no-ncu"]),
                 "--budget-s", args.budget_s, *budget,
                 "--kernels-dir", str(kernels), "--runs-dir", str(runs), "--json", *shlex.split(args.tune_args)]
         print(f"{name}: tune", file=sys.stderr, flush=True)
-        code, tune_s, out = _run(tune, args.out / f"{name}.tune.log", args.timeout)
+        code, tune_s, out = _run(tune, args.out / f"{name}.tune.log", limit)
         (args.out / f"{name}.tune.json").write_text(out)
         row = {"problem": name, "tune_exit": code, "tune_s": round(tune_s, 1)}
         try:
@@ -142,21 +156,25 @@ def main() -> int:
         print(json.dumps(row), file=sys.stderr, flush=True)
         return row
 
-    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        tuned = list(pool.map(tune_one, args.problems))
-    rows = []
-    for problem, tuned_row in zip(args.problems, tuned):
+    rows: list[dict] = []
+
+    def keep(row: dict) -> None:
+        rows.append(row)
+        (args.out / "rows.json").write_text(json.dumps(rows, indent=1))
+        print(json.dumps(row), flush=True)  # what is done survives a timeout
+
+    def bench_one(problem: Path, tuned_row: dict) -> None:
         name = problem.stem
         bench_json = args.out / f"{name}.bench.json"
         bench = [*cli, "bench", str(problem), "--modes", "default,max-autotune-no-cudagraphs,kernelopt",
                  "--kernels-dir", str(args.out / name / "kernels"), "--json", str(bench_json)]
-        left = args.timeout if args.deadline_s is None else min(args.timeout, args.deadline_s - (time.monotonic() - started))
-        if left < 20:
+        limit = min(args.timeout, left())
+        if limit < 20 or tuned_row.get("tune_error") == "not tuned: deadline":
             print(f"{name}: bench skipped, the deadline is near", file=sys.stderr, flush=True)
-            rows.append(dict(tuned_row, bench_error="not benched: deadline"))
-            continue
+            keep(dict(tuned_row, bench_error="not benched: deadline"))
+            return
         print(f"{name}: bench", file=sys.stderr, flush=True)
-        code, bench_s, out = _run(bench, args.out / f"{name}.bench.log", left)
+        code, bench_s, out = _run(bench, args.out / f"{name}.bench.log", limit)
         (args.out / f"{name}.bench.txt").write_text(out)
         try:
             results = json.loads(bench_json.read_text())["problems"]
@@ -181,9 +199,16 @@ def main() -> int:
                     row["bench_error"] = result["error"][:300]
             except (ValueError, KeyError, IndexError, TypeError) as exc:
                 row.setdefault("bench_error", f"no bench record ({exc})")
-            rows.append(row)
-            (args.out / "rows.json").write_text(json.dumps(rows, indent=1))
-            print(json.dumps(row), flush=True)  # what is done survives a timeout
+            keep(row)
+
+    if args.jobs > 1:  # the tunes side by side, then each bench alone
+        with ThreadPoolExecutor(args.jobs) as pool:
+            tuned = list(pool.map(tune_one, args.problems))
+        for problem, tuned_row in zip(args.problems, tuned):
+            bench_one(problem, tuned_row)
+    else:  # each problem's bench right after its tune: a deadline then costs at most the problems not reached
+        for problem in args.problems:
+            bench_one(problem, tune_one(problem))
     print("\nproblem | compile chosen (speedup over default) | kernels stored | max-autotune/default | "
           "kernelopt/default | kernelopt/max-autotune | limit % max-autotune -> kernelopt | stored from | correct | "
           "tune s | bench s")

@@ -818,3 +818,34 @@ def test_tune_bench_gpu_lets_each_tune_end_by_its_own_budget(tmp_path, monkeypat
         tune = commands[0]
         assert tune[tune.index("tune") + 1] == "p.py" and tune.count("--run-budget-s") == 1
         assert tune[tune.index("--run-budget-s") + 1] == budget
+
+
+def test_tune_bench_gpu_benches_each_problem_after_its_tune_within_the_deadline(tmp_path, monkeypatch):
+    """One at a time, a problem's bench follows its tune (a device call's deadline then costs only the problems not
+    reached: on an H100 a third tune, cut by the call's end, left its bench no time); each tune's limit keeps a
+    bench's time before the deadline, and a problem with too little left is neither tuned nor benched."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("tune_bench_gpu", Path(__file__).parents[1] / "bench" / "tune_bench_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    now = [0.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    calls: list[tuple[str, str, float]] = []
+
+    def run(cmd, log, timeout):
+        calls.append((cmd[cmd.index("-m") + 2], cmd[cmd.index("-m") + 3], timeout))
+        now[0] += 100.0  # every tune and bench takes 100 s of the call
+        return 0, 100.0, json.dumps({"problems": []})
+
+    monkeypatch.setattr(module, "_run", run)
+    monkeypatch.setattr(sys, "argv", ["tune_bench_gpu.py", str(tmp_path / "out"), "a.py", "b.py", "c.py",
+                                      "--timeout", "200", "--deadline-s", "440"])
+    assert module.main() == 0
+    # a: its whole 200 s, then benched; b: at 200 s, 240 left, its tune cut to 180 to keep 60 for its bench, which
+    # gets the 140 then left; c: at 400 s, 40 left: neither tuned nor benched.
+    assert calls == [("tune", "a.py", 200.0), ("bench", "a.py", 200.0), ("tune", "b.py", 180.0),
+                     ("bench", "b.py", 140.0)]
+    rows = json.loads((tmp_path / "out" / "rows.json").read_text())
+    assert [r["problem"] for r in rows] == ["a", "b", "c"] and rows[2]["bench_error"] == "not benched: deadline"
