@@ -424,3 +424,35 @@ def test_the_attention_rewrite_runs_fused_attention_and_matches_float64_at_gpu_s
             inductor_config.patch(fx_graph_cache=False, pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass()):
         torch.compile(attention)(q.requires_grad_(), k, v).sum().backward()
     assert graph_rewrites.rewrites_done() == before
+
+
+@pytest.mark.parametrize("problem", ["bench/train/rms_norm_bf16_train.py", "tests/problems/softmax_rows.py"])
+def test_every_launch_point_inductor_reached_is_launched_again_on_a_fresh_compile(
+        problem: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recorded point is what Inductor's own race and coordinate descent reached under max-autotune, so the rules
+    of capture/launch_configs.py must accept every one (on an H100 they refused a split reduction's RSPLIT_SIZE,
+    then its NUM_STAGES=4): a fresh compile launches each, and stays correct."""
+    import torch
+    from torch._inductor.codecache import PyCodeCache
+
+    from pytest_kernelopt.capture import compile_problem
+    from pytest_kernelopt.capture.compiled import autotuner_fingerprint
+    from pytest_kernelopt.capture.launch_configs import picked
+    from pytest_kernelopt.capture.problem import load_problem
+    from pytest_kernelopt.config import resolve_device
+
+    monkeypatch.setenv("KERNELOPT_SIZE", "large")
+    loaded = load_problem(Path(__file__).parents[1] / problem)
+    device = resolve_device("cuda")
+    first = compile_problem(loaded, device, variant="max-autotune")
+    inputs = loaded.make_inputs(1, "cuda")
+    expected = [t.clone() for t in torch.utils._pytree.tree_leaves(first(*inputs))]
+    points = picked([h.original for h in first.kernels.values()], autotuner_fingerprint)
+    assert points
+    PyCodeCache.cache_clear()
+    second = compile_problem(loaded, device, variant="max-autotune", launch_configs=points)
+    got = torch.utils._pytree.tree_leaves(second(*inputs))
+    assert second.launches_refused == [] and second.launches_fixed == len(points)
+    assert picked([h.original for h in second.kernels.values()], autotuner_fingerprint) == points
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
