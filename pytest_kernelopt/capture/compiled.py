@@ -498,12 +498,10 @@ def fresh_races() -> Iterator[None]:
     except ImportError:  # a torch without the cache: nothing to bypass
         yield
         return
-    read_best = AutotuneCache.read_best
-    AutotuneCache.read_best = lambda self, inductor_meta, configs: None  # type: ignore[method-assign]
-    try:
+    from unittest import mock
+
+    with mock.patch.object(AutotuneCache, "read_best", lambda self, inductor_meta, configs: None):
         yield
-    finally:
-        AutotuneCache.read_best = read_best  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -525,11 +523,10 @@ def _recording_races() -> Iterator[None]:
             pass
         return timings
 
-    CachingAutotuner.benchmark_all_configs = benchmark_all_configs  # type: ignore[method-assign]
-    try:
+    from unittest import mock
+
+    with mock.patch.object(CachingAutotuner, "benchmark_all_configs", benchmark_all_configs):
         yield
-    finally:
-        CachingAutotuner.benchmark_all_configs = original  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -545,12 +542,11 @@ def _record_wrapper_modules() -> Iterator[list[ModuleType]]:
         loaded.append(module)
         return module
 
-    # A patch for the compile (restored below); its signature is wider than the original's.
-    PyCodeCache.load_by_key_path = classmethod(load_by_key_path)  # type: ignore[method-assign, assignment]
-    try:
+    from unittest import mock
+
+    # A patch for the compile (restored after it); its signature is wider than the original's.
+    with mock.patch.object(PyCodeCache, "load_by_key_path", classmethod(load_by_key_path)):
         yield loaded
-    finally:
-        PyCodeCache.load_by_key_path = original  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager

@@ -184,9 +184,7 @@ def _launcher(autotuner: Any, point: Point) -> Any:
     for launcher in getattr(autotuner, "launchers", None) or []:
         if point_of(launcher.config) == point:
             return launcher
-    base = (autotuner.launchers[0].config if getattr(autotuner, "launchers", None)
-            else autotuner.compile_results[0].config)
-    cfg = _config_at(base, point)
+    cfg = _config_at(_own_configs(autotuner)[0], point)
     ensure = getattr(autotuner, "_ensure_kernel_loaded", None)
     if callable(ensure):  # torch 2.13: a kernel compiled in a worker process is loaded back first
         ensure()
@@ -248,11 +246,10 @@ def first_calls(hook: Callable[[Any, tuple[Any, ...]], None]) -> Iterator[None]:
             hook(self, args)
         return original(self, *args, **kwargs)
 
-    CachingAutotuner.run = run  # type: ignore[method-assign]
-    try:
+    from unittest import mock
+
+    with mock.patch.object(CachingAutotuner, "run", run):
         yield
-    finally:
-        CachingAutotuner.run = original  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
