@@ -219,3 +219,51 @@ def test_the_launch_configs_script_reads_points_and_launches_them_on_a_fresh_com
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["kernels"] == result["points"] == result["fixed"] == 1
     assert result["refused"] == [] and result["differs"] == {} and result["fresh"] is True
+
+
+def test_a_pull_request_s_point_inductor_itself_would_not_try_is_not_launched_in_production(interpreter, tmp_path,
+                                                                                            monkeypatch):
+    """Attack: a model.json edited in a pull request asks for a point inside every bound of ours (powers of two,
+    size hints, tile, warps) that Inductor's own coordinate descent would never try (here its is_valid_config
+    says so for XBLOCK 1, as it does for a split reduction's XBLOCK above its RSPLIT_SIZE on a GPU). Production
+    does not launch it: it warns, the kernel races as Inductor does, and the model's results are unchanged."""
+    import warnings
+
+    import torch
+    from torch._inductor.runtime.coordinate_descent_tuner import CoordescTuner
+
+    import pytest_kernelopt
+    from test_production import fresh, wrapper_globals
+
+    from pytest_kernelopt.capture import compile_problem, launch_signature
+
+    problem, model = fresh(SOFTMAX)
+    (handle,) = compile_problem(problem, interpreter, variant=LOOPED).kernels.values()
+    own = {**handle.info.launch.kwargs, "num_warps": handle.info.launch.num_warps,
+           "num_stages": handle.info.launch.num_stages}
+    inputs = problem.make_inputs(0, "cpu")
+    kernels = tmp_path / "kernels"
+    (kernels / "softmax_rows").mkdir(parents=True)
+    (kernels / "softmax_rows" / "model.json").write_text(json.dumps({"schema_version": 1, "model": "softmax_rows",
+        "compile": {"variant": LOOPED, "measured": datetime(2026, 12, 6, tzinfo=timezone.utc).isoformat(),
+                    "graphs": [launch_signature(inputs)],
+                    "launch_configs": {handle.info.fingerprint: {**own, "XBLOCK": 1, "R0_BLOCK": 32}}}}))
+    asked: list[dict] = []
+
+    def is_valid_config(self, config):
+        asked.append(dict(config.kwargs))
+        return config.kwargs.get("XBLOCK") != 1
+
+    monkeypatch.setattr(CoordescTuner, "is_valid_config", is_valid_config)
+    problem, model = fresh(SOFTMAX)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch._dynamo.reset()
+    backend = pytest_kernelopt.backend("softmax_rows", kernels, quiet=True)
+    out, found, messages = wrapper_globals(torch.compile(model, backend=backend), *inputs)
+    assert {"XBLOCK": 1, "R0_BLOCK": 32} in asked  # Inductor's own check was asked, on the attacker's point
+    assert backend.launches_fixed == 0 and "coordinate descent would not launch it" in backend.launches_refused[0]
+    assert any("launch configuration recorded for" in m and "Inductor races" in m for m in messages)
+    assert next(iter(found.values())).configs[0].kwargs != {"XBLOCK": 1, "R0_BLOCK": 32}
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(*inputs), rtol=1e-5, atol=1e-6)
