@@ -28,6 +28,38 @@ def _autotuner(*points: dict[str, int], hints: dict[str, int] | None = None) -> 
                            size_hints=hints if hints is not None else {"x": 1024, "r0_": 512})
 
 
+def _record(kernels, inputs, fingerprint: str, point: dict[str, int]) -> None:
+    """softmax_rows' model.json under LOOPED, verified at ``inputs``, recording ``point`` for ``fingerprint``."""
+    from pytest_kernelopt.capture import launch_signature
+
+    (kernels / "softmax_rows").mkdir(parents=True, exist_ok=True)
+    (kernels / "softmax_rows" / "model.json").write_text(json.dumps({"schema_version": 1, "model": "softmax_rows",
+        "compile": {"variant": LOOPED, "measured": datetime(2026, 12, 6, tzinfo=timezone.utc).isoformat(),
+                    "graphs": [launch_signature(inputs)], "launch_configs": {fingerprint: point}}}))
+
+
+def _in_production(kernels, inputs):
+    """softmax_rows compiled afresh through production's backend on ``kernels``: (backend, eager model, output,
+    the wrapper's kernels, warnings said)."""
+    import warnings
+
+    import torch
+
+    import pytest_kernelopt
+    from test_production import fresh, wrapper_globals
+
+    from torch._inductor.codecache import PyCodeCache
+
+    _, model = fresh(SOFTMAX)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch._dynamo.reset()
+    PyCodeCache.cache_clear()  # not an earlier test's loaded kernel (one fixed to a point has it as its own)
+    backend = pytest_kernelopt.backend("softmax_rows", kernels, quiet=True)
+    out, found, messages = wrapper_globals(torch.compile(model, backend=backend), *inputs)
+    return backend, model, out, found, messages
+
+
 OWN = {"XBLOCK": 8, "R0_BLOCK": 64, "num_warps": 4, "num_stages": 1}
 
 
@@ -145,45 +177,29 @@ def test_a_compile_launches_its_recorded_point_and_stays_correct_and_a_refused_o
 
 @pytest.mark.slow
 def test_production_launches_model_json_s_recorded_point_and_warns_on_one_it_refuses(interpreter, tmp_path):
-    import warnings
-
     import torch
 
-    import pytest_kernelopt
-    from test_production import fresh, wrapper_globals
+    from test_production import fresh
 
-    from pytest_kernelopt.capture import compile_problem, launch_signature
+    from pytest_kernelopt.capture import compile_problem
 
-    problem, model = fresh(SOFTMAX)
+    problem, _ = fresh(SOFTMAX)
     (handle,) = compile_problem(problem, interpreter, variant=LOOPED).kernels.values()
     fp, own = handle.info.fingerprint, {**handle.info.launch.kwargs, "num_warps": handle.info.launch.num_warps,
                                          "num_stages": handle.info.launch.num_stages}
     inputs = problem.make_inputs(0, "cpu")
     kernels = tmp_path / "kernels"
-    (kernels / "softmax_rows").mkdir(parents=True)
 
-    def choose(point: dict[str, int]) -> None:
-        (kernels / "softmax_rows" / "model.json").write_text(json.dumps({"schema_version": 1, "model": "softmax_rows",
-            "compile": {"variant": LOOPED, "measured": datetime(2026, 12, 6, tzinfo=timezone.utc).isoformat(),
-                        "graphs": [launch_signature(inputs)], "launch_configs": {fp: point}}}))
-
-    choose({**own, "XBLOCK": 1, "R0_BLOCK": 32})
-    problem, model = fresh(SOFTMAX)
-    backend = pytest_kernelopt.backend("softmax_rows", kernels, quiet=True)
-    out, found, _ = wrapper_globals(torch.compile(model, backend=backend), *inputs)
+    _record(kernels, inputs, fp, {**own, "XBLOCK": 1, "R0_BLOCK": 32})
+    backend, model, out, found, _ = _in_production(kernels, inputs)
     (kernel,) = found.values()
     assert backend.launches_fixed == 1 and backend.launches_refused == []
     assert kernel.configs[0].kwargs == {"XBLOCK": 1, "R0_BLOCK": 32}
     with torch.no_grad():
         torch.testing.assert_close(out, model(*inputs), rtol=1e-5, atol=1e-6)
 
-    choose({**own, "XBLOCK": 1 << 20})  # no larger than the kernel's 8 rows
-    problem, model = fresh(SOFTMAX)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch._dynamo.reset()
-    backend = pytest_kernelopt.backend("softmax_rows", kernels, quiet=True)
-    out, found, messages = wrapper_globals(torch.compile(model, backend=backend), *inputs)
+    _record(kernels, inputs, fp, {**own, "XBLOCK": 1 << 20})  # no larger than the kernel's 8 rows
+    backend, model, out, found, messages = _in_production(kernels, inputs)
     assert backend.launches_fixed == 0 and "XBLOCK=1048576 is over 8" in backend.launches_refused[0]
     assert any("launch configuration recorded for" in m and "Inductor races" in m for m in messages)
     assert next(iter(found.values())).configs[0].kwargs["XBLOCK"] != 1 << 20
@@ -227,27 +243,20 @@ def test_a_pull_request_s_point_inductor_itself_would_not_try_is_not_launched_in
     size hints, tile, warps) that Inductor's own coordinate descent would never try (here its is_valid_config
     says so for XBLOCK 1, as it does for a split reduction's XBLOCK above its RSPLIT_SIZE on a GPU). Production
     does not launch it: it warns, the kernel races as Inductor does, and the model's results are unchanged."""
-    import warnings
-
     import torch
     from torch._inductor.runtime.coordinate_descent_tuner import CoordescTuner
 
-    import pytest_kernelopt
-    from test_production import fresh, wrapper_globals
+    from test_production import fresh
 
-    from pytest_kernelopt.capture import compile_problem, launch_signature
+    from pytest_kernelopt.capture import compile_problem
 
-    problem, model = fresh(SOFTMAX)
+    problem, _ = fresh(SOFTMAX)
     (handle,) = compile_problem(problem, interpreter, variant=LOOPED).kernels.values()
     own = {**handle.info.launch.kwargs, "num_warps": handle.info.launch.num_warps,
            "num_stages": handle.info.launch.num_stages}
     inputs = problem.make_inputs(0, "cpu")
     kernels = tmp_path / "kernels"
-    (kernels / "softmax_rows").mkdir(parents=True)
-    (kernels / "softmax_rows" / "model.json").write_text(json.dumps({"schema_version": 1, "model": "softmax_rows",
-        "compile": {"variant": LOOPED, "measured": datetime(2026, 12, 6, tzinfo=timezone.utc).isoformat(),
-                    "graphs": [launch_signature(inputs)],
-                    "launch_configs": {handle.info.fingerprint: {**own, "XBLOCK": 1, "R0_BLOCK": 32}}}}))
+    _record(kernels, inputs, handle.info.fingerprint, {**own, "XBLOCK": 1, "R0_BLOCK": 32})
     asked: list[dict] = []
 
     def is_valid_config(self, config):
@@ -255,12 +264,7 @@ def test_a_pull_request_s_point_inductor_itself_would_not_try_is_not_launched_in
         return config.kwargs.get("XBLOCK") != 1
 
     monkeypatch.setattr(CoordescTuner, "is_valid_config", is_valid_config)
-    problem, model = fresh(SOFTMAX)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch._dynamo.reset()
-    backend = pytest_kernelopt.backend("softmax_rows", kernels, quiet=True)
-    out, found, messages = wrapper_globals(torch.compile(model, backend=backend), *inputs)
+    backend, model, out, found, messages = _in_production(kernels, inputs)
     assert {"XBLOCK": 1, "R0_BLOCK": 32} in asked  # Inductor's own check was asked, on the attacker's point
     assert backend.launches_fixed == 0 and "coordinate descent would not launch it" in backend.launches_refused[0]
     assert any("launch configuration recorded for" in m and "Inductor races" in m for m in messages)
