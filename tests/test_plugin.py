@@ -270,6 +270,9 @@ def stale_runs(template: Path, tmp_path_factory: pytest.TempPathFactory) -> Stal
     manifest["fingerprint"] = "0" * 16  # as if accepted when the compiler generated another kernel
     for version in manifest["versions"]:
         version["fingerprint"] = "0" * 16
+        # ... under another torch (verified in this very environment, it would not be stale: test_trust_gate.py)
+        assert version["evidence"]["environment"] is not None
+        version["evidence"]["environment"]["torch"] = "2.0.0"
     manifest_path.write_text(json.dumps(manifest))
     gone = shutil.copytree(project / "kernels" / "orphaned" / kernel, project / "kernels" / "orphaned" / GONE)
     manifest = json.loads((gone / "manifest.json").read_text())
@@ -326,6 +329,78 @@ def test_committed_kernels_the_compiler_no_longer_generates_are_reported_and_fai
     assert f"FAILED problems/orphaned.py::{stale_runs.kernel}" not in strict.stdout.str()
     assert f"holds committed versions of {GONE}, which the compiler no longer generates" in strict.stdout.str()
     stale_runs.again.stdout.fnmatch_lines(["FAILED problems/orphaned.py::model*"])
+
+
+@dataclass
+class ForgedRun:
+    result: pytest.RunResult
+    items: dict[str, dict[str, Any]]
+    kernel: str
+
+
+@pytest.fixture(scope="module")
+def forged(template: Path, tmp_path_factory: pytest.TempPathFactory) -> ForgedRun:
+    """A pull request's edits under kernels/ alone, each on its own copy of the template, gated once with
+    --kernelopt-allow-stale (the opt-out must not let any of them through): a launch added to a version's
+    evidence; a version made stale in this very environment (its fingerprint another kernel's, as one committed
+    for a batch size the problem does not run); a folder of a shape the problem does not declare; and a model
+    folder no problem owns (production would swap it into any model of that name)."""
+    project = tmp_path_factory.mktemp("forged")
+    kernel = _copies(template, project, ["a_launch", "b_same_env", "c_shape"])
+    kernels = project / "kernels"
+    manifest = kernels / "a_launch" / kernel / "manifest.json"
+    data = json.loads(manifest.read_text())
+    launch = data["versions"][0]["evidence"]["launches"][0]
+    data["versions"][0]["evidence"]["launches"].append([a.replace("(", "(3, ", 1) if a.startswith("float") else a
+                                                        for a in launch])
+    manifest.write_text(json.dumps(data))
+    manifest = kernels / "b_same_env" / kernel / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["fingerprint"] = data["versions"][0]["fingerprint"] = data["versions"][0]["evidence"]["fingerprint"] = "1" * 16
+    manifest.write_text(json.dumps(data))
+    folder = kernels / "c_shape" / kernel
+    data = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**data, "kernel": f"{kernel}@big"}))
+    folder.rename(folder.with_name(f"{kernel}@big"))
+    ghost = shutil.copytree(kernels / "a_launch", kernels / "ghost")
+    for record in (ghost / "model.json", ghost / kernel / "manifest.json"):
+        record.write_text(json.dumps({**json.loads(record.read_text()), "model": "ghost"}))
+    shutil.copytree(kernels / "a_launch", kernels / ".not-a-model")  # no model id can name it: production never reads it
+    result = _gate_in(project, "--kernelopt-allow-stale", "--kernelopt-json", "gate.json")
+    return ForgedRun(result, _items(project / "gate.json"), kernel)
+
+
+@pytest.mark.slow
+def test_a_launch_added_to_a_manifest_fails_the_gate(forged: ForgedRun) -> None:
+    item = forged.items[f"problems/a_launch.py::{forged.kernel}"]
+    assert item["outcome"] == "failed" and item["status"] == "unverified"
+    assert "records 1 launch(es) this run did not verify it at" in item["message"]
+    assert "production runs it at every launch recorded there" in item["message"]
+
+
+@pytest.mark.slow
+def test_a_version_stale_in_this_very_environment_is_not_skipped(forged: ForgedRun) -> None:
+    item = forged.items[f"problems/b_same_env.py::{forged.kernel}"]
+    assert item["outcome"] == "failed", item
+    assert "not made stale by a compiler change" in item["message"]
+    assert "--kernelopt-allow-stale does not skip these" in item["message"]
+
+
+@pytest.mark.slow
+def test_a_folder_of_an_undeclared_shape_is_not_skipped(forged: ForgedRun) -> None:
+    item = forged.items["problems/c_shape.py::model"]
+    assert item["outcome"] == "failed"
+    assert f"{forged.kernel}@big, of a shape c_shape.py does not declare (no SHAPES)" in item["message"]
+
+
+@pytest.mark.slow
+def test_a_model_folder_no_problem_owns_fails_one_item(forged: ForgedRun) -> None:
+    """The first problem file collected checks the store once: ghost/ is named, the hidden folder is not."""
+    failing = [i for i in forged.items.values() if "no configured problem owns" in (i.get("message") or "")]
+    assert [i["nodeid"] for i in failing] == ["problems/a_launch.py::model"], forged.result.stdout.str()
+    assert "ghost/ (1 kernel folder(s) with an active version)" in failing[0]["message"]
+    assert ".not-a-model" not in failing[0]["message"]
+    assert forged.result.ret == 1
 
 
 @pytest.mark.slow
@@ -385,6 +460,8 @@ def test_node_id_with_base_ref(repo: Path, pytester: pytest.Pytester, monkeypatc
     assert list(temp.iterdir()) == []
     # A problem file that did not exist at the base revision is said to be new there.
     subprocess.run(["git", "mv", FILE, "problems/renamed_chain.py"], cwd=repo, check=True)
+    # Its committed kernels go too: a folder no problem owns fails the gate (test_a_model_folder_no_problem_owns_...).
+    subprocess.run(["git", "rm", "-rq", "kernels/elementwise_chain"], cwd=repo, check=True)
     renamed = _gate(pytester, "-k", "model", "--kernelopt-base-ref", "HEAD")
     renamed.assert_outcomes(passed=1, deselected=1)
     assert re.search(r"problems/renamed_chain\.py\s+0\s+0\s+1\s+0\s+compiler baseline\s+new at HEAD: nothing to "

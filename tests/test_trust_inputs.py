@@ -153,6 +153,65 @@ def test_reading_before_its_input_unless_a_nan_canary_is_there_is_rejected(affin
     assert again.status == "correct", again.reason
 
 
+@pytest.mark.slow
+def test_wrong_only_on_inputs_cast_up_from_bfloat16_is_rejected(affine):
+    """Wrong only where a block's inputs all lie on bfloat16's grid (fp32 inputs cast up from bf16, as mixed
+    precision makes them) and are not all integers: no continuous draw, small integer or tie lands there."""
+    edited = _edit_result(affine[2], "tl.where(grid, {v} + 0.5, {v})", before="\n".join([
+        "low = tl.max(tl.where(xmask, {x}.to(tl.int32, bitcast=True) & 65535, 0), 0)",
+        "frac = tl.sum(tl.where(xmask & ({x} != libdevice.floor({x})), 1, 0), 0)",
+        "grid = (low == 0) & (frac > 0)"]).replace("{x}", re.search(r"(tmp\d+) = tl\.load\(in_ptr0", affine[2])[1]))
+    verdict = _verify(affine, edited, "bf16_grid.py")
+    assert verdict.status == "rejected", verdict.reason
+    assert re.match(r"kernel: draw '(rounded|coarse)'", verdict.reason), verdict.reason
+
+
+EMBED = '''"""Token ids looked up in a table, scaled: the only model input is integer."""
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(50, 16))
+
+    def forward(self, ids):
+        return self.table[ids] * 2.0
+
+
+def get_inputs():
+    return [torch.randint(0, 50, (4, 32))]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.slow
+def test_wrong_only_where_a_block_of_token_ids_is_all_one_value_is_rejected(tmp_path, interpreter):
+    """A padded batch (every id in a block the pad id) was never drawn: integer inputs stayed as drawn, and a
+    model whose inputs are all integers had no input draw at all."""
+    from pytest_kernelopt.candidate import render_dump
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession, source_of
+
+    problem = tmp_path / "embed_ids.py"
+    problem.write_text(EMBED)
+    with VerifySession(problem, interpreter, VerifyOptions(seeds=1)) as session:
+        (name, info), = session.kernels.items()
+        dump = render_dump(info, problem.stem)
+        ids = re.search(r"(tmp\d+) = tl\.load\(in_ptr0", dump)[1]
+        edited = _edit_result(dump, "tl.where(same, {v} + 1.0, {v})", before=(
+            f"same = tl.max(tl.where(xmask, {ids}, -1), 0) == tl.min(tl.where(xmask, {ids}, 1 << 40), 0)"))
+        verdict = session.verify(name, source_of(edited, "pad_trigger.py"))
+        assert verdict.status == "rejected", verdict.reason
+        assert re.match(r"kernel: draw 'int_(constant|padded)'", verdict.reason), verdict.reason
+        honest = session.verify(name, source_of(dump, "dump.py"))
+        assert honest.status == "correct", honest.reason
+        kernel = next(s for s in honest.stages if s.name == "kernel")
+        assert "int_constant" in kernel.detail and "no floating-point model input" in kernel.detail, kernel.detail
+
+
 def test_seed_reproduces_the_seeds_and_no_seed_draws_new_ones():
     from pytest_kernelopt.verify import VerifyOptions, VerifySession
 
@@ -209,6 +268,42 @@ def test_draws_cover_magnitudes_signs_zeros_and_specials(interpreter):
     kept = ints.clone()
     stress(ints, "special", 0)
     assert torch.equal(ints, kept)
+    # On coarser grids: every value a bfloat16 ("rounded"); each of the parts of "coarse" on its own grid.
+    rounded = drawn("rounded")
+    assert torch.equal(rounded, rounded.bfloat16().float()) and not torch.equal(rounded, rounded.round())
+    half = drawn("rounded", torch.bfloat16)  # a bfloat16 input: on float8 e4m3's grid
+    assert torch.equal(half, half.to(torch.float8_e4m3fn).to(torch.bfloat16))
+    coarse = drawn("coarse")
+    parts = coarse.view(-1).split(-(-4096 // 5))
+    assert all(any(torch.equal(p, p.to(g).float()) for g in (torch.bfloat16, torch.float16, torch.float8_e4m3fn,
+                                                                torch.float8_e5m2)) or torch.equal(p, p * 256 // 1 / 256)
+               for p in parts)
+    assert not torch.equal(coarse, coarse.bfloat16().float())  # not all on one grid
+
+
+def test_integer_draws_keep_to_the_tensors_own_values():
+    import torch
+
+    from pytest_kernelopt.verify.tensors import INT_VARIANTS, stress_integers
+
+    for variant in INT_VARIANTS:
+        ids = torch.randint(3, 90, (6, 40))
+        values = set(ids.view(-1).tolist())
+        stress_integers(ids, variant, 11)
+        assert set(ids.view(-1).tolist()) <= values, variant
+    ids = torch.randint(3, 90, (6, 40))
+    low, high = int(ids.min()), int(ids.max())
+    stress_integers(ids, "int_constant", 5)
+    parts = {int(p.unique()[0]) for p in ids.view(-1).split(80) if p.unique().numel() == 1}
+    assert {low, high} <= parts  # the smallest and the largest each fill a part (pad ids and ignore labels sit there)
+    padded = torch.randint(3, 90, (6, 40))
+    stress_integers(padded, "int_padded", 5)
+    assert all(row[-1] == row[-5] for row in padded)  # each row ends in a run
+    mask = torch.ones(5, dtype=torch.bool)
+    stress_integers(mask, "int_constant", 1)
+    assert bool(mask.all())  # bool masks are left as drawn
+
+
 
 
 def test_one_rule_element_by_element(interpreter):

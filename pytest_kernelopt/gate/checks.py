@@ -108,8 +108,9 @@ class Checks:
     """The kernel and model checks, with what they need: the store, the speed policy, the sessions."""
 
     def __init__(self, *, strict: bool, rules: SpeedRules, store: Callable[[], Any], sessions: VerifySessions,
-                 base: BaseRef | None, before: Callable[[Problem, Any], None]):
+                 base: BaseRef | None, before: Callable[[Problem, Any], None], owners: Iterable[str] = ()):
         self.strict = strict
+        self.owners = frozenset(owners)  # the model ids of the configured problem files (and of this run's)
         self.rules = rules  # each model's speed policy, and the accepted regressions
         self._store = store
         self.sessions = sessions
@@ -153,6 +154,7 @@ class Checks:
             stale(f"stale: {path}: {older}", self.strict)
         if manifest.fingerprint != info.fingerprint:
             item.prop("status", "stale")
+            _not_a_compiler_change(path, found.record.evidence.environment, self.sessions.device, info.fingerprint)
             stale(f"stale: {path} replaces compiler kernel {manifest.fingerprint}, but the compiler now "
                   f"generates {info.fingerprint}; the compiler's kernel is used", self.strict)
         from ..verify import source_of
@@ -165,6 +167,7 @@ class Checks:
         if verdict.status == "rejected":
             item.prop("status", "rejected")
             raise GateFailure(f"{path}: rejected at {verdict.reason}{reproduce(verdict)}")
+        _check_launches(item, path, found.record.evidence.launches, verdict.launches)
         if not found.record.evidence.launches:  # production runs it at no launch: it needs re-verification
             item.prop("status", "unverified")
             stale(f"needs re-verification: {path}: its manifest entry records no launches it was verified at, so "
@@ -182,10 +185,48 @@ class Checks:
     def model(self, item: ModelItem) -> None:
         """The model's checks; then an accepted regression of the model that has expired fails it."""
         accepted: list[str | None] = []
-        status = self._model(item, accepted)
+        unowned = self.unowned() if item.store_check else None
+        try:
+            status = self._model(item, accepted)
+        except GateFailure as exc:
+            raise GateFailure(f"{exc}; {unowned}" if unowned else str(exc)) from None
+        if unowned:
+            raise GateFailure(unowned)
         if (expired := self.rules.expired(item.problem.id)) is not None:
             raise GateFailure(expired)
         _passed(item, status, accepted)
+
+    def unowned(self) -> str | None:
+        """The store's model folders no configured problem owns that production would run something of (an active
+        version, or a compile setting in model.json); None: none. Production swaps ``kernels/<id>/`` into any model
+        whose id is ``<id>``, and the gate verifies a folder only through its problem: one no problem owns (a pull
+        request's, or a removed problem's) would run unverified. Never a stale kernel: a failure whatever
+        ``allow_stale`` says."""
+        store = self.store
+        root = store.root
+        if not root.is_dir():
+            return None
+        found: list[str] = []
+        for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name not in self.owners):
+            try:
+                store.model_dir(folder.name)
+            except KerneloptError:  # not a name a model id can have: production never reads it
+                continue
+            try:
+                runs = [k for k in store.kernel_names(folder.name)
+                        if (m := store.manifest(folder.name, k)) is None or m.active is not None]
+                record = store.model_record(folder.name) if (folder / "model.json").is_file() else None
+            except KerneloptError:
+                runs, record = ["(unreadable)"], None
+            if runs or (record is not None and record.compile is not None):
+                what = f"{len(runs)} kernel folder(s) with an active version" if runs else "a compile setting"
+                found.append(f"{folder.name}/ ({what})")
+        if not found:
+            return None
+        return (f"{root} holds model folder(s) no configured problem owns: {', '.join(found[:10])}"
+                f"{', ...' if len(found) > 10 else ''}; production runs kernels/<id>/ for any model whose id is <id>, "
+                "and the gate verifies a folder only through its problem file, so these would run unverified: add "
+                "their problem files to [tool.kernelopt] problems, or remove the folders")
 
     def _model(self, item: ModelItem, accepted: list[str | None]) -> str:
         """The model item's checks; returns its status when they pass (``accepted``: what an accepted
@@ -229,8 +270,15 @@ class Checks:
             raise GateFailure("; ".join(broken))
         if orphaned:  # counted as stale; the summary's note names them
             item.prop("orphaned", orphaned)
+            undeclared = [k for k in orphaned if split_name(k)[1] != problem.shape]
+            if undeclared:  # production would look in them at a matching kernel: never skipped
+                raise GateFailure(f"{self.store.model_dir(problem.id)} holds committed versions of "
+                                  f"{', '.join(undeclared)}, of a shape {problem.path.name} does not declare "
+                                  f"({'its SHAPES: ' + ', '.join(problem.declared) if problem.declared else 'no SHAPES'})"
+                                  ": the gate verifies none of them, and production runs one wherever the compiler "
+                                  "generates the kernel its manifest names; declare the shape, or remove the folders "
+                                  "(--kernelopt-allow-stale does not skip these)")
             if self.strict:
-                undeclared = [k for k in orphaned if split_name(k)[1] != problem.shape]
                 why = (f" ({', '.join(undeclared)}: of a shape its SHAPES do not declare); the gate verified none of "
                        "them (production runs one only where the compiler generates the very kernel it replaces)"
                        if undeclared else "; they are not used and were not verified")
@@ -446,3 +494,43 @@ def figures(item: Any, verdict: Any) -> None:
     for stage in verdict.stages:
         item.prop(f"stage_{stage.name}_seconds", round(stage.seconds, 2))
     item.prop("verify_seconds", round(verdict.wall_seconds, 2))
+
+
+def _check_launches(item: Any, path: Path, recorded: list[list[str]] | None, verified: list[list[str]] | None) -> None:
+    """Production runs a version at every launch its manifest entry records (``evidence.launches``): each must be
+    one this run's kernel stage compared it at, or a pull request could add launches (another batch size, stride,
+    dtype) where the version was never checked. Not a stale kernel: a failure whatever ``allow_stale`` says."""
+    from ..capture import signature_key
+
+    try:
+        now = {signature_key(s) for s in verified or []}
+        unchecked = [s for s in recorded or [] if signature_key(s) not in now]
+    except ValueError as exc:  # an entry accept never writes: data from a repository
+        item.prop("status", "unverified")
+        raise GateFailure(f"{path}: its manifest entry's evidence.launches holds an entry that is no launch: {exc}") \
+            from None
+    if unchecked:
+        item.prop("status", "unverified")
+        shown = "; ".join(", ".join(s[:4]) + (", ..." if len(s) > 4 else "") for s in unchecked[:3])
+        raise GateFailure(f"{path}: its manifest entry records {len(unchecked)} launch(es) this run did not verify "
+                          f"it at ({shown}{'; ...' if len(unchecked) > 3 else ''}), and production runs it at every "
+                          f"launch recorded there: `kernelopt accept {path}` records the launches it verifies")
+
+
+def _not_a_compiler_change(path: Path, verified_in: Any, device: str, generated: str) -> None:
+    """A version whose compiler kernel this run does not generate is stale (skipped under ``allow_stale``) when the
+    compiler or the device changed since it was verified: its manifest then names a kernel this environment no
+    longer makes. Verified in this very environment (device, torch, triton), it replaces a kernel the problem does
+    not generate here at all, which production would still run wherever the compiler makes it (another input
+    shape): a failure, never skipped."""
+    import torch
+    import triton
+
+    if verified_in is None or (verified_in.device, verified_in.torch, verified_in.triton) != (
+            device, torch.__version__, triton.__version__):
+        return
+    raise GateFailure(f"{path}: verified on {device} with torch {verified_in.torch} and triton {verified_in.triton}, "
+                      f"as this run is, against a compiler kernel the problem does not generate here (it generates "
+                      f"{generated}): not made stale by a compiler change, and production would run it wherever the "
+                      f"compiler generates the kernel its manifest names; re-tune, or remove it "
+                      f"(--kernelopt-allow-stale does not skip these)")

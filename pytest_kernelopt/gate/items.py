@@ -36,12 +36,17 @@ class ProblemFile(pytest.File):
         self.problem = problem
 
     def collect(self) -> Iterator[pytest.Item]:
-        # A problem with SHAPES: items per declared shape, ``<kernel>@<shape>`` and ``model@<shape>``.
+        # A problem with SHAPES: items per declared shape, ``<kernel>@<shape>`` and ``model@<shape>``. The first
+        # problem file collected also checks the store's other model folders (every process collects the same
+        # files in the same order, so under xdist one item does it).
+        store_check = self.gate.claim_store_check()
         for part in self.gate.load(self.problem).parts:
             for kernel in part.kernels:
                 yield KernelItem.from_parent(self, name=part.store_name(kernel), gate=self.gate, problem=part,
                                              kernel=kernel)
-            yield ModelItem.from_parent(self, name=part.store_name("model"), gate=self.gate, problem=part)
+            item = ModelItem.from_parent(self, name=part.store_name("model"), gate=self.gate, problem=part)
+            item.store_check, store_check = store_check, False
+            yield item
 
 
 class GateItem(pytest.Item):
@@ -99,6 +104,7 @@ class KernelItem(GateItem):
 
 class ModelItem(GateItem):
     kind = "model"
+    store_check = False  # also the store-wide check (Checks.unowned): one model item of the run
 
     def check(self) -> None:
         self.gate.checks.model(self)

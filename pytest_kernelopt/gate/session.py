@@ -62,7 +62,8 @@ class GateSession:
         sessions = VerifySessions(self.device, self.options.verify)
         self.tuning = Tuning(self.options, self.settings, self.device, self._store, sessions)
         self.checks = Checks(strict=self.options.strict, rules=self.rules, store=self._store,
-                             sessions=sessions, base=self.base, before=self.tuning.before_checks)
+                             sessions=sessions, base=self.base, before=self.tuning.before_checks, owners=models)
+        self._store_claimed = False
         self.publisher = Publisher(self.rootpath) if self.options.open_pr else None
         self.output = GateOutput(self.options, self.rootpath, self.rules)
 
@@ -111,6 +112,11 @@ class GateSession:
         if not self.in_shard(problem):  # another runner's: not compiled here
             return others
         return [*others, ProblemFile.from_parent(parent, path=file_path, gate=self, problem=problem)]
+
+    def claim_store_check(self) -> bool:
+        """True once per process: the first problem file collected also checks the store (Checks.unowned)."""
+        first, self._store_claimed = not self._store_claimed, True
+        return first
 
     def load(self, problem: Problem) -> Problem:
         """Compile the problem once, to know its kernels (each xdist worker does this)."""

@@ -46,7 +46,12 @@ that draw: tiny, mid-range (|x| in [10, 1000]), huge, per-element mixes of magni
 over 16 decades (float32) with exact zeros, one-signed, NaN/+-Inf at random places; rows
 offset far from zero against their spread, constant rows, small integers (exact ties), a
 few repeated values, subnormals (alone and mixed with normals), values near the dtype's
-largest and smallest normal, rows sorted either way, and zeros. Integer inputs stay as drawn. The compiler's kernel sets the standard: where its output
+largest and smallest normal, rows sorted either way, zeros, and values on coarser grids (bfloat16, float16,
+float8, fixed point: inputs that came from a narrower type). Integer inputs stay as drawn in those; a model
+with integer inputs (token ids, labels, indices) gets draws of its own for them (:data:`.tensors.INT_VARIANTS`:
+one value, rows ending in a pad run, sorted rows, two values), each value one of that tensor's own draw, the
+floating-point inputs as drawn; a candidate that fails one is held to it only where the compiler's kernel,
+checked in its place, passes it (repeated indices can make a store's winner vary). The compiler's kernel sets the standard: where its output
 is NaN/Inf the candidate's must be the same; where finite, within the rule above. A
 draw on which the model raises without the candidate, or does not launch the kernel,
 or where the compiler's kernel writes no finite number at all, is skipped and the
@@ -67,8 +72,8 @@ from ..records import SeedErrors
 from .guards import CANARIES, UNGUARDED, Bands, Guard, GuardedKernel
 from .numerics import Judgement, NumericsFailure, NumericsRule, Tolerance, judge
 from .prepared import Prepared, StageFailure
-from .tensors import (EXACT_COPY_BYTES, STRESS_VARIANTS, checksum, chunks, limits_of, poison, random_fill, restore,
-                      snapshot, stress, stress_text, unchanged)
+from .tensors import (EXACT_COPY_BYTES, INT_TEXT, INT_VARIANTS, STRESS_VARIANTS, checksum, chunks, is_integer, limits_of,
+                      poison, random_fill, restore, snapshot, stress, stress_integers, stress_text, unchanged)
 
 __all__ = ["EXACT_COPY_BYTES", "FRESH", "KernelRows", "compare", "kernel_stage"]
 
@@ -326,8 +331,10 @@ def kernel_stage(prepared: Prepared, name: str, candidate: Any, allow_reduced_pr
     rule = NumericsRule(reduced_precision=allow_reduced_precision, pointwise=is_pointwise(handle.info))
     entropy = prepared.entropy
     rows = KernelRows()
+    integers = False  # whether the model has integer inputs: the integer draws then run too
     for seed in prepared.seeds:
         inputs = prepared.inputs(seed)
+        integers = integers or any(is_integer(x) for x in inputs)
         unchecked = GuardedKernel(candidate, handle.info.args, f"seed {seed} (an unchecked run)", prepared.device,
                                   entropy)
         prepared.extra_runs({name: unchecked}, inputs, f"seed {seed}")
@@ -347,11 +354,12 @@ def kernel_stage(prepared: Prepared, name: str, candidate: Any, allow_reduced_pr
         w = checker.worst
         rows.append(SeedErrors(seed=seed, kernel_max_abs=w.max_abs, kernel_max_rel=w.max_rel,
                                kernel_ratio=w.worst_ratio))
-    _draws(prepared, name, candidate, rule, rows)
+    _draws(prepared, name, candidate, rule, rows, integers)
     return rows
 
 
-def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, rows: KernelRows) -> None:
+def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, rows: KernelRows,
+           integers: bool = False) -> None:
     """The input draws, one checked pass each (see the module's docstring); for a backward kernel, each
     stress variant once more on the step's incoming gradients (:class:`IncomingDraw`).
 
@@ -366,6 +374,8 @@ def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, ro
     compiled, handle = prepared.compiled, prepared.compiled.kernel(name)
     entropy = prepared.entropy
     draws = [(FRESH, False), *((v, False) for v in STRESS_VARIANTS)]
+    if integers:  # token ids, labels, indices: structured in draws of their own, floating-point inputs as drawn
+        draws += [(v, False) for v in INT_VARIANTS]
     if getattr(handle.info, "backward", False):
         # What a backward kernel reads is mostly the incoming gradient: each variant on it too, in draws of
         # their own (inputs plain), since the backward is linear in it: a zero or NaN gradient drawn with the
@@ -415,6 +425,11 @@ def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, ro
             rows.skipped.append(f"{label} (the model raises on it: {raised})")
             continue
         if checker.failure is not None:
+            if variant in INT_VARIANTS and not _self_consistent(prepared, name, rule, seed, variant, transform, where):
+                # Repeated indices can make the compiler's own kernel differ from itself (a store's winner): the
+                # draw cannot judge the candidate, which is never blamed for it.
+                rows.skipped.append(f"{label} (the compiler's kernel, checked against itself, differs on it)")
+                continue
             raise checker.failure
         if not checker.launches:
             rows.skipped.append(f"{label} (the model did not launch the kernel)")
@@ -444,6 +459,24 @@ class IncomingDraw:
                 self.condition = max(self.condition, stress(g, self.variant, self.seed + k, self.within))
 
 
+def _self_consistent(prepared: Prepared, name: str, rule: NumericsRule, seed: int, variant: str, transform: int,
+                     where: str) -> bool:
+    """Whether the compiler's kernel, checked in place of a candidate on the same draw, passes: an integer draw a
+    candidate failed on is held against it only then."""
+    from ..capture.swap import swapped
+
+    compiled, handle = prepared.compiled, prepared.compiled.kernel(name)
+    inputs, _ = _stressed_inputs(prepared, seed, variant, transform)
+    checker = _Checker(handle.original, handle.original, handle.info.args, where, rule, prepared.device,
+                       prepared.entropy, passes=1, draw=True)
+    try:
+        with swapped(compiled, {name: checker}):
+            compiled(*(inputs or []))
+    except Exception:  # noqa: BLE001 - the compiler's kernel alone raising: it cannot judge either
+        return False
+    return checker.failure is None
+
+
 def narrowest_float(args: list[Any]) -> Any:
     """The least precise floating-point dtype among a kernel's tensor arguments (None: none): the
     stress draws keep to its limits (:func:`.tensors.limits_of`)."""
@@ -459,6 +492,8 @@ def _text(variant: str, inputs: list[Any], within: Any = None) -> str:
 
     if variant == FRESH:
         return "inputs as get_inputs() draws them, weights drawn for this draw"
+    if variant in INT_TEXT:
+        return INT_TEXT[variant]
     dtypes = sorted({x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.dtype.is_floating_point}, key=str)
     texts = [stress_text(variant, limits_of(d, within)) for d in dtypes]
     if len(set(texts)) <= 1:
@@ -476,6 +511,13 @@ def _stressed_inputs(prepared: Prepared, seed: int, variant: str, transform: int
     if variant == FRESH:
         return inputs, 1.0
     tensors = [x for x in inputs if isinstance(x, torch.Tensor)]  # Python numbers pass as they are
+    if variant in INT_TEXT:
+        done: set[tuple[int, Any]] = set()
+        for k, x in enumerate(tensors):
+            if is_integer(x) and (x.data_ptr(), x.dtype) not in done:
+                done.add((x.data_ptr(), x.dtype))
+                stress_integers(x, variant, transform + k)
+        return (inputs if done else None), 1.0
     if not any(x.dtype.is_floating_point for x in tensors):
         return None, 1.0
     seen: set[tuple[int, Any]] = set()

@@ -206,7 +206,7 @@ class Entropy:
 # What each does is in ``stress`` and, in words, :func:`stress_text`.
 STRESS_VARIANTS = ("tiny", "mid", "huge", "mixed", "signed", "special",
                    "offset", "constant", "ties", "repeated", "subnormal", "subnormal_mixed",
-                   "near_max", "near_tiny", "sorted", "reversed", "zeros")
+                   "near_max", "near_tiny", "sorted", "reversed", "zeros", "rounded", "coarse")
 STRESS_TEXT = {
     "tiny": "scaled by 10^-k, k drawn in [1, {k}]",
     "mid": "|x| drawn log-uniformly in [10, 1000] per element, signs kept",
@@ -228,7 +228,27 @@ STRESS_TEXT = {
     "sorted": "sorted ascending along the last dimension",
     "reversed": "sorted descending along the last dimension",
     "zeros": "zeros (+0 or -0 per element, drawn)",
+    "rounded": "every value rounded to bfloat16 (where that is as precise as the input: to float8 e4m3), as inputs "
+               "cast up from a narrower type are",
+    "coarse": "rounded to coarser number grids, one per contiguous part in drawn order: each narrower floating "
+              "format of bfloat16, float16, float8 e4m3 and e5m2, and multiples of 2^-n, n drawn in [0, 8] (inputs "
+              "that came from a narrower type, or were quantised)",
 }
+# Input draws of the kernel stage for models with integer inputs (token ids, labels, indices), which the draws
+# above leave as drawn: each turns every integer (not bool) input, in place, into a structure with values only
+# from that tensor's own draw (an index stays in range, a label stays a label): :func:`stress_integers`.
+INT_VARIANTS = ("int_constant", "int_padded", "int_sorted", "int_few")
+INT_TEXT = {
+    "int_constant": "integer inputs made constant in three contiguous parts, in drawn order: their smallest value, "
+                    "their largest and a drawn one of their values",
+    "int_padded": "integer inputs' rows (along the last dimension) ending in a run of one value (a pad id: their "
+                  "smallest, largest or a drawn one of their values, drawn per row), from a drawn position",
+    "int_sorted": "integer inputs sorted along the last dimension",
+    "int_few": "integer inputs made of two of their values (of their smallest, largest and a drawn one), drawn per "
+               "element",
+}
+# The ``coarse`` draw's formats: those less precise than the input's limits are used.
+COARSE_FORMATS = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
 STRESS_ZERO_FRACTION = 0.125
 # The offset draw: the band below the top shift (decades) that half of the rows are drawn in.
 NEAR_TOP = 0.5
@@ -363,6 +383,14 @@ def stress(t: Any, variant: str, seed: int, within: Any = None) -> float:
                 rows[:, 1:].copy_(torch.where(pick[:, None], rows[:, :1], rows[:, 1:]))
         elif variant in ("sorted", "reversed"):
             _sort_rows(t, descending=variant == "reversed")
+        elif variant == "rounded":
+            grid = torch.bfloat16 if torch.finfo(limits).eps < torch.finfo(torch.bfloat16).eps else torch.float8_e4m3fn
+            if torch.finfo(grid).eps > torch.finfo(limits).eps:
+                top = min(torch.finfo(grid).max, torch.finfo(t.dtype).max)
+                for piece in views(t):
+                    piece.copy_(piece.clamp(-top, top).to(grid))
+        elif variant == "coarse":
+            _coarse(t, limits, scalar)
         elif variant == "zeros":
             t.zero_()
             for piece in views(t):
@@ -404,6 +432,78 @@ def stress(t: Any, variant: str, seed: int, within: Any = None) -> float:
                 for special in (float("nan"), float("inf"), float("-inf")):
                     t.view(-1)[scalar.randrange(t.numel())] = special
     return 1.0
+
+
+def is_integer(t: Any) -> bool:
+    """An integer tensor the integer draws turn (bool masks are left as drawn)."""
+    import torch
+
+    return isinstance(t, torch.Tensor) and not t.dtype.is_floating_point and not t.dtype.is_complex \
+        and t.dtype != torch.bool and t.numel() > 0
+
+
+def stress_integers(t: Any, variant: str, seed: int) -> None:
+    """Turn a drawn integer input into a draw of ``variant`` (:data:`INT_VARIANTS`), in place, with values only
+    from ``t``'s own (so indices stay in range and labels stay labels); every choice from ``seed``."""
+    import torch
+
+    if variant not in INT_TEXT:
+        raise ValueError(f"unknown integer draw {variant!r}")
+    if not is_integer(t):
+        return
+    scalar = random.Random(seed)
+    flat = t.reshape(-1)
+    # The values used: the tensor's smallest and largest (pad ids, ignore labels sit there) and one drawn of its own.
+    values = [t.min(), t.max(), flat[scalar.randrange(flat.numel())].clone()]
+    scalar.shuffle(values)
+    gen = torch.Generator(device=t.device).manual_seed(seed)
+    with torch.no_grad():
+        if variant == "int_constant":  # contiguous parts, one value each (one part for a strided tensor)
+            if t.is_contiguous():
+                size = -(-flat.numel() // len(values))
+                for i, v in enumerate(values):
+                    flat[i * size:(i + 1) * size] = v
+            else:
+                t.copy_(values[0].expand_as(t))
+        elif variant == "int_padded":  # each row's pad one of the values, drawn per row
+            rows = t.reshape(-1, t.shape[-1]) if t.dim() > 1 else t.reshape(1, -1)
+            start = int(rows.shape[1] * scalar.uniform(0.25, 0.75))
+            pick = torch.randint(len(values), (rows.shape[0], 1), generator=gen, device=t.device)
+            pads = torch.stack(values).to(t.device)[pick]
+            tail = pads.expand(-1, rows.shape[1] - start)
+            if rows.data_ptr() == t.data_ptr() and rows.is_contiguous() and t.is_contiguous():
+                rows[:, start:] = tail
+            else:
+                t.copy_(torch.cat([rows[:, :start], tail], dim=1).view(t.shape))
+        elif variant == "int_sorted":
+            if t.dim():
+                t.copy_(torch.sort(t, dim=-1).values)
+        else:  # int_few
+            t.copy_(torch.where(torch.rand(t.shape, generator=gen, device=t.device) < 0.5, values[0], values[1]))
+
+
+def _coarse(t: Any, limits: Any, scalar: random.Random) -> None:
+    """The ``coarse`` draw, in place: ``t``'s flat elements in contiguous parts (one for a tensor not contiguous),
+    each rounded to one grid: a floating format less precise than ``limits`` (:data:`COARSE_FORMATS`, values
+    clamped to its range first) or multiples of 2^-n; which part gets which grid drawn."""
+    import torch
+
+    eps = torch.finfo(limits).eps
+    grids: list[Any] = [g for name in COARSE_FORMATS
+                        if isinstance(g := getattr(torch, name, None), torch.dtype) and torch.finfo(g).eps > eps]
+    grids.append(2.0 ** scalar.randint(0, 8))  # the fixed-point grid's scale
+    scalar.shuffle(grids)
+    parts = [t]
+    if t.is_contiguous() and t.numel() >= len(grids):
+        flat, size = t.view(-1), -(-t.numel() // len(grids))
+        parts = [flat[i:i + size] for i in range(0, flat.numel(), size)]
+    for part, grid in zip(parts, grids):
+        for piece in views(part):
+            if isinstance(grid, float):
+                piece.copy_(torch.round(piece.double() * grid) / grid)
+            else:
+                top = min(torch.finfo(grid).max, torch.finfo(t.dtype).max)
+                piece.copy_(piece.clamp(-top, top).to(grid))
 
 
 def _offset_rows(t: Any, seed: int, top: float, limits: Any = None) -> float:
