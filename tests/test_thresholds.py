@@ -180,6 +180,8 @@ def test_an_expired_acceptance_accepts_nothing_and_fails_the_model(tmp_path: Pat
 # --- through the gate's checks: status, JSON, terminal, report ------------------------------------------
 
 class FakeItem:
+    store_check = False  # the store-wide check is ModelItem's of the first problem file (test_plugin.py)
+
     def __init__(self, problem: Problem):
         self.problem = problem
         self.user_properties: list[tuple[str, Any]] = []

@@ -27,7 +27,7 @@ from ..errors import KerneloptError
 from ..measure.text import speedup_text, timing_text
 from ..records import worst_error
 from .base import BaseRef, base_files
-from .failure import GateFailure, reproduce, stale
+from .failure import REFRESH_HINT, GateFailure, reproduce, stale
 from .items import KernelItem, ModelItem
 from .problems import Problem
 from .thresholds import ACCEPTED, SpeedRules
@@ -529,8 +529,8 @@ def _not_a_compiler_change(path: Path, verified_in: Any, device: str, generated:
     if verified_in is None or (verified_in.device, verified_in.torch, verified_in.triton) != (
             device, torch.__version__, triton.__version__):
         return
-    raise GateFailure(f"{path}: verified on {device} with torch {verified_in.torch} and triton {verified_in.triton}, "
-                      f"as this run is, against a compiler kernel the problem does not generate here (it generates "
-                      f"{generated}): not made stale by a compiler change, and production would run it wherever the "
-                      f"compiler generates the kernel its manifest names; re-tune, or remove it "
-                      f"(--kernelopt-allow-stale does not skip these)")
+    raise GateFailure(f"stale: {path}: verified on {device} with torch {verified_in.torch} and triton "
+                      f"{verified_in.triton}, as this run is, but the problem generates another kernel here ({generated}):"
+                      f" a model change, or a version committed for another input shape. No compiler change explains "
+                      f"it, and production would run it wherever the compiler generates the kernel its manifest names, "
+                      f"so --kernelopt-allow-stale does not skip it ({REFRESH_HINT}; or re-tune, or remove it)")
