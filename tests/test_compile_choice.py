@@ -694,15 +694,26 @@ def test_the_gate_compiles_under_model_json_s_settings_checks_them_and_fails_an_
     compiles): softmax_rows.py with the looped compile in its model.json, unknown.py with a setting this
     version does not know. Both at 2 rows instead of 8 (_small_softmax)."""
     (pytester.path / "problems").mkdir()
-    for model in ("softmax_rows", "unknown"):
+    for model in ("softmax_rows", "unknown", "listed", "listed_more"):
         _small_softmax(pytester.path / "problems", model)
     (pytester.path / "pyproject.toml").write_text('[tool.kernelopt]\nproblems = ["problems/*.py"]\ndevice = "cpu"\n')
     _write_choice(pytester.path / "kernels", "softmax_rows", LOOPED)
     _write_choice(pytester.path / "kernels", "unknown", "no-such-setting")
+    # compile.graphs as tune writes it (the graph the check compiled), and with a batch size added by hand: the gate's
+    # session compiles under the setting, and what it verified is that compile's own graph (it was read as none, so
+    # every setting tune stored failed the gate).
+    graph = ["float32 (2, 128) (128, 1)"]
+    _write_choice(pytester.path / "kernels", "listed", LOOPED, [graph])
+    _write_choice(pytester.path / "kernels", "listed_more", LOOPED, [graph, ["float32 (64, 128) (128, 1)"]])
     run = pytester.runpytest_subprocess("--kernelopt", "--kernelopt-seeds", "1", "-W", "ignore", "-p",
                                         "no:cacheprovider", "--kernelopt-json", "gate.json")
-    run.assert_outcomes(passed=3, failed=1)
+    run.assert_outcomes(passed=6, failed=2)
     items = json.loads((pytester.path / "gate.json").read_text())["items"]
+    outcome = {(i["model"], i["item"]): i["outcome"] for i in items}
+    assert outcome[("listed", "model")] == "passed" and outcome[("listed_more", "model")] == "failed", outcome
+    (more,) = [i for i in items if i["item"] == "model" and i["model"] == "listed_more"]
+    assert "compile.graphs lists 1 graph input set(s) the setting was not verified at" in more["message"]
+    assert "float32 (64, 128) (128, 1)" in more["message"]
     # The kernel item is the looped compile's kernel; the model item checked the setting and counts it committed.
     (kernel,) = [i for i in items if i["item"] == "kernel" and i["model"] == "softmax_rows"]
     assert kernel["kernel"].startswith("triton_red_") and kernel["outcome"] == "passed"

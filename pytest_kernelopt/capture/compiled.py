@@ -66,6 +66,9 @@ class CompiledModel:
     generation: int = 0
     # Peak device memory of one eager call, inputs and weights included (CUDA only).
     eager_peak_bytes: int | None = None
+    # Each graph's inputs as Dynamo passed them to Inductor (launch_signature), sorted: where a compile setting this
+    # model was compiled under was verified (the gate compares model.json's compile.graphs with them); None: not read.
+    graph_inputs: list[list[str]] | None = None
     # Why Dynamo broke the model's graph or left code to run eagerly, one line each (:func:`_dynamo_breaks`):
     # code past a break is compiled as another graph or not at all, so Inductor generates no kernel for it.
     graph_breaks: list[str] = field(default_factory=list)
@@ -615,7 +618,12 @@ def compile_problem(
         raise ProblemError(problem.path, f"the model fails in eager mode{_where(exc, problem.path)}: "
                                          f"{type(exc).__name__}: {_first_line(exc)}") from exc
 
-    compiled = torch.compile(model, backend="inductor")
+    graph_inputs: set[tuple[str, ...]] = set()
+    inputs_seen: set[tuple[str, ...]] | None = graph_inputs
+    try:
+        compiled = torch.compile(model, backend=_recording_inductor(graph_inputs))
+    except AttributeError:  # a torch without the wrapper class: Inductor as torch.compile names it, inputs not read
+        compiled, inputs_seen = torch.compile(model, backend="inductor"), None
     breaks_before = _dynamo_breaks()
     try:
         with compiling(variant), fresh_races(), _recording_races(), _record_wrapper_modules() as loaded, \
@@ -676,7 +684,21 @@ def compile_problem(
         generation=_generation, eager_peak_bytes=eager_peak, draws=drawn[0] if drawn else None,
         graph_breaks=[reason for reason, n in _dynamo_breaks().items() if n > breaks_before.get(reason, 0)],
         launches_fixed=fixed.fixed, launches_refused=fixed.refused,
+        graph_inputs=None if inputs_seen is None else [list(g) for g in sorted(inputs_seen)],
     )
+
+
+def _recording_inductor(seen: set[tuple[str, ...]]) -> Any:
+    """The backend ``torch.compile(backend="inductor")`` makes (torch's own wrapper class, so Dynamo treats it as
+    Inductor), adding each graph's inputs to ``seen`` as it compiles."""
+    import torch
+
+    class Recording(torch._TorchCompileInductorWrapper):
+        def __call__(self, model_: Any, inputs_: Any, *args: Any, **kwargs: Any) -> Any:
+            seen.add(tuple(launch_signature(inputs_)))
+            return super().__call__(model_, inputs_, *args, **kwargs)
+
+    return Recording(None, None, None)
 
 
 def _dynamo_breaks() -> dict[str, int]:

@@ -140,7 +140,10 @@ def _other(prepared: Prepared, variant: str | None, launch_configs: dict[str, di
 
 def verified_graphs(prepared: Prepared, variant: str) -> list[list[str]] | None:
     """The inputs of each graph of ``variant``'s compile that :func:`compile_stage` checked (capture.launch_signature
-    of what Dynamo passed the backend); None when the session itself compiles under it (not recorded)."""
+    of what Dynamo passed the backend): of the session's own compile when the session compiles under it (the gate's
+    sessions do); None where they were not read."""
+    if prepared.variant == variant:
+        return prepared.compiled.graph_inputs
     other = prepared.others.get(variant) if prepared.variant is None else None
     graphs = getattr(other, "graphs", None)
     return None if graphs is None else [list(g) for g in sorted(graphs)]
