@@ -138,6 +138,13 @@ def load_json(cls: type[R], path: Path) -> R:
         text = Path(path).read_text()
     except OSError as exc:
         raise StoreError(f"{path}: cannot read ({exc.strerror})") from exc
+    return parse_json(cls, text, path)
+
+
+def parse_json(cls: type[R], text: str, path: Path) -> R:
+    """:func:`load_json` of text already read from ``path``."""
+    from .errors import StoreError
+
     try:
         record = cls.model_validate_json(text)
     except ValidationError as exc:

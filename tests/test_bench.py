@@ -74,10 +74,10 @@ def bench(tmp_path_factory: pytest.TempPathFactory, compiled_models: Any, kernel
     (handle,) = compiled_models.get(ELEMENTWISE).kernels.values()
     source = add_to_last_store(render_dump(handle.info, "elementwise_chain"), 1.0)
     # The verification record accept writes: the production path runs nothing without one.
-    from test_production import verified_at
+    from test_production import here, verified_at
 
     evidence = Evidence(status="correct", speed_measured=False, fingerprint=handle.info.fingerprint,
-                        sha256=sha256_text(source), launches=[verified_at(handle.info)])
+                        sha256=sha256_text(source), launches=[verified_at(handle.info)], environment=here())
     KernelStore(folder / "kernels").add_version(
         model="elementwise_chain", kernel=handle.info.name, fingerprint=handle.info.fingerprint,
         args=handle.info.args, original_source=render_dump(handle.info, "elementwise_chain"),

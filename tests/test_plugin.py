@@ -133,8 +133,15 @@ def _stray_file(folder: Path) -> None:
     (folder / "v2.py").write_text("# not accepted\n")
 
 
+def _symlinked_version(folder: Path) -> None:
+    """A pull request's version file that is a symbolic link (git stores them): to /dev/zero it would be read until
+    memory ran out, by the gate and by production."""
+    (folder / "v1.py").unlink()
+    (folder / "v1.py").symlink_to("/dev/zero")
+
+
 DAMAGES = {f.__name__.lstrip("_"): f for f in (_hand_edit, _edit_recorded_in_the_manifest, _broken_model_record,
-                                               _corrupt_manifest, _stray_file)}
+                                               _corrupt_manifest, _stray_file, _symlinked_version)}
 
 
 @dataclass
@@ -196,7 +203,7 @@ def damaged(template: Path, tmp_path_factory: pytest.TempPathFactory) -> Damaged
 @pytest.mark.slow
 def test_damaged_stores_fail_only_their_own_items(damaged: DamagedRun) -> None:
     # Two items per copy: every copy's store is damaged, and only two damages leave one item passing.
-    damaged.result.assert_outcomes(passed=2, failed=8)
+    damaged.result.assert_outcomes(passed=2, failed=10)
     assert damaged.result.ret == 1
 
 
@@ -234,6 +241,13 @@ def test_corrupt_manifest_fails_the_item_not_the_run(damaged: DamagedRun) -> Non
     assert damaged.outcomes("corrupt_manifest") == {damaged.kernel: "failed", "model": "failed"}
     assert "manifest.json: invalid manifest" in damaged.message("corrupt_manifest", damaged.kernel)
     assert "manifest.json: invalid manifest" in damaged.result.stdout.str()
+
+
+@pytest.mark.slow
+def test_a_symlinked_version_file_is_refused_not_followed(damaged: DamagedRun) -> None:
+    assert damaged.outcomes("symlinked_version") == {damaged.kernel: "failed", "model": "failed"}
+    message = damaged.message("symlinked_version", damaged.kernel)
+    assert "v1.py: active version file is a symbolic link; a kernel store holds plain files" in message
 
 
 @pytest.mark.slow
@@ -276,6 +290,8 @@ def stale_runs(template: Path, tmp_path_factory: pytest.TempPathFactory) -> Stal
     manifest_path.write_text(json.dumps(manifest))
     gone = shutil.copytree(project / "kernels" / "orphaned" / kernel, project / "kernels" / "orphaned" / GONE)
     manifest = json.loads((gone / "manifest.json").read_text())
+    for version in manifest["versions"]:  # renamed by a compiler change (verified in this environment: never skipped)
+        version["evidence"]["environment"]["torch"] = "2.0.0"
     (gone / "manifest.json").write_text(json.dumps({**manifest, "kernel": GONE}))
     # Skipped only where the user opts out (stale kernels fail by default: tests/test_trust_gate.py).
     allowed = _gate_in(project, "-rs", "--kernelopt-allow-stale", "--kernelopt-json", "gate.json")
@@ -343,10 +359,11 @@ def forged(template: Path, tmp_path_factory: pytest.TempPathFactory) -> ForgedRu
     """A pull request's edits under kernels/ alone, each on its own copy of the template, gated once with
     --kernelopt-allow-stale (the opt-out must not let any of them through): a launch added to a version's
     evidence; a version made stale in this very environment (its fingerprint another kernel's, as one committed
-    for a batch size the problem does not run); a folder of a shape the problem does not declare; and a model
-    folder no problem owns (production would swap it into any model of that name)."""
+    for a batch size the problem does not run); a folder of a shape the problem does not declare; a folder, verified
+    here, of a kernel the problem does not generate (a backward); and a model folder no problem owns (production
+    would swap it into any model of that name)."""
     project = tmp_path_factory.mktemp("forged")
-    kernel = _copies(template, project, ["a_launch", "b_same_env", "c_shape"])
+    kernel = _copies(template, project, ["a_launch", "b_same_env", "c_shape", "d_orphan"])
     kernels = project / "kernels"
     manifest = kernels / "a_launch" / kernel / "manifest.json"
     data = json.loads(manifest.read_text())
@@ -362,6 +379,10 @@ def forged(template: Path, tmp_path_factory: pytest.TempPathFactory) -> ForgedRu
     data = json.loads((folder / "manifest.json").read_text())
     (folder / "manifest.json").write_text(json.dumps({**data, "kernel": f"{kernel}@big"}))
     folder.rename(folder.with_name(f"{kernel}@big"))
+    folder = kernels / "d_orphan" / kernel  # a kernel the problem does not generate (a training step's backward)
+    data = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**data, "kernel": f"{kernel}__bwd"}))
+    folder.rename(folder.with_name(f"{kernel}__bwd"))
     ghost = shutil.copytree(kernels / "a_launch", kernels / "ghost")
     for record in (ghost / "model.json", ghost / kernel / "manifest.json"):
         record.write_text(json.dumps({**json.loads(record.read_text()), "model": "ghost"}))
@@ -391,6 +412,15 @@ def test_a_folder_of_an_undeclared_shape_is_not_skipped(forged: ForgedRun) -> No
     item = forged.items["problems/c_shape.py::model"]
     assert item["outcome"] == "failed"
     assert f"{forged.kernel}@big, of a shape c_shape.py does not declare (no SHAPES)" in item["message"]
+
+
+@pytest.mark.slow
+def test_a_folder_of_a_kernel_not_generated_verified_here_is_not_skipped(forged: ForgedRun) -> None:
+    """Production would run it wherever the compiler generates that kernel (here: a training step's backward of an
+    inference problem); only a compiler change (another environment in its evidence) makes such a folder stale."""
+    item = forged.items["problems/d_orphan.py::model"]
+    assert item["outcome"] == "failed"
+    assert f"committed versions of {forged.kernel}__bwd, verified on cpu with this torch and triton" in item["message"]
 
 
 @pytest.mark.slow

@@ -57,7 +57,7 @@ def commit(kernels: Path, model: str, info: Any, source: str, *, training: bool 
     # The record accept writes from a passing verdict: production runs nothing without one, and only at
     # the launches it records (here the one capture saw, as the kernel stage would have verified it).
     evidence = Evidence(status="correct", speed_measured=False, fingerprint=info.fingerprint, sha256=sha256_text(source),
-                        launches=[verified_at(info)], training=training)
+                        launches=[verified_at(info)], training=training, environment=here())
     outcome = KernelStore(kernels).add_version(
         model=model, kernel=info.name, fingerprint=info.fingerprint, args=info.args,
         original_source=render_dump(info, model), source=source,
@@ -65,6 +65,14 @@ def commit(kernels: Path, model: str, info: Any, source: str, *, training: bool 
     )
     assert outcome.stored and outcome.record is not None
     return kernels / model / info.name / outcome.record.file
+
+
+def here() -> Any:
+    """This process's environment (device, torch, triton), as accept records it: production runs a version only
+    where its evidence records the environment it runs in."""
+    from pytest_kernelopt.verify.pipeline import environment
+
+    return environment("cpu")
 
 
 def verified_at(info: Any) -> list[str]:

@@ -242,6 +242,8 @@ UNVERIFIED = {
     "retargeted": ("verified", _retarget, ["not verified", f"verified against compiler kernel {'f' * 16}"]),
     "other_bytes": ("verified", _other_bytes, ["not verified", "evidence is of other bytes"]),
     "schema_1_unrecorded": ("verified", _schema_1_without_fingerprints, ["stale", "schema 1", "`kernelopt refresh`"]),
+    # Complete, but recorded under another torch (as a pull request says, so that a gate here skips it as stale).
+    "elsewhere": ("elsewhere", None, ["not verified here", "with torch 2.0.0", "`kernelopt refresh`"]),
 }
 
 
@@ -259,6 +261,10 @@ def test_production_refuses_a_version_without_a_passing_verification_at_this_fin
     (name, handle), = compiled_models.get(ELEMENTWISE).kernels.items()
     source = marked(handle.info, "elementwise_chain")  # adds 1.0: shows whether it ran
     evidence = {"fingerprint": handle.info.fingerprint, "sha256": sha256_text(source)} if given else {}
+    if given == "elsewhere":
+        from test_production import here, verified_at
+
+        evidence.update(launches=[verified_at(handle.info)], environment=here().model_copy(update={"torch": "2.0.0"}))
     file = _commit(tmp_path / "kernels", handle.info, source, **evidence)
     if edit is not None:
         _edit_manifest(file, edit)

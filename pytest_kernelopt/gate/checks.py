@@ -271,6 +271,14 @@ class Checks:
         if orphaned:  # counted as stale; the summary's note names them
             item.prop("orphaned", orphaned)
             undeclared = [k for k in orphaned if split_name(k)[1] != problem.shape]
+            here = [k for k in orphaned if k not in undeclared and self._verified_here(problem.id, k)]
+            if here:  # not a compiler change (the kernel renamed): a folder the gate never compiles, but production may
+                raise GateFailure(f"{self.store.model_dir(problem.id)} holds committed versions of {', '.join(here)}, "
+                                  f"verified on {self.sessions.device} with this torch and triton, as this run is, for "
+                                  f"kernels the problem does not generate here (a pass or graph it does not run, another "
+                                  f"input shape, or a model change): the gate verifies none of them, and production runs "
+                                  f"one wherever the compiler generates the kernel its manifest names; re-tune, or remove "
+                                  f"the folders (--kernelopt-allow-stale does not skip these)")
             if undeclared:  # production would look in them at a matching kernel: never skipped
                 raise GateFailure(f"{self.store.model_dir(problem.id)} holds committed versions of "
                                   f"{', '.join(undeclared)}, of a shape {problem.path.name} does not declare "
@@ -314,6 +322,15 @@ class Checks:
         # Passed: with committed kernels swapped in or a committed compile setting ("committed"), or the
         # compiler's alone (it was null).
         return "committed" if replacements or problem.variant is not None else "baseline"
+
+    def _verified_here(self, model: str, folder: str) -> bool:
+        """Whether the active version of ``folder`` records this run's environment (store.verified_elsewhere)."""
+        from ..store import verified_elsewhere
+
+        manifest = self.store.manifest(model, folder)
+        if manifest is None or manifest.active is None:
+            return False
+        return verified_elsewhere(manifest.version(manifest.active).evidence.environment, self.sessions.device) is None
 
     def _base(self, item: ModelItem, problem: Problem) -> tuple[bytes | None, dict[tuple[str, ...], bytes] | None]:
         """The problem file and the model's kernel store folder at the base commit (None, None: nothing
@@ -523,11 +540,9 @@ def _not_a_compiler_change(path: Path, verified_in: Any, device: str, generated:
     longer makes. Verified in this very environment (device, torch, triton), it replaces a kernel the problem does
     not generate here at all, which production would still run wherever the compiler makes it (another input
     shape): a failure, never skipped."""
-    import torch
-    import triton
+    from ..store import verified_elsewhere
 
-    if verified_in is None or (verified_in.device, verified_in.torch, verified_in.triton) != (
-            device, torch.__version__, triton.__version__):
+    if verified_elsewhere(verified_in, device) is not None:
         return
     raise GateFailure(f"stale: {path}: verified on {device} with torch {verified_in.torch} and triton "
                       f"{verified_in.triton}, as this run is, but the problem generates another kernel here ({generated}):"

@@ -29,6 +29,7 @@ from .manifest import (
     VersionRecord,
     environment_key,
     sha256_text,
+    verified_elsewhere,
 )
 from .recipe import Recipe
 
@@ -37,5 +38,5 @@ __all__ = [
     "Evidence",
     "KernelStore", "Manifest", "ModelBaseline", "ModelRecord", "OriginalName", "Provenance", "Recipe", "Retirement",
     "VersionRecord", "accept_verdict", "atomic_write", "baseline_key", "environment_key", "model_baseline",
-    "sha256_text",
+    "sha256_text", "verified_elsewhere",
 ]

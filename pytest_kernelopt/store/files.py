@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import StoreError
-from ..records import load_json, record_kind
+from ..records import parse_json, record_kind
 from .manifest import Manifest, ModelRecord
 
 
@@ -65,9 +65,44 @@ def create_exclusive(path: Path, text: str) -> None:
 _R = TypeVar("_R", Manifest, ModelRecord)
 
 
-def load_record(cls: type[_R], path: Path) -> _R:
-    """load_json, plus: a file that is not UTF-8 is a StoreError naming it too."""
+# The largest manifest or model.json read (a manifest with hundreds of versions and their launches is well under).
+RECORD_BYTES = 16 << 20
+
+
+def read_plain(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes; anything else is a StoreError naming it.
+
+    A store is data from a repository: a symbolic link (git stores them; to /dev/zero it would be read until memory
+    runs out), a FIFO (it would block) or a device is refused, not followed, and no more than ``limit`` + 1 bytes are
+    ever read. FileNotFoundError passes through."""
+    import stat
+
     try:
-        return load_json(cls, path)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if os.path.islink(path):
+            raise StoreError(f"{path}: {what} is a symbolic link; a kernel store holds plain files") from exc
+        raise StoreError(f"{path}: cannot read {what} ({why(exc)})") from exc
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise StoreError(f"{path}: {what} is not a regular file; a kernel store holds plain files")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        from ..verify.limits import human_bytes
+
+        raise StoreError(f"{path}: {what} is over the {human_bytes(limit)} a store file may hold; not read")
+    return data
+
+
+def load_record(cls: type[_R], path: Path) -> _R:
+    """A manifest or model.json from ``path`` (:func:`read_plain`: a regular file, bounded); a broken one, one that
+    is not UTF-8, or a schema this version does not read is a StoreError naming it."""
+    try:
+        text = read_plain(path, RECORD_BYTES, record_kind(cls)).decode("utf-8")
+    except FileNotFoundError as exc:
+        raise StoreError(f"{path}: cannot read ({exc.strerror})") from exc
     except UnicodeDecodeError as exc:
         raise StoreError(f"{path}: invalid {record_kind(cls)} (not UTF-8 text)") from exc
+    return parse_json(cls, text, path)

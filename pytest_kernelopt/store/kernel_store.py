@@ -39,7 +39,8 @@ from ..capture.shapes import SHAPE_NAME_RE, split_name, store_name
 from ..capture.variants import unknown_variant
 from ..errors import StoreError
 from ..records import ArgInfo, Environment, Timing, Verdict, dump_json, worst_error
-from .files import atomic_write, create_exclusive, load_record, why
+from ..verify.limits import CANDIDATE_BYTES
+from .files import atomic_write, create_exclusive, load_record, read_plain, why
 from .manifest import (
     FINGERPRINT_RE, MANIFEST, MANIFEST_SCHEMA_VERSION, MODEL_RECORD, NAME_RE, ORIGINAL, ORIGINAL_FILE_RE,
     VERSION_FILE_RE, CompileChoice, Evidence, Manifest, ModelBaseline, ModelRecord, Provenance, Retirement,
@@ -148,6 +149,10 @@ class KernelStore:
             sources = {record.version: self._read_version(folder, record, active=record.version == manifest.active)[1]
                        for record in manifest.versions}
             originals = {manifest.original} | {v.original for v in manifest.versions if v.original}
+            links = sorted(p.name for p in folder.iterdir() if p.is_symlink())
+            if links:  # never followed (read_plain); a committed store holds plain files
+                raise StoreError(f"{folder}: {', '.join(links[:5])} {'is a symbolic link' if len(links) == 1 else 'are symbolic links'}"
+                                 "; a kernel store holds plain files (commit the file itself)")
             for name in sorted(originals):
                 if not (folder / name).is_file():
                     raise StoreError(f"{folder / name}: original file recorded in {folder / MANIFEST} is missing")
@@ -217,11 +222,9 @@ class KernelStore:
         path = folder / record.file
         what = "active version file" if active else "version file"
         try:
-            data = path.read_bytes()
+            data = read_plain(path, CANDIDATE_BYTES, what)
         except FileNotFoundError as exc:
             raise StoreError(f"{path}: {what} is missing (recorded in {folder / MANIFEST})") from exc
-        except OSError as exc:
-            raise StoreError(f"{path}: cannot read {what} ({why(exc)})") from exc
         if hashlib.sha256(data).hexdigest() != record.sha256:
             raise StoreError(f"{path}: contents differ from the sha256 recorded at accept (edited by hand?); "
                              f"restore it (e.g. from git) or accept the edited file as a new version")

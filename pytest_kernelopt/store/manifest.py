@@ -288,3 +288,22 @@ class ModelRecord(Record):
 def environment_key(env: Environment) -> str:
     """Baselines are kept per GPU and software stack."""
     return f"{env.gpu or env.device}|torch {env.torch}|triton {env.triton}"
+
+
+def verified_elsewhere(verified_in: Environment | None, device: str) -> str | None:
+    """Why a version whose evidence records ``verified_in`` was not verified where this process runs (device type
+    ``device``, this torch and triton, exactly), in words; None when it was. Production runs a version only where
+    this is None (a manifest is data from a repository: a pull request that says its version was verified under
+    another torch, so that a gate here skips it as stale, has it run nowhere); the gate fails, never skips, a stale
+    version for which it is None (no compiler change explains it)."""
+    import torch
+    import triton
+
+    if verified_in is None:
+        return "its evidence records no environment it was verified in"
+    here = (device, torch.__version__, triton.__version__)
+    there = (verified_in.device, verified_in.torch, verified_in.triton)
+    if here == there:
+        return None
+    return (f"it was verified on {there[0]} with torch {there[1]} and triton {there[2]}, and this process runs "
+            f"{here[0]} with torch {here[1]} and triton {here[2]}")

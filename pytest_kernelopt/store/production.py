@@ -151,6 +151,7 @@ class KerneloptBackend:
         self._next_graph: dict[bool, int] = {False: 0, True: 0}
         self._warned: set[str] = set()
         self._symbolic = False  # the graph being installed was compiled with symbolic sizes (dynamic shapes)
+        self._device = "cpu"  # the device type the graph being installed runs on (its inputs')
         self._lock = threading.Lock()
         self.quiet = quiet
         _BACKENDS.append(self)
@@ -183,6 +184,7 @@ class KerneloptBackend:
         started = time.perf_counter()
         with self._lock:
             self._symbolic = _symbolic_sizes(example_inputs)
+            self._device = _device_of(example_inputs, self._device)
             sources = [_wrapper_source(m) for m in graphs]
             training = any(is_backward_wrapper(text) for text in sources if text is not None)
             first = self._first_graph(len(graphs), training)
@@ -463,6 +465,7 @@ class KerneloptBackend:
         from ..capture import signature_key
         from ..verify.limits import size_problem
         from ..verify.static import check_candidate
+        from .manifest import verified_elsewhere
 
         # The manifest must record a passing verification of these bytes against this very
         # compiler kernel: a fingerprint edited by hand (or a version written outside accept)
@@ -470,6 +473,10 @@ class KerneloptBackend:
         unverified = active.record.unverified_reason(record.fingerprint)
         if unverified is not None:
             return f"not verified: {unverified}"
+        elsewhere = verified_elsewhere(active.record.evidence.environment, self._device)
+        if elsewhere is not None:  # what the gate here checked is this environment's: nothing else runs
+            return (f"not verified here: v{active.record.version}: {elsewhere}; `kernelopt refresh` verifies it "
+                    "here and records it")
         try:  # the launches it was verified at; a manifest is data, so an entry we would not write is refused
             verified = frozenset(signature_key(s) for s in active.record.evidence.launches or ())
         except ValueError as exc:
@@ -857,3 +864,12 @@ def _compiled_options(model: Any) -> dict[str, Any] | None:
             return options
         wrapper = getattr(wrapper, "_torchdynamo_orig_backend", None)
     return None
+
+
+def _device_of(example_inputs: Any, default: str) -> str:
+    """The device type of a graph's tensor inputs ("cuda", "cpu"); ``default`` where it has none."""
+    for x in example_inputs:
+        device = getattr(x, "device", None)
+        if device is not None and getattr(device, "type", None):
+            return str(device.type)
+    return default
