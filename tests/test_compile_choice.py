@@ -694,7 +694,7 @@ def test_the_gate_compiles_under_model_json_s_settings_checks_them_and_fails_an_
     compiles): softmax_rows.py with the looped compile in its model.json, unknown.py with a setting this
     version does not know. Both at 2 rows instead of 8 (_small_softmax)."""
     (pytester.path / "problems").mkdir()
-    for model in ("softmax_rows", "unknown", "listed", "listed_more"):
+    for model in ("softmax_rows", "unknown", "listed", "listed_more", "listed_training"):
         _small_softmax(pytester.path / "problems", model)
     (pytester.path / "pyproject.toml").write_text('[tool.kernelopt]\nproblems = ["problems/*.py"]\ndevice = "cpu"\n')
     _write_choice(pytester.path / "kernels", "softmax_rows", LOOPED)
@@ -705,15 +705,22 @@ def test_the_gate_compiles_under_model_json_s_settings_checks_them_and_fails_an_
     graph = ["float32 (2, 128) (128, 1)"]
     _write_choice(pytester.path / "kernels", "listed", LOOPED, [graph])
     _write_choice(pytester.path / "kernels", "listed_more", LOOPED, [graph, ["float32 (64, 128) (128, 1)"]])
+    _write_choice(pytester.path / "kernels", "listed_training", LOOPED, [graph])  # said to be verified in training:
+    record = pytester.path / "kernels" / "listed_training" / "model.json"  # production would apply it there
+    record.write_text(json.dumps({**(data := json.loads(record.read_text())),
+                                  "compile": {**data["compile"], "training": True}}))
     run = pytester.runpytest_subprocess("--kernelopt", "--kernelopt-seeds", "1", "-W", "ignore", "-p",
                                         "no:cacheprovider", "--kernelopt-json", "gate.json")
-    run.assert_outcomes(passed=6, failed=2)
+    run.assert_outcomes(passed=7, failed=3)
     items = json.loads((pytester.path / "gate.json").read_text())["items"]
     outcome = {(i["model"], i["item"]): i["outcome"] for i in items}
     assert outcome[("listed", "model")] == "passed" and outcome[("listed_more", "model")] == "failed", outcome
     (more,) = [i for i in items if i["item"] == "model" and i["model"] == "listed_more"]
     assert "compile.graphs lists 1 graph input set(s) the setting was not verified at" in more["message"]
     assert "float32 (64, 128) (128, 1)" in more["message"]
+    (trained,) = [i for i in items if i["item"] == "model" and i["model"] == "listed_training"]
+    assert trained["outcome"] == "failed"
+    assert "compile.training says the setting was verified in a training step" in trained["message"]
     # The kernel item is the looped compile's kernel; the model item checked the setting and counts it committed.
     (kernel,) = [i for i in items if i["item"] == "kernel" and i["model"] == "softmax_rows"]
     assert kernel["kernel"].startswith("triton_red_") and kernel["outcome"] == "passed"
@@ -810,7 +817,8 @@ def test_the_gate_fails_graphs_in_model_json_the_setting_was_not_verified_at(tmp
     def checks() -> Checks:
         settings = SimpleNamespace(source=None, thresholds={}, accepted_regressions={})
         store = SimpleNamespace(model_dir=lambda model: tmp_path / "kernels" / model,
-                                model_record=lambda model: SimpleNamespace(compile=SimpleNamespace(graphs=stored)))
+                                model_record=lambda model: SimpleNamespace(compile=SimpleNamespace(graphs=stored,
+                                                                                            training=False)))
         return Checks(strict=True, rules=SpeedRules(SpeedPolicy(), settings, ["m"]), store=lambda: store,
                       sessions=SimpleNamespace(get=get), base=None, before=lambda problem, item: None)
 

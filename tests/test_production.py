@@ -673,6 +673,17 @@ def test_a_compile_setting_applies_only_to_the_graph_inputs_it_was_verified_at(i
     _, _, messages = wrapper_globals(compiled, torch.randn(x.shape[0] + 5, x.shape[1]))
     assert len(messages) == 1  # another unverified shape: said for it too (its inputs differ)
     assert backend.settings_applied == [looped, None, None]  # what bench's note says the speed comes from
+    # A training step's graph at the verified inputs (grad mode, an input that requires grad): verified in inference
+    # only (model.json's compile.training), so the defaults compile it, said once.
+    assert store.model_record("softmax_rows").compile.training is False
+    from pytest_kernelopt.store.production import KerneloptWarning
+
+    with warnings.catch_warnings(record=True) as caught:  # grad mode on: run() is no_grad
+        warnings.simplefilter("always")
+        torch.compile(fresh(softmax)[1], backend=backend, dynamic=False)(x.clone().requires_grad_()).sum().backward()
+    messages = [str(w.message) for w in caught if issubclass(w.category, KerneloptWarning)]
+    assert len(messages) == 1 and "was verified in inference, and this graph is a training step" in messages[0]
+    assert backend.settings_applied[-1] is None
 
     data = json.loads((tmp_path / "kernels" / "softmax_rows" / "model.json").read_text())
     data["compile"]["graphs"] = None  # a model.json written before graphs were recorded

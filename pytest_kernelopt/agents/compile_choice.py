@@ -359,10 +359,11 @@ def combine(variant: str, rows: list[CompileShapeTrial], timings: dict[str, Timi
     return trial
 
 
-def record(store: Any, model: str, outcome: CompileOutcome, verdicts: dict[str | None, Verdict]) -> None:
+def record(store: Any, model: str, outcome: CompileOutcome, verdicts: dict[str | None, Verdict],
+           training: bool = False) -> None:
     """Write ``model.json``'s choice when it changed (or its evidence, when the same one won again): of a problem
     with SHAPES, the graphs of every declared shape's check (production applies it at each) and each shape's
-    timing."""
+    timing; ``training``, the pass the checks ran (production applies it to that pass's graphs only)."""
     from ..store import CompileChoice
 
     if outcome.chosen == outcome.previous and not verdicts:
@@ -382,7 +383,7 @@ def record(store: Any, model: str, outcome: CompileOutcome, verdicts: dict[str |
     store.save_compile(model, CompileChoice(
         variant=outcome.chosen, measured=datetime.now(timezone.utc), environment=checks[0].environment,
         timing=None if shaped else checks[0].model_timing, worst_ratio=worst,
-        seeds=list(dict.fromkeys(s for v in checks for s in v.seeds)), graphs=graphs,
+        seeds=list(dict.fromkeys(s for v in checks for s in v.seeds)), graphs=graphs, training=training,
         shape_timings={s: v.model_timing for s, v in verdicts.items() if s is not None} if shaped else None,
         launch_configs=merged(v.launch_configs for v in checks)))
     outcome.stored = True

@@ -371,7 +371,9 @@ class Tuner:
         if problem.shapes:
             self._compiles[problem.path] = (problem.shape, chosen)
         if self.options.device == "cuda" and self.store is not None:
-            compile_choice.record(self.store, model, chosen, verdicts)
+            from ..capture.training import is_training
+
+            compile_choice.record(self.store, model, chosen, verdicts, training=is_training(problem))
         ev("planner", "compile", chosen=chosen.chosen, previous=previous, stored=chosen.stored, note=chosen.note)
         self.ui.message(f"{model}: compile: {chosen.note}")
         self.run.save()

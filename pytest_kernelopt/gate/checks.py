@@ -418,6 +418,13 @@ class Checks:
         if not declared <= set(verified):
             return  # a declared shape's check is still to come (or not selected in this run: nothing to add up)
         choice = self.store.model_record(problem.id).compile
+        training = problem.training
+        if choice is not None and bool(choice.training) != training:
+            said = {True: "a training step", False: "inference", None: "nothing (read as inference)"}[choice.training]
+            raise GateFailure(f"{where}: compile.training says the setting was verified in {said}, and "
+                              f"{problem.path.name} is {'a training step' if training else 'inference'}: production "
+                              f"applies it to the graphs of the pass recorded there, where this run did not verify it; "
+                              f"`kernelopt tune` records the pass it verified")
         seen = set().union(*verified.values())
         try:
             unverified = [g for g in (choice.graphs if choice is not None else None) or [] if signature_key(g) not in seen]
@@ -549,3 +556,4 @@ def _not_a_compiler_change(path: Path, verified_in: Any, device: str, generated:
                       f" a model change, or a version committed for another input shape. No compiler change explains "
                       f"it, and production would run it wherever the compiler generates the kernel its manifest names, "
                       f"so --kernelopt-allow-stale does not skip it ({REFRESH_HINT}; or re-tune, or remove it)")
+

@@ -30,6 +30,7 @@ class Problem:
     shape: str | None = None
     shapes: list[Problem] = field(default_factory=list)
     declared: list[str] = field(default_factory=list)  # the shapes the file declares ([]: no SHAPES)
+    training: bool = False  # the file declares a training step (TRAINING = True)
 
     def owns(self, folder: str) -> bool:
         """Whether a store folder of the model is this part's to report when the compiler does not generate
@@ -105,6 +106,7 @@ def compile_once(problem: Problem, device: str, store: Any) -> Problem:
     """
     from ..capture import compile_problem
     from ..capture.problem import load_problem
+    from ..capture.training import is_training
 
     if not problem.loaded:
         problem.loaded = True
@@ -121,9 +123,10 @@ def compile_once(problem: Problem, device: str, store: Any) -> Problem:
         # Each declared shape is compiled at its own inputs and gated on its own; undeclared ones are not gated.
         declared = list(loaded.shapes)
         problem.declared = declared
+        problem.training = is_training(loaded)
         problem.shapes = [Problem(path=problem.path, id=problem.id, loaded=True, variant=problem.variant,
-                                  launch_configs=problem.launch_configs, shape=shape,
-                                  declared=declared) for shape in declared]
+                                  launch_configs=problem.launch_configs, shape=shape, declared=declared,
+                                  training=problem.training) for shape in declared]
         for part in problem.parts:
             try:
                 with internal_warnings_ignored():

@@ -264,6 +264,10 @@ class CompileChoice(Record):
     # the backend: weights and inputs, shapes, strides, dtypes). Production compiles a graph under the
     # setting only when its inputs are one of these; None: not recorded (before 2026-12-04), used nowhere.
     graphs: list[list[Annotated[str, Field(max_length=1000)]]] | None = None
+    # The pass the setting was verified in: True, a training step's (a problem declaring TRAINING); False, inference.
+    # Production applies it only to graphs of that pass (a training graph: grad mode on and an input, a weight,
+    # that requires grad); None, not recorded (before 2026-12-06): inference graphs only.
+    training: bool | None = None
     # A problem with SHAPES (one setting for every declared shape): each shape's timing against the default
     # compile, and ``graphs`` holds every shape's graphs; ``timing`` is then null. None: a problem without SHAPES.
     shape_timings: dict[str, Timing | None] | None = None

@@ -287,6 +287,14 @@ class KerneloptBackend:
                        f"them; `kernelopt tune` verifies it again and records them); Inductor's default settings "
                        f"are used")
             return None
+        training = _training_graph(example_inputs)
+        if bool(choice.training if choice is not None else False) != training:
+            checked = "a training step" if choice is not None and choice.training else "inference"
+            self._warn(f"{where} was verified in {checked}, and this graph is "
+                       f"{'a training step' if training else 'inference'}"
+                       f"{' (for inference, call the model under torch.no_grad())' if training else ''}; Inductor's "
+                       f"default settings compile this graph")
+            return None
         if launch_key(example_inputs) not in verified:
             shown = launch_signature(example_inputs)
             text = ", ".join(shown[:8]) + (f", ... ({len(shown)} inputs)" if len(shown) > 8 else "")
@@ -873,3 +881,11 @@ def _device_of(example_inputs: Any, default: str) -> str:
         if device is not None and getattr(device, "type", None):
             return str(device.type)
     return default
+
+
+def _training_graph(example_inputs: Any) -> bool:
+    """Whether Dynamo hands over a graph of a training step: grad mode on and an input (a weight, lifted) that
+    requires grad, so AOTAutograd compiles a forward that saves for a backward, and the backward."""
+    import torch
+
+    return torch.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in example_inputs)
