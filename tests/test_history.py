@@ -30,7 +30,7 @@ def model(name: str, ms: float | None, speedup: float = 1.1) -> ItemResult:
     timed = {"speed_measured": True, "speedup": speedup, "speedup_ci": [speedup - 0.01, speedup + 0.01],
              "model_ms": ms, "compiled_ms": ms * speedup} if ms is not None else {"speed_measured": False}
     return ItemResult(nodeid=f"problems/{name}.py::model", problem=f"problems/{name}.py", model=name, item="model",
-                      outcome="passed", **timed)
+                      outcome="passed", kernels=0, **timed)
 
 
 def git(cwd: Path, *args: str) -> str:

@@ -32,10 +32,13 @@ def _record(kernels, inputs, fingerprint: str, point: dict[str, int]) -> None:
     """softmax_rows' model.json under LOOPED, verified at ``inputs``, recording ``point`` for ``fingerprint``."""
     from pytest_kernelopt.capture import launch_signature
 
+    from pytest_kernelopt.verify.pipeline import environment
+
     (kernels / "softmax_rows").mkdir(parents=True, exist_ok=True)
     (kernels / "softmax_rows" / "model.json").write_text(json.dumps({"schema_version": 1, "model": "softmax_rows",
         "compile": {"variant": LOOPED, "measured": datetime(2026, 12, 6, tzinfo=timezone.utc).isoformat(),
-                    "graphs": [launch_signature(inputs)], "launch_configs": {fingerprint: point}}}))
+                    "graphs": [launch_signature(inputs)], "launch_configs": {fingerprint: point},
+                    "environment": environment("cpu").model_dump(mode="json")}}))  # production applies it only here
 
 
 def _in_production(kernels, inputs):

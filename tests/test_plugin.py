@@ -352,6 +352,8 @@ class ForgedRun:
     result: pytest.RunResult
     items: dict[str, dict[str, Any]]
     kernel: str
+    subset: pytest.RunResult
+    subset_items: dict[str, dict[str, Any]]
 
 
 @pytest.fixture(scope="module")
@@ -388,7 +390,9 @@ def forged(template: Path, tmp_path_factory: pytest.TempPathFactory) -> ForgedRu
         record.write_text(json.dumps({**json.loads(record.read_text()), "model": "ghost"}))
     shutil.copytree(kernels / "a_launch", kernels / ".not-a-model")  # no model id can name it: production never reads it
     result = _gate_in(project, "--kernelopt-allow-stale", "--kernelopt-json", "gate.json")
-    return ForgedRun(result, _items(project / "gate.json"), kernel)
+    # A subset of the items (-k): the store-wide check goes with the first one selected.
+    subset = _gate_in(project, "--kernelopt-allow-stale", "-k", "c_shape and not model", "--kernelopt-json", "k.json")
+    return ForgedRun(result, _items(project / "gate.json"), kernel, subset, _items(project / "k.json"))
 
 
 @pytest.mark.slow
@@ -425,9 +429,13 @@ def test_a_folder_of_a_kernel_not_generated_verified_here_is_not_skipped(forged:
 
 @pytest.mark.slow
 def test_a_model_folder_no_problem_owns_fails_one_item(forged: ForgedRun) -> None:
-    """The first problem file collected checks the store once: ghost/ is named, the hidden folder is not."""
+    """The first gate item selected checks the store once: ghost/ is named, the hidden folder is not; a run of
+    one item (-k) checks it too."""
     failing = [i for i in forged.items.values() if "no configured problem owns" in (i.get("message") or "")]
-    assert [i["nodeid"] for i in failing] == ["problems/a_launch.py::model"], forged.result.stdout.str()
+    assert [i["nodeid"] for i in failing] == [f"problems/a_launch.py::{forged.kernel}"], forged.result.stdout.str()
+    (only,) = forged.subset_items.values()
+    assert only["nodeid"] == "problems/c_shape.py::" + forged.kernel and only["outcome"] == "failed", only
+    assert "ghost/ (1 kernel folder(s) with an active version)" in only["message"]
     assert "ghost/ (1 kernel folder(s) with an active version)" in failing[0]["message"]
     assert ".not-a-model" not in failing[0]["message"]
     assert forged.result.ret == 1

@@ -686,6 +686,13 @@ def test_a_compile_setting_applies_only_to_the_graph_inputs_it_was_verified_at(i
     assert backend.settings_applied[-1] is None
 
     data = json.loads((tmp_path / "kernels" / "softmax_rows" / "model.json").read_text())
+    elsewhere = json.loads(json.dumps(data))  # checked under another torch (so a gate here would compile nothing)
+    elsewhere["compile"]["environment"]["torch"] = "2.0.0"
+    (tmp_path / "kernels" / "softmax_rows" / "model.json").write_text(json.dumps(elsewhere))
+    problem, model = fresh(softmax)
+    out, found, messages = wrapper_globals(pytest_kernelopt.compile(model, tmp_path / "kernels", quiet=True), x)
+    assert [n.startswith("triton_per_") for n in found] == [True]
+    assert len(messages) == 1 and "is not verified here" in messages[0] and "torch 2.0.0" in messages[0], messages
     data["compile"]["graphs"] = None  # a model.json written before graphs were recorded
     (tmp_path / "kernels" / "softmax_rows" / "model.json").write_text(json.dumps(data))
     problem, model = fresh(softmax)

@@ -304,3 +304,22 @@ def test_a_training_steps_long_kernel_names_leave_the_other_columns_whole(capsys
     assert "…" not in text
     for word in (name, "triton", "backward", "0123456789abcdef", "fingerprint", "arguments", "in_ptr3"):
         assert word in text, word
+
+
+def test_a_stored_versions_figures_come_from_the_store_and_nothing_is_timed_off_a_gpu(run):
+    """run.json is data: edited to claim 3.0x for the stored version, the report still shows the 1.184x its
+    manifest's evidence records (what the gate re-verifies); a record of a CPU run shows no timing at all."""
+    run_dir, kernels = run
+    record, events = load_run(run_dir)
+    stored = record.problems[0].kernels[0]
+    stored.best_timing = s.timing(3.0)
+    view = build_view(record, events, kernels)
+    (kernel,) = view.models[0].kernels
+    assert kernel.timing is not None and kernel.timing.speedup == 1.184
+    stored.best_sha256 = "f" * 64  # bytes the store does not hold for that version: no figure
+    (kernel,) = build_view(record, events, kernels).models[0].kernels
+    assert kernel.timing is None
+    record.environment = record.environment.model_copy(update={"device": "cpu", "gpu": None})
+    view = build_view(record, events, kernels)
+    assert view.models[0].timing is None
+    assert all(k.timing is None and k.kernel_timing is None for m in view.models for k in m.kernels)

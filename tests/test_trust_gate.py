@@ -367,7 +367,31 @@ def _mislabelled(s1: results.GateResult, s2: results.GateResult) -> None:
     s1.items[s1.items.index(item)] = item.model_copy(update={"nodeid": "problems/sum_reduce.py::triton_poi_9"})
 
 
+def _flip(s1: results.GateResult, s2: results.GateResult) -> None:
+    """A failing item's outcome turned to passed, its status and message left as the gate wrote them."""
+    item = next(i for i in s1.items if i.item == "kernel")
+    s1.items[s1.items.index(item)] = item.model_copy(update={"outcome": "passed", "status": "broken",
+                                                             "message": "v1.py: contents differ from the sha256"})
+
+
+def _uncounted(s1: results.GateResult, s2: results.GateResult) -> None:
+    """A kernel item dropped and its model item's count removed, so that no count gives it away."""
+    _drop_kernel_item(s1, s2)
+    item = next(i for i in s1.items if i.model == "gather_rows")
+    s1.items[s1.items.index(item)] = item.model_copy(update={"kernels": None})
+
+
+def _timed_on_a_cpu(s1: results.GateResult, s2: results.GateResult) -> None:
+    item = next(i for i in s1.items if i.item == "model")
+    s1.items[s1.items.index(item)] = item.model_copy(update={"speed_measured": True, "speedup": 1.8,
+                                                             "speedup_ci": [1.7, 1.9], "gpu": "NVIDIA H200"})
+
+
 FORGED = {
+    "failing_item_flipped_to_passed": (_flip, "passed with status 'broken', which only a failing or skipped item has"),
+    "kernel_count_removed": (_uncounted, "passed without counting its kernels"),
+    "speed_figures_on_a_cpu_run": (_timed_on_a_cpu, "carries speed figures, but the run was on cpu, where nothing is "
+                                                    "timed"),
     "items_of_a_problem_missing": (_drop_items("gather_rows"),
                                    "s1.json (shard 1/2): model gather_rows is planned in this shard but its items "
                                    "are missing"),

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ..capture.shapes import split_name
 from ..errors import KerneloptError
 from ..measure.text import speedup_text, timing_text
@@ -131,6 +133,20 @@ class Checks:
         self._before(problem, item)
 
     def kernel(self, item: KernelItem) -> None:
+        """The kernel item's checks; with the store-wide check when it is the run's first item (:meth:`unowned`)."""
+        unowned = self.unowned() if item.store_check else None
+        try:
+            self._kernel(item)
+        except GateFailure as exc:
+            raise GateFailure(f"{exc}; {unowned}" if unowned else str(exc)) from None
+        except pytest.skip.Exception:
+            if unowned:  # a stale kernel may be skipped; the store's unowned folders may not
+                raise GateFailure(unowned) from None
+            raise
+        if unowned:
+            raise GateFailure(unowned)
+
+    def _kernel(self, item: KernelItem) -> None:
         problem, kernel = item.problem, item.kernel
         self._start(problem, item)
         info = problem.info(kernel)
@@ -190,6 +206,10 @@ class Checks:
             status = self._model(item, accepted)
         except GateFailure as exc:
             raise GateFailure(f"{exc}; {unowned}" if unowned else str(exc)) from None
+        except pytest.skip.Exception:
+            if unowned:
+                raise GateFailure(unowned) from None
+            raise
         if unowned:
             raise GateFailure(unowned)
         if (expired := self.rules.expired(item.problem.id)) is not None:
@@ -414,9 +434,6 @@ class Checks:
 
         verified = self._compile_graphs.setdefault(problem.id, {})
         verified[problem.shape] = {signature_key(g) for g in launches or []}
-        declared: set[str | None] = set(problem.declared) if problem.declared else {None}
-        if not declared <= set(verified):
-            return  # a declared shape's check is still to come (or not selected in this run: nothing to add up)
         choice = self.store.model_record(problem.id).compile
         training = problem.training
         if choice is not None and bool(choice.training) != training:
@@ -425,6 +442,9 @@ class Checks:
                               f"{problem.path.name} is {'a training step' if training else 'inference'}: production "
                               f"applies it to the graphs of the pass recorded there, where this run did not verify it; "
                               f"`kernelopt tune` records the pass it verified")
+        declared: set[str | None] = set(problem.declared) if problem.declared else {None}
+        if not declared <= set(verified):
+            return  # a declared shape's check is still to come (or not selected in this run: nothing to add up)
         seen = set().union(*verified.values())
         try:
             unverified = [g for g in (choice.graphs if choice is not None else None) or [] if signature_key(g) not in seen]

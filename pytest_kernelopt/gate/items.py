@@ -36,23 +36,21 @@ class ProblemFile(pytest.File):
         self.problem = problem
 
     def collect(self) -> Iterator[pytest.Item]:
-        # A problem with SHAPES: items per declared shape, ``<kernel>@<shape>`` and ``model@<shape>``. The first
-        # problem file collected also checks the store's other model folders (every process collects the same
-        # files in the same order, so under xdist one item does it).
-        store_check = self.gate.claim_store_check()
+        # A problem with SHAPES: items per declared shape, ``<kernel>@<shape>`` and ``model@<shape>``.
         for part in self.gate.load(self.problem).parts:
             for kernel in part.kernels:
                 yield KernelItem.from_parent(self, name=part.store_name(kernel), gate=self.gate, problem=part,
                                              kernel=kernel)
-            item = ModelItem.from_parent(self, name=part.store_name("model"), gate=self.gate, problem=part)
-            item.store_check, store_check = store_check, False
-            yield item
+            yield ModelItem.from_parent(self, name=part.store_name("model"), gate=self.gate, problem=part)
 
 
 class GateItem(pytest.Item):
     """What kernel and model items share: properties, timing, and a failure shown as plain text."""
 
     kind = ""
+    # Also the store-wide check (Checks.unowned): the first gate item selected to run (GateSession.pytest_collection_
+    # finish, after -k, -m, node ids and deselection; every xdist worker selects the same items in the same order).
+    store_check = False
 
     def __init__(self, *, gate: GateSession, problem: Problem, kernel: str | None = None, **kwargs: Any):
         super().__init__(**kwargs)
@@ -104,7 +102,6 @@ class KernelItem(GateItem):
 
 class ModelItem(GateItem):
     kind = "model"
-    store_check = False  # also the store-wide check (Checks.unowned): one model item of the run
 
     def check(self) -> None:
         self.gate.checks.model(self)

@@ -63,7 +63,6 @@ class GateSession:
         self.tuning = Tuning(self.options, self.settings, self.device, self._store, sessions)
         self.checks = Checks(strict=self.options.strict, rules=self.rules, store=self._store,
                              sessions=sessions, base=self.base, before=self.tuning.before_checks, owners=models)
-        self._store_claimed = False
         self.publisher = Publisher(self.rootpath) if self.options.open_pr else None
         self.output = GateOutput(self.options, self.rootpath, self.rules)
 
@@ -113,11 +112,6 @@ class GateSession:
             return others
         return [*others, ProblemFile.from_parent(parent, path=file_path, gate=self, problem=problem)]
 
-    def claim_store_check(self) -> bool:
-        """True once per process: the first problem file collected also checks the store (Checks.unowned)."""
-        first, self._store_claimed = not self._store_claimed, True
-        return first
-
     def load(self, problem: Problem) -> Problem:
         """Compile the problem once, to know its kernels (each xdist worker does this)."""
         return compile_once(problem, self.device, self._store())
@@ -126,7 +120,10 @@ class GateSession:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Count each problem's items that will run here, so that its session closes after the last."""
-        self.checks.sessions.expect(item.problem for item in session.items if isinstance(item, GateItem))
+        selected = [item for item in session.items if isinstance(item, GateItem)]
+        self.checks.sessions.expect(item.problem for item in selected)
+        for item in selected:  # the store-wide check goes with whatever runs: a subset of items cannot leave it out
+            item.store_check = item is selected[0]
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:

@@ -174,6 +174,11 @@ def build_view(record: RunRecord, events: list[TraceEvent], kernels_dir: Path | 
         if only is not None and problem.shape is not None and not view.kernels:
             continue  # another shape's outcome of the model: not this kernel's report
         models.append(view)
+    if record.environment is None or record.environment.device != "cuda":
+        for model in models:  # nothing is timed off a GPU: a figure in such a record was not measured
+            model.timing = None
+            for kernel in model.kernels:
+                kernel.timing = kernel.kernel_timing = kernel.best_tried = None
     roles = Counter(e.role for e in events)
     run_view = RunView(
         run_id=record.run_id, started=record.started, finished=record.finished, agent=record.agent,
@@ -290,7 +295,27 @@ def _kernel_view(problem: ProblemOutcome, outcome: KernelOutcome, store_root: Pa
         folder = store_name(outcome.kernel, problem.shape)  # <kernel>@<shape> of a declared shape
         view.diff, view.diff_note = kernel_diff(store_root, problem.model, folder, outcome.stored_version,
                                                 outcome.best_sha256)
+        # A stored version's figures are the ones its manifest's evidence records (what the gate re-verifies), not
+        # run.json's: a run record is data, and an edited one must not show a timing the store does not hold.
+        view.timing, view.kernel_timing = stored_figures(store_root, problem.model, folder, outcome.stored_version,
+                                                         outcome.best_sha256)
     return view
+
+
+def stored_figures(store_root: Path, model: str, folder: str, version: int,
+                   sha256: str | None) -> tuple[Timing | None, Timing | None]:
+    """(model timing, kernel timing) that the store's manifest records for ``version`` when it was timed and is
+    the version of these bytes (``sha256``, the run's); (None, None) otherwise."""
+    from ..store import KernelStore
+
+    try:
+        manifest = KernelStore(store_root).manifest(model, folder)
+        record = manifest.version(version) if manifest is not None else None
+    except StoreError:
+        return None, None
+    if record is None or (sha256 is not None and record.sha256 != sha256) or not record.evidence.speed_measured:
+        return None, None
+    return record.evidence.model_timing, record.evidence.kernel_timing
 
 
 def _best_attempt(outcome: KernelOutcome) -> Attempt | None:

@@ -411,6 +411,7 @@ def _check_items(where: str, result: GateResult, planned: list[str]) -> None:
                 else "no shard: it is not a problem of the run"
             raise MergeError(f"{where}: item {item.nodeid} is in the wrong shard (model {item.model} belongs to "
                              f"{owner})")
+        _consistent(where, item, result.environment)
         if item.item == "model":
             model_items[(item.model, item.shape)] = item
         else:
@@ -425,6 +426,26 @@ def _check_items(where: str, result: GateResult, planned: list[str]) -> None:
             at = f" at shape {shape}" if shape else ""
             raise MergeError(f"{where}: model {model}{at} has {found} kernel item(s), but its model item counted "
                              f"{counted} kernels: items are missing or added")
+
+
+# A gate item's status when its check did not pass: never the status of an item that passed.
+FAILING_STATUSES = frozenset({"broken", "rejected", "slower", "stale", "unverified"})
+
+
+def _consistent(where: str, item: ItemResult, environment: ResultEnvironment) -> None:
+    """What one item says must be possible as the gate writes it (a shard result is a file from a CI job, and
+    merge must not print a hand edit as a verdict): an outcome its status agrees with, a model item that counted
+    its kernels unless it failed, and speed figures only where the run measured speed (on a GPU)."""
+    if item.outcome == "passed" and item.status in FAILING_STATUSES:
+        raise MergeError(f"{where}: item {item.nodeid} passed with status {item.status!r}, which only a failing or "
+                         f"skipped item has: the result was edited")
+    if item.item == "model" and item.kernels is None and item.outcome != "failed":
+        raise MergeError(f"{where}: model item {item.nodeid} {item.outcome} without counting its kernels, which only "
+                         f"a model item that failed before its checks does: the result was edited")
+    timed = item.speed_measured or item.speedup is not None or item.model_ms is not None
+    if timed and environment.device != "cuda":
+        raise MergeError(f"{where}: item {item.nodeid} carries speed figures, but the run was on "
+                         f"{environment.device}, where nothing is timed: the result was edited")
 
 
 def _difference(a: Record, b: Record) -> str:

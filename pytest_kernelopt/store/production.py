@@ -287,6 +287,14 @@ class KerneloptBackend:
                        f"them; `kernelopt tune` verifies it again and records them); Inductor's default settings "
                        f"are used")
             return None
+        from .manifest import verified_elsewhere
+
+        elsewhere = verified_elsewhere(choice.environment if choice is not None else None,
+                                       _device_of(example_inputs, self._device))
+        if elsewhere is not None:  # as for a version: what a gate here checked is this environment's
+            self._warn(f"{where} is not verified here: {elsewhere}; Inductor's default settings compile this graph "
+                       f"(`kernelopt tune` here verifies it and records it)")
+            return None
         training = _training_graph(example_inputs)
         if bool(choice.training if choice is not None else False) != training:
             checked = "a training step" if choice is not None and choice.training else "inference"
