@@ -23,8 +23,11 @@ LOOPED = "looped-reductions"
 
 
 def _choice(variant: str, graphs: list[list[str]] | None = None) -> dict:
+    """model.json's compile entry as tune writes it here (production applies it only in the environment it records)."""
+    from pytest_kernelopt.verify.pipeline import environment
+
     return {"variant": variant, "measured": datetime(2026, 12, 2, tzinfo=timezone.utc).isoformat(), "seeds": [1],
-            "graphs": graphs}
+            "graphs": graphs, "environment": environment("cpu").model_dump(mode="json")}
 
 
 def _small_softmax(folder: Path, stem: str = "softmax_rows") -> Path:

@@ -279,6 +279,16 @@ def test_draws_cover_magnitudes_signs_zeros_and_specials(interpreter):
                                                                 torch.float8_e5m2)) or torch.equal(p, p * 256 // 1 / 256)
                for p in parts)
     assert not torch.equal(coarse, coarse.bfloat16().float())  # not all on one grid
+    # Structure within rows: zero-padded tails and whole zero rows (a padded batch, a masked loss's gradient), and
+    # rows holding a run of NaN/Inf (a diverging row), each kind at least once.
+    rows = torch.randn(64, 32)
+    stress(rows, "padded", 5)
+    zero_rows = int((rows == 0).all(dim=1).sum())
+    assert 0 < zero_rows < 64 and bool((rows[0, -4:] == 0).all()) and bool((rows[0] != 0).any())
+    rows = torch.randn(64, 32)
+    stress(rows, "special_rows", 5)
+    hit = ~torch.isfinite(rows)
+    assert bool(hit[0, -1]) and 0 < int(hit.any(dim=1).sum()) < 64 and int(hit[0].sum()) >= 8
 
 
 def test_integer_draws_keep_to_the_tensors_own_values():

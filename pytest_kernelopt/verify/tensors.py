@@ -206,7 +206,8 @@ class Entropy:
 # What each does is in ``stress`` and, in words, :func:`stress_text`.
 STRESS_VARIANTS = ("tiny", "mid", "huge", "mixed", "signed", "special",
                    "offset", "constant", "ties", "repeated", "subnormal", "subnormal_mixed",
-                   "near_max", "near_tiny", "sorted", "reversed", "zeros", "rounded", "coarse")
+                   "near_max", "near_tiny", "sorted", "reversed", "zeros", "rounded", "coarse", "padded",
+                   "special_rows")
 STRESS_TEXT = {
     "tiny": "scaled by 10^-k, k drawn in [1, {k}]",
     "mid": "|x| drawn log-uniformly in [10, 1000] per element, signs kept",
@@ -247,6 +248,12 @@ INT_TEXT = {
     "int_few": "integer inputs made of two of their values (of their smallest, largest and a drawn one), drawn per "
                "element",
 }
+STRESS_TEXT.update({
+    "padded": "rows (along the last dimension) zero-padded: half of them (drawn per row, the first not) zero "
+              "from a drawn position on, the others zero throughout (a padded batch, masked rows)",
+    "special_rows": "a quarter of the rows (drawn per row, one at least) holding a run of NaN, +Inf or -Inf "
+                    "(drawn per row) from a drawn position on",
+})
 # The ``coarse`` draw's formats: those less precise than the input's limits are used.
 COARSE_FORMATS = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
 STRESS_ZERO_FRACTION = 0.125
@@ -383,6 +390,21 @@ def stress(t: Any, variant: str, seed: int, within: Any = None) -> float:
                 rows[:, 1:].copy_(torch.where(pick[:, None], rows[:, :1], rows[:, 1:]))
         elif variant in ("sorted", "reversed"):
             _sort_rows(t, descending=variant == "reversed")
+        elif variant in ("padded", "special_rows"):
+            start_at = scalar.uniform(0.25, 0.75)
+            for rows, first in _row_blocks(t):
+                index = torch.arange(first, first + rows.shape[0], device=t.device)
+                length = rows.shape[1]
+                tail = torch.arange(length, device=t.device) >= int(length * start_at)
+                u = _hash_uniform(index, seed)
+                if variant == "padded":  # the first row padded at its tail: both kinds at least once
+                    whole = (u < 0.5) & (index != 0)
+                    rows.masked_fill_(whole[:, None] | tail[None, :], 0.0)
+                else:
+                    hit = (u < 0.25) | (index == 0)
+                    kind = torch.floor(_hash_uniform(index, seed + 1) * 3.0)
+                    value = torch.where(kind == 0, float("nan"), torch.where(kind == 1, float("inf"), float("-inf")))
+                    rows.copy_(torch.where(hit[:, None] & tail[None, :], value[:, None].to(rows.dtype), rows))
         elif variant == "rounded":
             grid = torch.bfloat16 if torch.finfo(limits).eps < torch.finfo(torch.bfloat16).eps else torch.float8_e4m3fn
             if torch.finfo(grid).eps > torch.finfo(limits).eps:
