@@ -140,8 +140,15 @@ def _symlinked_version(folder: Path) -> None:
     (folder / "v1.py").symlink_to("/dev/zero")
 
 
+def _symlinked_folder(folder: Path) -> None:
+    """The kernel's folder a symbolic link to one elsewhere (the same files): what is read would depend on it."""
+    target = folder.parent.parent / f".stash-{folder.parent.name}"
+    shutil.move(folder, target)
+    folder.symlink_to(target)
+
+
 DAMAGES = {f.__name__.lstrip("_"): f for f in (_hand_edit, _edit_recorded_in_the_manifest, _broken_model_record,
-                                               _corrupt_manifest, _stray_file, _symlinked_version)}
+                                               _corrupt_manifest, _stray_file, _symlinked_version, _symlinked_folder)}
 
 
 @dataclass
@@ -203,7 +210,7 @@ def damaged(template: Path, tmp_path_factory: pytest.TempPathFactory) -> Damaged
 @pytest.mark.slow
 def test_damaged_stores_fail_only_their_own_items(damaged: DamagedRun) -> None:
     # Two items per copy: every copy's store is damaged, and only two damages leave one item passing.
-    damaged.result.assert_outcomes(passed=2, failed=10)
+    damaged.result.assert_outcomes(passed=2, failed=12)
     assert damaged.result.ret == 1
 
 
@@ -248,6 +255,9 @@ def test_a_symlinked_version_file_is_refused_not_followed(damaged: DamagedRun) -
     assert damaged.outcomes("symlinked_version") == {damaged.kernel: "failed", "model": "failed"}
     message = damaged.message("symlinked_version", damaged.kernel)
     assert "v1.py: active version file is a symbolic link; a kernel store holds plain files" in message
+    assert damaged.outcomes("symlinked_folder") == {damaged.kernel: "failed", "model": "failed"}
+    assert "is a symbolic link; a kernel store holds plain folders and files" in damaged.message("symlinked_folder",
+                                                                                                damaged.kernel)
 
 
 @pytest.mark.slow

@@ -106,13 +106,23 @@ class KernelStore:
 
     # --- reading ---------------------------------------------------------------------
 
+    def _plain_folder(self, model: str, kernel: str) -> Path:
+        """``kernels/<model>/<kernel>``, refused (StoreError) where it or the model's folder is a symbolic link: a
+        store holds plain folders and files (a link would make what is read depend on what it points to)."""
+        folder = self.kernel_dir(model, kernel)
+        for path in (folder.parent, folder):
+            if path.is_symlink():
+                raise StoreError(f"{path}: is a symbolic link; a kernel store holds plain folders and files "
+                                 "(commit the folder itself)")
+        return folder
+
     def manifest(self, model: str, kernel: str) -> Manifest | None:
         """The manifest; None when nothing is committed for the kernel.
 
         A broken manifest, or a folder with version or original files but no manifest,
         raises StoreError naming the file or folder.
         """
-        folder = self.kernel_dir(model, kernel)
+        folder = self._plain_folder(model, kernel)
         if not folder.is_dir():
             return None
         with self._locked(folder, shared=True):
@@ -124,7 +134,7 @@ class KernelStore:
         None when nothing is committed or no version is active. A missing file, or one
         whose bytes differ from the recorded sha256, raises StoreError naming it.
         """
-        folder = self.kernel_dir(model, kernel)
+        folder = self._plain_folder(model, kernel)
         if not folder.is_dir():
             return None
         with self._locked(folder, shared=True):
@@ -139,7 +149,7 @@ class KernelStore:
         """Check the whole kernel folder: the manifest, every recorded version file against
         its sha256, the original file of the current fingerprint. Returns the manifest
         (None when nothing is committed); the first inconsistency raises StoreError."""
-        folder = self.kernel_dir(model, kernel)
+        folder = self._plain_folder(model, kernel)
         if not folder.is_dir():
             return None
         with self._locked(folder, shared=True):
