@@ -16,9 +16,10 @@ Each item records its figures as properties (:meth:`GateItem.prop`) and fails wi
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -134,17 +135,8 @@ class Checks:
 
     def kernel(self, item: KernelItem) -> None:
         """The kernel item's checks; with the store-wide check when it is the run's first item (:meth:`unowned`)."""
-        unowned = self.unowned() if item.store_check else None
-        try:
+        with self._store_checked(item):
             self._kernel(item)
-        except GateFailure as exc:
-            raise GateFailure(f"{exc}; {unowned}" if unowned else str(exc)) from None
-        except pytest.skip.Exception:
-            if unowned:  # a stale kernel may be skipped; the store's unowned folders may not
-                raise GateFailure(unowned) from None
-            raise
-        if unowned:
-            raise GateFailure(unowned)
 
     def _kernel(self, item: KernelItem) -> None:
         problem, kernel = item.problem, item.kernel
@@ -201,9 +193,20 @@ class Checks:
     def model(self, item: ModelItem) -> None:
         """The model's checks; then an accepted regression of the model that has expired fails it."""
         accepted: list[str | None] = []
+        with self._store_checked(item):
+            status = self._model(item, accepted)
+        if (expired := self.rules.expired(item.problem.id)) is not None:
+            raise GateFailure(expired)
+        _passed(item, status, accepted)
+
+    @contextlib.contextmanager
+    def _store_checked(self, item: Any) -> Iterator[None]:
+        """The item's own checks, then, for the run's first item (``store_check``), the store-wide one
+        (:meth:`unowned`): its failure is the item's, added to the item's own; a skip (a stale kernel) never
+        hides it."""
         unowned = self.unowned() if item.store_check else None
         try:
-            status = self._model(item, accepted)
+            yield
         except GateFailure as exc:
             raise GateFailure(f"{exc}; {unowned}" if unowned else str(exc)) from None
         except pytest.skip.Exception:
@@ -212,9 +215,6 @@ class Checks:
             raise
         if unowned:
             raise GateFailure(unowned)
-        if (expired := self.rules.expired(item.problem.id)) is not None:
-            raise GateFailure(expired)
-        _passed(item, status, accepted)
 
     def unowned(self) -> str | None:
         """The store's model folders no configured problem owns that production would run something of (an active
