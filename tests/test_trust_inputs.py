@@ -285,6 +285,10 @@ def test_draws_cover_magnitudes_signs_zeros_and_specials(interpreter):
     stress(rows, "padded", 5)
     zero_rows = int((rows == 0).all(dim=1).sum())
     assert 0 < zero_rows < 64 and bool((rows[0, -4:] == 0).all()) and bool((rows[0] != 0).any())
+    # Pads of every length: a short one (under a quarter of the row: a trigger on "the last 8 zero, not the last 32"
+    # passed when every pad started between a quarter and three quarters of the row) and a long one.
+    pads = [int((row != 0).nonzero().max()) for row in rows if bool((row != 0).any())]
+    assert min(32 - 1 - p for p in pads) < 8 and max(32 - 1 - p for p in pads) > 16, pads
     rows = torch.randn(64, 32)
     stress(rows, "special_rows", 5)
     hit = ~torch.isfinite(rows)

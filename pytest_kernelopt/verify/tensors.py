@@ -250,9 +250,10 @@ INT_TEXT = {
 }
 STRESS_TEXT.update({
     "padded": "rows (along the last dimension) zero-padded: half of them (drawn per row, the first not) zero "
-              "from a drawn position on, the others zero throughout (a padded batch, masked rows)",
+              "from a position drawn per row on (short and long pads), the others zero throughout (a padded batch, "
+              "masked rows)",
     "special_rows": "a quarter of the rows (drawn per row, one at least) holding a run of NaN, +Inf or -Inf "
-                    "(drawn per row) from a drawn position on",
+                    "(drawn per row) from a position drawn per row on",
 })
 # The ``coarse`` draw's formats: those less precise than the input's limits are used.
 COARSE_FORMATS = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
@@ -391,20 +392,23 @@ def stress(t: Any, variant: str, seed: int, within: Any = None) -> float:
         elif variant in ("sorted", "reversed"):
             _sort_rows(t, descending=variant == "reversed")
         elif variant in ("padded", "special_rows"):
-            start_at = scalar.uniform(0.25, 0.75)
             for rows, first in _row_blocks(t):
                 index = torch.arange(first, first + rows.shape[0], device=t.device)
                 length = rows.shape[1]
-                tail = torch.arange(length, device=t.device) >= int(length * start_at)
+                # Where each row's run starts, drawn per row over the whole row (short and long runs alike; the
+                # first row's in its last quarter: a short one at least once).
+                at = _hash_uniform(index, seed + 2)
+                at = torch.where(index == 0, 0.75 + 0.25 * at, at)
+                tail = torch.arange(length, device=t.device)[None, :] >= (at * length).long().clamp(max=length - 1)[:, None]
                 u = _hash_uniform(index, seed)
                 if variant == "padded":  # the first row padded at its tail: both kinds at least once
                     whole = (u < 0.5) & (index != 0)
-                    rows.masked_fill_(whole[:, None] | tail[None, :], 0.0)
+                    rows.masked_fill_(whole[:, None] | tail, 0.0)
                 else:
                     hit = (u < 0.25) | (index == 0)
                     kind = torch.floor(_hash_uniform(index, seed + 1) * 3.0)
                     value = torch.where(kind == 0, float("nan"), torch.where(kind == 1, float("inf"), float("-inf")))
-                    rows.copy_(torch.where(hit[:, None] & tail[None, :], value[:, None].to(rows.dtype), rows))
+                    rows.copy_(torch.where(hit[:, None] & tail, value[:, None].to(rows.dtype), rows))
         elif variant == "rounded":
             grid = torch.bfloat16 if torch.finfo(limits).eps < torch.finfo(torch.bfloat16).eps else torch.float8_e4m3fn
             if torch.finfo(grid).eps > torch.finfo(limits).eps:
