@@ -273,6 +273,58 @@ def _next_up(t):
     return up.view(t.dtype)
 
 
+def _one_way(t, way: str):
+    """``t`` (float32) rounded to bf16 one way: "up" toward +Inf, "out" away from zero, "in" toward zero."""
+    import torch
+
+    bits = t.float().view(torch.int32)
+    ceil, floor = (bits + 0xFFFF) & -0x10000, bits & -0x10000  # on the magnitude: away from / toward zero
+    chosen = {"out": ceil, "in": floor, "up": torch.where(bits >= 0, ceil, floor)}[way]
+    return chosen.view(torch.float32).to(torch.bfloat16)  # exact: the low half is already zero
+
+
+@pytest.mark.parametrize("way, lean", [("up", "lean up"), ("out", "away from zero")])
+def test_a_16_bit_output_whose_errors_all_lean_one_way_fails_though_each_element_passes(interpreter, way, lean):
+    """Red team 2026-12-07: a bf16 kernel rounding every result one way passed the per-element rule (each within
+    one ulp) while every sum of its outputs drifted by 0.3%. The sum of the errors is judged against the
+    compiled baseline's; an honest rewrite (float32 values off by an error common to the whole tensor, rounded
+    to nearest) and a baseline that is itself biased (the CPU interpreter truncates) are not blamed."""
+    import torch
+
+    from pytest_kernelopt.verify.model import _output_reference, judge_output
+    from pytest_kernelopt.verify.prepared import StageFailure
+    from pytest_kernelopt.verify.numerics import DRIFT_MIN_ELEMENTS, NumericsRule
+
+    gen = torch.Generator().manual_seed(11)
+    exact = torch.randn(64, 128, generator=gen, dtype=torch.float64) * 2.0
+    computed = exact.float()  # the float32 result before the store
+    base = computed.to(torch.bfloat16)  # rounded to nearest, as the compiler stores it
+    rule = NumericsRule()
+    ref = _output_reference(base, exact)
+    assert judge_output(base, ref, rule, "baseline").worst_ratio <= 1.0
+    honest = (exact * (1 + 200 * 2.0**-23)).float().to(torch.bfloat16)  # a row sum's error, common to every element
+    assert judge_output(honest, ref, rule, "honest").worst_ratio <= 1.0
+    leaning = _one_way(computed, way)
+    assert (leaning != base).float().mean() > 0.4  # about half the elements one ulp off, all the same way
+    with pytest.raises(StageFailure, match=lean) as failed:
+        judge_output(leaning, ref, rule, "candidate")
+    assert failed.value.judgement.worst_ratio <= 1.0  # every element is within its allowance
+    # Half the elements leaning, the others rounded to nearest: still more than a tenth of the allowance.
+    half = torch.where(torch.arange(exact.numel()).view_as(exact) % 2 == 0, leaning, base)
+    with pytest.raises(StageFailure, match=lean):
+        judge_output(half, ref, rule, "candidate")
+    # A baseline that leans the same way (the CPU interpreter's stores truncate) lets the same lean through.
+    truncated = _one_way(computed, "in" if way == "out" else "up")
+    assert judge_output(leaning, _output_reference(truncated, exact), rule, "candidate").worst_ratio <= 1.0
+    # Too few elements to tell a lean from chance: not judged so.
+    few = DRIFT_MIN_ELEMENTS - 1
+    small = _output_reference(base.flatten()[:few].clone(), exact.flatten()[:few])
+    assert judge_output(leaning.flatten()[:few].clone(), small, rule, "few").worst_ratio <= 1.0
+    # float32 outputs are not judged so: a row's reduction error common to the row is as large as the allowance.
+    ref32 = _output_reference(computed, exact)
+    assert judge_output((exact * (1 + 8 * 2.0**-23)).float(), ref32, rule, "float32").worst_ratio <= 1.0
+
+
 # --- the three problems, end to end (interpreter mode) ------------------------------------------------
 
 def _kernel(listing, prefix: str) -> tuple[str, Path]:
@@ -312,6 +364,36 @@ def test_half_problem_dump_is_correct_and_a_slightly_scaled_copy_is_rejected(ker
     assert good["reference"] == "float64" and good["reference_note"] is None
     assert bad["status"] == "rejected" and bad["reason"].startswith(("kernel:", "model:")), bad["reason"]
     assert "outside the allowance" in bad["reason"]
+
+
+def _rounded_up(source: str) -> str:
+    """``source`` with the float32 value its last ``tl.store`` writes rounded toward +Inf to bf16's grid."""
+    import ast
+
+    lines = source.splitlines()
+    index = max(i for i, line in enumerate(lines) if "tl.store(" in line)
+    call = ast.parse(lines[index].strip(), mode="eval").body
+    bits = f"({ast.unparse(call.args[1])}).to(tl.int32, bitcast=True)"
+    call.args[1] = ast.parse(f"tl.where({bits} >= 0, ({bits} + 65535) & -65536, {bits} & -65536)"
+                             ".to(tl.float32, bitcast=True)", mode="eval").body
+    lines[index] = lines[index][: len(lines[index]) - len(lines[index].lstrip())] + ast.unparse(call)
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.slow
+def test_a_bf16_kernel_rounding_every_result_up_is_rejected_though_each_element_passes(kernels_listing, tmp_path):
+    """The red team's rounding attack through the CLI: each element within one ulp of the compiler's kernel and of
+    float64 (the kernel stage passes it), every sum of the outputs high: the model stage names the lean."""
+    name, dump = _kernel(kernels_listing(RMS), "triton_per_fused")
+    leaning = tmp_path / "leaning.py"
+    leaning.write_text(_rounded_up(dump.read_text()))
+    result = run_kernelopt("verify", RMS, "--device", "cpu", "--kernel", name, "--candidate", leaning,
+                           "--seeds", "2", "--json")
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    verdict = json.loads(result.stdout)
+    verdict = verdict[0] if isinstance(verdict, list) else verdict
+    assert verdict["status"] == "rejected" and verdict["reason"].startswith("model:"), verdict["reason"]
+    assert "lean up (toward +Inf)" in verdict["reason"], verdict["reason"]
 
 
 @pytest.mark.slow

@@ -54,7 +54,7 @@ from ..capture.outputs import flatten  # noqa: F401 - where the verifier's stage
 from ..capture.training import run_eager
 from ..records import SeedErrors
 from .guards import GuardedKernel
-from .numerics import Judgement, NumericsFailure, NumericsRule, envelope_atol, judge
+from .numerics import Drift, Judgement, NumericsFailure, NumericsRule, drift, envelope_atol, judge, judge_drift
 from .prepared import Prepared, StageFailure
 from .tensors import any_nonfinite, chunks
 
@@ -74,6 +74,7 @@ class OutputReference:
     envelope: float = 0.0  # the baseline's absolute envelope term (numerics.envelope_atol), residue included
     scale: float = 0.0  # max |reference| over finite elements
     nonfinite: Any = None  # the baseline's NaN/Inf mask (None: all finite)
+    drift: Drift = field(default_factory=Drift)  # the baseline's signed error against the reference
 
 
 @dataclass
@@ -244,6 +245,7 @@ def rebase(out: OutputReference, base: Any, ref: Any = None) -> OutputReference:
     rule = NumericsRule()
     out.envelope = envelope_atol(base, ref, rule.envelope_rtol(base.dtype), absolute, rel)
     out.nonfinite = ~torch.isfinite(base) if any_nonfinite(base) else None
+    out.drift = drift(ref, base, out.nonfinite) if rule.rounding(base.dtype) else Drift()
     return out
 
 
@@ -365,9 +367,16 @@ def judge_output(c: Any, r: OutputReference, rule: NumericsRule, what: str,
     tol = rule.model_tolerance(c.dtype, r.envelope, baseline)
     try:
         # Where the baseline is NaN/Inf the candidate is too (checked above): not compared further.
-        return judge(r.ref_hi, c, tol, f"{what} against the float64 reference", residue=r.residue_abs,
-                     residue_rel=r.residue,
-                     ignore=r.nonfinite)
+        judged = judge(r.ref_hi, c, tol, f"{what} against the float64 reference", residue=r.residue_abs,
+                       residue_rel=r.residue, ignore=r.nonfinite)
+        if rule.rounding(c.dtype):  # a 16-bit output: its errors may not all lean one way (numerics.DRIFT_SHARE)
+            try:
+                judge_drift(drift(r.ref_hi, c, r.nonfinite), r.drift, tol, f"{what} against the float64 reference",
+                            baseline)
+            except NumericsFailure as leaning:
+                leaning.judgement = judged  # every element within its allowance: the figures hold
+                raise
+        return judged
     except NumericsFailure as exc:
         failure = StageFailure(str(exc))
         failure.judgement = exc.judgement  # type: ignore[attr-defined]  # bench reports the figures

@@ -38,6 +38,11 @@ integers and bools must be equal. Where the two numbers come from:
   baseline passes by construction (``error_factor >= 1``); ``tiny``, the dtype's smallest
   normal, lets a result that would be subnormal be flushed to zero.
 
+A 16-bit output (narrower than its float32 computation) is also judged as a whole in the model stage
+and bench: the sum of its errors, up and away from zero, may exceed the compiled baseline's own by at most
+:data:`DRIFT_SHARE` of the summed allowance (:func:`judge_drift`): each element within one ulp and every
+one rounded up is a sum that drifts.
+
 A passing judgement reports its worst element as a fraction of that element's allowance
 (at most 1); a failing one names the element (flat index and multi-index), the expected
 and actual values and the allowance, never a maximum error next to a tolerance it exceeds.
@@ -75,6 +80,20 @@ POINTWISE_ULPS = 16.0
 SETTING_HEADROOM = 0.5
 ULP_FLOOR = 4.0
 SAMPLE = 1 << 16  # elements the typical magnitude is estimated from, at most
+# The signed drift of an output narrower than its computation (bfloat16/float16 from float32), model stage
+# and bench: every element may be within its allowance while all of them err the same way (a kernel that
+# rounds every result up: each within one ulp, every sum of the outputs 0.3% high, red team 2026-12-07). The
+# sum of (result - reference) over the tensor may exceed the compiled baseline's own by at most DRIFT_SHARE of
+# the summed allowance, or DRIFT_Z of its standard error (from DRIFT_BLOCKS contiguous blocks) where that is
+# larger; tensors of fewer than DRIFT_MIN_ELEMENTS elements are not judged so. A faithful rewrite rounds
+# once to nearest like the compiler (its drift is the compiler's within a thousandth of an ulp at 8192
+# elements); float32's own error common to a whole row (a reduction's order) moves a 16-bit result by a few
+# millionths of its value, far under a tenth of its ulp. float32 outputs are not judged so: there a row's
+# reduction error, common to the row, is legitimately of the size of the allowance itself.
+DRIFT_SHARE = 0.1
+DRIFT_Z = 6.0
+DRIFT_BLOCKS = 64
+DRIFT_MIN_ELEMENTS = 256
 
 
 @dataclass(frozen=True)
@@ -212,6 +231,77 @@ def envelope_atol(baseline: Any, reference: Any, u: float, residue: float = 0.0,
         excess = (b - r).abs() + residue - (u - residue_rel) * r.abs()
         worst = torch.maximum(worst, torch.where(finite, excess, 0.0).max())
     return max(0.0, float(worst))
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How a tensor's errors against its reference lean, over the elements judged: ``up`` the sum of
+    ``actual - expected`` (toward +Inf), ``out`` the sum of ``(actual - expected) * sign(expected)``
+    (away from zero: magnitudes inflated), each with its standard error (``up_spread``, ``out_spread``,
+    from block sums); ``scale`` the sum of ``|expected|``, ``count`` the elements summed."""
+
+    up: float = 0.0
+    out: float = 0.0
+    up_spread: float = 0.0
+    out_spread: float = 0.0
+    scale: float = 0.0
+    count: int = 0
+
+
+def drift(expected: Any, actual: Any, ignore: Any = None) -> Drift:
+    """The :class:`Drift` of ``actual`` against ``expected`` over elements finite in both (and not in
+    ``ignore``); blocks are contiguous runs of the row-major order, so an error common to a row stays in few."""
+    import torch
+
+    from .tensors import chunks
+
+    n = expected.numel()
+    blocks = max(1, min(DRIFT_BLOCKS, n))
+    device = expected.device
+    sums = torch.zeros(2, blocks, dtype=torch.float64, device=device)
+    scale = torch.zeros((), dtype=torch.float64, device=device)
+    count = torch.zeros((), dtype=torch.int64, device=device)
+    offset = 0
+    pieces = chunks(expected, actual) if ignore is None else chunks(expected, actual, ignore.to(device))
+    for e, a, *skip in pieces:
+        e, a = e.double(), a.double()
+        keep = torch.isfinite(e) & torch.isfinite(a)
+        if skip:
+            keep = keep & ~skip[0]
+        where = (torch.arange(offset, offset + e.numel(), device=device) * blocks) // max(n, 1)
+        err = torch.where(keep, a - e, 0.0)
+        sums[0].index_add_(0, where, err)
+        sums[1].index_add_(0, where, err * torch.sign(e))
+        scale = scale + torch.where(keep, e.abs(), 0.0).sum()
+        count = count + keep.sum()
+        offset += e.numel()
+    totals = sums.sum(dim=1)
+    if blocks > 1:
+        spreads = ((sums - totals[:, None] / blocks) ** 2).sum(dim=1).mul(blocks / (blocks - 1)).sqrt()
+    else:
+        spreads = torch.zeros(2, dtype=torch.float64)
+    return Drift(up=float(totals[0]), out=float(totals[1]), up_spread=float(spreads[0]),
+                 out_spread=float(spreads[1]), scale=float(scale), count=int(count))
+
+
+def judge_drift(actual: Drift, baseline: Drift, tol: Tolerance, what: str, baseline_name: str) -> None:
+    """Raise NumericsFailure when ``actual`` leans further than ``baseline`` (see :data:`DRIFT_SHARE`),
+    up or away from zero: both measured against the same reference, the allowance summed over the same
+    elements."""
+    if actual.count < DRIFT_MIN_ELEMENTS or actual.scale <= 0:
+        return
+    allowance = tol.rtol * actual.scale + tol.atol * actual.count  # the summed per-element allowance
+    for way, total, spread, own in (("up (toward +Inf)", actual.up, actual.up_spread, baseline.up),
+                                    ("away from zero", actual.out, actual.out_spread, baseline.out)):
+        share, theirs = abs(total) / allowance, abs(own) / allowance
+        slack = max(DRIFT_SHARE, DRIFT_Z * spread / allowance)
+        if share > theirs + slack:
+            lean = way if total > 0 else ("down (toward -Inf)" if way.startswith("up") else "toward zero")
+            raise NumericsFailure(
+                f"{what}: its errors lean {lean}: their sum over {actual.count} elements is {share:.3g} of the "
+                f"summed allowance ({total / actual.scale:+.3g} of the sum of |reference|), {baseline_name}'s "
+                f"{theirs:.3g}; at most {slack:.3g} more is allowed (each element may be within its allowance "
+                "and every sum of the outputs still drift: a result rounded one way)")
 
 
 def typical_magnitude(t: Any) -> float:
