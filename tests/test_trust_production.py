@@ -395,3 +395,94 @@ def test_the_offset_draw_widens_the_allowance_so_an_honest_reordering_passes_and
     assert judged.worst_ratio < 0.5, judged.worst_ratio
     with pytest.raises(StageFailure):
         compare(compiler, one_pass, rtol, "one pass", rule)
+
+
+class _TorchKernel:
+    """A stand-in for a compiler's kernel: ``run(x, out)`` writes ``fn(x)`` into ``out``."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def run(self, x, out, stream=None):
+        out.copy_(self.fn(x))
+
+
+def _norm(x):
+    import torch
+
+    mean = x.mean(-1, keepdim=True)
+    return (x - mean) * torch.rsqrt(((x - mean) ** 2).mean(-1, keepdim=True) + 1e-5)
+
+
+@pytest.mark.parametrize("fn, shape, row_length", [
+    (_norm, (64, 128), 128),  # a LayerNorm: each output row from its input row alone
+    (lambda x: x.sum(-1), (64,), 1),  # one number a row
+    (lambda x: x - x.mean(0), None, None),  # centred by columns: every row depends on every other
+    (lambda x: x / x.pow(2).mean().sqrt(), None, None),  # a global norm, unchanged by a sign flip of rows
+])
+def test_the_offset_draw_widens_each_row_by_its_own_condition_where_the_compilers_kernel_is_row_local(
+        interpreter, fn, shape, row_length):
+    """Red team 2026-12-07: a LayerNorm 5% off only on rows lying far from zero against their spread passed,
+    each row's allowance widened by the draw's largest shift. Where the compiler's kernel is shown row-local
+    (a few input rows changed, only those output rows change), each row gets its own; elsewhere the draw's
+    largest, as before; the input is left bit for bit as it was."""
+    import torch
+
+    from pytest_kernelopt.verify.kernel import CONDITION_SAFETY, row_conditions
+    from pytest_kernelopt.verify.tensors import row_condition, stress
+
+    x = torch.randn(64, 128)
+    condition = stress(x, "offset", 23)
+    kept = x.clone()
+    out = torch.empty_like(fn(x))
+    found = row_conditions(_TorchKernel(fn), [x, out], [1], [1], [], {}, [0], condition, 99, lambda: None, None, {})
+    assert torch.equal(x.view(torch.int32), kept.view(torch.int32))
+    if row_length is None:
+        assert found == {}  # not row-local: the draw's largest shift widens every row
+        return
+    per, length = found[1]
+    assert length == row_length and per.shape == (64,)
+    measured = row_condition(x)
+    assert torch.allclose(per, (measured * CONDITION_SAFETY).clamp(1.0, condition))
+    assert float(per.min()) < condition / 100  # rows near zero are held far tighter than the draw's largest
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_row_by_row_an_honest_reordering_passes_and_a_one_pass_variance_and_a_shifted_row_attack_fail(
+        interpreter, seed):
+    """The per-row allowance keeps what the largest did (long rows, an honest other order within half of it,
+    a one-pass variance outside) and catches what it let through: a LayerNorm 5% off on rows 5 to 1000
+    spreads from zero."""
+    import torch
+
+    from pytest_kernelopt.verify.kernel import CONDITION_SAFETY, compare
+    from pytest_kernelopt.verify.numerics import NumericsRule
+    from pytest_kernelopt.verify.prepared import StageFailure
+    from pytest_kernelopt.verify.tensors import row_condition, stress
+
+    torch.manual_seed(seed)
+    x = torch.randn(8, 32768)
+    condition = stress(x, "offset", 100 + seed)
+    per = (row_condition(x) * CONDITION_SAFETY).clamp(1.0, condition)
+
+    def norm(mean, var):
+        return (x - mean[:, None]) * torch.rsqrt(var[:, None] + 1e-5)
+
+    mean = x.sum(-1) / x.shape[-1]
+    compiler = norm(mean, ((x - mean[:, None]) ** 2).sum(-1) / x.shape[-1])
+    blocks = x.view(8, 256, 128)
+    other = blocks.sum(-1).sum(-1) / x.shape[-1]
+    honest = norm(other, ((blocks - other[:, None, None]) ** 2).sum(-1).sum(-1) / x.shape[-1])
+    one_pass = norm(mean, (x * x).mean(-1) - mean * mean)
+    rows = (per, x.shape[-1])
+    rule = NumericsRule()
+    assert compare(compiler, honest, None, "honest", rule, rows).worst_ratio < 0.5
+    with pytest.raises(StageFailure):
+        compare(compiler, one_pass, None, "one pass", rule, rows)
+    c = x.double().mean(-1).abs() / x.double().std(-1)
+    attack = torch.where(((c > 5) & (c < 1000))[:, None], compiler * 1.05, compiler)
+    if bool(((c > 5) & (c < 1000)).any()):
+        with pytest.raises(StageFailure, match="each row's own"):
+            compare(compiler, attack, None, "attack", rule, rows)
+    # The largest shift for every row, as before: the attack passes.
+    assert compare(compiler, attack, rule.shifted_rtol(torch.float32, condition), "attack", rule).worst_ratio <= 1.0

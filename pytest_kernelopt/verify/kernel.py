@@ -83,18 +83,131 @@ __all__ = ["EXACT_COPY_BYTES", "FRESH", "KernelRows", "compare", "kernel_stage"]
 FRESH = "fresh"
 
 
-def compare(expected: Any, actual: Any, rtol: float | None, what: str, rule: NumericsRule | None = None) -> Judgement:
+def compare(expected: Any, actual: Any, rtol: float | None, what: str, rule: NumericsRule | None = None,
+            rows: tuple[Any, int] | None = None) -> Judgement:
     """``actual`` against ``expected`` under the kernel stage's tolerance (:meth:`NumericsRule.kernel_tolerance`).
 
-    ``rtol``: instead of the rule's for the dtype (None: the rule's). Raises StageFailure
-    naming ``what`` and the offending element.
+    ``rtol``: instead of the rule's for the dtype (None: the rule's); ``rows``: (each row's condition, the
+    row's length) on the offset draw (:meth:`NumericsRule.row_tolerance`), instead of either. Raises
+    StageFailure naming ``what`` and the offending element.
     """
     floating = expected.dtype.is_floating_point
-    tol = (rule or NumericsRule()).kernel_tolerance(expected, rtol) if floating else Tolerance(0.0, 0.0)
+    rule = rule or NumericsRule()
+    if not floating:
+        tol = Tolerance(0.0, 0.0)
+    elif rows is not None:
+        tol = rule.row_tolerance(expected, *rows)
+    else:
+        tol = rule.kernel_tolerance(expected, rtol)
     try:
         return judge(expected, actual, tol, what)
     except NumericsFailure as exc:
         raise StageFailure(str(exc)) from exc
+
+
+# The offset draw, row by row (a red-team round of 2026-12-07: a LayerNorm 5% off only on rows lying far from
+# zero against their spread passed, every row's allowance widened by the draw's largest shift). Where the
+# compiler's kernel is shown to compute each row of an output from the same row of an input alone (a few of that
+# input's rows changed, drawn: only those rows of the output change), each output row is widened by its own
+# input row's condition (tensors.row_condition, times CONDITION_SAFETY: the draw's shift is against the
+# tensor's mean magnitude, the condition against the row's spread), and by the largest condition of every
+# other input; elsewhere, and for every output no input is shown row-local for, by the draw's largest, as before.
+CONDITION_SAFETY = 2.0
+PROBED_ROWS = 16  # rows of an input changed to show an output row-local to it, at most (half of them, fewer)
+
+
+def row_conditions(original: Any, args: Any, written: list[int], out_only: list[int], in_out: list[int],
+                   saved: dict[int, Any], read_only: list[int], condition: float, seed: int, sync: Any,
+                   stream: Any, kwargs: dict[str, Any]) -> dict[int, tuple[Any, int]]:
+    """Per written floating-point argument shown row-local (above): (each of its rows' condition, clamped to
+    [1, ``condition``], the row's length in elements). Runs the compiler's kernel (``original``) once, then
+    once per input with rows; leaves the read-only arguments as they were (the caller resets the others)."""
+    import torch
+
+    from .tensors import _hash_uniform, row_condition, rows_of
+
+    outputs = [i for i in written if args[i].dtype.is_floating_point and args[i].dim() >= 1 and args[i].numel() > 0]
+    inputs = [i for i in (*read_only, *in_out) if args[i].dtype.is_floating_point and args[i].numel() > 0]
+    if not outputs or not inputs:
+        return {}
+    state = {i: saved[i] if i in in_out else args[i] for i in inputs}
+    conds = {i: row_condition(state[i]) for i in inputs}
+
+    def launch(probe: tuple[int, Any] | None = None) -> None:
+        for i in in_out:
+            args[i].copy_(saved[i])
+        for i in out_only:
+            poison(args[i])
+        kept = None
+        if probe is not None:
+            i, picked = probe
+            kept = _change_rows(args[i], picked)
+        try:
+            original.run(*args, stream=stream, **kwargs)
+            sync()
+        finally:
+            if kept is not None and probe is not None and probe[0] in read_only:
+                _put_rows_back(args[probe[0]], probe[1], kept)
+
+    launch()
+    base = {o: args[o].clone() for o in outputs}
+    local: dict[int, list[tuple[int, int]]] = {o: [] for o in outputs}  # output -> [(input, row length)]
+    for k, i in enumerate(inputs):
+        rows = rows_of(state[i])
+        if rows < 2:
+            continue
+        matched = {}
+        for o in outputs:
+            length = args[o].shape[-1]
+            if rows == rows_of(args[o]):
+                matched[o] = length
+            elif rows == args[o].numel():
+                matched[o] = 1
+        if not matched:
+            continue
+        index = torch.arange(rows, device=args[i].device)
+        order = torch.argsort(_hash_uniform(index, seed + k))
+        picked = torch.zeros(rows, dtype=torch.bool, device=args[i].device)
+        picked[order[:max(1, min(PROBED_ROWS, rows // 2))]] = True
+        launch((i, picked))
+        for o, length in matched.items():
+            now, was = args[o], base[o]
+            changed = (now != was) & ~(torch.isnan(now) & torch.isnan(was))
+            if not bool((changed.reshape(-1, length).any(dim=1) & ~picked).any()):
+                local[o].append((i, length))
+    found: dict[int, tuple[Any, int]] = {}
+    for o, pairs in local.items():
+        if not pairs or len({length for _, length in pairs}) != 1:
+            continue
+        mine = {i for i, _ in pairs}
+        floor = max((float(conds[i].max()) for i in inputs if i not in mine), default=1.0)
+        per = torch.stack([conds[i] for i in sorted(mine)]).amax(dim=0).clamp(min=min(floor, condition))
+        per = torch.nan_to_num(per * CONDITION_SAFETY, nan=condition, posinf=condition).clamp(1.0, condition)
+        found[o] = (per, pairs[0][1])
+    return found
+
+
+def _change_rows(t: Any, picked: Any) -> Any:
+    """Change the ``picked`` rows of ``t`` in place (x -> 1.5 x + 1: no sign flip, permutation or square
+    undoes it); returns what :func:`_put_rows_back` needs."""
+    from .tensors import row_views
+
+    kept = []
+    for rows, first in row_views(t):
+        pick = picked[first:first + rows.shape[0]]
+        if bool(pick.any()):
+            where = pick.nonzero().flatten()
+            kept.append((first, where, rows[where].clone()))
+            rows[where] = rows[where] * 1.5 + 1
+    return kept
+
+
+def _put_rows_back(t: Any, picked: Any, kept: Any) -> None:
+    from .tensors import row_views
+
+    blocks = {first: rows for rows, first in row_views(t)}
+    for first, where, values in kept:
+        blocks[first][where] = values
 
 
 def is_pointwise(info: Any) -> bool:
@@ -145,11 +258,15 @@ class _Checker:
         # A draw of a training step's incoming gradients conditions the backward's reductions the same way;
         # known once the backward starts (the draw is made then), so read at each comparison.
         self.incoming = incoming
+        self.rows: dict[int, tuple[Any, int]] = {}  # per written argument: its rows' conditions (row_conditions)
         self.launches = self.compared = self.unguarded = 0
         self.verified: set[tuple[str, ...]] = set()  # the launches compared, as capture.launch_signature writes them
         self.failure: StageFailure | None = None
         self.worst = Judgement()
         self.bands = Bands([self._name(i) for i in range(len(infos))], device, entropy)
+
+    def _condition(self) -> float:
+        return max(self.condition, self.incoming.condition if self.incoming is not None else 1.0)
 
     def _name(self, i: int) -> str:
         return self.infos[i].name if i < len(self.infos) else f"argument {i}"
@@ -195,7 +312,11 @@ class _Checker:
         fill_seed = self.entropy.seed()
         results: dict[int, Any] = {}
         made = None  # the output fill ``results`` was made with
+        self.rows = {}
         try:
+            if self._condition() > 1.0 and not self.rule.pointwise:
+                self.rows = row_conditions(self.original, args, written, out_only, in_out, saved, read_only,
+                                           self._condition(), self.entropy.seed(), self._sync, stream, kwargs)
             for fill, canary in self._plan():
                 for who, kernel in (("compiler", self.original), ("candidate", self.candidate)):
                     if who == "compiler" and fill == made:
@@ -265,13 +386,13 @@ class _Checker:
     def _compare(self, args: Any, results: dict[int, Any], written: list[int], read_only: list[int],
                  before: dict[int, Any], fill: str, canary: str) -> None:
         """``args``: what the candidate ran on (guarded copies or the real tensors)."""
-        condition = max(self.condition, self.incoming.condition if self.incoming is not None else 1.0)
+        condition = self._condition()
         for i in written:
             rtol = None
             if condition > 1.0 and not self.rule.pointwise and results[i].dtype.is_floating_point:
                 rtol = self.rule.shifted_rtol(results[i].dtype, condition)
             j = compare(results[i], args[i], rtol, f"{self.where}, launch {self.launches}, written argument "
-                                             f"{self._label(i, fill, canary)}", self.rule)
+                                             f"{self._label(i, fill, canary)}", self.rule, self.rows.get(i))
             w = self.worst
             w.worst_ratio, w.max_abs = max(w.worst_ratio, j.worst_ratio), max(w.max_abs, j.max_abs)
             w.max_rel = max(w.max_rel, j.max_rel)

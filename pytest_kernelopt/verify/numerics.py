@@ -98,15 +98,33 @@ DRIFT_MIN_ELEMENTS = 256
 
 @dataclass(frozen=True)
 class Tolerance:
-    """One tensor's allowance: ``atol + rtol * |expected|`` per element; ``origin`` says where it came from."""
+    """One tensor's allowance: ``atol + rtol * |expected|`` per element; ``origin`` says where it came from.
+
+    ``row_rtol`` and ``row_atol`` (the kernel stage's offset draw, :meth:`NumericsRule.row_tolerance`): one
+    pair per row of ``row_length`` elements in row-major order, each element judged by its row's; ``rtol`` and
+    ``atol`` are then their largest."""
 
     rtol: float
     atol: float
     origin: str = ""
+    row_rtol: Any = None
+    row_atol: Any = None
+    row_length: int = 1
 
     def describe(self) -> str:
         text = f"|actual - expected| <= {self.atol:.3g} + {self.rtol:.3g} * |expected|"
+        if self.row_rtol is not None:
+            text = f"{text} at most, each row's own"
         return f"{text} ({self.origin})" if self.origin else text
+
+    def allowance(self, e: Any, offset: int) -> Any:
+        """The allowance of each element of ``e`` (float64), a piece starting at flat index ``offset``."""
+        if self.row_rtol is None:
+            return self.atol + self.rtol * e.abs()
+        import torch
+
+        row = torch.arange(offset, offset + e.numel(), device=e.device) // self.row_length
+        return self.row_atol.to(e.device)[row] + self.row_rtol.to(e.device)[row] * e.abs()
 
 
 @dataclass
@@ -164,6 +182,21 @@ class NumericsRule(BaseModel):
 
         compute = torch.float64 if _name(dtype) == "float64" else torch.float32
         return max(self.kernel_rtol(dtype), OFFSET_GROWTH * torch.finfo(compute).eps * shift)
+
+    def row_tolerance(self, expected: Any, conditions: Any, row_length: int) -> Tolerance:
+        """The kernel stage's allowance on the offset draw, row by row: each row's rtol widened as
+        :meth:`shifted_rtol` by that row's own condition (``conditions``, one a row of ``row_length``
+        elements), its atol that rtol times the median ``|expected|``."""
+        import torch
+
+        compute = torch.float64 if _name(expected.dtype) == "float64" else torch.float32
+        base = self.kernel_rtol(expected.dtype)
+        row_rtol = (conditions.double() * (OFFSET_GROWTH * torch.finfo(compute).eps)).clamp(min=base)
+        typical = typical_magnitude(expected)
+        row_atol = (row_rtol * typical).clamp(min=_tiny(expected.dtype))
+        return Tolerance(float(row_rtol.max()), float(row_atol.max()),
+                         f"rtol widened row by row for the offset draw, from {base:g} for {_name(expected.dtype)}; "
+                         f"atol rtol x the median |expected| {typical:.3g}", row_rtol, row_atol, row_length)
 
     def kernel_tolerance(self, expected: Any, rtol: float | None = None) -> Tolerance:
         """The kernel stage's allowance for one output of the compiler's kernel (``rtol``: not the dtype's)."""
@@ -361,6 +394,7 @@ def judge(expected: Any, actual: Any, tol: Tolerance, what: str, residue: float 
     n_bad, n_odd = zero.long(), zero.long()
     worst, max_abs, max_rel = zero, zero, zero
     pieces = chunks(expected, actual) if ignore is None else chunks(expected, actual, ignore.to(expected.device))
+    offset = 0
     for e, a, *skip in pieces:
         e, a = e.double(), a.double()
         finite = torch.isfinite(e)
@@ -369,7 +403,8 @@ def judge(expected: Any, actual: Any, tol: Tolerance, what: str, residue: float 
             finite, odd = finite & ~skip[0], odd & ~skip[0]
         err = torch.where(finite, (a - e).abs() + residue + residue_rel * e.abs(), 0.0)
         err = torch.where(torch.isnan(err), float("inf"), err)  # NaN where a finite value was expected
-        allow = tol.atol + tol.rtol * e.abs()
+        allow = tol.allowance(e, offset)
+        offset += e.numel()
         ratio = torch.where(finite, err / allow, 0.0)
         n_bad = n_bad + ((ratio > 1.0) & finite).sum()
         n_odd = n_odd + odd.sum()
@@ -384,14 +419,14 @@ def judge(expected: Any, actual: Any, tol: Tolerance, what: str, residue: float 
                               f"or not where it has them; the first at {_where(expected, index)}: expected {exp_v}, "
                               f"got {act_v}")
     if bad:
-        def over(e: Any, a: Any, *skip: Any) -> Any:
+        def over(e: Any, a: Any, *skip: Any, offset: int = 0) -> Any:
             e, a = e.double(), a.double()
             err = (a - e).abs() + residue + residue_rel * e.abs()
-            return torch.isfinite(e) & ~(err <= tol.atol + tol.rtol * e.abs()) & _keep(e, skip)
+            return torch.isfinite(e) & ~(err <= tol.allowance(e, offset)) & _keep(e, skip)
 
-        index = _first(expected, actual, over, ignore)
+        index = _first(expected, actual, over, ignore, offsets=True)
         exp_v, act_v = _at(expected, index), _at(actual, index)
-        allow = tol.atol + tol.rtol * abs(exp_v)
+        allow = float(tol.allowance(torch.tensor([float(exp_v)], dtype=torch.float64), index)[0])
         diff = abs(act_v - exp_v) + residue + residue_rel * abs(exp_v)
         raise NumericsFailure(
             f"{what}: {bad} of {expected.numel()} element(s) outside the allowance {tol.describe()}; the first at "
@@ -414,14 +449,15 @@ def _keep(e: Any, skip: Any) -> Any:
     return ~skip[0] if skip else torch.ones_like(e, dtype=torch.bool)
 
 
-def _first(expected: Any, actual: Any, test: Any, ignore: Any = None) -> int:
-    """The flat index (in ``chunks`` order: row-major) of the first element where ``test`` holds."""
+def _first(expected: Any, actual: Any, test: Any, ignore: Any = None, offsets: bool = False) -> int:
+    """The flat index (in ``chunks`` order: row-major) of the first element where ``test`` holds (given each
+    piece's flat offset as ``offset=`` with ``offsets``)."""
     from .tensors import chunks
 
     offset = 0
     tensors = (expected, actual) if ignore is None else (expected, actual, ignore.to(expected.device))
     for e, a, *skip in chunks(*tensors):
-        hit = test(e, a, *skip)
+        hit = test(e, a, *skip, offset=offset) if offsets else test(e, a, *skip)
         if bool(hit.any()):
             return offset + int(hit.nonzero()[0, 0])
         offset += e.numel()

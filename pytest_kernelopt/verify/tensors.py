@@ -597,6 +597,33 @@ def _row_blocks(t: Any, first: int = 0, limit: int = CHUNK) -> Iterator[tuple[An
         yield t[start:start + block], first + start
 
 
+def row_condition(t: Any) -> Any:
+    """Each row's condition along the last dimension, in row-major order (float64, on ``t``'s device): its
+    |mean| over the root-mean-square of its deviations from the mean (how far the row lies from zero against
+    its spread: what a reduction's rounding grows with on the ``offset`` draw); 1 for a constant row (no
+    spread to lie far from), +Inf for a row holding NaN/Inf."""
+    import torch
+
+    parts = []
+    for rows, _ in _row_blocks(t):
+        x = rows.double()
+        mean = x.mean(dim=1)
+        spread = (x - mean[:, None]).pow(2).mean(dim=1).sqrt()
+        c = torch.where(spread > 0, mean.abs() / spread, 1.0)
+        parts.append(torch.where(torch.isfinite(c), c, float("inf")))
+    return torch.cat(parts) if parts else torch.ones(1, dtype=torch.float64, device=t.device)
+
+
+def rows_of(t: Any) -> int:
+    """How many rows ``t`` has along its last dimension (1 for a scalar)."""
+    return t.numel() // max(1, t.shape[-1]) if t.dim() else 1
+
+
+def row_views(t: Any) -> Iterator[tuple[Any, int]]:
+    """(a 2-D view of whole rows along the last dimension, the index of its first row): :func:`_row_blocks`."""
+    return _row_blocks(t)
+
+
 def _sort_rows(t: Any, descending: bool) -> None:
     """Sort ``t`` along its last dimension in place, a block of rows at a time.
 
