@@ -334,7 +334,7 @@ def test_a_second_session_that_fails_to_open_chooses_nothing_and_blames_the_veri
 
     from pytest_kernelopt.errors import VerifierError
 
-    session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune": 1.3}, compile_variants=["max-autotune"])
+    session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune": 1.1}, compile_variants=["max-autotune"])
     opened = []
 
     def factory(*args, **kwargs):
@@ -649,7 +649,7 @@ def test_tune_tries_compile_settings_on_a_training_step(tmp_path):
 
     path = tmp_path / "m.py"  # the scripted verdicts are of model "m"
     shutil.copy(Path(__file__).parent / "problems_train" / "softmax_xent_train.py", path)
-    session = _per_shape_session({None: {"max-autotune": 1.3}})
+    session = _per_shape_session({None: {"max-autotune": 1.1}})
     tuner, run, store = _tuner(tmp_path, session, budget_s=0.01, compile_variants=["max-autotune"])
     outcome = tuner.tune_problem(path)
     assert outcome.training and session.compile_calls == ["max-autotune@None"] * 2

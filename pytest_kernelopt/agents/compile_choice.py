@@ -49,6 +49,16 @@ Opener = Callable[[str | None], AbstractContextManager[Any]]
 
 # How many of the fastest accepted settings are checked again on a second compile before none is chosen.
 CONFIRMED = 2
+# A setting whose speedup's interval starts at or above this is chosen without a second compile: the race the
+# second compile guards against moved one setting by 15% between two sessions (a bf16 RMSNorm step's
+# max-autotune, 1.034x and 0.903x, 2026-12-06); a gain beyond it is the setting's. Spares a compile of every
+# declared shape (64 s of a 128k-vocabulary cross-entropy's 262 s tune at three shapes, H100, 2026-12-07).
+SURE_GAIN = 1.25
+# A problem with SHAPES: a setting this far behind the fastest one over the shapes checked so far (weighted
+# geometric means of their speedups) is not tried at the remaining shapes (it would have to win there by as
+# much again); the 128k-vocabulary cross-entropy's max-autotune and 2-D tiling, at 1.10x and 1.03x where its
+# rewrites ran 1.86x, took four of its nine trials (48 s).
+BEHIND = 0.15
 
 
 def _trial(variant: str, verdict: Verdict, seconds: float) -> CompileTrial:
@@ -181,6 +191,8 @@ def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measu
                 if trial.refused_at is not None or shape == last:
                     live.remove(variant)
                     _said(outcome, _with_headroom(trial, checked[variant]), ev, say)
+        if measured and shape is not None and shape != last:
+            _drop_the_far_behind(live, rows, checked, policy, shape, outcome, ev, say)
     order = {v: i for i, v in enumerate(variants)}
     outcome.tried.sort(key=lambda t: order.get(t.variant, len(order)))
     if not measured:
@@ -189,7 +201,11 @@ def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measu
     accepted = sorted((t for t in outcome.tried if t.status == "accepted" and t.speedup is not None),
                       key=lambda t: t.speedup or 0.0, reverse=True)
     for best in accepted[:CONFIRMED]:
-        if not confirm or (best.variant == previous and left is not None and left() <= 0):
+        sure = best.ci_low is not None and best.ci_low >= SURE_GAIN
+        if sure:
+            say(f"  {best.variant}: not compiled a second time: its speedup's interval starts at "
+                f"{best.ci_low:.3f}x, beyond what a compile's own race moves a setting by")
+        if sure or not confirm or (best.variant == previous and left is not None and left() <= 0):
             second: dict[str | None, Verdict] | None = checked[best.variant]  # kept, or stored and out of budget
         else:
             timed = merged(v.launch_configs for v in checked[best.variant].values())
@@ -216,6 +232,29 @@ def _choose(open_at: Opener, variants: list[str], *, previous: str | None, measu
     else:
         outcome.note = "no compile setting was faster than the default compile beyond noise"
     return outcome, {}
+
+
+def _drop_the_far_behind(live: list[str], rows: dict[str, list[CompileShapeTrial]],
+                         checked: dict[str, dict[str | None, Verdict]], policy: SpeedPolicy, shape: str,
+                         outcome: CompileOutcome, ev: Callable[..., Any], say: Callable[[str], None]) -> None:
+    """After a declared shape: the live settings more than BEHIND slower than the fastest over the shapes checked
+    so far are decided now (status ``correct``, the reason naming both), not tried at the remaining shapes."""
+    running = {v: geomean([r.speedup for r in rows[v] if r.speedup is not None],
+                          [r.weight for r in rows[v] if r.speedup is not None])
+               for v in live if rows[v] and all(r.speedup is not None for r in rows[v])}
+    if len(running) < 2:
+        return
+    leader = max(running, key=lambda v: running[v])
+    for variant, speed in running.items():
+        if speed >= running[leader] * (1.0 - BEHIND):
+            continue
+        timings = {s: v.model_timing for s, v in checked[variant].items() if s is not None}
+        trial = combine(variant, rows[variant], timings, policy=policy, measured=True)
+        trial.status = "correct"
+        trial.reason = (f"not tried after shape {shape}: {speed:.3f}x over the default compile at the shapes "
+                        f"checked, {1.0 - speed / running[leader]:.0%} behind {leader!r} ({running[leader]:.3f}x)")
+        live.remove(variant)
+        _said(outcome, _with_headroom(trial, checked[variant]), ev, say)
 
 
 def _second(open_at: Opener, trial: CompileTrial, weights: dict[str | None, float], *, policy: SpeedPolicy,

@@ -131,7 +131,6 @@ def row_conditions(original: Any, args: Any, written: list[int], out_only: list[
     if not outputs or not inputs:
         return {}
     state = {i: saved[i] if i in in_out else args[i] for i in inputs}
-    conds = {i: row_condition(state[i]) for i in inputs}
 
     def launch(probe: tuple[int, Any] | None = None) -> None:
         for i in in_out:
@@ -149,31 +148,32 @@ def row_conditions(original: Any, args: Any, written: list[int], out_only: list[
             if kept is not None and probe is not None and probe[0] in read_only:
                 _put_rows_back(args[probe[0]], probe[1], kept)
 
-    launch()
-    base = {o: args[o].clone() for o in outputs}
-    local: dict[int, list[tuple[int, int]]] = {o: [] for o in outputs}  # output -> [(input, row length)]
-    for k, i in enumerate(inputs):
+    matches: dict[int, dict[int, int]] = {}  # input -> {output: the row length its rows map to}
+    for i in inputs:
         rows = rows_of(state[i])
         if rows < 2:
             continue
-        matched = {}
-        for o in outputs:
-            length = args[o].shape[-1]
-            if rows == rows_of(args[o]):
-                matched[o] = length
-            elif rows == args[o].numel():
-                matched[o] = 1
-        if not matched:
-            continue
+        matched = {o: args[o].shape[-1] if rows == rows_of(args[o]) else 1 for o in outputs
+                   if rows in (rows_of(args[o]), args[o].numel())}
+        if matched:
+            matches[i] = matched
+    if not matches:
+        return {}
+    conds = {i: row_condition(state[i]) for i in inputs}
+    launch()
+    # Each output's rows as fingerprints, not a copy: an output can be as large as the GPU allows.
+    base = {(o, length): _row_fingerprints(args[o], length) for m in matches.values() for o, length in m.items()}
+    local: dict[int, list[tuple[int, int]]] = {o: [] for o in outputs}  # output -> [(input, row length)]
+    for k, (i, matched) in enumerate(matches.items()):
+        rows = rows_of(state[i])
         index = torch.arange(rows, device=args[i].device)
         order = torch.argsort(_hash_uniform(index, seed + k))
         picked = torch.zeros(rows, dtype=torch.bool, device=args[i].device)
         picked[order[:max(1, min(PROBED_ROWS, rows // 2))]] = True
         launch((i, picked))
         for o, length in matched.items():
-            now, was = args[o], base[o]
-            changed = (now != was) & ~(torch.isnan(now) & torch.isnan(was))
-            if not bool((changed.reshape(-1, length).any(dim=1) & ~picked).any()):
+            changed = _row_fingerprints(args[o], length) != base[(o, length)]
+            if not bool((changed & ~picked).any()):
                 local[o].append((i, length))
     found: dict[int, tuple[Any, int]] = {}
     for o, pairs in local.items():
@@ -184,6 +184,24 @@ def row_conditions(original: Any, args: Any, written: list[int], out_only: list[
         per = torch.stack([conds[i] for i in sorted(mine)]).amax(dim=0).clamp(min=min(floor, condition))
         per = torch.nan_to_num(per * CONDITION_SAFETY, nan=condition, posinf=condition).clamp(1.0, condition)
         found[o] = (per, pairs[0][1])
+    return found
+
+
+def _row_fingerprints(t: Any, length: int) -> Any:
+    """One int64 a row of ``length`` elements (row-major order): the sum of each element's bits times an odd
+    number drawn from its position, wrapping; a row whose bits change changes its fingerprint but by chance."""
+    import torch
+
+    from .tensors import chunks
+
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    found = torch.zeros(max(1, t.numel() // length), dtype=torch.int64, device=t.device)
+    offset = 0
+    for (flat,) in chunks(t):
+        index = torch.arange(offset, offset + flat.numel(), device=t.device)
+        weight = (index * -7046029254386353131 + 6364136223846793005) | 1
+        found.index_add_(0, index // length, flat.contiguous().view(ints).long() * weight)
+        offset += flat.numel()
     return found
 
 
