@@ -365,6 +365,40 @@ def test_the_demo_table_is_not_cut_at_80_columns():
     assert "small_mlp_graph_break" in out.getvalue() and "rejected at kernel" in out.getvalue()
 
 
+def test_a_table_wider_than_the_terminal_prints_a_row_a_paragraph_and_a_log_prints_it_whole(monkeypatch):
+    """kernelopt tune's final table (eleven columns, kernel names of 50-140 characters) printed wider than an
+    ordinary terminal broke every line in the middle; on a terminal it now prints each row as its first cell
+    and then each other cell on a line, ``column: value`` (the name whole, one line to copy). A log (not a terminal) keeps the table."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from pytest_kernelopt.measure import text
+
+    table = Table(title="kernelopt tune (search)")
+    for col in ("model", "kernel", "share", "outcome by stage", "stored"):
+        table.add_column(col, no_wrap=col != "outcome by stage")
+    name = "triton_per_fused__to_copy_add_native_layer_norm_native_layer_norm_backward_5"
+    table.add_row("vocab_cross_entropy@t4096", name, "41.0%", "3 rejected, 1 accepted", "v2")
+    table.add_row("vocab_cross_entropy@t4096", "triton_red_fused_div_ne_sum_0", "0.4%", "skipped: below 2%", "-")
+    out = io.StringIO()
+    import rich.console
+
+    with monkeypatch.context() as patched:  # a terminal 60 columns wide
+        patched.setattr(text.sys.stdout, "isatty", lambda: True, raising=False)
+        patched.setattr(rich.console, "Console", lambda **kw: Console(file=out, width=60, **kw))
+        text.print_whole(table)
+    lines = out.getvalue().splitlines()
+    assert lines[:6] == ["kernelopt tune (search)", "vocab_cross_entropy@t4096", f"  kernel: {name}", "  share: 41.0%",
+                         "  outcome by stage: 3 rejected, 1 accepted", "  stored: v2"], lines
+    assert lines[6:] == ["vocab_cross_entropy@t4096", "  kernel: triton_red_fused_div_ne_sum_0", "  share: 0.4%",
+                         "  outcome by stage: skipped: below 2%"], lines  # an empty cell ("-") left out
+    log = io.StringIO()
+    text.print_whole(table, Console(file=log, width=60))  # a console given (a log): the table, widened
+    assert "┃ model" in log.getvalue() and name in log.getvalue()
+
+
 def test_a_rejection_names_the_seed_that_reproduces_it():
     """Inputs are drawn from the OS: the verdict line says how to run the same inputs again."""
     from types import SimpleNamespace

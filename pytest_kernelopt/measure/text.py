@@ -58,13 +58,35 @@ def print_whole(table: Any, console: Any = None, *, log_width: int = 200) -> Any
     Returns the console used, for the lines after the table."""
     from rich.console import Console
 
+    terminal = console is None and sys.stdout.isatty()
     if console is None:
-        console = Console() if sys.stdout.isatty() else Console(width=log_width)
+        console = Console() if terminal else Console(width=log_width)
     needed = least_width(table)
+    if needed > console.width and terminal:  # wider than the terminal: a row a paragraph, not lines it wraps
+        print_rows(table, console)
+        return console
     if needed > console.width:  # Console.print(width=...) cannot exceed the console's own width
         console = Console(file=console.file, width=needed)
     console.print(table)
     return console
+
+
+def print_rows(table: Any, console: Any) -> None:
+    """A rich ``table`` too wide for the terminal, one row at a time: its first cell on a line of its own, then
+    each other non-empty cell on a line as ``column: value`` (a table wider than the terminal breaks every
+    line of it in the middle). Lines are not broken by rich: a name longer than the terminal is still one
+    line to copy."""
+    from rich.text import Text
+
+    if table.title:
+        console.print(Text(str(table.title), style="bold"), soft_wrap=True)
+    headers = [str(column.header) for column in table.columns]
+    cells = [[str(cell) for cell in column.cells] for column in table.columns]
+    for row in zip(*cells):
+        console.print(Text(row[0], style="bold"), soft_wrap=True)
+        for header, value in zip(headers[1:], row[1:]):
+            if value.strip() not in ("", "-"):
+                console.print(Text(f"  {header}: {value}"), soft_wrap=True)
 
 
 def least_width(table: Any) -> int:

@@ -61,7 +61,7 @@ def _pass(backward: bool) -> str:
 
 
 def print_table(table: Table) -> None:
-    print_whole(table, Console(width=160))
+    print_whole(table, log_width=160)  # a terminal too narrow for it: a row at a time
 
 
 def gate_lines(rows: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
