@@ -486,3 +486,32 @@ def test_row_by_row_an_honest_reordering_passes_and_a_one_pass_variance_and_a_sh
             compare(compiler, attack, None, "attack", rule, rows)
     # The largest shift for every row, as before: the attack passes.
     assert compare(compiler, attack, rule.shifted_rtol(torch.float32, condition), "attack", rule).worst_ratio <= 1.0
+
+
+def test_the_row_probe_failing_leaves_every_input_as_it_was_and_the_draws_largest_shift(interpreter):
+    """The probe is the verifier's own: where it cannot change an input's rows (a broadcast view, written in place
+    raises) or the compiler's kernel raises on the changed rows, no row is held tighter and no input is left
+    changed."""
+    import torch
+
+    from pytest_kernelopt.verify.kernel import row_conditions
+
+    base = torch.randn(1, 128)
+    expanded = base.expand(64, 128)  # every row the same memory
+    out = torch.empty(64, 128)
+    found = row_conditions(_TorchKernel(_norm), [expanded, out], [1], [1], [], {}, [0], 1e3, 7, lambda: None, None, {})
+    assert found == {} and torch.equal(expanded, base.expand(64, 128))
+
+    class Raising(_TorchKernel):
+        calls = 0
+
+        def run(self, x, out, stream=None):
+            Raising.calls += 1
+            if Raising.calls > 1:
+                raise RuntimeError("a kernel failing on the changed rows")
+            super().run(x, out)
+
+    x = torch.randn(64, 128)
+    kept = x.clone()
+    found = row_conditions(Raising(_norm), [x, out], [1], [1], [], {}, [0], 1e3, 7, lambda: None, None, {})
+    assert found == {} and torch.equal(x.view(torch.int32), kept.view(torch.int32))
