@@ -313,9 +313,20 @@ def test_a_16_bit_output_whose_errors_all_lean_one_way_fails_though_each_element
     half = torch.where(torch.arange(exact.numel()).view_as(exact) % 2 == 0, leaning, base)
     with pytest.raises(StageFailure, match=lean):
         judge_output(half, ref, rule, "candidate")
-    # A baseline that leans the same way (the CPU interpreter's stores truncate) lets the same lean through.
-    truncated = _one_way(computed, "in" if way == "out" else "up")
-    assert judge_output(leaning, _output_reference(truncated, exact), rule, "candidate").worst_ratio <= 1.0
+    # A baseline that leans the same way (the CPU interpreter's stores truncate, and so do a candidate's run there)
+    # lets the same lean through; one leaning the other way does not license the opposite lean (red team
+    # 2026-12-07: sizes compared, a round-up passed against a truncating baseline).
+    assert judge_output(leaning, _output_reference(leaning, exact), rule, "candidate").worst_ratio <= 1.0
+    truncated = _one_way(computed, "in")
+    assert judge_output(truncated, _output_reference(truncated, exact), rule, "truncated").worst_ratio <= 1.0
+    with pytest.raises(StageFailure, match="further than"):
+        judge_output(_one_way(computed, "out"), _output_reference(truncated, exact), rule, "away from zero")
+    # Leaning up in some blocks and down in others: the noise allowed is the baseline's, not the candidate's.
+    blocks = torch.arange(exact.numel()).view_as(exact) < exact.numel() * 50 // 64
+    split = torch.where(blocks, _one_way(computed, "up"), torch.where(computed >= 0, _one_way(computed, "in"),
+                                                                     _one_way(computed, "out")))
+    with pytest.raises(StageFailure, match="lean up"):
+        judge_output(split, ref, rule, "split")
     # Too few elements to tell a lean from chance: not judged so.
     few = DRIFT_MIN_ELEMENTS - 1
     small = _output_reference(base.flatten()[:few].clone(), exact.flatten()[:few])
