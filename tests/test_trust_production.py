@@ -515,3 +515,35 @@ def test_the_row_probe_failing_leaves_every_input_as_it_was_and_the_draws_larges
     kept = x.clone()
     found = row_conditions(Raising(_norm), [x, out], [1], [1], [], {}, [0], 1e3, 7, lambda: None, None, {})
     assert found == {} and torch.equal(x.view(torch.int32), kept.view(torch.int32))
+
+
+@pytest.mark.parametrize("elementwise", [True, False])
+def test_a_weight_and_bias_the_draw_shifts_too_do_not_widen_every_row_when_each_column_reads_its_own(
+        interpreter, elementwise):
+    """A second red-team round (2026-12-07): a LayerNorm whose weight and bias are model inputs, shifted by the
+    offset draw as well, had their condition (the draw's largest) widen every row again, and the 5% attack passed.
+    An input of one value a column that each output column reads alone (a few values changed: only those columns
+    change) now widens nothing; one whose values every column reads (a reduction over it) still does."""
+    import torch
+
+    from pytest_kernelopt.verify.kernel import row_conditions
+    from pytest_kernelopt.verify.tensors import row_condition, stress
+
+    class Affine:
+        def run(self, x, w, b, out, stream=None):
+            normed = _norm(x)
+            out.copy_(normed * w + b if elementwise else normed * (w * b).sum())
+
+    x, w, b = torch.randn(64, 128), torch.randn(128), torch.randn(128)
+    condition = max(stress(t, "offset", 31 + k) for k, t in enumerate((x, w, b)))
+    kept = [t.clone() for t in (x, w, b)]
+    out = torch.empty(64, 128)
+    found = row_conditions(Affine(), [x, w, b, out], [3], [3], [], {}, [0, 1, 2], condition, 5, lambda: None, None, {})
+    assert all(torch.equal(t, k) for t, k in zip((x, w, b), kept))
+    per, length = found[3]
+    shifted = max(float(row_condition(w).max()), float(row_condition(b).max()))
+    assert shifted > 10
+    if elementwise:
+        assert torch.allclose(per, row_condition(x).clamp(1.0, condition))  # each row its own
+    else:
+        assert float(per.min()) >= min(shifted, condition)  # floored by the weight's and bias's condition

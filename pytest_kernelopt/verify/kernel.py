@@ -160,6 +160,7 @@ def row_conditions(original: Any, args: Any, written: list[int], out_only: list[
         return {}
     conds = {i: row_condition(state[i]) for i in inputs}
     local: dict[int, list[tuple[int, int]]] = {o: [] for o in outputs}  # output -> [(input, row length)]
+    elementwise: dict[int, set[int]] = {o: set() for o in outputs}  # output -> inputs read a value a column
     try:
         launch()
         # Each output's rows as fingerprints, not a copy: an output can be as large as the GPU allows.
@@ -175,6 +176,34 @@ def row_conditions(original: Any, args: Any, written: list[int], out_only: list[
                 changed = _row_fingerprints(args[o], length) != base[(o, length)]
                 if not bool((changed & ~picked).any()):
                     local[o].append((i, length))
+        # An input of one value a column (a weight, a bias) that each output column reads alone: a few of its
+        # values changed, only those columns change. Its shift (the draw moves it too) feeds no reduction of
+        # the row: it does not widen the rows (a second red-team round: a LayerNorm's weight and bias passed as
+        # inputs widened every row again).
+        for o, pairs in local.items():
+            length = args[o].shape[-1]
+            if not pairs or any(n != length for _, n in pairs):
+                continue
+            mine = {i for i, _ in pairs}
+            for k, i in enumerate(i for i in read_only if i in conds and i not in mine):
+                if args[i].numel() != length or not args[i].is_contiguous() or length < 2:
+                    continue
+                columns = torch.zeros(length, dtype=torch.bool, device=args[i].device)
+                order = torch.argsort(_hash_uniform(torch.arange(length, device=args[i].device), seed + 97 + k))
+                columns[order[:max(1, min(PROBED_ROWS, length // 2))]] = True
+                launch()  # the outputs of the inputs as they are
+                before = _fingerprints(args[o], length, by_column=True)
+                flat = args[i].view(-1)
+                where = columns.nonzero().flatten()
+                kept = flat[where].clone()
+                try:
+                    flat[where] = kept * 1.5 + 1
+                    launch()
+                finally:
+                    flat[where] = kept
+                changed = _fingerprints(args[o], length, by_column=True) != before
+                if not bool((changed & ~columns).any()):
+                    elementwise[o].add(i)
     except torch.OutOfMemoryError:
         raise
     except Exception:  # noqa: BLE001 - the probe is the verifier's: failing, every row keeps the draw's largest
@@ -184,7 +213,8 @@ def row_conditions(original: Any, args: Any, written: list[int], out_only: list[
         if not pairs or len({length for _, length in pairs}) != 1:
             continue
         mine = {i for i, _ in pairs}
-        floor = max((float(conds[i].max()) for i in inputs if i not in mine), default=1.0)
+        floor = max((float(conds[i].max()) for i in inputs if i not in mine and i not in elementwise[o]),
+                    default=1.0)
         per = torch.stack([conds[i] for i in sorted(mine)]).amax(dim=0).clamp(min=min(floor, condition))
         per = torch.nan_to_num(per * CONDITION_SAFETY, nan=condition, posinf=condition).clamp(1.0, condition)
         found[o] = (per, pairs[0][1])
@@ -192,19 +222,26 @@ def row_conditions(original: Any, args: Any, written: list[int], out_only: list[
 
 
 def _row_fingerprints(t: Any, length: int) -> Any:
-    """One int64 a row of ``length`` elements (row-major order): the sum of each element's bits times an odd
-    number drawn from its position, wrapping; a row whose bits change changes its fingerprint but by chance."""
+    """One int64 a row of ``length`` elements (row-major order): see :func:`_fingerprints`."""
+    return _fingerprints(t, length)
+
+
+def _fingerprints(t: Any, length: int, by_column: bool = False) -> Any:
+    """One int64 a row of ``length`` elements (row-major order), or ``by_column`` one a column of those rows:
+    the sum of each element's bits times an odd number drawn from its position, wrapping; a row (column) whose
+    bits change changes its fingerprint but by chance."""
     import torch
 
     from .tensors import chunks
 
     ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
-    found = torch.zeros(max(1, t.numel() // length), dtype=torch.int64, device=t.device)
+    size = length if by_column else max(1, t.numel() // length)
+    found = torch.zeros(size, dtype=torch.int64, device=t.device)
     offset = 0
     for (flat,) in chunks(t):
         index = torch.arange(offset, offset + flat.numel(), device=t.device)
         weight = (index * -7046029254386353131 + 6364136223846793005) | 1
-        found.index_add_(0, index // length, flat.contiguous().view(ints).long() * weight)
+        found.index_add_(0, index % length if by_column else index // length, flat.contiguous().view(ints).long() * weight)
         offset += flat.numel()
     return found
 
