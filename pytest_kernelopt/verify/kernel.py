@@ -164,7 +164,7 @@ def row_conditions(original: Any, args: Any, written: list[int], out_only: list[
     try:
         launch()
         # Each output's rows as fingerprints, not a copy: an output can be as large as the GPU allows.
-        base = {(o, length): _row_fingerprints(args[o], length) for m in matches.values() for o, length in m.items()}
+        base = {(o, length): _fingerprints(args[o], length) for m in matches.values() for o, length in m.items()}
         for k, (i, matched) in enumerate(matches.items()):
             rows = rows_of(state[i])
             index = torch.arange(rows, device=args[i].device)
@@ -173,7 +173,7 @@ def row_conditions(original: Any, args: Any, written: list[int], out_only: list[
             picked[order[:max(1, min(PROBED_ROWS, rows // 2))]] = True
             launch((i, picked))
             for o, length in matched.items():
-                changed = _row_fingerprints(args[o], length) != base[(o, length)]
+                changed = _fingerprints(args[o], length) != base[(o, length)]
                 if not bool((changed & ~picked).any()):
                     local[o].append((i, length))
         # An input of one value a column (a weight, a bias) that each output column reads alone: a few of its
@@ -221,11 +221,6 @@ def row_conditions(original: Any, args: Any, written: list[int], out_only: list[
     return found
 
 
-def _row_fingerprints(t: Any, length: int) -> Any:
-    """One int64 a row of ``length`` elements (row-major order): see :func:`_fingerprints`."""
-    return _fingerprints(t, length)
-
-
 def _fingerprints(t: Any, length: int, by_column: bool = False) -> Any:
     """One int64 a row of ``length`` elements (row-major order), or ``by_column`` one a column of those rows:
     the sum of each element's bits times an odd number drawn from its position, wrapping; a row (column) whose
@@ -249,9 +244,9 @@ def _fingerprints(t: Any, length: int, by_column: bool = False) -> Any:
 def _change_rows(t: Any, picked: Any, kept: list[Any]) -> None:
     """Change the ``picked`` rows of ``t`` in place (x -> 1.5 x + 1: no sign flip, permutation or square
     undoes it), appending to ``kept`` what :func:`_put_rows_back` needs before each block is changed."""
-    from .tensors import row_views
+    from .tensors import _row_blocks
 
-    for rows, first in row_views(t):
+    for rows, first in _row_blocks(t):
         pick = picked[first:first + rows.shape[0]]
         if bool(pick.any()):
             where = pick.nonzero().flatten()
@@ -260,9 +255,9 @@ def _change_rows(t: Any, picked: Any, kept: list[Any]) -> None:
 
 
 def _put_rows_back(t: Any, kept: list[Any]) -> None:
-    from .tensors import row_views
+    from .tensors import _row_blocks
 
-    blocks = {first: rows for rows, first in row_views(t)}
+    blocks = {first: rows for rows, first in _row_blocks(t)}
     for first, where, values in kept:
         blocks[first][where] = values
 

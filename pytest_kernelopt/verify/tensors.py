@@ -619,11 +619,6 @@ def rows_of(t: Any) -> int:
     return t.numel() // max(1, t.shape[-1]) if t.dim() else 1
 
 
-def row_views(t: Any) -> Iterator[tuple[Any, int]]:
-    """(a 2-D view of whole rows along the last dimension, the index of its first row): :func:`_row_blocks`."""
-    return _row_blocks(t)
-
-
 def _sort_rows(t: Any, descending: bool) -> None:
     """Sort ``t`` along its last dimension in place, a block of rows at a time.
 
