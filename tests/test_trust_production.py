@@ -547,3 +547,18 @@ def test_a_weight_and_bias_the_draw_shifts_too_do_not_widen_every_row_when_each_
         assert torch.allclose(per, row_condition(x).clamp(1.0, condition))  # each row its own
     else:
         assert float(per.min()) >= min(shifted, condition)  # floored by the weight's and bias's condition
+
+
+def test_a_row_holding_nan_or_inf_has_no_condition_the_row_probe_could_hold_it_to(interpreter):
+    """row_condition: a constant row 1, a row holding NaN or Inf +Inf (its row keeps the draw's largest shift); a
+    NaN spread once read as no spread, and such a row got the tightest allowance."""
+    import torch
+
+    from pytest_kernelopt.verify.tensors import row_condition
+
+    x = torch.randn(4, 8)
+    x[1] = 3.0
+    x[2, 5] = float("nan")
+    x[3, 0] = float("inf")
+    c = row_condition(x)
+    assert c[1] == 1.0 and torch.isinf(c[2]) and torch.isinf(c[3]) and torch.isfinite(c[0])

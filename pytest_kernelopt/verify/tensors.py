@@ -610,7 +610,8 @@ def row_condition(t: Any) -> Any:
         mean = x.mean(dim=1)
         spread = (x - mean[:, None]).pow(2).mean(dim=1).sqrt()
         c = torch.where(spread > 0, mean.abs() / spread, 1.0)
-        parts.append(torch.where(torch.isfinite(c), c, float("inf")))
+        finite = torch.isfinite(mean) & torch.isfinite(spread)  # a NaN spread is not "no spread"
+        parts.append(torch.where(finite & torch.isfinite(c), c, float("inf")))
     return torch.cat(parts) if parts else torch.ones(1, dtype=torch.float64, device=t.device)
 
 
