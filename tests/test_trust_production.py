@@ -51,6 +51,10 @@ AFFINE = ("affine_tanh", "One pointwise kernel: tanh of the input scaled by 1/sq
           "torch.tanh(x * 0.7071067811865476) + 0.25 * x", "8, 32")
 VARIANCE = ("row_variance", "The variance of each row: one reduction kernel.", "torch.var(x, dim=-1, unbiased=False)",
             "16, 32")
+COLUMN_VARIANCE = ("column_variance", "The variance of each column, over the batch: one reduction kernel.",
+                   "torch.var(x, dim=0, unbiased=False)", "32, 16")
+CENTRED = ("centred_rows", "Each row less its mean: one reduction kernel.", "x - x.mean(dim=-1, keepdim=True)",
+           "16, 32")
 LOG = ("log_abs", "The logarithm of each element's magnitude: one pointwise kernel.", "torch.log(torch.abs(x))", "8, 32")
 ARGMAX = ("row_argmax", "The index of each row's largest element: one reduction kernel.", "torch.argmax(x, dim=-1)", "4, 32")
 
@@ -210,11 +214,126 @@ def test_a_one_pass_variance_is_rejected_on_rows_offset_against_their_spread(ope
     edited = _edit(var.dump, f"tl.sum(tl.where(xmask, {{x}} * {{x}}, 0.0), 1)[:, None] / 32.0 - {mean} * {mean}")
     verdict = var.verify(edited, "one_pass.py")
     assert verdict.status == "rejected", verdict.reason
-    assert re.match(r"kernel: draw '(offset|constant|ties|repeated|sorted|reversed|coarse|padded)' \(input seed \d+, "
+    assert re.match(r"kernel: draw '(offset|offset_features|offset_columns|constant|ties|repeated|sorted|reversed|coarse|"
+                    r"padded)' \(input seed \d+, "
                     r"floating-point inputs ", verdict.reason), verdict.reason
     assert "outside the allowance" in verdict.reason
     honest = var.verify(var.dump, "dump.py")
     assert honest.status == "correct", honest.reason
+
+
+@pytest.mark.slow
+def test_a_one_pass_variance_over_the_batch_is_rejected_on_columns_offset_against_their_spread(opened):
+    """A second red-team round's gap (2026-12-07): the offset draw shifted rows only, so a reduction over the
+    first dimension (a batch norm's statistics) never saw a column far from zero against its spread, and a
+    one-pass variance over the batch passed every draw. The column draws put it outside."""
+    var = opened(COLUMN_VARIANCE)
+    mean = "(tl.sum({x}, 1)[:, None] / 32.0)"
+    edited = _edit(var.dump, f"tl.sum({{x}} * {{x}}, 1)[:, None] / 32.0 - {mean} * {mean}")
+    verdict = var.verify(edited, "one_pass_columns.py")
+    assert verdict.status == "rejected", verdict.reason
+    assert re.match(r"kernel: draw '(offset_features|offset_columns|constant|ties|repeated|coarse)' \(input seed \d+, ",
+                    verdict.reason), verdict.reason
+    honest = var.verify(var.dump, "dump.py")
+    assert honest.status == "correct", honest.reason
+
+
+@pytest.mark.slow
+def test_a_kernel_many_times_the_compilers_error_on_rows_far_from_zero_is_rejected_on_the_offset_runs(opened):
+    """The second red-team round's other gap (2026-12-07): on rows far from zero the kernel stage allows 64 x eps x
+    the row's condition, many times what the compiler's own order is off by, and the model stage never saw such
+    rows. A kernel off by a millionth of its input where that is large (never on randn inputs) is inside the kernel
+    stage's allowance on every draw, and outside the model stage's on its offset runs (the compiled baseline's
+    own error against float64 on the same inputs, times the error factor)."""
+    centred = opened(CENTRED)
+    edited = _edit(centred.dump, "tl.where(tl.abs({x}) > 8.0, {v} + 1e-6 * {x}, {v})")
+    verdict = centred.verify(edited, "millionth.py")
+    assert verdict.status == "rejected", verdict.reason
+    assert re.match(r"model: the offset(_features|_columns)? run \(seed \d+\), output 0 against the float64 reference",
+                    verdict.reason), verdict.reason
+    honest = centred.verify(centred.dump, "dump.py")
+    assert honest.status == "correct", honest.reason
+    model = next(stage.detail for stage in honest.stages if stage.name == "model")
+    assert re.search(r"far from zero against their spread, the worst at [\d.e-]+ \(offset, ", model), model
+
+
+@pytest.mark.slow
+def test_offset_runs_are_judged_like_seeds_and_dropped_and_said_where_their_references_would_take_too_much(
+        interpreter, tmp_path, monkeypatch):
+    from pytest_kernelopt.verify import model
+    from pytest_kernelopt.verify.pipeline import open_problem
+    from pytest_kernelopt.verify.protocol import OpenRequest
+
+    stem, doc, expression, shape = CENTRED
+    problem = tmp_path / f"{stem}.py"
+    problem.write_text(PROBLEM.format(doc=doc, expression=expression, shape=shape))
+    prepared, _ = open_problem(OpenRequest(problem=str(problem), device=interpreter, seeds=[3]))
+    assert len(prepared.offsets) == 3 and set(prepared.references) == {3, *prepared.offsets}
+    rows, offsets = model.model_stage(prepared, {}, 4.0, False)  # the compiler's own kernels: within, as seeds are
+    assert [r.seed for r in rows] == [3] and sorted(offsets) == ["offset", "offset_columns", "offset_features"]
+    assert all(r.model_ratio is not None and r.model_ratio <= 1.0 for r in offsets.values())
+    monkeypatch.setattr(model, "OFFSET_REFERENCE_BYTES", 0)
+    dropped, _ = open_problem(OpenRequest(problem=str(problem), device=interpreter, seeds=[3]))
+    assert dropped.offsets == {} and set(dropped.references) == {3}
+    assert dropped.offsets_note is not None and dropped.offsets_note.startswith("no offset runs: a seed's references")
+    assert model.model_stage(dropped, {}, 4.0, False)[1] == {}
+
+
+@pytest.mark.slow
+def test_an_offset_run_the_model_cannot_do_is_dropped_and_said_not_blamed(interpreter, tmp_path):
+    """A model that refuses inputs far from zero (here: returns nothing for them) opens, its seeds judged; the
+    offset runs it cannot do are dropped, named with the error."""
+    from pytest_kernelopt.verify.pipeline import open_problem
+    from pytest_kernelopt.verify.protocol import OpenRequest
+
+    problem = tmp_path / "refuses_large.py"
+    problem.write_text(PROBLEM.format(doc="Rows centred, for inputs below 100 only.", shape="16, 32",
+                                      expression="x - x.mean(-1, keepdim=True) if bool((x.abs() < 100).all()) else None"))
+    prepared, _ = open_problem(OpenRequest(problem=str(problem), device=interpreter, seeds=[3]))
+    assert set(prepared.references) == {3, *prepared.offsets} and len(prepared.offsets) < 3
+    assert prepared.offsets_note is not None and "offset runs dropped" in prepared.offsets_note, prepared.offsets_note
+    assert "ProblemError" in prepared.offsets_note, prepared.offsets_note
+
+
+def test_offset_runs_are_one_per_draw_with_seeds_of_their_own_reproduced_by_the_sessions_seeds():
+    from pytest_kernelopt.verify.prepared import offset_runs
+    from pytest_kernelopt.verify.tensors import OFFSET_VARIANTS
+
+    seeds = [11, 22, 33]
+    runs = offset_runs(seeds)
+    assert sorted(runs.values()) == sorted(OFFSET_VARIANTS) and not set(runs) & set(seeds)
+    assert offset_runs([33, 11, 22]) == runs  # the same session's seeds, the same runs
+    assert set(offset_runs([11, 22, 34])).isdisjoint(runs)  # another session's: others
+
+
+def test_the_column_draws_put_channels_and_columns_far_from_zero_against_their_spread(interpreter):
+    """offset_features shifts each index along dimension 1 (a channel of N, C, H, W), offset_columns each along
+    the last, the same along every other dimension: what a reduction over the rest sees is far from zero.
+    In place on a layout that is not contiguous too; the returned condition is the largest shift drawn."""
+    import torch
+
+    from pytest_kernelopt.verify.tensors import offset_decades, stress
+
+    for layout in ("contiguous", "channels_last"):
+        x = torch.randn(6, 8, 5, 7)
+        if layout == "channels_last":
+            x = x.contiguous(memory_format=torch.channels_last)
+        kept = x.data_ptr()
+        condition = stress(x, "offset_features", 11)
+        assert x.data_ptr() == kept
+        mean, spread = x.double().mean((0, 2, 3)).abs(), x.double().std((0, 2, 3))
+        assert bool((mean > 5 * spread).all()), (layout, mean, spread)
+        assert 10.0 ** (offset_decades(torch.float32) - 0.5) <= condition <= 10.0 ** offset_decades(torch.float32) * 1.0001
+        ratio = float((mean / spread).max())
+        assert condition / 10 < ratio < condition * 10
+        y = torch.randn(6, 8, 5, 7)
+        stress(y, "offset_columns", 12)
+        mean, spread = y.double().mean((0, 1, 2)).abs(), y.double().std((0, 1, 2))
+        assert bool((mean > 5 * spread).all()), (layout, mean, spread)
+    v = torch.randn(16)
+    assert stress(v, "offset_features", 3) > 10.0 and bool((v.abs() > 5).all())  # a vector: each element shifted
+    s = torch.tensor(2.0)
+    assert stress(s, "offset_columns", 3) == 1.0 and float(s) == 2.0  # a scalar is left as drawn
 
 
 @pytest.mark.slow
@@ -306,6 +425,9 @@ def test_structured_draws_work_in_place_for_every_floating_dtype(interpreter):
                 assert bool((x == 0).all()) and 0 < int(torch.signbit(x).sum()) < x.numel()
             elif variant == "offset":
                 mean, spread = x.double().mean(-1).abs(), x.double().std(-1)
+                assert bool((mean > 5 * spread).all()), (dtype, mean, spread)
+            elif variant in ("offset_features", "offset_columns"):  # of a matrix: the same axis, the columns
+                mean, spread = x.double().mean(0).abs(), x.double().std(0)
                 assert bool((mean > 5 * spread).all()), (dtype, mean, spread)
             if variant not in ("special", "special_rows", "near_max"):
                 assert bool(torch.isfinite(x).all()), (variant, dtype)

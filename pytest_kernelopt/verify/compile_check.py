@@ -359,21 +359,11 @@ class _Incoming:
 def _drawn(prepared: Prepared, seed: int, kind: str, transform: int, on_gradients: bool = False) -> list[Any] | None:
     """The inputs drawn under ``seed``, each floating-point tensor turned into ``kind`` (None: there is none);
     ``on_gradients``: as drawn (the draw is of the incoming gradients)."""
-    import torch
-
     inputs = prepared.inputs(seed)
     if on_gradients:
         return inputs
-    tensors_in = [x for x in inputs if isinstance(x, torch.Tensor)]  # Python numbers pass as they are
-    if not any(x.dtype.is_floating_point for x in tensors_in):
-        return None
-    seen: set[tuple[int, Any]] = set()
-    for k, x in enumerate(tensors_in):
-        key = (x.data_ptr(), x.dtype)
-        if key not in seen:  # one tensor passed twice is transformed once
-            seen.add(key)
-            tensors.stress(x, kind, transform + k)
-    return inputs
+    floating, _ = tensors.stress_inputs(inputs, kind, transform)
+    return inputs if floating else None
 
 
 def _reference(prepared: Prepared, inputs: list[Any], again: Any, count: int, rows: CompileRows) -> list[Any]:

@@ -73,7 +73,8 @@ from .guards import CANARIES, UNGUARDED, Bands, Guard, GuardedKernel
 from .numerics import Judgement, NumericsFailure, NumericsRule, Tolerance, judge
 from .prepared import Prepared, StageFailure
 from .tensors import (EXACT_COPY_BYTES, INT_TEXT, INT_VARIANTS, STRESS_VARIANTS, checksum, chunks, is_integer, limits_of,
-                      poison, random_fill, restore, snapshot, stress, stress_integers, stress_text, unchanged)
+                      poison, random_fill, restore, snapshot, stress, stress_inputs, stress_integers, stress_text,
+                      unchanged)
 
 __all__ = ["EXACT_COPY_BYTES", "FRESH", "KernelRows", "compare", "kernel_stage"]
 
@@ -691,16 +692,8 @@ def _stressed_inputs(prepared: Prepared, seed: int, variant: str, transform: int
                 done.add((x.data_ptr(), x.dtype))
                 stress_integers(x, variant, transform + k)
         return (inputs if done else None), 1.0
-    if not any(x.dtype.is_floating_point for x in tensors):
-        return None, 1.0
-    seen: set[tuple[int, Any]] = set()
-    condition = 1.0
-    for k, x in enumerate(tensors):
-        key = (x.data_ptr(), x.dtype)
-        if key not in seen:  # one tensor passed twice is transformed once
-            seen.add(key)
-            condition = max(condition, stress(x, variant, transform + k, within))
-    return inputs, condition
+    floating, condition = stress_inputs(inputs, variant, transform, within)
+    return (inputs if floating else None), condition
 
 
 def _drawn(prepared: Prepared, seed: int, variant: str, transform: int, within: Any,

@@ -28,6 +28,12 @@ to each element's error, so the check is conservative by about one ulp of that e
 of two 2^25-element problems on the H200: their small elements' allowance is smaller than
 the largest element's rounding).
 
+Besides the seeds, the offset runs (:func:`.prepared.offset_runs`: inputs shifted far from zero
+against their spread along rows, dimension 1 or the last dimension) are judged the same way, so a
+kernel must be about as exact as the compiler's where a reduction is ill-conditioned (the kernel
+stage's widened allowance, 64 x eps x the shift, is many times that); their figures go into the
+stage's detail, not its rows.
+
 If the float64 reference cannot be built or run (a model that does not support
 float64, or not enough memory even on the CPU), the fp32 eager model is the judge
 and every verdict says so (``reference: "eager"`` and ``reference_note``).
@@ -59,6 +65,9 @@ from .prepared import Prepared, StageFailure
 from .tensors import any_nonfinite, chunks
 
 EXACT_REFERENCE_BYTES = 32 << 20  # float64 references up to this size; larger ones rounded, with their residue
+# The offset runs (prepared.offset_runs) keep three references more on the device: only while one seed's
+# references take at most this much (an output of many GiB, elementwise work, goes without them, said).
+OFFSET_REFERENCE_BYTES = 1 << 30
 
 
 @dataclass
@@ -160,7 +169,49 @@ def build_references(prepared: Prepared) -> tuple[dict[int, SeedReference], str,
         del base, reference, xs
     if kind == "float64" and kept_casts:
         note = "; ".join(n for n in (note, kept_casts[0]) if n)
+    _offset_references(prepared, refs, kind)
     return refs, kind, note
+
+
+def _offset_references(prepared: Prepared, refs: dict[int, SeedReference], kind: str) -> None:
+    """Add the offset runs' references to ``refs`` (against float64 only). A run the compiled baseline or the
+    float64 model cannot do on its inputs (a model that checks its inputs' range, memory) is dropped, as are all
+    of them without a float64 reference or where a seed's references are large (OFFSET_REFERENCE_BYTES); the
+    model stage's detail says why (:attr:`.prepared.Prepared.offsets_note`). Never the candidate's failure."""
+    import torch
+
+    compiled = prepared.compiled
+    held = _reference_bytes(refs[prepared.seeds[0]]) if prepared.seeds else 0
+    why = ("the reference is not float64" if kind != "float64" else
+           f"a seed's references take {held / 2**30:.2f} GiB, over the {OFFSET_REFERENCE_BYTES / 2**30:.2f} GiB "
+           "three more may take" if held > OFFSET_REFERENCE_BYTES else None)
+    if why is not None:
+        prepared.offsets, prepared.offsets_note = {}, f"no offset runs: {why}"
+        return
+    dropped: list[str] = []
+    for seed, variant in list(prepared.offsets.items()):
+        try:
+            xs = prepared.inputs(seed)
+            with torch.no_grad():
+                base = [t.clone() for t in _compared_outputs(compiled, compiled(*xs))]
+            reference = _float64_outputs(compiled.model, xs, compiled.device, [], compiled.problem)
+            if len(reference) != len(base):
+                raise ValueError(f"the float64 model returned {len(reference)} tensors, the compiled one {len(base)}")
+            refs[seed] = SeedReference([_output_reference(b, r.to(b.device)) for b, r in zip(base, reference)])
+            del xs, base, reference
+        except Exception as exc:  # noqa: BLE001 - out of memory included: the run is dropped, and said
+            if isinstance(exc, torch.OutOfMemoryError) and torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            del prepared.offsets[seed]
+            dropped.append(f"{variant} ({type(exc).__name__}: {_short(exc)})")
+    if dropped:
+        prepared.offsets_note = "offset runs dropped, the compiled baseline or float64 failing on their inputs: " + \
+            "; ".join(dropped)
+
+
+def _reference_bytes(ref: SeedReference) -> int:
+    """What one seed's references hold on the device (bytes)."""
+    return sum(t.numel() * t.element_size() for o in ref.outputs for t in (o.ref_hi, o.exact) if t is not None)
 
 
 def _compared_outputs(compiled: Any, out: Any) -> list[Any]:
@@ -255,7 +306,9 @@ def _short(exc: BaseException) -> str:
 
 
 def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: float,
-                reduced_precision: bool) -> list[SeedErrors]:
+                reduced_precision: bool) -> tuple[list[SeedErrors], dict[str, SeedErrors]]:
+    """Each seed's run, then the offset runs' (:attr:`.prepared.Prepared.offsets`), judged alike: (the seeds'
+    rows, each offset run's row by its draw). A failure raises StageFailure with the rows so far."""
     import torch
 
     from ..capture.swap import swapped
@@ -265,16 +318,17 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
     rule = NumericsRule(error_factor=error_factor, reduced_precision=reduced_precision)
     rows: list[SeedErrors] = []
     shares = unguarded_shares(prepared)
-    for seed in prepared.seeds:
+    for seed in prepared.model_seeds:
         inputs = prepared.inputs(seed)
+        label = f"the {prepared.offsets[seed]} run (seed {seed})" if seed in prepared.offsets else f"seed {seed}"
 
-        def guarded(run: str, share: float = 0.0, seed: int = seed) -> dict[str, GuardedKernel]:
-            return {name: GuardedKernel(c, compiled.kernel(name).info.args, f"seed {seed}{run}, kernel {name}",
+        def guarded(run: str, share: float = 0.0, label: str = label) -> dict[str, GuardedKernel]:
+            return {name: GuardedKernel(c, compiled.kernel(name).info.args, f"{label}{run}, kernel {name}",
                                         prepared.device, prepared.entropy, unguarded=share)
                     for name, c in candidates.items()}
 
         unchecked = guarded(" (an unchecked run)")
-        prepared.extra_runs(unchecked, inputs, f"seed {seed}")
+        prepared.extra_runs(unchecked, inputs, label)
         failure = next((g.failure for g in unchecked.values() if g.failure is not None), None)
         if failure is not None:
             raise StageFailure(failure)
@@ -287,7 +341,7 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
         except torch.OutOfMemoryError:
             raise
         except Exception as exc:
-            raise StageFailure(f"model raised with the candidate on seed {seed}: {type(exc).__name__}: {_short(exc)}") from exc
+            raise StageFailure(f"model raised with the candidate on {label}: {type(exc).__name__}: {_short(exc)}") from exc
         failure = next((g.failure for g in guards.values() if g.failure is not None), None)
         if failure is not None:
             raise StageFailure(failure)
@@ -296,11 +350,11 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
         names = output_names(compiled.problem, compiled.model, inputs, len(ref))  # gradients named in training
         del inputs
         if len(outs) != len(ref):
-            raise StageFailure(f"seed {seed}: the model returned {len(outs)} tensors instead of {len(ref)}")
+            raise StageFailure(f"{label}: the model returned {len(outs)} tensors instead of {len(ref)}")
         row = SeedErrors(seed=seed, candidate_vs_fp64=0.0, baseline_vs_fp64=0.0, scale=0.0, model_ratio=0.0)
         for k, (c, r) in enumerate(zip(outs, ref)):
             try:
-                j = judge_output(c, r, rule, f"seed {seed}, {names[k]}")
+                j = judge_output(c, r, rule, f"{label}, {names[k]}")
             except StageFailure as caught:
                 caught.errors = [*rows, failed_row(row, r, caught)]
                 raise
@@ -312,7 +366,8 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
             row.model_ratio = max(row.model_ratio or 0.0, j.worst_ratio)
         del outs
         rows.append(row)
-    return rows
+    return ([r for r in rows if r.seed not in prepared.offsets],
+            {prepared.offsets[r.seed]: r for r in rows if r.seed in prepared.offsets})
 
 
 def failed_row(row: SeedErrors, r: OutputReference, failure: StageFailure) -> SeedErrors:
@@ -340,7 +395,7 @@ def unguarded_shares(prepared: Prepared) -> dict[int, float]:
     """
     entropy = prepared.entropy
     production = prepared.seeds[entropy.below(len(prepared.seeds))] if prepared.seeds else None
-    return {seed: 1.0 if seed == production else entropy.below(5) / 4 for seed in prepared.seeds}
+    return {seed: 1.0 if seed == production else entropy.below(5) / 4 for seed in prepared.model_seeds}
 
 
 def judge_output(c: Any, r: OutputReference, rule: NumericsRule, what: str,

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from ..records import StageResult
 from . import model as model_stage
 from . import stages
-from .prepared import GIB, Prepared, StageFailure, VerifierOutOfMemory, out_of_memory, weight_sums
+from .prepared import GIB, Prepared, StageFailure, VerifierOutOfMemory, offset_runs, out_of_memory, weight_sums
 from .protocol import CheckDone, CheckRequest, Opened, OpenRequest, StageDone, StageStarted
 from .stages import Check, Outcome, Stage, first_line, raised_in_candidate
 
@@ -103,8 +103,8 @@ def open_problem(request: OpenRequest) -> tuple[Prepared, Opened]:
         del first
         _PeakTracker.stage()
         prepared = Prepared(compiled=compiled, device=device, seeds=seeds, references={}, variant=request.variant,
-                            min_flops=reads.flops)
-        for seed in seeds:
+                            min_flops=reads.flops, offsets=offset_runs(seeds))
+        for seed in prepared.model_seeds:
             inputs = prepared.inputs(seed)
             prepared.integrity[seed] = input_checksums(inputs)
             del inputs

@@ -118,6 +118,11 @@ class Prepared:
     # seed they were perturbed from (:meth:`use_weights`).
     weight_seed: int | None = None
     weights_written: bool = False  # a run changed the weights before they were switched
+    # The model stage's runs on inputs lying far from zero against their spread: seed -> its draw, one of
+    # each of tensors.OFFSET_VARIANTS (:func:`offset_runs`; empty: none). Their inputs are drawn by
+    # :meth:`inputs` like a seed's, then shifted; the kernel stage's seeds do not include them.
+    offsets: dict[int, str] = field(default_factory=dict)
+    offsets_note: str | None = None  # why there are none, where the session dropped them (verify/model.py)
     _originals: list[Any] | None = field(default=None, repr=False)  # host copies of the problem's own weights
 
     def __post_init__(self) -> None:
@@ -151,10 +156,24 @@ class Prepared:
             self.corrupted = True
         return not self.corrupted
 
+    @property
+    def model_seeds(self) -> list[int]:
+        """The seeds the model stage judges: the session's, then the offset runs'."""
+        return [*self.seeds, *self.offsets]
+
     def inputs(self, seed: int) -> list[Any]:
-        """The model's inputs drawn under ``seed``, with that seed's weights put in place."""
+        """The model's inputs drawn under ``seed``, with that seed's weights put in place; for the offset
+        runs' seeds, shifted by their draw (within the limits of the narrowest floating dtype the compiled
+        kernels take, as the kernel stage's draws are)."""
         self.use_weights(seed)
-        return self.compiled.problem.make_inputs(seed, self.device)
+        inputs = self.compiled.problem.make_inputs(seed, self.device)
+        if seed in self.offsets:
+            from .kernel import narrowest_float
+            from .tensors import stress_inputs
+
+            within = narrowest_float([a for h in self.compiled.kernels.values() for a in h.info.args])
+            stress_inputs(inputs, self.offsets[seed], seed, within)
+        return inputs
 
     def use_weights(self, seed: int) -> None:
         """Put ``seed``'s weights in the model: the problem's own for the session's first seed,
@@ -279,3 +298,22 @@ def _reference_sums(references: dict[int, Any]) -> list[Any]:
             for t in (out.exact, out.ref_hi, out.nonfinite):
                 sums.append(None if t is None else checksum(t))
     return sums
+
+
+def offset_runs(seeds: list[int]) -> dict[int, str]:
+    """The model stage's offset runs for a session of ``seeds``: one per draw of
+    :data:`.tensors.OFFSET_VARIANTS` (rows, channels, columns far from zero against their spread), each with
+    a seed of its own (none of theirs), derived from the seeds: a session's root reproduces them
+    (``kernelopt verify --seed``) and nothing outside the session can tell them."""
+    import random
+
+    from .tensors import OFFSET_VARIANTS
+
+    draw = random.Random(f"offset runs {sorted(seeds)}")
+    runs: dict[int, str] = {}
+    for variant in OFFSET_VARIANTS:
+        seed = draw.getrandbits(31)
+        while seed in seeds or seed in runs:
+            seed = draw.getrandbits(31)
+        runs[seed] = variant
+    return runs

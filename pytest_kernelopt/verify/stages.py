@@ -111,12 +111,22 @@ def _model(check: Check) -> Outcome:
                  f"{worst.candidate_vs_fp64:.3g}, default compile {worst.baseline_vs_fp64:.3g})"),
                 {"errors": list(rows), "launches": compile_check.verified_graphs(prepared, variant),
                  "launch_configs": compile_check.timed_configs(prepared, variant)})
-    found = model_stage.model_stage(prepared, check.candidates, request.error_factor, request.allow_reduced_precision)
+    found, offsets = model_stage.model_stage(prepared, check.candidates, request.error_factor,
+                                             request.allow_reduced_precision)
     worst = max(found, key=lambda r: r.candidate_vs_fp64 or 0.0)
     ratio = max((r.model_ratio or 0.0) for r in found)
+    shifted = ""
+    if offsets:
+        shifted = ("; and on inputs drawn far from zero against their spread, the worst at " + ", ".join(
+            f"{r.model_ratio or 0.0:.2g} ({variant}, max abs error {r.candidate_vs_fp64 or 0.0:.3g}, compiled "
+            f"baseline {r.baseline_vs_fp64 or 0.0:.3g})" for variant, r in offsets.items()))
+    if prepared.offsets_note:
+        shifted += f"; {prepared.offsets_note}"
+    # The seeds' figures only in ``errors`` (what reports call the kernel's error): the offset runs' are errors
+    # on deliberately ill-conditioned inputs, said here.
     return (f"{len(found)} seed(s): every output element within its allowance against the reference (the "
             f"worst at {ratio:.2g} of its allowance; max abs error {worst.candidate_vs_fp64:.3g}, compiled "
-            f"baseline {worst.baseline_vs_fp64:.3g}, scale {worst.scale:.3g})"), {"errors": found}
+            f"baseline {worst.baseline_vs_fp64:.3g}, scale {worst.scale:.3g}){shifted}"), {"errors": found}
 
 
 def _open_base(check: Check) -> bool:

@@ -205,7 +205,7 @@ class Entropy:
 # (a large mean against the spread, exact ties, subnormals, the dtype's limits, order).
 # What each does is in ``stress`` and, in words, :func:`stress_text`.
 STRESS_VARIANTS = ("tiny", "mid", "huge", "mixed", "signed", "special",
-                   "offset", "constant", "ties", "repeated", "subnormal", "subnormal_mixed",
+                   "offset", "offset_features", "offset_columns", "constant", "ties", "repeated", "subnormal", "subnormal_mixed",
                    "near_max", "near_tiny", "sorted", "reversed", "zeros", "rounded", "coarse", "padded",
                    "special_rows")
 STRESS_TEXT = {
@@ -218,6 +218,12 @@ STRESS_TEXT = {
                "one of each at least)",
     "offset": "each row (along the last dimension) shifted by c = +-10^d times the mean magnitude, sign and d in "
               "[1, {offset}] drawn per row (a large mean against the spread)",
+    "offset_features": "each index along dimension 1 (a channel, a feature; of a vector: each element) shifted by "
+                       "c = +-10^d times the mean magnitude, sign and d in [1, {offset}] drawn per index, the same "
+                       "along every other dimension (a batch norm's channels far from zero against their spread)",
+    "offset_columns": "each index along the last dimension (a column) shifted by c = +-10^d times the mean magnitude, "
+                      "sign and d in [1, {offset}] drawn per index, the same along every other dimension (a reduction "
+                      "over the leading dimensions: columns far from zero against their spread)",
     "constant": "half of the rows (drawn per row) made constant along the last dimension (one value each)",
     "ties": "small integers, |x| <= m with m drawn in [1, 4] (many exact ties)",
     "repeated": "2 to 4 distinct values, drawn (repeated values)",
@@ -258,6 +264,9 @@ STRESS_TEXT.update({
 # The ``coarse`` draw's formats: those less precise than the input's limits are used.
 COARSE_FORMATS = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
 STRESS_ZERO_FRACTION = 0.125
+# The draws that shift values far from zero against their spread (rows, channels, columns): the kernel stage
+# widens a reduction's allowance by their condition; the model stage runs one of them (verify/prepared.py).
+OFFSET_VARIANTS = ("offset", "offset_features", "offset_columns")
 # The offset draw: the band below the top shift (decades) that half of the rows are drawn in.
 NEAR_TOP = 0.5
 SPECIAL_FRACTION = 1.0 / 4096
@@ -335,9 +344,9 @@ def stress_text(variant: str, dtype: Any) -> str:
 def stress(t: Any, variant: str, seed: int, within: Any = None) -> float:
     """Turn a drawn floating-point input into a draw of ``variant`` (:data:`STRESS_VARIANTS`), in place.
 
-    Returns how much worse the draw conditions a reduction over a row: 1, but for ``offset``
-    the largest shift against the row's magnitude (the kernel stage scales its allowance by it,
-    see :func:`offset_decades`).
+    Returns how much worse the draw conditions a reduction: 1, but for the offset draws (``offset``,
+    ``offset_features``, ``offset_columns``) the largest shift against the values' magnitude (the kernel
+    stage scales its allowance by it, see :func:`offset_decades`).
 
     Every choice (exponents, signs, positions, offsets) comes from ``seed``. Integer and
     bool tensors (indices, labels, masks: a tiny range would change what they mean) are
@@ -381,6 +390,9 @@ def stress(t: Any, variant: str, seed: int, within: Any = None) -> float:
                 t.neg_()
         elif variant == "offset":
             return _offset_rows(t, scalar.getrandbits(62), offset_decades(limits), limits)
+        elif variant in ("offset_features", "offset_columns"):
+            axis = min(1, t.dim() - 1) if variant == "offset_features" else t.dim() - 1
+            return _offset_along(t, axis, scalar.getrandbits(62), offset_decades(limits), limits)
         elif variant == "constant":
             # Half the rows, not all: with every output equal the rule's absolute part (rtol x the median
             # |expected|) would vanish, and an honest reordering of a row's mean (x - mean is then a
@@ -460,6 +472,25 @@ def stress(t: Any, variant: str, seed: int, within: Any = None) -> float:
     return 1.0
 
 
+def stress_inputs(inputs: list[Any], variant: str, transform: int, within: Any = None) -> tuple[bool, float]:
+    """Turn every floating-point tensor of ``inputs`` into a draw of ``variant`` (:func:`stress`, the k-th
+    tensor under ``transform + k``; one tensor passed twice is turned once); Python numbers and integer
+    tensors pass as they are. Returns (whether any tensor was floating-point, the largest condition)."""
+    import torch
+
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    if not any(x.dtype.is_floating_point for x in tensors):
+        return False, 1.0
+    seen: set[tuple[int, Any]] = set()
+    condition = 1.0
+    for k, x in enumerate(tensors):
+        key = (x.data_ptr(), x.dtype)
+        if key not in seen:
+            seen.add(key)
+            condition = max(condition, stress(x, variant, transform + k, within))
+    return True, condition
+
+
 def is_integer(t: Any) -> bool:
     """An integer tensor the integer draws turn (bool masks are left as drawn)."""
     import torch
@@ -532,18 +563,35 @@ def _coarse(t: Any, limits: Any, scalar: random.Random) -> None:
                 piece.copy_(piece.clamp(-top, top).to(grid))
 
 
+def _shifts(index: Any, seed: int, top: float, pinned: int) -> Any:
+    """The offset draws' shift per index (an int64 tensor of row or column indices): +-10^d, sign and d in
+    [1, ``top``] drawn per index, half of the indices (which ones drawn) and ``pinned`` within NEAR_TOP of the top,
+    so the largest shift, which sizes the allowance, is shared by many and a wrong algorithm's error shows."""
+    import torch
+
+    u, sign = _hash_uniform(index, seed), _hash_uniform(index, seed + 1) < 0.5
+    near = (_hash_uniform(index, seed + 2) < 0.5) | (index == pinned)
+    span = min(NEAR_TOP, top - 1.0)
+    condition = torch.pow(10.0, torch.where(near, top - u * span, 1.0 + u * (top - 1.0)))
+    return torch.where(sign, -condition, condition)
+
+
+def _scale(t: Any) -> float:
+    """The mean magnitude the offset draws shift by (of the first piece; 1 where that is 0 or not finite)."""
+    scale = float(next(iter(views(t))).abs().double().mean())
+    return scale if math.isfinite(scale) and scale > 0 else 1.0
+
+
 def _offset_rows(t: Any, seed: int, top: float, limits: Any = None) -> float:
-    """Add c = +-10^d x (mean |x|) to each row along the last dimension, sign and d in [1, top] drawn per row
-    (half of the rows, and one drawn row at least, within NEAR_TOP of the top); returns the largest 10^d drawn.
+    """Add c = +-10^d x (mean |x|) to each row along the last dimension (:func:`_shifts`); returns the largest
+    10^d drawn.
 
     Contiguous tensors are walked in flat pieces, each row's draw a hash of its index, so a
     row split between two pieces gets one offset; other layouts get one offset in all.
     """
     import torch
 
-    first = next(iter(views(t)))
-    scale = float(first.abs().double().mean())
-    scale = scale if math.isfinite(scale) and scale > 0 else 1.0
+    scale = _scale(t)
     length = max(1, t.shape[-1]) if t.dim() else 1
     limit = torch.finfo(limits if limits is not None else t.dtype).max / 4
     done, largest = 0, 1.0
@@ -553,17 +601,29 @@ def _offset_rows(t: Any, seed: int, top: float, limits: Any = None) -> float:
             rows = torch.arange(done, done + piece.numel(), device=t.device).view(piece.shape) // length
         else:
             rows = torch.zeros(piece.shape, dtype=torch.int64, device=t.device)
-        u, sign = _hash_uniform(rows, seed), _hash_uniform(rows, seed + 1) < 0.5
-        # Half of the rows (which ones drawn), and one drawn row whatever the count, within half a
-        # decade of the top, the others anywhere in [1, top]: the largest shift, which sizes the
-        # allowance, is shared by many rows, so a wrong algorithm's error shows in some of them.
-        near = (_hash_uniform(rows, seed + 2) < 0.5) | (rows == pinned)
-        span = min(NEAR_TOP, top - 1.0)
-        condition = torch.pow(10.0, torch.where(near, top - u * span, 1.0 + u * (top - 1.0)))
-        largest = max(largest, float(condition.max()))
-        piece.add_(torch.where(sign, -condition * scale, condition * scale).clamp_(-limit, limit))
+        shift = _shifts(rows, seed, top, pinned)
+        largest = max(largest, float(shift.abs().max()))
+        piece.add_((shift * scale).clamp_(-limit, limit))
         done += piece.numel()
     return largest
+
+
+def _offset_along(t: Any, axis: int, seed: int, top: float, limits: Any = None) -> float:
+    """Add c = +-10^d x (mean |x|) to each index along ``axis`` (:func:`_shifts`), the same along every other
+    dimension, in place (one broadcast add: no copy of ``t``); returns the largest 10^d drawn. A scalar is left
+    as drawn."""
+    import torch
+
+    if t.dim() == 0:
+        return 1.0
+    size = t.shape[axis]
+    index = torch.arange(size, device=t.device)
+    shift = _shifts(index, seed, top, seed % max(1, size))
+    limit = torch.finfo(limits if limits is not None else t.dtype).max / 4
+    shape = [1] * t.dim()
+    shape[axis] = size
+    t.add_((shift * _scale(t)).clamp_(-limit, limit).to(t.dtype).view(shape))
+    return float(shift.abs().max()) if size else 1.0
 
 
 def _hash_uniform(index: Any, seed: int) -> Any:
