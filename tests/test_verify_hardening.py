@@ -234,7 +234,7 @@ def test_model_stage_checks_a_run_the_candidate_cannot_count_on(chain, monkeypat
     monkeypatch.undo()
     with pytest.raises(StageFailure, match="against the float64 reference: .* outside the allowance"):
         model_stage(prepared, {name: _Counting(handle.original, out, honest=1)}, 4.0, False)
-    rows = model_stage(prepared, {name: handle.original}, 4.0, False)
+    rows, _ = model_stage(prepared, {name: handle.original}, 4.0, False)
     assert rows[0].candidate_vs_fp64 == rows[0].baseline_vs_fp64
 
 
@@ -253,7 +253,7 @@ def test_model_stage_guard_sees_a_write_into_the_models_input(chain):
 
     with pytest.raises(StageFailure, match=f"read-only argument {handle.info.args[read].name}: changed"):
         model_stage(prepared, {name: Writer()}, 4.0, False)
-    assert model_stage(prepared, {name: handle.original}, 4.0, False)[0].candidate_vs_fp64 is not None
+    assert model_stage(prepared, {name: handle.original}, 4.0, False)[0][0].candidate_vs_fp64 is not None
 
 
 # --- the pieces ---------------------------------------------------------------------------
