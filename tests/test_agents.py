@@ -8,6 +8,7 @@ decisions (budgets, what is stored, confirmation, Ctrl-C) are checked exactly;
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -121,6 +122,30 @@ def test_neighbours_respect_extents_masks_and_tile_size():
 
 
 # --- harvest ----------------------------------------------------------------------------
+
+def test_a_variant_holding_the_kernel_itself_offers_only_that_one_not_its_siblings():
+    """A held-out BERT block (2026-12-07): the query, key and value slices of its fused projection are kernels
+    of one job on arguments of one layout, so each matched the others' harvested kernel and was offered it (a
+    candidate spent on a certain rejection). A variant holding the kernel itself (its name or fingerprint)
+    offers only that; a variant without it still offers what matches."""
+    from pytest_kernelopt.agents.harvest import fitting
+
+    base = _info(name="triton_poi_fused_select_0")
+    args = [a.name for a in base.args]
+
+    def alt(variant: str, name: str, fingerprint: str) -> Harvested:
+        return Harvested(variant=variant, name=name, graph=0, fingerprint=fingerprint, args=args,
+                         written=["out_ptr0"], source=KERNEL_SRC, layout=layout(base))
+
+    same = alt("looped-reductions", "triton_poi_fused_select_0", base.fingerprint)
+    sibling = alt("looped-reductions", "triton_poi_fused_select_2", "2" * 16)
+    renamed = alt("coordinate-descent", "triton_poi_fused_select_1", "c" * 16)
+    assert matches(base, sibling)  # alone it looks like this kernel's
+    assert fitting(base, [sibling, same, renamed]) == [same, renamed]
+    assert fitting(base, [sibling]) == [sibling]  # no variant holds it: what matches is offered
+    by_fingerprint = alt("looped-reductions", "other", base.fingerprint)
+    assert fitting(base, [sibling, by_fingerprint]) == [by_fingerprint]
+
 
 def test_harvested_kernels_match_by_fingerprint_or_call_convention():
     base = _info()
@@ -772,6 +797,10 @@ def test_loop_honours_the_kernel_budget(tmp_path):
     # The kernel's line says that the budget, not the ideas, ended the search, and what to do.
     assert "stopped by the kernel budget" in outcome.kernels[0].message
     assert outcome.kernels[0].message.endswith(f"after {len(judged)} candidate(s): raise --budget-s to try more")
+    # Stopped before the budget is spent (the next candidate would overrun it): the line says so, not "spent".
+    stop = next(e.data["reason"] for e in events if e.event == "stop")
+    spent, budget = (float(v) for v in re.search(r"kernel budget: (\S+) of (\S+) s spent", stop).groups())
+    assert spent >= budget or ", the next candidate's checks expected to take" in stop, stop
 
 
 def test_loop_records_rejections_by_stage_and_stores_nothing_slower(tmp_path):

@@ -105,6 +105,20 @@ def matches(base: KernelInfo, alt: Harvested) -> bool:
             and (alt.layout is None or alt.layout == layout(base)))
 
 
+def fitting(base: KernelInfo, kernels: list[Harvested]) -> list[Harvested]:
+    """The harvested kernels that can stand in for ``base`` (:func:`matches`), in their order; of a variant that
+    holds ``base`` itself (its name or its fingerprint), only that one. Kernels of one job on arguments of one
+    layout match each other: the query, key and value slices of a fused projection (a held-out BERT block,
+    2026-12-07) were each offered the others' kernel, a candidate spent on a certain rejection."""
+    found = [k for k in kernels if matches(base, k)]
+
+    def itself(k: Harvested) -> bool:
+        return k.name == base.name or k.fingerprint == base.fingerprint
+
+    holding = {k.variant for k in found if itself(k)}
+    return [k for k in found if k.variant not in holding or itself(k)]
+
+
 def harvest_jobs(variants: int, jobs: int | None = None) -> int:
     """How many harvest children run at once for ``variants`` variants: ``jobs`` (the ``harvest_jobs``
     setting), else one per variant up to half the CPU cores (each child compiles with Inductor's pool of

@@ -338,10 +338,10 @@ class Keeper:
     def _alternatives(self, info: Any) -> list[tuple[str, str]]:
         """(variant, source) of the harvested Inductor compiles of ``info``: what a stored version's recipe
         may start from (recipe.derive_recipe)."""
-        from .harvest import matches
+        from .harvest import fitting
 
         harvested = getattr(self.coder, "harvested", None)
-        return [(alt.variant, alt.source) for alt in getattr(harvested, "kernels", []) if matches(info, alt)]
+        return [(alt.variant, alt.source) for alt in fitting(info, getattr(harvested, "kernels", []))]
 
     def _in_store(self, model: str, name: str, result: KernelOutcome, outcome: Any) -> bool:
         """Record a stored (or already active) version on the kernel's outcome; whether there is one."""

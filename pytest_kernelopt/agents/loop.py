@@ -119,7 +119,8 @@ class Tuner:
             return self.coder.stopped
         budget = self.options.budget_s * self._share  # a declared shape's share of it (SHAPE_WEIGHTS)
         if state.spent + estimate > budget:
-            return f"kernel budget: {state.spent:.0f} of {budget:g} s spent"
+            left = f", the next candidate's checks expected to take {estimate:.0f} s more" if state.spent < budget else ""
+            return f"kernel budget: {state.spent:.0f} of {budget:g} s spent{left}"
         if estimate > self._run_left():
             return self._run_spent()
         return None

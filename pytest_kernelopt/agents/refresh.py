@@ -323,7 +323,7 @@ class _Alternatives:
         self._done: dict[str, Any] = {}
 
     def get(self, variant: str, info: KernelInfo) -> str | None:
-        from .harvest import VARIANTS, harvest, matches
+        from .harvest import VARIANTS, fitting, harvest
 
         if variant not in VARIANTS:
             return None
@@ -331,7 +331,7 @@ class _Alternatives:
             at = f" at shape {self.shape}" if self.shape else ""
             self.say(f"compiling {Path(self.problem).name}{at} under Inductor's {variant} settings")
             self._done[variant] = harvest(Path(self.problem), self.device, [variant], self.timeout, shape=self.shape)
-        found = [k for k in self._done[variant].kernels if matches(info, k)]
+        found = fitting(info, self._done[variant].kernels)
         return found[0].source if found else None
 
 

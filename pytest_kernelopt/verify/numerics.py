@@ -435,7 +435,7 @@ def judge(expected: Any, actual: Any, tol: Tolerance, what: str, residue: float 
         raise NumericsFailure(
             f"{what}: {bad} of {expected.numel()} element(s) outside the allowance {tol.describe()}; the first at "
             f"{_where(expected, index)}: expected {exp_v:.9g}, got {act_v:.9g}, |difference| {diff:.3g} > allowance "
-            f"{allow:.3g} ({diff / allow:.3g}x); the worst is {float(worst):.3g}x its allowance",
+            f"{allow:.3g} ({diff / allow:.4g}x); the worst is {float(worst):.4g}x its allowance",
             Judgement(worst_ratio=float(worst), max_abs=float(max_abs), max_rel=float(max_rel), checked=expected.numel()))
     return Judgement(worst_ratio=float(worst), max_abs=float(max_abs), max_rel=float(max_rel),
                      checked=expected.numel())

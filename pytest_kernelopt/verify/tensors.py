@@ -205,8 +205,8 @@ class Entropy:
 # (a large mean against the spread, exact ties, subnormals, the dtype's limits, order).
 # What each does is in ``stress`` and, in words, :func:`stress_text`.
 STRESS_VARIANTS = ("tiny", "mid", "huge", "mixed", "signed", "special",
-                   "offset", "offset_features", "offset_columns", "constant", "ties", "repeated", "subnormal", "subnormal_mixed",
-                   "near_max", "near_tiny", "sorted", "reversed", "zeros", "rounded", "coarse", "padded",
+                   "offset", "offset_features", "offset_columns", "constant", "ties", "repeated", "subnormal",
+                   "subnormal_mixed", "near_max", "near_tiny", "sorted", "reversed", "zeros", "rounded", "coarse", "padded",
                    "special_rows")
 STRESS_TEXT = {
     "tiny": "scaled by 10^-k, k drawn in [1, {k}]",
@@ -265,7 +265,7 @@ STRESS_TEXT.update({
 COARSE_FORMATS = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
 STRESS_ZERO_FRACTION = 0.125
 # The draws that shift values far from zero against their spread (rows, channels, columns): the kernel stage
-# widens a reduction's allowance by their condition; the model stage runs one of them (verify/prepared.py).
+# widens a reduction's allowance by their condition; the model stage runs each (prepared.offset_runs).
 OFFSET_VARIANTS = ("offset", "offset_features", "offset_columns")
 # The offset draw: the band below the top shift (decades) that half of the rows are drawn in.
 NEAR_TOP = 0.5

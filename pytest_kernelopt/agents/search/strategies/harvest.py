@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 
 from ....store import sha256_text
-from ...harvest import kind, matches
+from ...harvest import fitting, kind
 from ....candidate.launch_space import describe, read_point, with_point
 from ....runs.records import CoderContext, Proposal
 from .base import SearchState
@@ -68,8 +68,8 @@ def propose(search: SearchState, ctx: CoderContext, tried: set[str], arg: str | 
 def _harvested(search: SearchState, ctx: CoderContext, seen: set[str], *, forms: bool) -> list[Proposal]:
     """The harvested kernels that fit this one, of another form (``forms``) or of the compiler's."""
     out: list[Proposal] = []
-    for alt in search.harvested.kernels:
-        if not matches(ctx.kernel, alt) or sha256_text(alt.source) in seen:
+    for alt in fitting(ctx.kernel, search.harvested.kernels):
+        if sha256_text(alt.source) in seen:
             continue
         if (form(alt.source) != form(ctx.original)) != forms:
             continue
