@@ -141,7 +141,7 @@ def test_draws_of_an_fp32_input_keep_to_the_limits_of_the_half_kernel_it_feeds(i
     import torch
 
     from pytest_kernelopt.records import ArgInfo
-    from pytest_kernelopt.verify.kernel import narrowest_float
+    from pytest_kernelopt.verify.tensors import narrowest_float
     from pytest_kernelopt.verify.tensors import limits_of, stress
 
     args = [ArgInfo(name="in_ptr0", kind="tensor", dtype="float32"), ArgInfo(name="out_ptr0", kind="tensor",

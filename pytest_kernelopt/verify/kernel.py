@@ -73,8 +73,8 @@ from .guards import CANARIES, UNGUARDED, Bands, Guard, GuardedKernel
 from .numerics import Judgement, NumericsFailure, NumericsRule, Tolerance, judge
 from .prepared import Prepared, StageFailure
 from .tensors import (EXACT_COPY_BYTES, INT_TEXT, INT_VARIANTS, STRESS_VARIANTS, checksum, chunks, is_integer, limits_of,
-                      poison, random_fill, restore, snapshot, stress, stress_inputs, stress_integers, stress_text,
-                      unchanged)
+                      narrowest_float, poison, random_fill, restore, snapshot, stress, stress_inputs, stress_integers,
+                      stress_text, unchanged)
 
 __all__ = ["EXACT_COPY_BYTES", "FRESH", "KernelRows", "compare", "kernel_stage"]
 
@@ -649,16 +649,6 @@ def _self_consistent(prepared: Prepared, name: str, rule: NumericsRule, seed: in
     except Exception:  # noqa: BLE001 - the compiler's kernel alone raising: it cannot judge either
         return False
     return checker.failure is None
-
-
-def narrowest_float(args: list[Any]) -> Any:
-    """The least precise floating-point dtype among a kernel's tensor arguments (None: none): the
-    stress draws keep to its limits (:func:`.tensors.limits_of`)."""
-    import torch
-
-    found = [getattr(torch, str(a.dtype).removeprefix("torch."), None) for a in args if a.kind == "tensor" and a.dtype]
-    floats = [d for d in found if isinstance(d, torch.dtype) and d.is_floating_point]
-    return max(floats, key=lambda d: torch.finfo(d).eps, default=None)
 
 
 def _text(variant: str, inputs: list[Any], within: Any = None) -> str:

@@ -168,8 +168,7 @@ class Prepared:
         self.use_weights(seed)
         inputs = self.compiled.problem.make_inputs(seed, self.device)
         if seed in self.offsets:
-            from .kernel import narrowest_float
-            from .tensors import stress_inputs
+            from .tensors import narrowest_float, stress_inputs
 
             within = narrowest_float([a for h in self.compiled.kernels.values() for a in h.info.args])
             stress_inputs(inputs, self.offsets[seed], seed, within)

@@ -472,6 +472,16 @@ def stress(t: Any, variant: str, seed: int, within: Any = None) -> float:
     return 1.0
 
 
+def narrowest_float(args: list[Any]) -> Any:
+    """The least precise floating-point dtype among a kernel's tensor arguments (None: none): the
+    stress draws keep to its limits (:func:`limits_of`)."""
+    import torch
+
+    found = [getattr(torch, str(a.dtype).removeprefix("torch."), None) for a in args if a.kind == "tensor" and a.dtype]
+    floats = [d for d in found if isinstance(d, torch.dtype) and d.is_floating_point]
+    return max(floats, key=lambda d: torch.finfo(d).eps, default=None)
+
+
 def stress_inputs(inputs: list[Any], variant: str, transform: int, within: Any = None) -> tuple[bool, float]:
     """Turn every floating-point tensor of ``inputs`` into a draw of ``variant`` (:func:`stress`, the k-th
     tensor under ``transform + k``; one tensor passed twice is turned once); Python numbers and integer
