@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -187,6 +188,9 @@ def test_ctrl_c_kills_every_running_child(tmp_path):
             time.sleep(0.02)
         _thread.interrupt_main()
 
+    # Python's own Ctrl-C handler for the test: a runner started with SIGINT ignored (nohup) would make
+    # interrupt_main() a no-op.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=interrupt_once_started, daemon=True).start()
     started = time.monotonic()
     try:
@@ -196,6 +200,8 @@ def test_ctrl_c_kills_every_running_child(tmp_path):
         pass
     else:
         raise AssertionError("the interrupt did not reach run_children")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - started < 30
     for f in pid_files:
         pid = int(f.read_text())

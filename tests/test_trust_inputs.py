@@ -117,7 +117,7 @@ def test_wrong_only_for_mid_range_magnitudes_is_rejected(affine):
     verdict = _verify(affine, edited, "mid_range.py")
     assert verdict.status == "rejected", verdict.reason
     # Caught on a draw that reaches mid-range magnitudes, and the message names the element and its draw.
-    assert re.search(r"kernel: draw '(mid|mixed|huge|offset|offset_features|offset_columns)' \(input seed \d+", verdict.reason), verdict.reason
+    assert re.search(r"kernel: draw '(mid|mixed|huge|offset\w*)' \(input seed \d+", verdict.reason), verdict.reason
     assert re.search(r"the first at flat index \d+ \[\d+, \d+\]: expected [-\d.e+]+, got [-\d.e+]+, \|difference\| "
                      r"[\d.e+-]+ > allowance", verdict.reason), verdict.reason
 

@@ -55,6 +55,8 @@ COLUMN_VARIANCE = ("column_variance", "The variance of each column, over the bat
                    "torch.var(x, dim=0, unbiased=False)", "32, 16")
 CENTRED = ("centred_rows", "Each row less its mean: one reduction kernel.", "x - x.mean(dim=-1, keepdim=True)",
            "16, 32")
+SAMPLE_VARIANCE = ("sample_variance", "The variance of each sample over its other two dimensions: one reduction kernel.",
+                   "torch.var(x, dim=(1, 2), unbiased=False)", "4, 8, 16")
 LOG = ("log_abs", "The logarithm of each element's magnitude: one pointwise kernel.", "torch.log(torch.abs(x))", "8, 32")
 ARGMAX = ("row_argmax", "The index of each row's largest element: one reduction kernel.", "torch.argmax(x, dim=-1)", "4, 32")
 
@@ -214,7 +216,7 @@ def test_a_one_pass_variance_is_rejected_on_rows_offset_against_their_spread(ope
     edited = _edit(var.dump, f"tl.sum(tl.where(xmask, {{x}} * {{x}}, 0.0), 1)[:, None] / 32.0 - {mean} * {mean}")
     verdict = var.verify(edited, "one_pass.py")
     assert verdict.status == "rejected", verdict.reason
-    assert re.match(r"kernel: draw '(offset|offset_features|offset_columns|constant|ties|repeated|sorted|reversed|coarse|"
+    assert re.match(r"kernel: draw '(offset\w*|constant|ties|repeated|sorted|reversed|coarse|"
                     r"padded)' \(input seed \d+, "
                     r"floating-point inputs ", verdict.reason), verdict.reason
     assert "outside the allowance" in verdict.reason
@@ -232,7 +234,7 @@ def test_a_one_pass_variance_over_the_batch_is_rejected_on_columns_offset_agains
     edited = _edit(var.dump, f"tl.sum({{x}} * {{x}}, 1)[:, None] / 32.0 - {mean} * {mean}")
     verdict = var.verify(edited, "one_pass_columns.py")
     assert verdict.status == "rejected", verdict.reason
-    assert re.match(r"kernel: draw '(offset_features|offset_columns|constant|ties|repeated|coarse)' \(input seed \d+, ",
+    assert re.match(r"kernel: draw '(offset\w*|constant|ties|repeated|coarse)' \(input seed \d+, ",
                     verdict.reason), verdict.reason
     honest = var.verify(var.dump, "dump.py")
     assert honest.status == "correct", honest.reason
@@ -263,14 +265,15 @@ def test_offset_runs_are_judged_like_seeds_and_dropped_and_said_where_their_refe
     from pytest_kernelopt.verify import model
     from pytest_kernelopt.verify.pipeline import open_problem
     from pytest_kernelopt.verify.protocol import OpenRequest
+    from pytest_kernelopt.verify.tensors import OFFSET_VARIANTS
 
     stem, doc, expression, shape = CENTRED
     problem = tmp_path / f"{stem}.py"
     problem.write_text(PROBLEM.format(doc=doc, expression=expression, shape=shape))
     prepared, _ = open_problem(OpenRequest(problem=str(problem), device=interpreter, seeds=[3]))
-    assert len(prepared.offsets) == 3 and set(prepared.references) == {3, *prepared.offsets}
+    assert len(prepared.offsets) == len(OFFSET_VARIANTS) and set(prepared.references) == {3, *prepared.offsets}
     rows, offsets = model.model_stage(prepared, {}, 4.0, False)  # the compiler's own kernels: within, as seeds are
-    assert [r.seed for r in rows] == [3] and sorted(offsets) == ["offset", "offset_columns", "offset_features"]
+    assert [r.seed for r in rows] == [3] and sorted(offsets) == sorted(OFFSET_VARIANTS)
     assert all(r.model_ratio is not None and r.model_ratio <= 1.0 for r in offsets.values())
     monkeypatch.setattr(model, "OFFSET_REFERENCE_BYTES", 0)
     dropped, _ = open_problem(OpenRequest(problem=str(problem), device=interpreter, seeds=[3]))
@@ -285,12 +288,13 @@ def test_an_offset_run_the_model_cannot_do_is_dropped_and_said_not_blamed(interp
     offset runs it cannot do are dropped, named with the error."""
     from pytest_kernelopt.verify.pipeline import open_problem
     from pytest_kernelopt.verify.protocol import OpenRequest
+    from pytest_kernelopt.verify.tensors import OFFSET_VARIANTS
 
     problem = tmp_path / "refuses_large.py"
     problem.write_text(PROBLEM.format(doc="Rows centred, for inputs below 100 only.", shape="16, 32",
                                       expression="x - x.mean(-1, keepdim=True) if bool((x.abs() < 100).all()) else None"))
     prepared, _ = open_problem(OpenRequest(problem=str(problem), device=interpreter, seeds=[3]))
-    assert set(prepared.references) == {3, *prepared.offsets} and len(prepared.offsets) < 3
+    assert set(prepared.references) == {3, *prepared.offsets} and len(prepared.offsets) < len(OFFSET_VARIANTS)
     assert prepared.offsets_note is not None and "offset runs dropped" in prepared.offsets_note, prepared.offsets_note
     assert "ProblemError" in prepared.offsets_note, prepared.offsets_note
 
@@ -306,13 +310,34 @@ def test_offset_runs_are_one_per_draw_with_seeds_of_their_own_reproduced_by_the_
     assert set(offset_runs([11, 22, 34])).isdisjoint(runs)  # another session's: others
 
 
+@pytest.mark.slow
+def test_a_one_pass_variance_over_several_dimensions_is_rejected(opened):
+    """A third red-team round (2026-12-07): no draw shifted a whole sample, or every element, so a reduction over
+    dimension 1 and the last together (a group norm's groups, a LayerNorm over (T, D)) never saw inputs far from
+    zero against their spread, and a one-pass variance there passed every draw (0.26 off at 1000 spreads from
+    zero, where the compiler is within 2e-4). The sample and whole-tensor draws put it outside."""
+    var = opened(SAMPLE_VARIANCE)
+    mean = "(tl.sum({x}, 1)[:, None] / 128.0)"
+    edited = _edit(var.dump, f"tl.sum({{x}} * {{x}}, 1)[:, None] / 128.0 - {mean} * {mean}")
+    verdict = var.verify(edited, "one_pass_samples.py")
+    assert verdict.status == "rejected", verdict.reason
+    assert re.match(r"kernel: draw '(offset\w*|constant|ties|repeated|coarse|near_max)' \(input "
+                    r"seed \d+, ", verdict.reason), verdict.reason
+    honest = var.verify(var.dump, "dump.py")
+    assert honest.status == "correct", honest.reason
+
+
 def test_the_column_draws_put_channels_and_columns_far_from_zero_against_their_spread(interpreter):
-    """offset_features shifts each index along dimension 1 (a channel of N, C, H, W), offset_columns each along
-    the last, the same along every other dimension: what a reduction over the rest sees is far from zero.
+    """offset_samples shifts each index along dimension 0, offset_features along dimension 1 (a channel of N, C,
+    H, W), offset_columns along the last, each the same along every other dimension, offset_whole every element by
+    one shift: what a reduction over the rest sees is far from zero.
     In place on a layout that is not contiguous too; the returned condition is the largest shift drawn."""
     import torch
 
     from pytest_kernelopt.verify.tensors import offset_decades, stress
+
+    def far(mean, spread):  # half of the indices (and one at least) near the top shift, the others down to 1
+        return float((mean > 5 * spread).double().mean()) >= 0.25 and float((mean / spread).max()) > 1000
 
     for layout in ("contiguous", "channels_last"):
         x = torch.randn(6, 8, 5, 7)
@@ -322,16 +347,24 @@ def test_the_column_draws_put_channels_and_columns_far_from_zero_against_their_s
         condition = stress(x, "offset_features", 11)
         assert x.data_ptr() == kept
         mean, spread = x.double().mean((0, 2, 3)).abs(), x.double().std((0, 2, 3))
-        assert bool((mean > 5 * spread).all()), (layout, mean, spread)
+        assert far(mean, spread), (layout, mean, spread)
         assert 10.0 ** (offset_decades(torch.float32) - 0.5) <= condition <= 10.0 ** offset_decades(torch.float32) * 1.0001
         ratio = float((mean / spread).max())
         assert condition / 10 < ratio < condition * 10
         y = torch.randn(6, 8, 5, 7)
         stress(y, "offset_columns", 12)
         mean, spread = y.double().mean((0, 1, 2)).abs(), y.double().std((0, 1, 2))
-        assert bool((mean > 5 * spread).all()), (layout, mean, spread)
+        assert far(mean, spread), (layout, mean, spread)
+        z = torch.randn(6, 8, 5, 7)
+        stress(z, "offset_samples", 13)  # a group norm's groups, a norm over (C, H, W)
+        mean, spread = z.double().mean((1, 2, 3)).abs(), z.double().std((1, 2, 3))
+        assert far(mean, spread), (layout, mean, spread)
+    w = torch.randn(6, 8, 5, 7)
+    whole = stress(w, "offset_whole", 14)  # one shift: every reduction of any dimensions
+    assert torch.allclose(w.double().mean(), torch.tensor(float(w.mean())).double()) and whole >= 1.0
+    assert abs(float(w.double().mean())) > 0.5 * whole * 0.7 and float(w.double().std()) < 1.2
     v = torch.randn(16)
-    assert stress(v, "offset_features", 3) > 10.0 and bool((v.abs() > 5).all())  # a vector: each element shifted
+    assert stress(v, "offset_features", 3) > 10.0 and float((v.abs() > 5).double().mean()) > 0.5  # each element shifted
     s = torch.tensor(2.0)
     assert stress(s, "offset_columns", 3) == 1.0 and float(s) == 2.0  # a scalar is left as drawn
 
@@ -423,12 +456,14 @@ def test_structured_draws_work_in_place_for_every_floating_dtype(interpreter):
                 assert 2 <= len(x.unique()) <= 4
             elif variant == "zeros":
                 assert bool((x == 0).all()) and 0 < int(torch.signbit(x).sum()) < x.numel()
-            elif variant == "offset":
+            elif variant in ("offset", "offset_samples"):  # of a matrix: the same axis, the rows
                 mean, spread = x.double().mean(-1).abs(), x.double().std(-1)
-                assert bool((mean > 5 * spread).all()), (dtype, mean, spread)
+                assert float((mean > 5 * spread).double().mean()) >= 0.4, (dtype, mean, spread)  # half near the top
             elif variant in ("offset_features", "offset_columns"):  # of a matrix: the same axis, the columns
                 mean, spread = x.double().mean(0).abs(), x.double().std(0)
-                assert bool((mean > 5 * spread).all()), (dtype, mean, spread)
+                assert float((mean > 5 * spread).double().mean()) >= 0.4, (dtype, mean, spread)
+            elif variant == "offset_whole":
+                assert float(x.double().mean().abs()) > 0.5 * float(x.double().std()), dtype
             if variant not in ("special", "special_rows", "near_max"):
                 assert bool(torch.isfinite(x).all()), (variant, dtype)
     ints = torch.randint(-5, 5, (8, 8))

@@ -111,7 +111,7 @@ def test_stress_inputs_reject_a_softmax_without_max_subtraction(tmp_path, interp
         verdict = session.verify(name, source_of(naive, "naive_softmax.py"))
         assert verdict.status == "rejected", verdict.reason
         # The seeded (randn) inputs pass; an input draw of large magnitudes catches it, in the kernel stage.
-        assert re.match(r"kernel: draw '(mid|huge|mixed|special|offset|near_max|constant|sorted|reversed|special_rows|coarse)'",
+        assert re.match(r"kernel: draw '(mid|huge|mixed|special|offset\w*|near_max|constant|sorted|reversed|special_rows|coarse)'",
                         verdict.reason), verdict.reason
         assert "NaN/Inf where the expected result has none, or not where it has them" in verdict.reason
         good = session.verify(name, source_of(dump, "dump.py"))

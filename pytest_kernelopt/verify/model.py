@@ -65,7 +65,7 @@ from .prepared import Prepared, StageFailure
 from .tensors import any_nonfinite, chunks
 
 EXACT_REFERENCE_BYTES = 32 << 20  # float64 references up to this size; larger ones rounded, with their residue
-# The offset runs (prepared.offset_runs) keep three references more on the device: only while one seed's
+# The offset runs (prepared.offset_runs) keep a reference more each on the device: only while one seed's
 # references take at most this much (an output of many GiB, elementwise work, goes without them, said).
 OFFSET_REFERENCE_BYTES = 1 << 30
 
@@ -183,8 +183,8 @@ def _offset_references(prepared: Prepared, refs: dict[int, SeedReference], kind:
     compiled = prepared.compiled
     held = _reference_bytes(refs[prepared.seeds[0]]) if prepared.seeds else 0
     why = ("the reference is not float64" if kind != "float64" else
-           f"a seed's references take {held / 2**30:.2f} GiB, over the {OFFSET_REFERENCE_BYTES / 2**30:.2f} GiB "
-           "three more may take" if held > OFFSET_REFERENCE_BYTES else None)
+           f"a seed's references take {held / 2**30:.2f} GiB (over {OFFSET_REFERENCE_BYTES / 2**30:.2f} GiB), and "
+           "each offset run's would take as much" if held > OFFSET_REFERENCE_BYTES else None)
     if why is not None:
         prepared.offsets, prepared.offsets_note = {}, f"no offset runs: {why}"
         return

@@ -205,7 +205,7 @@ class Entropy:
 # (a large mean against the spread, exact ties, subnormals, the dtype's limits, order).
 # What each does is in ``stress`` and, in words, :func:`stress_text`.
 STRESS_VARIANTS = ("tiny", "mid", "huge", "mixed", "signed", "special",
-                   "offset", "offset_features", "offset_columns", "constant", "ties", "repeated", "subnormal",
+                   "offset", "offset_samples", "offset_features", "offset_columns", "offset_whole", "constant", "ties", "repeated", "subnormal",
                    "subnormal_mixed", "near_max", "near_tiny", "sorted", "reversed", "zeros", "rounded", "coarse", "padded",
                    "special_rows")
 STRESS_TEXT = {
@@ -217,13 +217,18 @@ STRESS_TEXT = {
     "special": "NaN, +Inf and -Inf at random places (about one element in 4096, four in a small tensor, "
                "one of each at least)",
     "offset": "each row (along the last dimension) shifted by c = +-10^d times the mean magnitude, sign and d in "
-              "[1, {offset}] drawn per row (a large mean against the spread)",
+              "[0, {offset}] drawn per row (a large mean against the spread)",
+    "offset_samples": "each index along dimension 0 (a sample) shifted by c = +-10^d times the mean magnitude, sign and "
+                      "d in [0, {offset}] drawn per index, the same along every other dimension (a group norm's "
+                      "groups, a norm over several trailing dimensions, far from zero against their spread)",
     "offset_features": "each index along dimension 1 (a channel, a feature; of a vector: each element) shifted by "
-                       "c = +-10^d times the mean magnitude, sign and d in [1, {offset}] drawn per index, the same "
+                       "c = +-10^d times the mean magnitude, sign and d in [0, {offset}] drawn per index, the same "
                        "along every other dimension (a batch norm's channels far from zero against their spread)",
     "offset_columns": "each index along the last dimension (a column) shifted by c = +-10^d times the mean magnitude, "
-                      "sign and d in [1, {offset}] drawn per index, the same along every other dimension (a reduction "
+                      "sign and d in [0, {offset}] drawn per index, the same along every other dimension (a reduction "
                       "over the leading dimensions: columns far from zero against their spread)",
+    "offset_whole": "every element shifted by one c = +-10^d times the mean magnitude, sign and d in [0, {offset}] "
+                    "drawn (every reduction, of any dimensions, far from zero against its spread)",
     "constant": "half of the rows (drawn per row) made constant along the last dimension (one value each)",
     "ties": "small integers, |x| <= m with m drawn in [1, 4] (many exact ties)",
     "repeated": "2 to 4 distinct values, drawn (repeated values)",
@@ -266,7 +271,7 @@ COARSE_FORMATS = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
 STRESS_ZERO_FRACTION = 0.125
 # The draws that shift values far from zero against their spread (rows, channels, columns): the kernel stage
 # widens a reduction's allowance by their condition; the model stage runs each (prepared.offset_runs).
-OFFSET_VARIANTS = ("offset", "offset_features", "offset_columns")
+OFFSET_VARIANTS = ("offset", "offset_samples", "offset_features", "offset_columns", "offset_whole")
 # The offset draw: the band below the top shift (decades) that half of the rows are drawn in.
 NEAR_TOP = 0.5
 SPECIAL_FRACTION = 1.0 / 4096
@@ -344,9 +349,9 @@ def stress_text(variant: str, dtype: Any) -> str:
 def stress(t: Any, variant: str, seed: int, within: Any = None) -> float:
     """Turn a drawn floating-point input into a draw of ``variant`` (:data:`STRESS_VARIANTS`), in place.
 
-    Returns how much worse the draw conditions a reduction: 1, but for the offset draws (``offset``,
-    ``offset_features``, ``offset_columns``) the largest shift against the values' magnitude (the kernel
-    stage scales its allowance by it, see :func:`offset_decades`).
+    Returns how much worse the draw conditions a reduction: 1, but for the offset draws
+    (:data:`OFFSET_VARIANTS`) the largest shift against the values' magnitude (the kernel stage scales
+    its allowance by it, see :func:`offset_decades`).
 
     Every choice (exponents, signs, positions, offsets) comes from ``seed``. Integer and
     bool tensors (indices, labels, masks: a tiny range would change what they mean) are
@@ -390,8 +395,9 @@ def stress(t: Any, variant: str, seed: int, within: Any = None) -> float:
                 t.neg_()
         elif variant == "offset":
             return _offset_rows(t, scalar.getrandbits(62), offset_decades(limits), limits)
-        elif variant in ("offset_features", "offset_columns"):
-            axis = min(1, t.dim() - 1) if variant == "offset_features" else t.dim() - 1
+        elif variant in OFFSET_VARIANTS:
+            axis = {"offset_samples": 0, "offset_features": min(1, t.dim() - 1), "offset_columns": t.dim() - 1,
+                    "offset_whole": None}[variant]
             return _offset_along(t, axis, scalar.getrandbits(62), offset_decades(limits), limits)
         elif variant == "constant":
             # Half the rows, not all: with every output equal the rule's absolute part (rtol x the median
@@ -575,14 +581,15 @@ def _coarse(t: Any, limits: Any, scalar: random.Random) -> None:
 
 def _shifts(index: Any, seed: int, top: float, pinned: int) -> Any:
     """The offset draws' shift per index (an int64 tensor of row or column indices): +-10^d, sign and d in
-    [1, ``top``] drawn per index, half of the indices (which ones drawn) and ``pinned`` within NEAR_TOP of the top,
-    so the largest shift, which sizes the allowance, is shared by many and a wrong algorithm's error shows."""
+    [0, ``top``] drawn per index, half of the indices (which ones drawn) and ``pinned`` within NEAR_TOP of the top,
+    so the largest shift, which sizes the allowance, is shared by many and a wrong algorithm's error shows; the
+    others anywhere down to no shift beyond the spread (a kernel wrong only a few spreads from zero is seen)."""
     import torch
 
     u, sign = _hash_uniform(index, seed), _hash_uniform(index, seed + 1) < 0.5
     near = (_hash_uniform(index, seed + 2) < 0.5) | (index == pinned)
     span = min(NEAR_TOP, top - 1.0)
-    condition = torch.pow(10.0, torch.where(near, top - u * span, 1.0 + u * (top - 1.0)))
+    condition = torch.pow(10.0, torch.where(near, top - u * span, u * top))
     return torch.where(sign, -condition, condition)
 
 
@@ -618,20 +625,21 @@ def _offset_rows(t: Any, seed: int, top: float, limits: Any = None) -> float:
     return largest
 
 
-def _offset_along(t: Any, axis: int, seed: int, top: float, limits: Any = None) -> float:
+def _offset_along(t: Any, axis: int | None, seed: int, top: float, limits: Any = None) -> float:
     """Add c = +-10^d x (mean |x|) to each index along ``axis`` (:func:`_shifts`), the same along every other
-    dimension, in place (one broadcast add: no copy of ``t``); returns the largest 10^d drawn. A scalar is left
-    as drawn."""
+    dimension (``axis`` None: one c for every element, near the top or anywhere, drawn), in place (one broadcast
+    add: no copy of ``t``); returns the largest 10^d drawn. A scalar is left as drawn."""
     import torch
 
     if t.dim() == 0:
         return 1.0
-    size = t.shape[axis]
+    size = t.shape[axis] if axis is not None else 1
     index = torch.arange(size, device=t.device)
-    shift = _shifts(index, seed, top, seed % max(1, size))
+    shift = _shifts(index, seed, top, seed % max(1, size) if axis is not None else -1)
     limit = torch.finfo(limits if limits is not None else t.dtype).max / 4
     shape = [1] * t.dim()
-    shape[axis] = size
+    if axis is not None:
+        shape[axis] = size
     t.add_((shift * _scale(t)).clamp_(-limit, limit).to(t.dtype).view(shape))
     return float(shift.abs().max()) if size else 1.0
 
