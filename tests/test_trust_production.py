@@ -317,6 +317,19 @@ def test_a_one_pass_variance_over_several_dimensions_is_rejected(opened):
     _one_pass_variance_rejected(opened(SAMPLE_VARIANCE), 128)
 
 
+@pytest.mark.slow
+def test_a_kernel_wrong_only_a_few_spreads_from_zero_is_rejected(opened):
+    """The third red-team round: the offset draws' shifts started at ten spreads, and no other draw put a row 2.5
+    to 6 spreads from zero (common in real activations), so a kernel 1% off only there passed. The shifts now
+    start at one spread."""
+    centred = opened(CENTRED)
+    spread = "tl.sqrt(tl.sum({v} * {v}, 1)[:, None] / 32.0)"  # {x} - {v} is the row's mean
+    window = f"(tl.abs({{x}} - {{v}}) > 2.5 * {spread}) & (tl.abs({{x}} - {{v}}) < 6.0 * {spread})"
+    verdict = centred.verify(_edit(centred.dump, f"tl.where({window}, {{v}} * 1.01, {{v}})"), "window.py")
+    assert verdict.status == "rejected", verdict.reason
+    assert re.match(r"kernel: draw 'offset\w*' \(input seed \d+, ", verdict.reason), verdict.reason
+
+
 def test_the_column_draws_put_channels_and_columns_far_from_zero_against_their_spread(interpreter):
     """offset_samples shifts each index along dimension 0, offset_features along dimension 1 (a channel of N, C,
     H, W), offset_columns along the last, each the same along every other dimension, offset_whole every element by
