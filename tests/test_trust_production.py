@@ -327,7 +327,8 @@ def test_a_kernel_wrong_only_a_few_spreads_from_zero_is_rejected(opened):
     window = f"(tl.abs({{x}} - {{v}}) > 2.5 * {spread}) & (tl.abs({{x}} - {{v}}) < 6.0 * {spread})"
     verdict = centred.verify(_edit(centred.dump, f"tl.where({window}, {{v}} * 1.01, {{v}})"), "window.py")
     assert verdict.status == "rejected", verdict.reason
-    assert re.match(r"kernel: draw 'offset\w*' \(input seed \d+, ", verdict.reason), verdict.reason
+    assert re.match(r"(kernel: draw 'offset\w*' \(input seed|model: the offset\w* run \(seed) \d+",
+                    verdict.reason), verdict.reason
 
 
 def test_the_column_draws_put_channels_and_columns_far_from_zero_against_their_spread(interpreter):
