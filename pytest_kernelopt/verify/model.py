@@ -29,7 +29,7 @@ of two 2^25-element problems on the H200: their small elements' allowance is sma
 the largest element's rounding).
 
 Besides the seeds, the offset runs (:func:`.prepared.offset_runs`: inputs shifted far from zero
-against their spread along rows, dimension 1 or the last dimension) are judged the same way, so a
+against their spread, one run per :data:`.tensors.OFFSET_VARIANTS`) are judged the same way, so a
 kernel must be about as exact as the compiler's where a reduction is ill-conditioned (the kernel
 stage's widened allowance, 64 x eps x the shift, is many times that); their figures go into the
 stage's detail, not its rows.

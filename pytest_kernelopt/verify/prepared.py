@@ -301,7 +301,8 @@ def _reference_sums(references: dict[int, Any]) -> list[Any]:
 
 def offset_runs(seeds: list[int]) -> dict[int, str]:
     """The model stage's offset runs for a session of ``seeds``: one per draw of
-    :data:`.tensors.OFFSET_VARIANTS` (rows, channels, columns far from zero against their spread), each with
+    :data:`.tensors.OFFSET_VARIANTS` (rows, samples, channels, columns or a whole tensor far from zero against
+    their spread), each with
     a seed of its own (none of theirs), derived from the seeds: a session's root reproduces them
     (``kernelopt verify --seed``) and nothing outside the session can tell them."""
     import random
