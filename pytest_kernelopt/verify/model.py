@@ -60,14 +60,18 @@ from ..capture.outputs import flatten  # noqa: F401 - where the verifier's stage
 from ..capture.training import run_eager
 from ..records import SeedErrors
 from .guards import GuardedKernel
-from .numerics import Drift, Judgement, NumericsFailure, NumericsRule, drift, envelope_atol, judge, judge_drift
+from .numerics import (OFFSET_RUN_FACTOR, Drift, Judgement, NumericsFailure, NumericsRule, drift, envelope_atol, judge,
+                       judge_drift)
 from .prepared import Prepared, StageFailure
-from .tensors import any_nonfinite, chunks
+from .tensors import any_nonfinite, chunks, offset_conditions
 
 EXACT_REFERENCE_BYTES = 32 << 20  # float64 references up to this size; larger ones rounded, with their residue
 # The offset runs (prepared.offset_runs) keep a reference more each on the device: only while one seed's
 # references take at most this much (an output of many GiB, elementwise work, goes without them, said).
 OFFSET_REFERENCE_BYTES = 1 << 30
+# An offset run's envelope is taken slice by slice only where each slice holds at least this many elements:
+# the largest error over a few is luck (an honest order 4x the baseline's on one element is common).
+SLICE_ELEMENTS = 64
 
 
 @dataclass
@@ -84,6 +88,10 @@ class OutputReference:
     scale: float = 0.0  # max |reference| over finite elements
     nonfinite: Any = None  # the baseline's NaN/Inf mask (None: all finite)
     drift: Drift = field(default_factory=Drift)  # the baseline's signed error against the reference
+    # An offset run's: the envelope slice by slice along its draw (slice_envelope), element i in slice
+    # (i // slice_length) % len(slices); None: ``envelope`` for every element.
+    slices: Any = None
+    slice_length: int = 1
 
 
 @dataclass
@@ -194,10 +202,14 @@ def _offset_references(prepared: Prepared, refs: dict[int, SeedReference], kind:
             xs = prepared.inputs(seed)
             with torch.no_grad():
                 base = [t.clone() for t in _compared_outputs(compiled, compiled(*xs))]
+            shifts = offset_conditions(xs, variant, seed, prepared.within())  # before the float64 run empties xs
             reference = _float64_outputs(compiled.model, xs, compiled.device, [], compiled.problem)
             if len(reference) != len(base):
                 raise ValueError(f"the float64 model returned {len(reference)} tensors, the compiled one {len(base)}")
             refs[seed] = SeedReference([_output_reference(b, r.to(b.device)) for b, r in zip(base, reference)])
+            for out, b, r in zip(refs[seed].outputs, base, reference):
+                if out.floating:
+                    slice_envelope(out, b, r.to(b.device), shifts, variant)
             del xs, base, reference
         except Exception as exc:  # noqa: BLE001 - out of memory included: the run is dropped, and said
             if isinstance(exc, torch.OutOfMemoryError) and torch.cuda.is_available():
@@ -207,6 +219,58 @@ def _offset_references(prepared: Prepared, refs: dict[int, SeedReference], kind:
     if dropped:
         prepared.offsets_note = "offset runs dropped, the compiled baseline or float64 failing on their inputs: " + \
             "; ".join(dropped)
+
+
+def slice_envelope(out: OutputReference, base: Any, ref: Any, shifts: list[tuple[tuple[int, int], Any]],
+                   variant: str) -> None:
+    """An offset run's envelope slice by slice along its draw, into ``out.slices``.
+
+    The draw shifts the inputs' samples, features, rows or columns by different amounts (``shifts``:
+    :func:`.tensors.offset_conditions`), so the compiled baseline's error on an output's slices differs by
+    orders of magnitude: one envelope for all, set by the slices shifted most, would let a candidate be
+    hundreds of times the compiler's error on the slices shifted moderately (a one-pass variance guarded
+    against large shifts only: red team 2026-12-07). An output slice is matched to an input's by size (the
+    same count along the draw's layout, :func:`.tensors.offset_layout`; rows also an output holding one
+    element per input row); each slice's envelope is the baseline's largest excess there, at least its largest
+    excess per unit of shift over all slices times this slice's ``c + 1`` (c the largest input shift matched to
+    the slice; an honest error grows about linearly with the shift) and at least the largest excess of any
+    slice shifted less: a baseline lucky on one slice does not hold a candidate to its luck. No input matched
+    (a layer between that mixes the slices, or a draw of one shift), or slices of fewer than SLICE_ELEMENTS
+    elements: ``out.envelope`` for all, as before."""
+    import torch
+
+    from .tensors import offset_layout
+
+    layout = offset_layout(tuple(base.shape), variant)
+    matched: list[tuple[tuple[int, int], Any]] = []
+    for (_, count), c in shifts:
+        if layout is not None and layout[1] == count:
+            matched.append((layout, c))
+        elif variant == "offset" and base.numel() == count:  # one output element per input row (a row reduction)
+            matched.append(((1, count), c))
+    if not matched or out.envelope <= 0.0 or base.numel() < SLICE_ELEMENTS * matched[0][0][1]:
+        return
+    length, count = matched[0][0]
+    conditions = torch.stack([c.to(base.device) for m, c in matched if m == matched[0][0]]).amax(dim=0)
+    u = NumericsRule().envelope_rtol(base.dtype)
+    per = torch.zeros(count, dtype=torch.float64, device=base.device)
+    done = 0
+    for b, r in chunks(base, ref):
+        b, r = b.double(), r.double()
+        finite = torch.isfinite(b) & torch.isfinite(r)
+        excess = torch.where(finite, (b - r).abs() - u * r.abs(), 0.0).clamp_(min=0.0)
+        index = (torch.arange(done, done + b.numel(), device=b.device) // length) % count
+        per.scatter_reduce_(0, index, excess, "amax")
+        done += b.numel()
+    grown = conditions.double() + 1.0
+    # The floor: the baseline's largest error per unit of shift, times this slice's shift, and the largest
+    # error of any slice shifted no more than this one (an honest error does not shrink as the shift grows).
+    order = torch.argsort(grown)
+    below = torch.empty_like(per)
+    below[order] = torch.cummax(per[order], dim=0).values
+    floor = torch.maximum(grown * float((per / grown).max()), below)
+    out.slices = torch.maximum(per, floor).clamp_(max=out.envelope)
+    out.slice_length = length
 
 
 def _reference_bytes(ref: SeedReference) -> int:
@@ -292,6 +356,7 @@ def rebase(out: OutputReference, base: Any, ref: Any = None) -> OutputReference:
         return out
     rel, absolute = (0.0, 0.0) if ref is not None else (out.residue, out.residue_abs)
     ref = out.ref_hi if ref is None else ref
+    out.slices = None  # an offset run's slices were the session's baseline's
     out.baseline_err = _max_err(base, ref) + absolute + rel * _scale(ref)
     rule = NumericsRule()
     out.envelope = envelope_atol(base, ref, rule.envelope_rtol(base.dtype), absolute, rel)
@@ -316,6 +381,7 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
 
     compiled = prepared.compiled
     rule = NumericsRule(error_factor=error_factor, reduced_precision=reduced_precision)
+    offset_rule = NumericsRule(error_factor=error_factor * OFFSET_RUN_FACTOR, reduced_precision=reduced_precision)
     rows: list[SeedErrors] = []
     shares = unguarded_shares(prepared)
     for seed in prepared.model_seeds:
@@ -354,7 +420,7 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
         row = SeedErrors(seed=seed, candidate_vs_fp64=0.0, baseline_vs_fp64=0.0, scale=0.0, model_ratio=0.0)
         for k, (c, r) in enumerate(zip(outs, ref)):
             try:
-                j = judge_output(c, r, rule, f"{label}, {names[k]}")
+                j = judge_output(c, r, offset_rule if seed in prepared.offsets else rule, f"{label}, {names[k]}")
             except StageFailure as caught:
                 caught.errors = [*rows, failed_row(row, r, caught)]
                 raise
@@ -419,7 +485,7 @@ def judge_output(c: Any, r: OutputReference, rule: NumericsRule, what: str,
         raise StageFailure(f"{what}: NaN/Inf where {baseline} is finite")
     if r.nonfinite is not None and not torch.equal(~torch.isfinite(c), r.nonfinite):
         raise StageFailure(f"{what}: NaN/Inf positions differ from {baseline}")
-    tol = rule.model_tolerance(c.dtype, r.envelope, baseline)
+    tol = rule.model_tolerance(c.dtype, r.envelope, baseline, r.slices, r.slice_length)
     try:
         # Where the baseline is NaN/Inf the candidate is too (checked above): not compared further.
         judged = judge(r.ref_hi, c, tol, f"{what} against the float64 reference", residue=r.residue_abs,

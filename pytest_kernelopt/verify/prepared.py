@@ -168,11 +168,16 @@ class Prepared:
         self.use_weights(seed)
         inputs = self.compiled.problem.make_inputs(seed, self.device)
         if seed in self.offsets:
-            from .tensors import narrowest_float, stress_inputs
+            from .tensors import stress_inputs
 
-            within = narrowest_float([a for h in self.compiled.kernels.values() for a in h.info.args])
-            stress_inputs(inputs, self.offsets[seed], seed, within)
+            stress_inputs(inputs, self.offsets[seed], seed, self.within())
         return inputs
+
+    def within(self) -> Any:
+        """The narrowest floating dtype the compiled kernels take: the offset runs' draws keep to its limits."""
+        from .tensors import narrowest_float
+
+        return narrowest_float([a for h in self.compiled.kernels.values() for a in h.info.args])
 
     def use_weights(self, seed: int) -> None:
         """Put ``seed``'s weights in the model: the problem's own for the session's first seed,
@@ -294,7 +299,7 @@ def _reference_sums(references: dict[int, Any]) -> list[Any]:
     sums = []
     for seed in sorted(references):
         for out in references[seed].outputs:
-            for t in (out.exact, out.ref_hi, out.nonfinite):
+            for t in (out.exact, out.ref_hi, out.nonfinite, out.slices):
                 sums.append(None if t is None else checksum(t))
     return sums
 

@@ -274,6 +274,9 @@ STRESS_ZERO_FRACTION = 0.125
 OFFSET_VARIANTS = ("offset", "offset_samples", "offset_features", "offset_columns", "offset_whole")
 # The offset draw: the band below the top shift (decades) that half of the rows are drawn in.
 NEAR_TOP = 0.5
+GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # the offset draws' Weyl sequence step (_shifts)
+# The offset draws scale each tensor by 10^s before shifting it, s drawn in [-OFFSET_SPREAD, OFFSET_SPREAD].
+OFFSET_SPREAD = 1.0
 SPECIAL_FRACTION = 1.0 / 4096
 
 
@@ -394,12 +397,20 @@ def stress(t: Any, variant: str, seed: int, within: Any = None) -> float:
             t.abs_()
             if scalar.random() < 0.5:
                 t.neg_()
-        elif variant == "offset":
-            return _offset_rows(t, scalar.getrandbits(62), offset_decades(limits), limits)
         elif variant in OFFSET_VARIANTS:
+            if t.dim() == 0:
+                return 1.0  # a scalar is left as drawn
+            shifts = scalar.getrandbits(62)  # first: offset_conditions draws it again
+            # The spread drawn too (one factor a tensor): a kernel wrong only where values are both far from
+            # zero and spread wider than randn's passed when every offset draw kept a spread of 1.
+            spread, top = 10.0 ** scalar.uniform(-OFFSET_SPREAD, OFFSET_SPREAD), float(info.max) / 4
+            for piece in views(t):
+                piece.mul_(spread).clamp_(-top, top)
+            if variant == "offset":
+                return _offset_rows(t, shifts, offset_decades(limits), limits)
             axis = {"offset_samples": 0, "offset_features": min(1, t.dim() - 1), "offset_columns": t.dim() - 1,
                     "offset_whole": None}[variant]
-            return _offset_along(t, axis, scalar.getrandbits(62), offset_decades(limits), limits)
+            return _offset_along(t, axis, shifts, offset_decades(limits), limits)
         elif variant == "constant":
             # Half the rows, not all: with every output equal the rule's absolute part (rtol x the median
             # |expected|) would vanish, and an honest reordering of a row's mean (x - mean is then a
@@ -581,17 +592,29 @@ def _coarse(t: Any, limits: Any, scalar: random.Random) -> None:
 
 
 def _shifts(index: Any, seed: int, top: float, pinned: int) -> Any:
-    """The offset draws' shift per index (an int64 tensor of row or column indices): +-10^d, sign and d in
-    [0, ``top``] drawn per index, half of the indices (which ones drawn) and ``pinned`` within NEAR_TOP of the top,
-    so the largest shift, which sizes the allowance, is shared by many and a wrong algorithm's error shows; the
-    others anywhere down to no shift beyond the spread (a kernel wrong only a few spreads from zero is seen)."""
+    """The offset draws' shift per index (an int64 tensor of row or column indices): +-10^d, the sign drawn per
+    index, d in [0, ``top``]: half of the indices and ``pinned`` within NEAR_TOP of the top, so the largest
+    shift, which sizes the allowance, is shared by many and a wrong algorithm's error shows; the others spread
+    evenly down to no shift beyond the spread (a kernel wrong only a few spreads from zero is seen). Which
+    indices are which comes from a Weyl sequence ``frac(u + index x golden ratio)``, ``u`` drawn: any run of
+    consecutive indices covers the decades about evenly (independent draws left a batch of 8 samples without
+    one in a band of 1.7 decades one session in 7; red team 2026-12-07)."""
     import torch
 
-    u, sign = _hash_uniform(index, seed), _hash_uniform(index, seed + 1) < 0.5
-    near = (_hash_uniform(index, seed + 2) < 0.5) | (index == pinned)
+    start = float(_hash_uniform(torch.zeros(1, dtype=torch.int64), seed + 2)[0])
+    w = torch.frac(start + index.double() * GOLDEN)
+    near = (w < 0.5) | (index == pinned)
+    v = torch.where(w < 0.5, 2.0 * w, 2.0 * w - 1.0)
     span = min(NEAR_TOP, top - 1.0)
-    condition = torch.pow(10.0, torch.where(near, top - u * span, u * top))
+    condition = torch.pow(10.0, torch.where(near, top - v * span, v * top))
+    sign = _hash_uniform(index, seed + 1) < 0.5
     return torch.where(sign, -condition, condition)
+
+
+def _pinned(seed: int, count: int) -> int:
+    """The index :func:`_shifts` puts near the top whatever its Weyl number: one of one or two (three or more
+    consecutive indices hold one near the top already); -1: none."""
+    return seed % count if 0 < count <= 2 else -1
 
 
 def _scale(t: Any) -> float:
@@ -613,7 +636,7 @@ def _offset_rows(t: Any, seed: int, top: float, limits: Any = None) -> float:
     length = max(1, t.shape[-1]) if t.dim() else 1
     limit = torch.finfo(limits if limits is not None else t.dtype).max / 4
     done, largest = 0, 1.0
-    pinned = seed % max(1, t.numel() // length) if t.is_contiguous() else 0  # one row near the top at least
+    pinned = _pinned(seed, t.numel() // length) if t.is_contiguous() else 0  # one row near the top at least
     for piece in views(t):
         if t.is_contiguous():
             rows = torch.arange(done, done + piece.numel(), device=t.device).view(piece.shape) // length
@@ -636,13 +659,59 @@ def _offset_along(t: Any, axis: int | None, seed: int, top: float, limits: Any =
         return 1.0
     size = t.shape[axis] if axis is not None else 1
     index = torch.arange(size, device=t.device)
-    shift = _shifts(index, seed, top, seed % max(1, size) if axis is not None else -1)
+    shift = _shifts(index, seed, top, _pinned(seed, size) if axis is not None else -1)
     limit = torch.finfo(limits if limits is not None else t.dtype).max / 4
     shape = [1] * t.dim()
     if axis is not None:
         shape[axis] = size
     t.add_((shift * _scale(t)).clamp_(-limit, limit).to(t.dtype).view(shape))
     return float(shift.abs().max()) if size else 1.0
+
+
+# The model stage takes its offset runs' allowance slice by slice (verify/model.py) while a draw has at most
+# this many slices: a float64 envelope each, held with the run's reference.
+OFFSET_SLICES_MAX = 1 << 22
+
+
+def offset_layout(shape: tuple[int, ...], variant: str) -> tuple[int, int] | None:
+    """How the offset draw ``variant`` lays its shifts over a row-major tensor of ``shape``: (length, count),
+    element ``i`` shifted by slice ``(i // length) % count``'s; None where one shift covers every element
+    (``offset_whole``, a scalar, an empty tensor)."""
+    if not shape or math.prod(shape) == 0 or variant == "offset_whole":
+        return None
+    numel = math.prod(shape)
+    axis = {"offset": None, "offset_samples": 0, "offset_features": min(1, len(shape) - 1),
+            "offset_columns": len(shape) - 1}[variant]
+    if axis is None:  # rows along the last dimension
+        return shape[-1], numel // shape[-1]
+    return math.prod(shape[axis + 1:]), shape[axis]
+
+
+def offset_conditions(inputs: list[Any], variant: str, transform: int,
+                      within: Any = None) -> list[tuple[tuple[int, int], Any]]:
+    """What :func:`stress_inputs` under an offset draw shifted each floating-point tensor of ``inputs`` by:
+    (its :func:`offset_layout`, the shift per slice in units of the tensor's magnitude, float64), computed
+    again from the same seeds, not read back (``inputs`` need not be the drawn ones: only their shapes,
+    dtypes and layouts matter). Left out: tensors one shift covers, tensors shifted as one because of their
+    layout, and draws of more than OFFSET_SLICES_MAX slices."""
+    import torch
+
+    found: list[tuple[tuple[int, int], Any]] = []
+    seen: set[tuple[int, Any]] = set()
+    for k, x in enumerate(x for x in inputs if isinstance(x, torch.Tensor)):
+        key = (x.data_ptr(), x.dtype)
+        if key in seen:
+            continue
+        seen.add(key)
+        layout = offset_layout(tuple(x.shape), variant) if x.dtype.is_floating_point else None
+        if layout is None or layout[1] > OFFSET_SLICES_MAX or (variant == "offset" and not x.is_contiguous()):
+            continue
+        seed = random.Random(transform + k).getrandbits(62)  # as stress() draws it
+        top = offset_decades(limits_of(x.dtype, within))
+        count = layout[1]
+        shift = _shifts(torch.arange(count, device=x.device), seed, top, _pinned(seed, count))
+        found.append((layout, shift.abs()))
+    return found
 
 
 def _hash_uniform(index: Any, seed: int) -> Any:
