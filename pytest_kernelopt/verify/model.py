@@ -72,6 +72,8 @@ OFFSET_REFERENCE_BYTES = 1 << 30
 # An offset run's envelope is taken slice by slice only where each slice holds at least this many elements:
 # the largest error over a few is luck (an honest order 4x the baseline's on one element is common).
 SLICE_ELEMENTS = 64
+# Slices shifted by at most this many spreads set the floor's constant part (slice_envelope).
+SLICE_LOW_SHIFT = 3.0
 
 
 @dataclass
@@ -231,10 +233,11 @@ def slice_envelope(out: OutputReference, base: Any, ref: Any, shifts: list[tuple
     hundreds of times the compiler's error on the slices shifted moderately (a one-pass variance guarded
     against large shifts only: red team 2026-12-07). An output slice is matched to an input's by size (the
     same count along the draw's layout, :func:`.tensors.offset_layout`; rows also an output holding one
-    element per input row); each slice's envelope is the baseline's largest excess there, at least its largest
-    excess per unit of shift over all slices times this slice's ``c + 1`` (c the largest input shift matched to
-    the slice; an honest error grows about linearly with the shift) and at least the largest excess of any
-    slice shifted less: a baseline lucky on one slice does not hold a candidate to its luck. No input matched
+    element per input row); each slice's envelope is the baseline's largest excess there, at least
+    ``a + b x (c + 1)`` (c the largest input shift matched to the slice; an honest error grows about linearly
+    with the shift: ``a`` the largest excess of the slices shifted at most SLICE_LOW_SHIFT, ``b`` the largest
+    excess per unit of shift of the others) and at least the largest excess of any slice shifted less: a
+    baseline lucky on one slice does not hold a candidate to its luck. No input matched
     (a layer between that mixes the slices, or a draw of one shift), or slices of fewer than SLICE_ELEMENTS
     elements: ``out.envelope`` for all, as before."""
     import torch
@@ -263,12 +266,16 @@ def slice_envelope(out: OutputReference, base: Any, ref: Any, shifts: list[tuple
         per.scatter_reduce_(0, index, excess, "amax")
         done += b.numel()
     grown = conditions.double() + 1.0
-    # The floor: the baseline's largest error per unit of shift, times this slice's shift, and the largest
-    # error of any slice shifted no more than this one (an honest error does not shrink as the shift grows).
+    # The floor, an honest error's a + b x (c + 1): a the largest error of the slices shifted little (what does not
+    # grow with the shift), b the largest error per unit of shift of the others; and at least the largest error
+    # of any slice shifted no more than this one (an honest error does not shrink as the shift grows).
+    low = conditions <= SLICE_LOW_SHIFT
+    a = float(per[low].max()) if bool(low.any()) else 0.0
+    b = float((per[~low] / grown[~low]).max()) if bool((~low).any()) else 0.0
     order = torch.argsort(grown)
     below = torch.empty_like(per)
     below[order] = torch.cummax(per[order], dim=0).values
-    floor = torch.maximum(grown * float((per / grown).max()), below)
+    floor = torch.maximum(a + b * grown, below)
     out.slices = torch.maximum(per, floor).clamp_(max=out.envelope)
     out.slice_length = length
 
