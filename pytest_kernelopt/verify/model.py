@@ -29,10 +29,11 @@ of two 2^25-element problems on the H200: their small elements' allowance is sma
 the largest element's rounding).
 
 Besides the seeds, the offset runs (:func:`.prepared.offset_runs`: inputs shifted far from zero
-against their spread, one run per :data:`.tensors.OFFSET_VARIANTS`) are judged the same way, so a
-kernel must be about as exact as the compiler's where a reduction is ill-conditioned (the kernel
-stage's widened allowance, 64 x eps x the shift, is many times that); their figures go into the
-stage's detail, not its rows.
+against their spread, one run per :data:`.tensors.OFFSET_VARIANTS`) are judged the same way, with the
+baseline's envelope taken slice by slice along the draw (:func:`slice_envelope`) and OFFSET_RUN_FACTOR
+times the error factor (an honest looped sum is several times the compiler's tree there), so a kernel
+must be about as exact as the compiler's where a reduction is ill-conditioned, sample by sample and
+channel by channel; their figures go into the stage's detail, not its rows.
 
 If the float64 reference cannot be built or run (a model that does not support
 float64, or not enough memory even on the CPU), the fp32 eager model is the judge
