@@ -690,6 +690,58 @@ def _norm(x):
     return (x - mean) * torch.rsqrt(((x - mean) ** 2).mean(-1, keepdim=True) + 1e-5)
 
 
+def _strided_norm(x):
+    """A LayerNorm whose sums are three strided partial sums added in sequence: honest, another order (a row of
+    one value need not give back that value as its mean)."""
+    import torch
+
+    def summed(t):
+        return (t[..., 0::3].sum(-1, keepdim=True) + t[..., 1::3].sum(-1, keepdim=True)) + t[..., 2::3].sum(
+            -1, keepdim=True)
+
+    n = x.shape[-1]
+    mean = summed(x) / n
+    return (x - mean) * torch.rsqrt(summed((x - mean) ** 2) / n + 1e-5)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_on_constant_rows_an_honest_other_order_passes_and_a_wrong_kernel_does_not(interpreter, seed):
+    """A row of one value: the compiler's LayerNorm gives 0 exactly, an honest sum in another order gives a
+    rounding error times 1/sqrt(eps) (sums of three strided parts were 2-8x the allowance on every LayerNorm over
+    rows tried, 2026-12-07). Each row is allowed what the compiler's own kernel moves by when its inputs move by
+    SLACK_ULPS ulps (rounding_slack): the honest order passes; a kernel 1e-3 off on constant rows, or 1% off on
+    the others, does not; a probe that cannot run adds nothing."""
+    import torch
+
+    from pytest_kernelopt.verify.kernel import compare, rounding_slack
+    from pytest_kernelopt.verify.numerics import NumericsRule
+    from pytest_kernelopt.verify.prepared import StageFailure
+    from pytest_kernelopt.verify.tensors import stress
+
+    torch.manual_seed(seed)
+    x = torch.randn(64, 768) * 3
+    stress(x, "constant", 40 + seed)
+    constant = (x == x[:, :1]).all(-1)
+    assert constant.any() and not constant.all()
+    kept = x.clone()
+    out = torch.empty_like(x)
+    slack = rounding_slack(_TorchKernel(_norm), [x, out], [1], [1], [], {}, [0], seed, lambda: None, None, {})
+    assert torch.equal(x, kept) and set(slack) == {1} and slack[1][1] == 768  # inputs left as they were
+    compiler, honest = _norm(x), _strided_norm(x)
+    rule = NumericsRule()
+    with pytest.raises(StageFailure):  # without the slack: the verifier's failure, blamed on an honest kernel
+        compare(compiler, honest, None, "honest", rule)
+    assert compare(compiler, honest, None, "honest", rule, slack=slack[1]).worst_ratio < 0.5
+    off = torch.where(constant[:, None], honest + 1e-3, honest)
+    with pytest.raises(StageFailure, match="each slice's own"):
+        compare(compiler, off, None, "off on constant rows", rule, slack=slack[1])
+    with pytest.raises(StageFailure):
+        compare(compiler, torch.where(constant[:, None], honest, honest * 1.01), None, "off elsewhere", rule,
+                slack=slack[1])
+    failing = _TorchKernel(lambda t: (_ for _ in ()).throw(RuntimeError("probe")))
+    assert rounding_slack(failing, [x, out], [1], [1], [], {}, [0], seed, lambda: None, None, {}) == {}
+
+
 @pytest.mark.parametrize("fn, shape, row_length", [
     (_norm, (64, 128), 128),  # a LayerNorm: each output row from its input row alone
     (lambda x: x.sum(-1), (64,), 1),  # one number a row
