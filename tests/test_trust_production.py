@@ -690,6 +690,49 @@ def _norm(x):
     return (x - mean) * torch.rsqrt(((x - mean) ** 2).mean(-1, keepdim=True) + 1e-5)
 
 
+def test_an_error_growing_faster_than_the_shift_is_told_by_the_kernels_own_errors(interpreter):
+    """Within 16x of the compiler's error on every slice (judge_output), a one-pass variance guarded to be exact
+    where the shift is large is still off as the shift's square below: judge_growth holds each slice to 4x
+    what the kernel's own errors on the slices shifted least and most give at that shift, growing linearly. An
+    honest order 3x less exact than the compiler's, or more exact, passes; an output whose baseline error does
+    not grow with the shift (a layer mixing the slices) is not judged so."""
+    import torch
+
+    from pytest_kernelopt.verify.model import _output_reference, judge_growth, judge_output, slice_envelope
+    from pytest_kernelopt.verify.numerics import ERROR_FACTOR, OFFSET_RUN_FACTOR, NumericsRule
+    from pytest_kernelopt.verify.prepared import StageFailure
+    from pytest_kernelopt.verify.tensors import offset_conditions
+
+    ((_, count), c), = offset_conditions([torch.randn(16, 8, 16)], "offset_samples", 7)
+    assert ((c > 10) & (c < 60)).any(), c
+    ref = torch.ones(16, 64, dtype=torch.float64)
+    noise = torch.rand(16, 64, generator=torch.Generator().manual_seed(3), dtype=torch.float64) - 0.5
+    rule = NumericsRule(error_factor=ERROR_FACTOR * OFFSET_RUN_FACTOR)
+
+    def judged(base_error, cand_error):
+        base = (ref + base_error(c)[:, None] * noise).float()
+        out = _output_reference(base, ref)
+        slice_envelope(out, base, ref, [((8 * 16, count), c)], "offset_samples")
+        cand = (ref + cand_error(c)[:, None] * noise.sign()).float()
+        judge_output(cand, out, rule, "run")  # inside the run's 16x allowance, every one of these
+        if out.growth is None:
+            return "not judged"
+        try:
+            judge_growth(cand, out, "run")
+            return "passed"
+        except StageFailure as failure:
+            return str(failure)
+
+    def linear(c):
+        return 1e-7 * c
+
+    guarded = judged(linear, lambda c: torch.where(c < 60, 1.2e-7 * c * c / 4, 1e-7 * c))
+    assert "an error growing faster than the shift" in guarded, guarded
+    assert judged(linear, lambda c: 3e-7 * c) == "passed"
+    assert judged(linear, lambda c: 0.2e-7 * c) == "passed"
+    assert judged(lambda c: 1e-6 + 0 * c, lambda c: 3e-6 + 0 * c) == "not judged"
+
+
 def _strided_norm(x):
     """A LayerNorm whose sums are three strided partial sums added in sequence: honest, another order (a row of
     one value need not give back that value as its mean)."""

@@ -75,6 +75,11 @@ OFFSET_REFERENCE_BYTES = 1 << 30
 SLICE_ELEMENTS = 64
 # Slices shifted by at most this many spreads set the floor's constant part (slice_envelope).
 SLICE_LOW_SHIFT = 3.0
+# judge_growth: an offset run's slice may be this many times what the candidate's own errors on the slices
+# shifted least and most give at its shift, growing linearly; judged where the baseline's own errors grow with
+# the shift (the slices within a decade of the largest at least GROWTH_STRUCTURE x those shifted least).
+GROWTH_FACTOR = 4.0
+GROWTH_STRUCTURE = 100.0
 
 
 @dataclass
@@ -95,6 +100,9 @@ class OutputReference:
     # (i // slice_length) % len(slices); None: ``envelope`` for every element.
     slices: Any = None
     slice_length: int = 1
+    # An offset run whose baseline error grows with the shift (slice_envelope): each slice's shift and the
+    # baseline's a and b (judge_growth); None: not judged so.
+    growth: tuple[Any, float, float] | None = None
 
 
 @dataclass
@@ -255,18 +263,9 @@ def slice_envelope(out: OutputReference, base: Any, ref: Any, shifts: list[tuple
     if not matched or out.envelope <= 0.0 or base.numel() < SLICE_ELEMENTS * matched[0][0][1]:
         return
     length, count = matched[0][0]
-    conditions = torch.stack([c.to(base.device) for m, c in matched if m == matched[0][0]]).amax(dim=0)
-    u = NumericsRule().envelope_rtol(base.dtype)
-    per = torch.zeros(count, dtype=torch.float64, device=base.device)
-    done = 0
-    for b, r in chunks(base, ref):
-        b, r = b.double(), r.double()
-        finite = torch.isfinite(b) & torch.isfinite(r)
-        excess = torch.where(finite, (b - r).abs() - u * r.abs(), 0.0).clamp_(min=0.0)
-        index = (torch.arange(done, done + b.numel(), device=b.device) // length) % count
-        per.scatter_reduce_(0, index, excess, "amax")
-        done += b.numel()
-    grown = conditions.double() + 1.0
+    conditions = torch.stack([c.to(base.device) for m, c in matched if m == matched[0][0]]).amax(dim=0).double()
+    per = _slice_excess(base, ref, NumericsRule().envelope_rtol(base.dtype), length, count)
+    grown = conditions + 1.0
     # The floor, an honest error's a + b x (c + 1): a the largest error of the slices shifted little (what does not
     # grow with the shift), b the largest error per unit of shift of the others; and at least the largest error
     # of any slice shifted no more than this one (an honest error does not shrink as the shift grows).
@@ -279,6 +278,57 @@ def slice_envelope(out: OutputReference, base: Any, ref: Any, shifts: list[tuple
     floor = torch.maximum(a + b * grown, below)
     out.slices = torch.maximum(per, floor).clamp_(max=out.envelope)
     out.slice_length = length
+    top = conditions >= float(conditions.max()) / 10.0
+    least = conditions <= max(SLICE_LOW_SHIFT, float(conditions.min()))
+    if count >= 4 and int(top.sum()) >= 2 and \
+            float(per[top].median()) >= GROWTH_STRUCTURE * max(float(per[least].max()), 1e-300):
+        out.growth = (conditions, float(per[least].max()), b)
+
+
+def _slice_excess(t: Any, ref: Any, u: float, length: int, count: int, residue: float = 0.0,
+                  residue_abs: float = 0.0) -> Any:
+    """Per slice (element i in slice (i // length) % count), the largest ``|t - ref| - u x |ref|`` (0 at least),
+    less the reference's own rounding bound (``residue x |ref| + residue_abs``); float64, on ``t``'s device."""
+    import torch
+
+    per = torch.zeros(count, dtype=torch.float64, device=t.device)
+    done = 0
+    for x, r in chunks(t, ref.to(t.device)):
+        x, r = x.double(), r.double()
+        finite = torch.isfinite(x) & torch.isfinite(r)
+        excess = torch.where(finite, (x - r).abs() - (u + residue) * r.abs() - residue_abs, 0.0).clamp_(min=0.0)
+        index = (torch.arange(done, done + x.numel(), device=x.device) // length) % count
+        per.scatter_reduce_(0, index, excess, "amax")
+        done += x.numel()
+    return per
+
+
+def judge_growth(c: Any, r: OutputReference, what: str) -> None:
+    """An offset run's output whose baseline error grows with the shift (``r.growth``): StageFailure where the
+    candidate's error on a slice is over GROWTH_FACTOR x what its own errors give at that shift, linearly:
+    ``a + b x (c + 1)``, ``a`` its largest error on the slices shifted least, ``b`` its largest per unit of
+    shift on the slices shifted most (each at least the baseline's). An honest order is off in proportion
+    to the shift, more or less exact than the compiler's; a one-pass variance guarded to be exact where the
+    shift is large is off as its square below (red team 2026-12-07: exact beyond 100 spreads, 25x its own
+    linear error at 30). Within the run's allowance (judge_output) a kernel can still be up to it anywhere."""
+    import torch
+
+    conditions, a_base, b_base = r.growth  # type: ignore[misc]
+    per = _slice_excess(c, r.ref_hi, NumericsRule().envelope_rtol(c.dtype), r.slice_length, len(conditions),
+                        r.residue, r.residue_abs)
+    grown = conditions.to(per.device) + 1.0
+    top = conditions >= float(conditions.max()) / 10.0
+    least = conditions <= max(SLICE_LOW_SHIFT, float(conditions.min()))
+    a = max(a_base, float(per[least.to(per.device)].max()))
+    b = max(b_base, float((per[top.to(per.device)] / grown[top.to(per.device)]).max()))
+    ratio = per / (GROWTH_FACTOR * (a + b * grown) + torch.finfo(torch.float64).tiny)
+    worst = int(ratio.argmax())
+    if float(ratio[worst]) > 1.0:
+        raise StageFailure(
+            f"{what} against the float64 reference: on slice {worst} along the draw (shifted {float(conditions[worst]):.3g} "
+            f"spreads from zero) the error is {float(per[worst]):.3g} beyond the ulps, {float(ratio[worst]) * GROWTH_FACTOR:.3g}x "
+            f"what the kernel's own errors give at that shift growing linearly ({a:.3g} + {b:.3g} x (c + 1), from the "
+            f"slices shifted least and most; {GROWTH_FACTOR:g}x allowed): an error growing faster than the shift")
 
 
 def _reference_bytes(ref: SeedReference) -> int:
@@ -364,7 +414,7 @@ def rebase(out: OutputReference, base: Any, ref: Any = None) -> OutputReference:
         return out
     rel, absolute = (0.0, 0.0) if ref is not None else (out.residue, out.residue_abs)
     ref = out.ref_hi if ref is None else ref
-    out.slices = None  # an offset run's slices were the session's baseline's
+    out.slices = out.growth = None  # an offset run's slices were the session's baseline's
     out.baseline_err = _max_err(base, ref) + absolute + rel * _scale(ref)
     rule = NumericsRule()
     out.envelope = envelope_atol(base, ref, rule.envelope_rtol(base.dtype), absolute, rel)
@@ -429,6 +479,8 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
         for k, (c, r) in enumerate(zip(outs, ref)):
             try:
                 j = judge_output(c, r, offset_rule if seed in prepared.offsets else rule, f"{label}, {names[k]}")
+                if r.growth is not None and seed in prepared.offsets:
+                    judge_growth(c, r, f"{label}, {names[k]}")
             except StageFailure as caught:
                 caught.errors = [*rows, failed_row(row, r, caught)]
                 raise

@@ -299,7 +299,7 @@ def _reference_sums(references: dict[int, Any]) -> list[Any]:
     sums = []
     for seed in sorted(references):
         for out in references[seed].outputs:
-            for t in (out.exact, out.ref_hi, out.nonfinite, out.slices):
+            for t in (out.exact, out.ref_hi, out.nonfinite, out.slices, out.growth and out.growth[0]):
                 sums.append(None if t is None else checksum(t))
     return sums
 
