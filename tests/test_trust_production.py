@@ -396,7 +396,38 @@ def test_the_model_stage_knows_each_slices_shift_the_draw_made_without_reading_i
         assert (length, count) == offset_layout(tuple(x.shape), variant) and shift.shape == (count,)
         index = (torch.arange(x.numel()) // length) % count
         assert torch.allclose(d.double().reshape(-1).abs(), shift[index], rtol=1e-6)
-    assert offset_conditions(xs, "offset_whole", 4242) == [] and offset_layout((), "offset") is None
+    whole = offset_conditions(xs, "offset_whole", 4242)  # one slice of every element, its one shift
+    assert [layout for layout, _ in whole] == [(x.numel(), 1)] * 2 and offset_layout((), "offset") is None
+
+
+def test_the_moderate_draw_shifts_everything_by_one_moderate_amount_whatever_the_layout(interpreter):
+    """A fourth red-team round's escapes (2026-12-07): a guarded one-pass variance behind a reshape, a cat or a
+    permute of the sample or channel axis (no output slice matches an input's), or at a batch of one, met no
+    moderately shifted group on any draw. offset_moderate shifts every element by one c, 10^0.7 to 10^2.5 for
+    float32 (clipped to the dtype's reach: 10^1.1 for bfloat16), so every group sits a few to a few hundred
+    spreads from zero at once; it has no slices (one envelope), and the model stage runs it too."""
+    import torch
+
+    from pytest_kernelopt.verify.prepared import offset_runs
+    from pytest_kernelopt.verify.tensors import OFFSET_VARIANTS, offset_conditions, offset_layout, stress
+
+    shifts = []
+    for seed in range(64):
+        x = torch.randn(2, 6, 5)
+        condition = stress(x, "offset_moderate", seed)
+        centred = x.double() - x.double().mean()
+        assert 10 ** 0.7 * 0.999 <= condition <= 10 ** 2.5 * 1.001
+        assert float(x.double().mean().abs() / centred.std()) > 0.5 * condition * 0.6
+        shifts.append(condition)
+    assert min(shifts) < 10 and max(shifts) > 100  # the band drawn over, not a point
+    y = torch.randn(4, 8).to(torch.bfloat16)
+    assert stress(y, "offset_moderate", 5) <= 10 ** 1.1 * 1.001
+    ((layout, shift),) = offset_conditions([x], "offset_moderate", 3)
+    assert layout == offset_layout(tuple(x.shape), "offset_moderate") == (x.numel(), 1)
+    drawn = x.clone()
+    stress(drawn, "offset_moderate", 3)
+    assert float(shift[0]) == pytest.approx(stress(x.clone(), "offset_moderate", 3), rel=1e-9)
+    assert "offset_moderate" in OFFSET_VARIANTS and "offset_moderate" in offset_runs([1, 2, 3]).values()
 
 
 def test_the_offset_draws_scale_the_spread_too(interpreter):
@@ -731,6 +762,25 @@ def test_an_error_growing_faster_than_the_shift_is_told_by_the_kernels_own_error
     assert judged(linear, lambda c: 3e-7 * c) == "passed"
     assert judged(linear, lambda c: 0.2e-7 * c) == "passed"
     assert judged(lambda c: 1e-6 + 0 * c, lambda c: 3e-6 + 0 * c) == "not judged"
+
+
+def test_an_error_at_a_moderate_shift_is_held_to_the_kernels_own_error_at_a_large_one():
+    """Outputs no slice matches (a reshape, a cat or a permute of the sample or channel axis: a red-team round of
+    2026-12-07) get one envelope per run; across the two runs of one shift for every element, the candidate's
+    error at the smaller shift is held to 4x what its error at the larger gives there, growing linearly, plus
+    the baseline's own there. A guarded one-pass (exact at 3e4 spreads, c^2 off at 30) fails; an honest order 3x
+    the compiler's passes; shifts less than a decade apart, or a baseline whose error does not grow, judge
+    nothing."""
+    from pytest_kernelopt.verify.model import judge_shift_growth
+    from pytest_kernelopt.verify.prepared import StageFailure
+
+    eps = 1.2e-7
+    far, base_near = (3e4, 3e4 * eps, 3e4 * eps), 30 * eps
+    with pytest.raises(StageFailure, match="growing faster than the shift"):
+        judge_shift_growth(far, (30.0, 30 * 30 * eps, base_near), "runs")
+    judge_shift_growth((3e4, 3 * 3e4 * eps, 3e4 * eps), (30.0, 3 * 30 * eps, base_near), "runs")
+    judge_shift_growth((200.0, 200 * eps, 200 * eps), (30.0, 30 * 30 * eps, base_near), "runs")  # too close
+    judge_shift_growth((3e4, 1e-6, 1e-6), (30.0, 30 * 30 * eps, 1e-6), "runs")  # baseline flat: not judged
 
 
 def _strided_norm(x):

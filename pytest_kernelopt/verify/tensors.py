@@ -205,7 +205,8 @@ class Entropy:
 # (a large mean against the spread, exact ties, subnormals, the dtype's limits, order).
 # What each does is in ``stress`` and, in words, :func:`stress_text`.
 STRESS_VARIANTS = ("tiny", "mid", "huge", "mixed", "signed", "special",
-                   "offset", "offset_samples", "offset_features", "offset_columns", "offset_whole", "constant", "ties", "repeated", "subnormal",
+                   "offset", "offset_samples", "offset_features", "offset_columns", "offset_whole", "offset_moderate",
+                   "constant", "ties", "repeated", "subnormal",
                    "subnormal_mixed", "near_max", "near_tiny", "sorted", "reversed", "zeros", "rounded", "coarse", "padded",
                    "special_rows")
 STRESS_TEXT = {
@@ -229,6 +230,9 @@ STRESS_TEXT = {
                       "over the leading dimensions: columns far from zero against their spread)",
     "offset_whole": "every element shifted by one c = +-10^d times the mean magnitude, sign and d in [0, {offset}] "
                     "drawn (every reduction, of any dimensions, far from zero against its spread)",
+    "offset_moderate": "every element shifted by one moderate c = +-10^d times the mean magnitude, sign and d in "
+                       "[{moderate}] drawn (every reduction a few to a few hundred spreads from zero, whatever the "
+                       "layout)",
     "constant": "half of the rows (drawn per row) made constant along the last dimension (one value each)",
     "ties": "small integers, |x| <= m with m drawn in [1, 4] (many exact ties)",
     "repeated": "2 to 4 distinct values, drawn (repeated values)",
@@ -271,7 +275,11 @@ COARSE_FORMATS = ("bfloat16", "float16", "float8_e4m3fn", "float8_e5m2")
 STRESS_ZERO_FRACTION = 0.125
 # The draws that shift values far from zero against their spread (rows, channels, columns): the kernel stage
 # widens a reduction's allowance by their condition; the model stage runs each (prepared.offset_runs).
-OFFSET_VARIANTS = ("offset", "offset_samples", "offset_features", "offset_columns", "offset_whole")
+OFFSET_VARIANTS = ("offset", "offset_samples", "offset_features", "offset_columns", "offset_whole", "offset_moderate")
+# offset_moderate's decades: one shift for all, where a one-pass variance guarded to be exact at large shifts is
+# off (a red-team round of 2026-12-07: a reshape, a cat or a permute of the sample or channel axis, or a batch of
+# one, left the other draws no moderately shifted group to show it on), clipped to the dtype's reach.
+MODERATE_DECADES = (0.7, 2.5)
 # The offset draw: the band below the top shift (decades) that half of the rows are drawn in.
 NEAR_TOP = 0.5
 GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # the offset draws' Weyl sequence step (_shifts)
@@ -345,7 +353,9 @@ def stress_text(variant: str, dtype: Any) -> str:
     import torch
 
     info = torch.finfo(dtype)
+    low, high = _moderate(offset_decades(dtype))
     return STRESS_TEXT[variant].format(k=f"{decades(dtype):.3g}", offset=f"{offset_decades(dtype):.3g}",
+                                       moderate=f"{low:.3g}, {high:.3g}",
                                        subnormal=f"{info.tiny * info.eps:.3g}", tiny=f"{info.tiny:.3g}",
                                        tiny10=f"{10 * info.tiny:.3g}", max=f"{info.max:.3g}")
 
@@ -408,6 +418,8 @@ def stress(t: Any, variant: str, seed: int, within: Any = None) -> float:
                 piece.mul_(spread).clamp_(-top, top)
             if variant == "offset":
                 return _offset_rows(t, shifts, offset_decades(limits), limits)
+            if variant == "offset_moderate":
+                return _offset_along(t, None, shifts, offset_decades(limits), limits, moderate=True)
             axis = {"offset_samples": 0, "offset_features": min(1, t.dim() - 1), "offset_columns": t.dim() - 1,
                     "offset_whole": None}[variant]
             return _offset_along(t, axis, shifts, offset_decades(limits), limits)
@@ -611,6 +623,11 @@ def _shifts(index: Any, seed: int, top: float, pinned: int) -> Any:
     return torch.where(sign, -condition, condition)
 
 
+def _moderate(top: float) -> tuple[float, float]:
+    """offset_moderate's decades, within ``top`` (the dtype's reach)."""
+    return min(MODERATE_DECADES[0], top), min(MODERATE_DECADES[1], top)
+
+
 def _pinned(seed: int, count: int) -> int:
     """The index :func:`_shifts` puts near the top whatever its Weyl number: one of one or two (three or more
     consecutive indices hold one near the top already); -1: none."""
@@ -649,17 +666,24 @@ def _offset_rows(t: Any, seed: int, top: float, limits: Any = None) -> float:
     return largest
 
 
-def _offset_along(t: Any, axis: int | None, seed: int, top: float, limits: Any = None) -> float:
+def _offset_along(t: Any, axis: int | None, seed: int, top: float, limits: Any = None,
+                  moderate: bool = False) -> float:
     """Add c = +-10^d x (mean |x|) to each index along ``axis`` (:func:`_shifts`), the same along every other
-    dimension (``axis`` None: one c for every element, near the top or anywhere, drawn), in place (one broadcast
-    add: no copy of ``t``); returns the largest 10^d drawn. A scalar is left as drawn."""
+    dimension (``axis`` None: one c for every element, near the top or anywhere, drawn; ``moderate``: d drawn in
+    MODERATE_DECADES), in place (one broadcast add: no copy of ``t``); returns the largest 10^d drawn. A scalar
+    is left as drawn."""
     import torch
 
     if t.dim() == 0:
         return 1.0
     size = t.shape[axis] if axis is not None else 1
     index = torch.arange(size, device=t.device)
-    shift = _shifts(index, seed, top, _pinned(seed, size) if axis is not None else -1)
+    if moderate:
+        low, high = _moderate(top)
+        d = low + (high - low) * _hash_uniform(index, seed)
+        shift = torch.where(_hash_uniform(index, seed + 1) < 0.5, -1.0, 1.0) * torch.pow(10.0, d)
+    else:
+        shift = _shifts(index, seed, top, _pinned(seed, size) if axis is not None else -1)
     limit = torch.finfo(limits if limits is not None else t.dtype).max / 4
     shape = [1] * t.dim()
     if axis is not None:
@@ -675,11 +699,13 @@ OFFSET_SLICES_MAX = 1 << 22
 
 def offset_layout(shape: tuple[int, ...], variant: str) -> tuple[int, int] | None:
     """How the offset draw ``variant`` lays its shifts over a row-major tensor of ``shape``: (length, count),
-    element ``i`` shifted by slice ``(i // length) % count``'s; None where one shift covers every element
-    (``offset_whole``, a scalar, an empty tensor)."""
-    if not shape or math.prod(shape) == 0 or variant == "offset_whole":
+    element ``i`` shifted by slice ``(i // length) % count``'s (``offset_whole``, ``offset_moderate``: one
+    slice of every element); None for a scalar or an empty tensor (left as drawn)."""
+    if not shape or math.prod(shape) == 0:
         return None
     numel = math.prod(shape)
+    if variant in ("offset_whole", "offset_moderate"):
+        return numel, 1
     axis = {"offset": None, "offset_samples": 0, "offset_features": min(1, len(shape) - 1),
             "offset_columns": len(shape) - 1}[variant]
     if axis is None:  # rows along the last dimension
@@ -709,7 +735,12 @@ def offset_conditions(inputs: list[Any], variant: str, transform: int,
         seed = random.Random(transform + k).getrandbits(62)  # as stress() draws it
         top = offset_decades(limits_of(x.dtype, within))
         count = layout[1]
-        shift = _shifts(torch.arange(count, device=x.device), seed, top, _pinned(seed, count))
+        index = torch.arange(count, device=x.device)
+        if variant == "offset_moderate":
+            low, high = _moderate(top)
+            shift = torch.pow(10.0, low + (high - low) * _hash_uniform(index, seed))
+        else:
+            shift = _shifts(index, seed, top, _pinned(seed, count) if variant != "offset_whole" else -1)
         found.append((layout, shift.abs()))
     return found
 
