@@ -79,6 +79,7 @@ SLICE_LOW_SHIFT = 3.0
 # shifted least and most give at its shift, growing linearly; judged where the baseline's own errors grow with
 # the shift (the slices within a decade of the largest at least GROWTH_STRUCTURE x those shifted least).
 GROWTH_FACTOR = 4.0
+ONE_SHIFT_RUNS = ("offset_whole", "offset_moderate")  # judge_shift_growth holds these to each other
 GROWTH_STRUCTURE = 100.0
 
 
@@ -515,12 +516,12 @@ def model_stage(prepared: Prepared, candidates: dict[str, Any], error_factor: fl
             row.baseline_vs_fp64 = max(row.baseline_vs_fp64 or 0.0, r.baseline_err)
             row.scale = max(row.scale or 0.0, r.scale)
             row.model_ratio = max(row.model_ratio or 0.0, j.worst_ratio)
-            if seed in prepared.offsets and r.shift > 0.0:
+            if prepared.offsets.get(seed) in ONE_SHIFT_RUNS and r.shift > 0.0:
                 single.setdefault(k, {})[prepared.offsets[seed]] = (r.shift, j.max_abs, r.baseline_err)
         del outs
         rows.append(row)
     for k, runs in single.items():
-        if len(runs) == 2:
+        if len(runs) == len(ONE_SHIFT_RUNS):
             try:
                 far, near = sorted(runs.values(), reverse=True)
                 judge_shift_growth(far, near, f"the offset_whole and offset_moderate runs, "
