@@ -79,8 +79,8 @@ SLICE_LOW_SHIFT = 3.0
 # shifted least and most give at its shift, growing linearly; judged where the baseline's own errors grow with
 # the shift (the slices within a decade of the largest at least GROWTH_STRUCTURE x those shifted least).
 GROWTH_FACTOR = 4.0
-ONE_SHIFT_RUNS = ("offset_whole", "offset_moderate")  # judge_shift_growth holds these to each other
 GROWTH_STRUCTURE = 100.0
+ONE_SHIFT_RUNS = ("offset_whole", "offset_moderate")  # judge_shift_growth holds these to each other
 
 
 @dataclass
@@ -248,9 +248,10 @@ def slice_envelope(out: OutputReference, base: Any, ref: Any, shifts: list[tuple
     ``a + b x (c + 1)`` (c the largest input shift matched to the slice; an honest error grows about linearly
     with the shift: ``a`` the largest excess of the slices shifted at most SLICE_LOW_SHIFT, ``b`` the largest
     excess per unit of shift of the others) and at least the largest excess of any slice shifted less: a
-    baseline lucky on one slice does not hold a candidate to its luck. No input matched
-    (a layer between that mixes the slices, or a draw of one shift), or slices of fewer than SLICE_ELEMENTS
-    elements: ``out.envelope`` for all, as before."""
+    baseline lucky on one slice does not hold a candidate to its luck. A draw of one shift for every element
+    is one slice (its shift kept in ``out.shift`` for judge_shift_growth). No input matched (a reshape, a
+    concatenation or a permute of the drawn axis, a layer that mixes the slices), or slices of fewer than
+    SLICE_ELEMENTS elements: ``out.envelope`` for all, as before."""
     import torch
 
     from .tensors import offset_layout
