@@ -418,11 +418,7 @@ def stress(t: Any, variant: str, seed: int, within: Any = None) -> float:
                 piece.mul_(spread).clamp_(-top, top)
             if variant == "offset":
                 return _offset_rows(t, shifts, offset_decades(limits), limits)
-            if variant == "offset_moderate":
-                return _offset_along(t, None, shifts, offset_decades(limits), limits, moderate=True)
-            axis = {"offset_samples": 0, "offset_features": min(1, t.dim() - 1), "offset_columns": t.dim() - 1,
-                    "offset_whole": None}[variant]
-            return _offset_along(t, axis, shifts, offset_decades(limits), limits)
+            return _offset_along(t, variant, shifts, offset_decades(limits), limits)
         elif variant == "constant":
             # Half the rows, not all: with every output equal the rule's absolute part (rtol x the median
             # |expected|) would vanish, and an honest reordering of a row's mean (x - mean is then a
@@ -623,6 +619,25 @@ def _shifts(index: Any, seed: int, top: float, pinned: int) -> Any:
     return torch.where(sign, -condition, condition)
 
 
+def _variant_shifts(variant: str, index: Any, seed: int, top: float, count: int) -> Any:
+    """The offset draw ``variant``'s signed shift for each of ``index`` (of ``count`` slices): ``offset_moderate``'s
+    one moderate shift (MODERATE_DECADES), ``offset_whole``'s one shift near the top or anywhere, the others'
+    per index (:func:`_shifts`)."""
+    import torch
+
+    if variant == "offset_moderate":
+        low, high = _moderate(top)
+        d = low + (high - low) * _hash_uniform(index, seed)
+        return torch.where(_hash_uniform(index, seed + 1) < 0.5, -1.0, 1.0) * torch.pow(10.0, d)
+    return _shifts(index, seed, top, -1 if variant == "offset_whole" else _pinned(seed, count))
+
+
+def _offset_axis(variant: str, ndim: int) -> int | None:
+    """The dimension whose indices an offset draw other than ``offset`` (rows) shifts one by one; None: one shift
+    for every element."""
+    return {"offset_samples": 0, "offset_features": min(1, ndim - 1), "offset_columns": ndim - 1}.get(variant)
+
+
 def _moderate(top: float) -> tuple[float, float]:
     """offset_moderate's decades, within ``top`` (the dtype's reach)."""
     return min(MODERATE_DECADES[0], top), min(MODERATE_DECADES[1], top)
@@ -653,37 +668,31 @@ def _offset_rows(t: Any, seed: int, top: float, limits: Any = None) -> float:
     length = max(1, t.shape[-1]) if t.dim() else 1
     limit = torch.finfo(limits if limits is not None else t.dtype).max / 4
     done, largest = 0, 1.0
-    pinned = _pinned(seed, t.numel() // length) if t.is_contiguous() else 0  # one row near the top at least
+    count = t.numel() // length if t.is_contiguous() else 1
     for piece in views(t):
         if t.is_contiguous():
             rows = torch.arange(done, done + piece.numel(), device=t.device).view(piece.shape) // length
         else:
             rows = torch.zeros(piece.shape, dtype=torch.int64, device=t.device)
-        shift = _shifts(rows, seed, top, pinned)
+        shift = _variant_shifts("offset", rows, seed, top, count)
         largest = max(largest, float(shift.abs().max()))
         piece.add_((shift * scale).clamp_(-limit, limit))
         done += piece.numel()
     return largest
 
 
-def _offset_along(t: Any, axis: int | None, seed: int, top: float, limits: Any = None,
-                  moderate: bool = False) -> float:
-    """Add c = +-10^d x (mean |x|) to each index along ``axis`` (:func:`_shifts`), the same along every other
-    dimension (``axis`` None: one c for every element, near the top or anywhere, drawn; ``moderate``: d drawn in
-    MODERATE_DECADES), in place (one broadcast add: no copy of ``t``); returns the largest 10^d drawn. A scalar
-    is left as drawn."""
+def _offset_along(t: Any, variant: str, seed: int, top: float, limits: Any = None) -> float:
+    """Add c = +-10^d x (mean |x|) to each index along ``variant``'s dimension (:func:`_offset_axis`,
+    :func:`_variant_shifts`), the same along every other dimension (none: one c for every element), in place
+    (one broadcast add: no copy of ``t``); returns the largest 10^d drawn. A scalar is left as drawn."""
     import torch
 
     if t.dim() == 0:
         return 1.0
+    axis = _offset_axis(variant, t.dim())
     size = t.shape[axis] if axis is not None else 1
     index = torch.arange(size, device=t.device)
-    if moderate:
-        low, high = _moderate(top)
-        d = low + (high - low) * _hash_uniform(index, seed)
-        shift = torch.where(_hash_uniform(index, seed + 1) < 0.5, -1.0, 1.0) * torch.pow(10.0, d)
-    else:
-        shift = _shifts(index, seed, top, _pinned(seed, size) if axis is not None else -1)
+    shift = _variant_shifts(variant, index, seed, top, size)
     limit = torch.finfo(limits if limits is not None else t.dtype).max / 4
     shape = [1] * t.dim()
     if axis is not None:
@@ -704,13 +713,10 @@ def offset_layout(shape: tuple[int, ...], variant: str) -> tuple[int, int] | Non
     if not shape or math.prod(shape) == 0:
         return None
     numel = math.prod(shape)
-    if variant in ("offset_whole", "offset_moderate"):
-        return numel, 1
-    axis = {"offset": None, "offset_samples": 0, "offset_features": min(1, len(shape) - 1),
-            "offset_columns": len(shape) - 1}[variant]
-    if axis is None:  # rows along the last dimension
+    if variant == "offset":  # rows along the last dimension
         return shape[-1], numel // shape[-1]
-    return math.prod(shape[axis + 1:]), shape[axis]
+    axis = _offset_axis(variant, len(shape))
+    return (numel, 1) if axis is None else (math.prod(shape[axis + 1:]), shape[axis])
 
 
 def offset_conditions(inputs: list[Any], variant: str, transform: int,
@@ -735,12 +741,7 @@ def offset_conditions(inputs: list[Any], variant: str, transform: int,
         seed = random.Random(transform + k).getrandbits(62)  # as stress() draws it
         top = offset_decades(limits_of(x.dtype, within))
         count = layout[1]
-        index = torch.arange(count, device=x.device)
-        if variant == "offset_moderate":
-            low, high = _moderate(top)
-            shift = torch.pow(10.0, low + (high - low) * _hash_uniform(index, seed))
-        else:
-            shift = _shifts(index, seed, top, _pinned(seed, count) if variant != "offset_whole" else -1)
+        shift = _variant_shifts(variant, torch.arange(count, device=x.device), seed, top, count)
         found.append((layout, shift.abs()))
     return found
 
