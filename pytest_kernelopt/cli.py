@@ -347,22 +347,23 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     from .capture import compile_problem
     from .store import KernelStore
 
-    # Under model.json's compile settings: the kernels verify, accept and the gate refer to.
-    variant = KernelStore(settings.kernels_path).compile_variant(problem.id)
-    configs = KernelStore(settings.kernels_path).launch_configs(problem.id)
+    store = KernelStore(settings.kernels_path)
     # A problem with SHAPES: every declared shape (or the one --shape names), each compiled at its inputs.
     shapes = [problem.shape] if args.shape or not problem.shapes else list(problem.shapes)
     rows: list[dict[str, Any]] = []
     for shape in shapes:
+        # Under model.json's compile settings at the shape: the kernels verify, accept and the gate refer to.
+        variant, configs = store.compile_variant(problem.id, shape), store.launch_configs(problem.id, shape)
         at = problem.at(shape) if shape is not None else problem
         compiled = compile_problem(at, device, variant=variant, launch_configs=configs)  # a failing model: one line
         summary = compiled.summary()
         if shape == shapes[0]:
             print(f"settings: {settings.describe(None)}", file=sys.stderr)
-            if variant is not None:
-                print(f"compiled as {variant!r} (model.json's compile settings)" + (
-                    f", {compiled.launches_fixed} kernel(s) at its recorded launch configurations" if configs else ""),
-                    file=sys.stderr)
+        if variant is not None:
+            print(f"compiled{f' at shape {shape}' if shape is not None else ''} as {variant!r} (model.json's compile "
+                  f"settings)" + (f", {compiled.launches_fixed} kernel(s) at its recorded launch configurations"
+                                  if configs else ""), file=sys.stderr)
+        if shape == shapes[0]:
             for why in compiled.launches_refused:
                 print(f"warning: a recorded launch configuration is not used (the kernel races as Inductor does): "
                       f"{why}", file=sys.stderr)
@@ -521,8 +522,8 @@ def _verify_or_accept(args: argparse.Namespace, sources: list[Any], worker: Any,
     from .store import KernelStore
 
     store = KernelStore(kernels_folder(settings, getattr(args, "kernels_dir", None)))
-    variant = store.compile_variant(problem.id)  # model.json's compile settings: its kernels are that compile's
-    configs = store.launch_configs(problem.id)  # and the launch configurations recorded with them
+    variant = store.compile_variant(problem.id, problem.shape)  # model.json's compile settings at the shape: its
+    configs = store.launch_configs(problem.id, problem.shape)  # kernels are that compile's, at these launches
     if args.command == "accept":  # a name the store cannot hold: say so before the verification runs
         store.kernel_dir(problem.id, problem.store_name(args.kernel))
         # The same bytes, stored and verified before: the answer is known without the cascade.

@@ -360,7 +360,7 @@ def test_the_compile_step_stops_trying_settings_once_the_run_s_budget_is_spent(t
     session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune": 1.05, "max-autotune-nd-tiling": 1.10},
                                             compile_variants=["max-autotune", "max-autotune-nd-tiling"])
     calls = []
-    tuner._run_left = lambda: 100.0 if not calls.append(1) and len(calls) <= 3 else 0.0
+    tuner._run_left = lambda: 100.0 if not calls.append(1) and len(calls) <= 2 else 0.0  # the first trial's
     outcome = tuner.tune_problem(_problem(tmp_path))
     assert session.compile_calls == ["max-autotune"]
     (trial,) = outcome.compile.tried
@@ -506,7 +506,7 @@ def get_init_inputs():
 
 def _per_shape_session(speeds: dict[str, dict[str, float]], fails: dict[tuple[str, str], Exception] | None = None):
     """test_agents' scripted session, opened at a declared shape: variant -> speedup at that shape (0: rejected),
-    a verifier error where ``fails`` names (variant, shape); each check records its graph as ``x@<shape>``."""
+    a verifier error where ``fails`` names (variant, shape); each check records its graph as ``int <n>`` (shape bn)."""
     from test_agents import FakeSession, _inductor_info
 
     class PerShape(FakeSession):
@@ -522,7 +522,7 @@ def _per_shape_session(speeds: dict[str, dict[str, float]], fails: dict[tuple[st
             self.compile_speed = speeds.get(self.shape, {})
             verdict = super().verify_compile(variant, launch_configs, budget_s)
             self.compile_calls[-1] = f"{variant}@{self.shape}"
-            verdict.launches = [[f"x@{self.shape}"]]
+            verdict.launches = [[f"int {(self.shape or 'b0')[1:]}"]]  # a graph's inputs, one per shape
             return verdict
 
     session = PerShape(_inductor_info(), {8: 1.0}, seconds=0.0)
@@ -530,18 +530,19 @@ def _per_shape_session(speeds: dict[str, dict[str, float]], fails: dict[tuple[st
     return session
 
 
-def test_a_shaped_problem_s_compile_is_chosen_once_over_every_shape_and_stored_for_each(tmp_path):
-    """b2 weighs 3, b4 1. max-autotune: faster at both, weighted geomean. persistent-rows: faster in the mean
-    (1.5 at b2) but slower beyond noise at b4: refused naming b4. nd-tiling: rejected at b2, never checked at b4.
-    looped-reductions: the verifier failed at b4 (an error, not the setting's fault): not chosen."""
+def test_each_declared_shape_chooses_its_own_compile_and_stores_it_for_that_shape(tmp_path):
+    """b2: persistent-rows (1.20x) beats max-autotune and looped-reductions; nd-tiling is rejected there. b4: max-autotune
+    (1.10x) is the only one faster (persistent-rows 0.90x; looped-reductions: the verifier failed, an error, not
+    the setting's fault). Each shape's step runs when that shape is tuned, in sessions opened at it, and each
+    shape's kernels are searched on its own choice; model.json holds one choice per shape with its graphs."""
     from test_agents import _tuner
 
     from pytest_kernelopt.errors import VerifierError
 
     path = tmp_path / "m.py"  # the scripted verdicts are of model "m"
     path.write_text(SHAPED)
-    speeds = {"b2": {"max-autotune": 1.30, "persistent-rows": 1.50, "max-autotune-nd-tiling": 0, LOOPED: 1.4},
-              "b4": {"max-autotune": 1.10, "persistent-rows": 0.90, LOOPED: 1.4}}
+    speeds = {"b2": {"max-autotune": 1.10, "persistent-rows": 1.20, "max-autotune-nd-tiling": 0, LOOPED: 1.15},
+              "b4": {"max-autotune": 1.10, "persistent-rows": 0.90, LOOPED: 1.15}}
     session = _per_shape_session(speeds, {(LOOPED, "b4"): VerifierError("the worker died (signal 9)")})
     variants = ["max-autotune", "persistent-rows", "max-autotune-nd-tiling", LOOPED]
     tuner, run, store = _tuner(tmp_path, session, budget_s=0.01, compile_variants=variants)
@@ -549,92 +550,66 @@ def test_a_shaped_problem_s_compile_is_chosen_once_over_every_shape_and_stored_f
     first = tuner.tune_problem(path, "b2", 0.75)
     assert first.error is None, first.error
     assert session.compile_calls == ["max-autotune@b2", "persistent-rows@b2", "max-autotune-nd-tiling@b2",
-                                     f"{LOOPED}@b2", "max-autotune@b4", "persistent-rows@b4", f"{LOOPED}@b4",
-                                     "max-autotune@b2", "max-autotune@b4"]  # then the second compile, each shape
+                                     f"{LOOPED}@b2", "persistent-rows@b2"]  # then the winner's second compile
     trials = {t.variant: t for t in first.compile.tried}
-    assert list(trials) == variants
-    best = trials["max-autotune"]
-    assert best.status == "accepted" and best.refused_at is None
-    assert [(r.shape, r.weight, r.status) for r in best.shapes] == [("b2", 0.75, "accepted"), ("b4", 0.25, "accepted")]
-    assert best.speedup == pytest.approx(1.30 ** 0.75 * 1.10 ** 0.25)
-    assert best.ci_low == pytest.approx(1.29 ** 0.75 * 1.09 ** 0.25)
-    assert best.second_speedup == pytest.approx(best.speedup)
-    slower = trials["persistent-rows"]
-    assert slower.status == "correct" and slower.refused_at == "b4" and slower.speedup is None
-    assert "slower than the default compile beyond noise at shape b4: 0.900x" in slower.reason
-    rejected = trials["max-autotune-nd-tiling"]
-    assert rejected.status == "rejected" and rejected.refused_at == "b2" and len(rejected.shapes) == 1
-    assert rejected.reason.startswith("at shape b2: model: seed #1, output 0")  # seeds as tune keeps them
-    error = trials[LOOPED]
-    assert error.status == "error" and error.refused_at == "b4" and "the worker died" in error.reason
-    assert first.compile.chosen == "max-autotune" and first.compile.stored
+    assert list(trials) == variants and trials["max-autotune-nd-tiling"].status == "rejected"
+    assert trials["persistent-rows"].second_speedup == pytest.approx(1.2)
+    assert first.compile.chosen == "persistent-rows" and first.compile.stored
+    assert "over the default compile at shape b2" in first.compile.note
+    assert store.compile_variant("m", "b2") == "persistent-rows" and store.compile_variant("m", "b4") is None
+
+    second = tuner.tune_problem(path, "b4", 0.25)
+    assert session.compile_calls[5:] == ["max-autotune@b4", "persistent-rows@b4", "max-autotune-nd-tiling@b4",
+                                         f"{LOOPED}@b4", "max-autotune@b4"]
+    trials = {t.variant: t for t in second.compile.tried}
+    assert trials["persistent-rows"].status == "correct" and trials[LOOPED].status == "error"
+    assert "the worker died" in trials[LOOPED].reason
+    assert second.compile.chosen == "max-autotune"
     from pytest_kernelopt.report.view import _compile_note  # the run report's line
 
-    note = _compile_note(first)
-    assert "persistent-rows correct (refused at shape b4)" in note
-    assert "accepted (weighted over the declared shapes)" in note
-    assert "weighted over the declared shapes" in first.compile.note
-    choice = store.model_record("m").compile
-    assert choice.variant == "max-autotune" and choice.timing is None
-    assert choice.graphs == [["x@b2"], ["x@b4"]]  # production applies it at each declared shape
-    assert {s: t.speedup for s, t in choice.shape_timings.items()} == {"b2": pytest.approx(1.3), "b4": pytest.approx(1.1)}
-
-    second = tuner.tune_problem(path, "b4", 0.25)  # no trials again: the choice is the problem's, not the shape's
-    assert len(session.compile_calls) == 9 and second.compile.tried == []
-    assert second.compile.chosen == "max-autotune" and "chosen once for every declared shape" in second.compile.note
-    # The trials' sessions (each shape, the defaults), then each shape's kernel search on the choice.
-    assert session.opened_at == [("b2", None), ("b4", None), ("b2", None), ("b4", None), ("b2", "max-autotune"),
-                                 ("b4", "max-autotune")]
-    saved = json.loads((run.root / "run.json").read_text())
-    assert [r["shape"] for r in saved["problems"][0]["compile"]["tried"][0]["shapes"]] == ["b2", "b4"]
+    assert "max-autotune 1.100x [1.090, 1.110] accepted" in _compile_note(second)
+    record = store.model_record("m")
+    assert record.compile is None and set(record.compile_at) == {"b2", "b4"}
+    assert record.compile_at["b2"].graphs == [["int 2"]] and record.compile_at["b4"].graphs == [["int 4"]]
+    assert record.compile_at["b4"].timing.speedup == pytest.approx(1.1)
+    assert store.launch_configs("m", "b4") == record.compile_at["b4"].launch_configs
+    # Each shape's trials in sessions under the defaults, then its kernel search on its own choice.
+    assert session.opened_at == [("b2", None), ("b2", None), ("b2", "persistent-rows"),
+                                 ("b4", None), ("b4", None), ("b4", "max-autotune")]
 
 
-def test_a_setting_far_behind_the_fastest_at_the_first_shapes_is_not_tried_at_the_others(tmp_path):
-    """A problem with three shapes: after b2, max-autotune (1.10x) is more than 15% behind persistent-rows (1.90x)
-    and is decided there (correct, the reason naming both), not compiled at b4 and b8; nd-tiling (1.70x, 11%
-    behind) goes on. After b4 the running means decide again."""
+def test_a_shape_s_compile_step_spends_its_weight_s_share_of_the_run_budget_left():
+    """b2 weighs 3 of 4: its step may spend 75% of what is left; b4's, then, all that is left."""
+    from pytest_kernelopt.agents.compile_choice import shape_deadline
+
+    clock = [100.0]
+    left = shape_deadline(lambda: clock[0], {"b2": 3, "b4": 1}, "b2")
+    assert left() == pytest.approx(75.0)
+    clock[0] = 40.0
+    assert left() == pytest.approx(15.0)
+    assert shape_deadline(lambda: clock[0], {"b2": 3, "b4": 1}, "b4")() == pytest.approx(40.0)
+    assert shape_deadline(lambda: float("inf"), {"b2": 3, "b4": 1}, "b2")() == float("inf")
+
+
+def test_a_stored_setting_for_every_shape_leaves_the_shape_that_chooses_anew(tmp_path):
+    """A store written before per-shape choices: one setting for both shapes, its graphs both shapes'. Tuned at b2,
+    where the defaults now win, b2 gets its own entry (the defaults) and its graphs leave the shared setting's
+    list, which still covers b4 (production matches settings to graphs by their inputs)."""
     from test_agents import _tuner
 
     path = tmp_path / "m.py"
-    path.write_text(SHAPED.replace('SHAPE_WEIGHTS = {"b2": 3, "b4": 1}', 'SHAPE_WEIGHTS = {"b2": 1, "b4": 1, "b8": 1}')
-                    .replace('"b4": {"rows": 4}}', '"b4": {"rows": 4}, "b8": {"rows": 8}}'))
-    speeds = {"b2": {"max-autotune": 1.10, "persistent-rows": 1.90, "max-autotune-nd-tiling": 1.70},
-              "b4": {"max-autotune": 1.90, "persistent-rows": 1.90, "max-autotune-nd-tiling": 1.20},
-              "b8": {"max-autotune": 1.90, "persistent-rows": 1.90, "max-autotune-nd-tiling": 1.90}}
-    session = _per_shape_session(speeds)
-    variants = ["max-autotune", "persistent-rows", "max-autotune-nd-tiling"]
-    tuner, run, store = _tuner(tmp_path, session, budget_s=0.01, compile_variants=variants)
-    tuner.coder.prepare = lambda problem, device, kernels, shape=None: None
-    outcome = tuner.tune_problem(path, "b2", 1 / 3)
-    assert outcome.error is None, outcome.error
-    assert session.compile_calls == ["max-autotune@b2", "persistent-rows@b2", "max-autotune-nd-tiling@b2",
-                                     "persistent-rows@b4", "max-autotune-nd-tiling@b4", "persistent-rows@b8"]
-    trials = {t.variant: t for t in outcome.compile.tried}
-    dropped = trials["max-autotune"]
-    assert dropped.status == "correct" and [r.shape for r in dropped.shapes] == ["b2"]
-    assert "not tried after shape b2: 1.100x" in dropped.reason and "42% behind 'persistent-rows' (1.900x)" in dropped.reason
-    later = trials["max-autotune-nd-tiling"]
-    assert later.status == "correct" and [r.shape for r in later.shapes] == ["b2", "b4"]
-    assert "not tried after shape b4" in later.reason
-    assert trials["persistent-rows"].status == "accepted" and outcome.compile.chosen == "persistent-rows"
-
-
-def test_a_shaped_compile_slower_at_no_shape_but_not_faster_overall_is_not_chosen(tmp_path):
-    """Faster beyond noise at b2 alone, the same at b4 (weights 1:3): the weighted mean is under the speed
-    rule's minimum gain for a setting, so the stored choice goes back to the defaults."""
-    from test_agents import _tuner
-
-    path = tmp_path / "m.py"
-    path.write_text(SHAPED.replace('SHAPE_WEIGHTS = {"b2": 3, "b4": 1}', 'SHAPE_WEIGHTS = {"b2": 1, "b4": 3}'))
-    session = _per_shape_session({"b2": {"max-autotune": 1.02}, "b4": {"max-autotune": 1.0}})
+    path.write_text(SHAPED)
+    session = _per_shape_session({"b2": {"max-autotune": 1.0}, "b4": {"max-autotune": 1.3}})
     tuner, run, store = _tuner(tmp_path, session, budget_s=0.01, compile_variants=["max-autotune"])
     tuner.coder.prepare = lambda problem, device, kernels, shape=None: None
-    _write_choice(store.root, "m", "max-autotune")
-    outcome = tuner.tune_problem(path, "b2", 0.25)
-    (trial,) = outcome.compile.tried
-    assert [r.status for r in trial.shapes] == ["accepted", "correct"] and trial.status == "correct"
-    assert trial.speedup == pytest.approx(1.02 ** 0.25) and "weighted over the declared shapes" in trial.reason
-    assert outcome.compile.chosen is None and store.compile_variant("m") is None
+    _write_choice(store.root, "m", "max-autotune", graphs=[["int 2"], ["int 4"]])
+    assert store.compile_variant("m", "b2") == store.compile_variant("m", "b4") == "max-autotune"
+    outcome = tuner.tune_problem(path, "b2", 0.75)
+    assert outcome.compile.chosen is None and outcome.compile.stored
+    assert "no longer chosen over the default compile at shape b2" in outcome.compile.note
+    record = store.model_record("m")
+    assert record.compile_at == {"b2": None} and record.compile.graphs == [["int 4"]]
+    assert store.compile_variant("m", "b2") is None and store.compile_variant("m", "b4") == "max-autotune"
 
 
 def test_tune_tries_compile_settings_on_a_training_step(tmp_path):
@@ -658,9 +633,9 @@ def test_tune_tries_compile_settings_on_a_training_step(tmp_path):
     assert outcome.notes == [REWRITES_DECLINE]
 
 
-def test_a_shaped_problem_s_committed_versions_keep_their_compile(tmp_path, monkeypatch):
-    """A version committed at one shape (``k@b4``) was tuned on the stored compile: a setting that wins over every
-    shape is not switched to (it would leave the version stale), and the note says so."""
+def test_a_shaped_problem_s_committed_versions_keep_their_shape_s_compile(tmp_path, monkeypatch):
+    """A version committed at b4 (``k@b4``) was tuned on b4's compile: a setting that wins there is not switched
+    to (it would leave the version stale), and the note says so; b2, with nothing committed, takes it."""
     from types import SimpleNamespace
 
     from test_agents import _tuner
@@ -672,19 +647,20 @@ def test_a_shaped_problem_s_committed_versions_keep_their_compile(tmp_path, monk
     tuner.coder.prepare = lambda problem, device, kernels, shape=None: None
     monkeypatch.setattr(store, "kernel_names", lambda model: ["triton_per_fused_sum_0@b4"])
     monkeypatch.setattr(store, "manifest", lambda model, kernel: SimpleNamespace(active=1))
-    outcome = tuner.tune_problem(path, "b2", 0.75)
-    assert [t.status for t in outcome.compile.tried] == ["accepted"] and session.compile_calls == [
-        "max-autotune@b2", "max-autotune@b4"]
-    assert outcome.compile.chosen is None and not outcome.compile.stored and store.compile_variant("m") is None
-    assert "kept 'the default compile' instead of 'max-autotune'" in outcome.compile.note
-    assert "(triton_per_fused_sum_0@b4)" in outcome.compile.note
+    at_b4 = tuner.tune_problem(path, "b4", 0.25)
+    assert [t.status for t in at_b4.compile.tried] == ["accepted"] and session.compile_calls == ["max-autotune@b4"]
+    assert at_b4.compile.chosen is None and not at_b4.compile.stored and store.compile_variant("m", "b4") is None
+    assert "kept 'the default compile' instead of 'max-autotune'" in at_b4.compile.note
+    assert "(triton_per_fused_sum_0@b4)" in at_b4.compile.note
+    at_b2 = tuner.tune_problem(path, "b2", 0.75)
+    assert at_b2.compile.chosen == "max-autotune" and store.compile_variant("m", "b2") == "max-autotune"
 
 
 @pytest.mark.slow
-def test_tune_checks_a_compile_setting_at_both_declared_shapes(interpreter, tmp_path):
-    """The real verifier, a session opened at each shape: the looped compile checked at b2 and b4 (correct at both:
-    the interpreter times nothing, so nothing is stored), the trial listing both; the kernels at b2 are then the
-    default compile's (no kernel selected: no search)."""
+def test_tune_checks_a_compile_setting_at_the_declared_shape_it_tunes(interpreter, tmp_path):
+    """The real verifier, a session opened at b2: the looped compile checked there (correct: the interpreter times
+    nothing, so nothing is stored); the kernels at b2 are then the default compile's (no kernel selected: no
+    search)."""
     from pytest_kernelopt.agents import TuneOptions, Tuner
     from pytest_kernelopt.agents.search import SearchCoder
     from pytest_kernelopt.runs.records import RunRecord
@@ -705,9 +681,7 @@ def test_tune_checks_a_compile_setting_at_both_declared_shapes(interpreter, tmp_
     run.close()
     assert outcome.error is None, outcome.error
     (trial,) = outcome.compile.tried
-    assert trial.status == "correct" and trial.refused_at is None, trial.reason
-    assert [(r.shape, r.weight, r.status, r.speedup) for r in trial.shapes] == [("b2", 0.75, "correct", None),
-                                                                                ("b4", 0.25, "correct", None)]
+    assert trial.status == "correct" and trial.speedup is None, trial.reason
     assert outcome.compile.chosen is None and not outcome.compile.stored and store.compile_variant("shaped_softmax") is None
     assert "interpreter mode" in outcome.compile.note
     assert [k.kernel.startswith("triton_per_") for k in outcome.kernels] == [True]  # tuned on the default compile
@@ -830,7 +804,9 @@ def test_the_gate_checks_model_json_s_compile_at_each_declared_shape_and_names_t
     settings = SimpleNamespace(source=None, thresholds={}, accepted_regressions={})
     checks = Checks(strict=True, rules=SpeedRules(SpeedPolicy(), settings, ["m"]),
                     store=lambda: SimpleNamespace(model_dir=lambda model: tmp_path / "kernels" / model,
-                                                  model_record=lambda model: SimpleNamespace(compile=None)),
+                                                  model_record=lambda model: SimpleNamespace(compile=None,
+                                                                                             compile_at=None),
+                                                  compile_choice=lambda model, shape=None: None),
                     sessions=SimpleNamespace(get=get), base=None, before=lambda problem, item: None)
     props: dict = {}
     item = SimpleNamespace(prop=props.__setitem__)
@@ -871,11 +847,13 @@ def test_the_gate_fails_graphs_in_model_json_the_setting_was_not_verified_at(tmp
             model="m", kernel=f"compile:{LOOPED}", candidate=LOOPED, candidate_sha256="", status="correct",
             speed_measured=False, launches=launches))
 
+    own: dict = {}  # compile_at: a declared shape's own setting
+
     def checks() -> Checks:
         settings = SimpleNamespace(source=None, thresholds={}, accepted_regressions={})
-        store = SimpleNamespace(model_dir=lambda model: tmp_path / "kernels" / model,
-                                model_record=lambda model: SimpleNamespace(compile=SimpleNamespace(graphs=stored,
-                                                                                            training=False)))
+        record = SimpleNamespace(compile=SimpleNamespace(graphs=stored, training=False), compile_at=own)
+        store = SimpleNamespace(model_dir=lambda model: tmp_path / "kernels" / model, model_record=lambda model: record,
+                                compile_choice=lambda model, shape=None: own.get(shape, record.compile))
         return Checks(strict=True, rules=SpeedRules(SpeedPolicy(), settings, ["m"]), store=lambda: store,
                       sessions=SimpleNamespace(get=get), base=None, before=lambda problem, item: None)
 
@@ -897,6 +875,15 @@ def test_the_gate_fails_graphs_in_model_json_the_setting_was_not_verified_at(tmp
     one = Problem(path=tmp_path / "m.py", id="m", loaded=True, variant=LOOPED)
     with pytest.raises(GateFailure, match="compile.graphs lists 1 graph"):
         checks()._check_compile(item, one)
+    # b4's own setting (compile_at) is checked at b4's check alone: its graphs must be b4's; the shared one then
+    # applies at b2 only, and is checked there.
+    stored[:] = [graph[2]]
+    own["b4"] = SimpleNamespace(graphs=[graph[4]], training=False)
+    gate = checks()
+    assert gate._check_compile(item, parts[1]) is None and gate._check_compile(item, parts[0]) is None
+    own["b4"] = SimpleNamespace(graphs=[graph[4], graph[8]], training=False)
+    with pytest.raises(GateFailure, match="compile.graphs lists 1 graph"):
+        checks()._check_compile(item, parts[1])  # at once: b2's check has nothing to add to b4's own setting
 
 
 def test_kernels_lists_the_compile_model_json_names(kernelopt, tmp_path):

@@ -656,7 +656,7 @@ def test_a_compile_setting_applies_only_to_the_graph_inputs_it_was_verified_at(i
     (x,) = problem.make_inputs(0, "cpu")
     assert verdict.launches == [launch_signature([x])]  # the graph's inputs: the model has no weights
     store = KernelStore(tmp_path / "kernels")
-    record(store, "softmax_rows", CompileOutcome(chosen=looped), {None: verdict})
+    record(store, "softmax_rows", CompileOutcome(chosen=looped), verdict)
     assert store.model_record("softmax_rows").compile.graphs == verdict.launches
 
     backend = pytest_kernelopt.backend("softmax_rows", tmp_path / "kernels", quiet=True)
@@ -716,3 +716,40 @@ def test_the_start_up_line_names_kernels_with_a_reason_and_counts_those_with_not
     assert status_line("m", store, None, mixed) == (
         f"kernelopt: m: 1 of 5 Triton kernels from {store}/ (triton_per_fused_0 v2); 4 compiler kernels: "
         "triton_poi_fused_1 (stale), 3 with nothing committed")
+
+
+@pytest.mark.slow
+def test_each_declared_shape_s_compile_setting_applies_at_that_shape_s_graph_inputs(interpreter, tmp_path):
+    """A problem with SHAPES stores a setting per shape (model.json's compile_at): production finds the one whose
+    graphs a compiled graph's inputs are among; at inputs no shape's setting was verified at, the defaults."""
+    import torch
+
+    import pytest_kernelopt
+    from pytest_kernelopt.agents.compile_choice import CompileOutcome, record
+    from pytest_kernelopt.capture import launch_signature
+    from pytest_kernelopt.store import KernelStore
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession
+
+    softmax, looped = TESTS / "problems" / "softmax_rows.py", "looped-reductions"  # triton_red_ instead of _per_
+    with VerifySession(softmax, interpreter, VerifyOptions(seeds=1)) as session:
+        verdict = session.verify_compile(looped)
+    problem, model = fresh(softmax)
+    (x,) = problem.make_inputs(0, "cpu")
+    wider = torch.randn(x.shape[0] + 3, x.shape[1])
+    store = KernelStore(tmp_path / "kernels")
+    record(store, "softmax_rows", CompileOutcome(chosen=looped), verdict, shape="small")
+    other = verdict.model_copy(update={"launches": [launch_signature([wider])]})
+    record(store, "softmax_rows", CompileOutcome(chosen=looped), other, shape="wide")
+    saved = store.model_record("softmax_rows")
+    assert saved.compile is None and saved.compile_at["wide"].graphs == [launch_signature([wider])]
+    assert store.compile_variant("softmax_rows", "small") == looped and store.compile_variant("softmax_rows") is None
+
+    backend = pytest_kernelopt.backend("softmax_rows", tmp_path / "kernels", quiet=True)
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+    for inputs in (x, wider):
+        out, found, messages = wrapper_globals(compiled, inputs)
+        assert messages == [] and [n.startswith("triton_red_") for n in found] == [True]
+    out, found, messages = wrapper_globals(compiled, torch.randn(x.shape[0] + 5, x.shape[1]))
+    assert [n.startswith("triton_per_") for n in found] == [True]  # no shape's setting: the defaults, said once
+    assert len(messages) == 1 and f"compile '{looped}' was not verified at this graph's inputs" in messages[0]
+    assert backend.settings_applied == [looped, looped, None]

@@ -103,9 +103,9 @@ def _tune_and_store(tmp_path, prepared, variant):
             return _verify_compile(prepared, name)
 
     store = KernelStore(tmp_path / "kernels")
-    outcome, verdicts = compile_choice.choose(lambda shape: nullcontext(Session()), [variant], previous=None,
-                                              measured=True, say=lambda text: None, ev=lambda *a, **k: None)
-    compile_choice.record(store, "softmax_rows", outcome, verdicts)
+    outcome, verdict, _ = compile_choice.choose(lambda: nullcontext(Session()), [variant], previous=None,
+                                                measured=True, say=lambda text: None, ev=lambda *a, **k: None)
+    compile_choice.record(store, "softmax_rows", outcome, verdict)
     return outcome, store
 
 

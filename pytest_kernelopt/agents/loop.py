@@ -39,7 +39,7 @@ from .benchmarker import Benchmarker, KernelState, score
 from .coder import Coder
 from .keeper import Keeper
 from .planner import LIMIT_PCT, PlanItem, limit_pct, plan
-from ..runs.records import CoderContext, CompileOutcome, KernelOutcome, ProblemOutcome, Proposal
+from ..runs.records import CoderContext, KernelOutcome, ProblemOutcome, Proposal
 from ..runs.trace import RunDir
 from .ui import UI
 
@@ -103,9 +103,6 @@ class Tuner:
         self.stop_reason: str | None = None
         self._variant: str | None = None  # the current problem's compile settings (for the Coder's context)
         self._share = 1.0  # of budget_s per kernel: the current declared shape's (SHAPE_WEIGHTS), else all
-        # Per problem file with SHAPES: the shape tuned when its compile was chosen (over every declared shape,
-        # once per run), and the outcome.
-        self._compiles: dict[Path, tuple[str | None, CompileOutcome]] = {}
 
     # --- budgets -----------------------------------------------------------------------
 
@@ -164,7 +161,7 @@ class Tuner:
             factory = self.session_factory or VerifySession
             variant = self._variant = self._compile_step(problem, outcome, factory, full_options, ev)
             # The chosen setting's launch configurations (model.json): the search works on the compile that was timed.
-            fixed: dict[str, Any] = {"launch_configs": c} if (c := self._launch_configs(model, variant)) else {}
+            fixed: dict[str, Any] = {"launch_configs": c} if (c := self._launch_configs(model, variant, shape)) else {}
             cuda = self.options.device == "cuda"
             note = ("interpreter mode: no timing; shares are shares of bytes moved" if not cuda else
                     "Nsight Compute not run (--no-ncu): roofline estimate" if not self.options.ncu else
@@ -329,21 +326,14 @@ class Tuner:
                       options: Any, ev: Callable[..., Any]) -> str | None:
         """The compile the kernels are tuned on: model.json's, or the best of this run's trials.
 
-        A problem with SHAPES gets one compile for all its declared shapes: the trials run once per run, when its
-        first shape is tuned, each setting checked at every declared shape (``compile_choice``); its other
-        shapes are tuned on that choice."""
+        A problem with SHAPES chooses per declared shape, here at the one being tuned (its own ``compile_at``
+        entry), spending at most that shape's share of the run's budget (``compile_choice.shape_deadline``)."""
+        from ..capture.shapes import split_name
         from ..capture.variants import MODEL_VARIANTS
         from . import compile_choice
 
-        model = problem.id
-        earlier = self._compiles.get(problem.path)
-        if earlier is not None:  # chosen at an earlier shape of this run, over every declared shape
-            at, chosen = earlier
-            outcome.compile = compile_choice.CompileOutcome(
-                previous=chosen.previous, chosen=chosen.chosen,
-                note=f"chosen once for every declared shape, when shape {at} was tuned: {chosen.note}")
-            return chosen.chosen
-        previous = self.store.compile_variant(model) if self.store is not None else None
+        model, shape = problem.id, problem.shape
+        previous = self.store.compile_variant(model, shape) if self.store is not None else None
         variants = self.options.compile_variants
         if variants is None:
             variants = list(MODEL_VARIANTS) if self.options.device == "cuda" else []
@@ -352,40 +342,44 @@ class Tuner:
                 outcome.compile = compile_choice.CompileOutcome(previous=previous, chosen=previous,
                                                                 note=f"model.json's {previous!r}")
             return previous
-        committed = [k for k in self.store.kernel_names(model)
-                     if (m := self.store.manifest(model, k)) is not None and m.active is not None
+        # Kernels with an active version at this shape were tuned on its compile.
+        committed = [k for k in self.store.kernel_names(model) if split_name(k)[1] == shape
+                     and (m := self.store.manifest(model, k)) is not None and m.active is not None
                      ] if self.store is not None else []
-        over = f" over its declared shapes ({', '.join(problem.shapes)})" if problem.shapes else ""
-        self.ui.message(f"{model}: choosing the model's compile settings ({', '.join(variants)}){over}")
+        at = f" at shape {shape}" if shape is not None else ""
+        self.ui.message(f"{model}: choosing the model's compile settings{at} ({', '.join(variants)})")
 
-        def open_at(shape: str | None) -> Any:
-            at: dict[str, Any] = {"shape": shape} if shape is not None else {}
-            return factory(problem.path, self.options.device, options, progress=self.ui.message, **at)
+        def open_session() -> Any:
+            where: dict[str, Any] = {"shape": shape} if shape is not None else {}
+            return factory(problem.path, self.options.device, options, progress=self.ui.message, **where)
 
+        left = (compile_choice.shape_deadline(self._run_left, problem.shape_weights, shape) if shape is not None
+                else self._run_left)
         # The run record holds the outcome while it is filled: a run stopped during the trials keeps them.
         outcome.compile = compile_choice.CompileOutcome()
-        chosen, verdicts = compile_choice.choose(
-            open_at, variants, previous=previous, measured=self.options.device == "cuda",
-            say=lambda text: self.ui.message(f"{model}: {text}"), ev=ev, shapes={s: problem.shape_weights[s] for s in problem.shapes},
-            policy=options.speed, committed=committed, left=self._run_left, into=outcome.compile)
+        chosen, verdict, graphs = compile_choice.choose(
+            open_session, variants, previous=previous, measured=self.options.device == "cuda",
+            say=lambda text: self.ui.message(f"{model}: {text}"), ev=ev, shape=shape, committed=committed,
+            left=left, into=outcome.compile)
         outcome.compile = chosen
-        if problem.shapes:
-            self._compiles[problem.path] = (problem.shape, chosen)
         if self.options.device == "cuda" and self.store is not None:
             from ..capture.training import is_training
 
-            compile_choice.record(self.store, model, chosen, verdicts, training=is_training(problem))
+            compile_choice.record(self.store, model, chosen, verdict, training=is_training(problem), shape=shape,
+                                  graphs=graphs)
         ev("planner", "compile", chosen=chosen.chosen, previous=previous, stored=chosen.stored, note=chosen.note)
-        self.ui.message(f"{model}: compile: {chosen.note}")
+        self.ui.message(f"{model}: compile{at}: {chosen.note}")
         self.run.save()
         return chosen.chosen
 
-    def _launch_configs(self, model: str, variant: str | None) -> dict[str, dict[str, int]] | None:
-        """The launch configurations stored with ``variant`` when it is model.json's setting (None: none)."""
+    def _launch_configs(self, model: str, variant: str | None, shape: str | None) -> dict[str, dict[str, int]] | None:
+        """The launch configurations stored with ``variant`` when it is model.json's setting at ``shape`` (None:
+        none)."""
         if variant is None or self.store is None:
             return None
         try:
-            return self.store.launch_configs(model) if self.store.compile_variant(model) == variant else None
+            return (self.store.launch_configs(model, shape) if self.store.compile_variant(model, shape) == variant
+                    else None)
         except KerneloptError:
             return None
 

@@ -396,8 +396,8 @@ def refresh(problems: list[Path], store: Any, device: str, options: Any, *, runs
                 continue
             try:
                 declared = declared_shapes(Path(problem))
-                variant = store.compile_variant(model)  # its kernels are the compile's under model.json's settings
-                fixed: dict[str, Any] = {"launch_configs": c} if (c := store.launch_configs(model)) else {}
+                # Each shape's kernels are the compile's under model.json's settings at that shape.
+                compiles = {s: (store.compile_variant(model, s), store.launch_configs(model, s)) for s in declared}
             except KerneloptError as exc:
                 record.problems.append(ProblemRefresh(model=model, problem=str(problem), error=str(exc)))
                 continue
@@ -407,6 +407,8 @@ def refresh(problems: list[Path], store: Any, device: str, options: Any, *, runs
                     continue  # nothing committed at this shape: no compile
                 started = time.monotonic()
                 at: dict[str, Any] = {"shape": shape} if shape is not None else {}
+                variant, configs = compiles[shape]
+                fixed: dict[str, Any] = {"launch_configs": configs} if configs else {}
                 with factory(problem, device, options, progress=say, variant=variant, **at, **fixed) as session:
                     try:
                         session.open()

@@ -238,7 +238,7 @@ class Checks:
                 record = store.model_record(folder.name) if (folder / "model.json").is_file() else None
             except KerneloptError:
                 runs, record = ["(unreadable)"], None
-            if runs or (record is not None and record.compile is not None):
+            if runs or (record is not None and (record.compile is not None or any((record.compile_at or {}).values()))):
                 what = f"{len(runs)} kernel folder(s) with an active version" if runs else "a compile setting"
                 found.append(f"{folder.name}/ ({what})")
         if not found:
@@ -274,7 +274,7 @@ class Checks:
         orphaned: list[str] = []
         try:
             self.store.model_record(problem.id)  # a broken model.json fails here, measured or not
-            self.store.compile_variant(problem.id)  # and a compile setting this version does not know
+            self.store.compile_variant(problem.id, problem.shape)  # and a compile setting this version does not know
             # A folder with no active version (retired by refresh) runs nothing: not stale.
             # Of this shape (``<kernel>@<shape>`` folders; plain ones for a problem without SHAPES), and folders of
             # shapes the file does not declare (reported by its first shape's item).
@@ -429,12 +429,15 @@ class Checks:
     def _check_compile_graphs(self, problem: Problem, where: str, launches: list[list[str]] | None) -> None:
         """Production applies model.json's setting only at the graph inputs it lists (``compile.graphs``): each must
         be one this run verified the setting at, or a pull request could add graphs (another batch size, dtype)
-        where it never was. Of a problem with SHAPES, checked once every declared shape's check has run."""
+        where it never was. A declared shape's own setting (``compile_at``), at that shape's check; the one
+        ``compile`` names for every shape, once every declared shape it applies at has been checked."""
         from ..capture import signature_key
 
         verified = self._compile_graphs.setdefault(problem.id, {})
         verified[problem.shape] = {signature_key(g) for g in launches or []}
-        choice = self.store.model_record(problem.id).compile
+        record = self.store.model_record(problem.id)
+        own = record.compile_at or {}
+        choice = self.store.compile_choice(problem.id, problem.shape)
         training = problem.training
         if choice is not None and bool(choice.training) != training:
             said = {True: "a training step", False: "inference", None: "nothing (read as inference)"}[choice.training]
@@ -443,9 +446,10 @@ class Checks:
                               f"applies it to the graphs of the pass recorded there, where this run did not verify it; "
                               f"`kernelopt tune` records the pass it verified")
         declared: set[str | None] = set(problem.declared) if problem.declared else {None}
-        if not declared <= set(verified):
+        under = {problem.shape} if problem.shape in own else {s for s in declared if s not in own}
+        if not under <= set(verified):
             return  # a declared shape's check is still to come (or not selected in this run: nothing to add up)
-        seen = set().union(*verified.values())
+        seen = set().union(*(verified[s] for s in under))
         try:
             unverified = [g for g in (choice.graphs if choice is not None else None) or [] if signature_key(g) not in seen]
         except ValueError as exc:  # an entry capture never writes: data from a repository

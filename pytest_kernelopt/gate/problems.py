@@ -111,11 +111,6 @@ def compile_once(problem: Problem, device: str, store: Any) -> Problem:
     if not problem.loaded:
         problem.loaded = True
         try:
-            problem.variant = store.compile_variant(problem.id)
-            problem.launch_configs = store.launch_configs(problem.id) if problem.variant is not None else None
-        except KerneloptError:
-            problem.variant = problem.launch_configs = None
-        try:
             loaded = load_problem(problem.path)
         except KerneloptError as exc:
             problem.error = str(exc)
@@ -124,9 +119,14 @@ def compile_once(problem: Problem, device: str, store: Any) -> Problem:
         declared = list(loaded.shapes)
         problem.declared = declared
         problem.training = is_training(loaded)
-        problem.shapes = [Problem(path=problem.path, id=problem.id, loaded=True, variant=problem.variant,
-                                  launch_configs=problem.launch_configs, shape=shape, declared=declared,
+        problem.shapes = [Problem(path=problem.path, id=problem.id, loaded=True, shape=shape, declared=declared,
                                   training=problem.training) for shape in declared]
+        for part in problem.parts:  # model.json's compile settings at each part's shape
+            try:
+                part.variant = store.compile_variant(problem.id, part.shape)
+                part.launch_configs = store.launch_configs(problem.id, part.shape) if part.variant is not None else None
+            except KerneloptError:
+                part.variant = part.launch_configs = None
         for part in problem.parts:
             try:
                 with internal_warnings_ignored():

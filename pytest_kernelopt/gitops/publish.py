@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from ..capture.shapes import store_name
+from ..capture.shapes import split_name, store_name
 from ..errors import KerneloptError, StoreError
 from ..measure.text import interval, speedup_text, timing_text
 from ..records import load_json
@@ -326,8 +326,8 @@ def _plan(ctx: _Context, problem: Any, model: str, kernel: str, version: int, ou
     try:
         store = KernelStore(ctx.kernels_abs)
         folder_abs = store.kernel_dir(model, kernel)  # names that cannot leave the store (nor carry markup)
-        variant = store.compile_variant(model)
-        configs = store.launch_configs(model)
+        shape = split_name(kernel)[1]  # a <kernel>@<shape> folder: that shape's compile setting
+        variant, configs = store.compile_variant(model, shape), store.launch_configs(model, shape)
     except StoreError as exc:
         raise RefusedError(str(exc)) from None
     folder_rel = ctx.kernels_rel / model / kernel

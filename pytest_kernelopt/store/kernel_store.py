@@ -396,30 +396,57 @@ class KernelStore:
             atomic_write(folder / MANIFEST, dump_json(updated))
         return updated
 
-    def compile_variant(self, model: str) -> str | None:
-        """The compile variant recorded in ``model.json`` (None: the defaults); StoreError when this
-        version does not know it."""
-
-        choice = self.model_record(model).compile
-        if choice is None:
-            return None
-        why = unknown_variant(choice.variant)
-        if why:
+    def compile_choice(self, model: str, shape: str | None = None) -> CompileChoice | None:
+        """``model.json``'s compile setting at declared shape ``shape`` (``compile_at``'s entry there, else the one
+        ``compile`` names for every shape; None: the defaults); StoreError when this version does not know it."""
+        record = self.model_record(model)
+        at = record.compile_at or {}
+        choice = at[shape] if shape is not None and shape in at else record.compile
+        if choice is not None and (why := unknown_variant(choice.variant)):
             raise StoreError(f"{self.model_dir(model) / MODEL_RECORD}: {why}")
-        return choice.variant
+        return choice
 
-    def launch_configs(self, model: str) -> dict[str, dict[str, int]] | None:
-        """The launch configurations recorded with ``model.json``'s compile setting (kernel fingerprint -> launch
-        point; None: no setting, or none recorded): what every compile under the setting launches."""
-        choice = self.model_record(model).compile
+    def compile_choices(self, model: str) -> list[CompileChoice]:
+        """Every compile setting ``model.json`` records (each shape's, then the one for every shape): production
+        applies the one whose graphs a compiled graph's inputs are among."""
+        record = self.model_record(model)
+        choices = [c for c in [*(record.compile_at or {}).values(), record.compile] if c is not None]
+        for choice in choices:
+            if why := unknown_variant(choice.variant):
+                raise StoreError(f"{self.model_dir(model) / MODEL_RECORD}: {why}")
+        return choices
+
+    def compile_variant(self, model: str, shape: str | None = None) -> str | None:
+        """The compile variant recorded in ``model.json`` at ``shape`` (:meth:`compile_choice`; None: the
+        defaults); StoreError when this version does not know it."""
+        choice = self.compile_choice(model, shape)
+        return None if choice is None else choice.variant
+
+    def launch_configs(self, model: str, shape: str | None = None) -> dict[str, dict[str, int]] | None:
+        """The launch configurations recorded with ``model.json``'s compile setting at ``shape`` (kernel
+        fingerprint -> launch point; None: no setting, or none recorded): what every compile under it launches."""
+        choice = self.compile_choice(model, shape)
         return None if choice is None else choice.launch_configs
 
-    def save_compile(self, model: str, choice: CompileChoice | None) -> None:
-        """Record the model's compile settings (None: back to the defaults)."""
+    def save_compile(self, model: str, choice: CompileChoice | None, shape: str | None = None,
+                     graphs: list[list[str]] | None = None) -> None:
+        """Record the model's compile settings (None: back to the defaults); at declared shape ``shape``, that
+        shape's alone (``compile_at``). A setting ``compile`` names for every shape (a store written before
+        per-shape choices) then no longer applies at ``shape``: the shape's graphs (``graphs``, default
+        ``choice.graphs``) leave its list, since production matches a setting to a graph by the graph's inputs."""
         folder = self.model_dir(model)
         with self._locked(folder):
             record = self.model_record(model)
-            record.compile = choice
+            if shape is None:
+                record.compile = choice
+            else:
+                record.compile_at = {**(record.compile_at or {}), shape: choice}
+                # Signatures as capture writes them (capture.launch_signature): equal inputs, equal text.
+                here = {tuple(g) for g in (graphs if graphs is not None else
+                                           choice.graphs if choice is not None else None) or []}
+                shared = record.compile
+                if shared is not None and shared.graphs is not None and here:
+                    shared.graphs = [g for g in shared.graphs if tuple(g) not in here]
             atomic_write(folder / MODEL_RECORD, dump_json(record))
 
     def save_baseline(self, model: str, baseline: ModelBaseline, shape: str | None = None) -> None:

@@ -14,6 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from ..capture.launch_configs import MAX_KERNELS, MAX_NAMES
+from ..capture.shapes import SHAPE_NAME_RE
 from ..errors import StoreError
 from ..records import SCHEMA_VERSION, ArgInfo, Environment, Record, SeedErrors, Timing
 from .recipe import Recipe
@@ -268,8 +269,9 @@ class CompileChoice(Record):
     # Production applies it only to graphs of that pass (a training graph: grad mode on and an input, a weight,
     # that requires grad); None, not recorded (before 2026-12-06): inference graphs only.
     training: bool | None = None
-    # A problem with SHAPES (one setting for every declared shape): each shape's timing against the default
-    # compile, and ``graphs`` holds every shape's graphs; ``timing`` is then null. None: a problem without SHAPES.
+    # A setting chosen once for every declared shape of a problem with SHAPES (written 2026-12-05 to 2026-12-06;
+    # ``kernelopt tune`` now chooses per shape: ``ModelRecord.compile_at``): each shape's timing against the default
+    # compile, and ``graphs`` holds every shape's graphs; ``timing`` is then null. None: one shape's choice.
     shape_timings: dict[str, Timing | None] | None = None
     # The launch configuration each Triton kernel of the confirming check's compile ran (after Inductor's
     # first-call race and, under max-autotune, its coordinate descent): kernel fingerprint -> launch point
@@ -285,8 +287,14 @@ class ModelRecord(Record):
     schema_version: int = SCHEMA_VERSION
     model: str
     baselines: dict[str, ModelBaseline] = Field(default_factory=dict)
-    # None: the default compile (Inductor's defaults).
+    # None: the default compile (Inductor's defaults). Of a problem with SHAPES, the setting of every declared shape
+    # that ``compile_at`` does not name (a store written before per-shape choices: one setting for all of them).
     compile: CompileChoice | None = None
+    # A problem with SHAPES: each declared shape's own choice (None: the default compile at that shape), written by
+    # ``kernelopt tune`` at that shape. It takes precedence over ``compile`` there; production applies a choice at
+    # the graph inputs it lists (``graphs``: that shape's), wherever the graph comes from.
+    compile_at: dict[Annotated[str, Field(pattern=f"^{SHAPE_NAME_RE.pattern}$")], CompileChoice | None] | None = (
+        Field(default=None, max_length=MAX_KERNELS))
 
 
 def environment_key(env: Environment) -> str:

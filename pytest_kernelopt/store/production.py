@@ -169,8 +169,7 @@ class KerneloptBackend:
 
         patches = _inductor_patches(mode or self.mode, {**self.options, **(options or {})})
         # model.json's compile settings first (its kernels are that compile's); the caller's on top.
-        variant = self._variant(example_inputs)
-        configs = self._launch_configs() if variant is not None else None
+        variant, configs = self._variant(example_inputs)
         with self._lock:
             self.settings_applied.append(variant)
         from ..capture.training import backward_compiled_with_forward, is_backward_wrapper
@@ -265,57 +264,55 @@ class KerneloptBackend:
                     None, f"kernelopt failed to check it ({type(exc).__name__}: {exc})")
             self.kernels.append(record)
 
-    def _variant(self, example_inputs: Any) -> str | None:
-        """``model.json``'s compile settings for a graph with these inputs: only where they were verified (the
-        inputs of a graph the verifier compiled under them); elsewhere, or for a setting that cannot be used,
-        the defaults compile, said once."""
+    def _variant(self, example_inputs: Any) -> tuple[str | None, dict[str, dict[str, int]] | None]:
+        """``model.json``'s compile setting for a graph with these inputs and its recorded launch configurations:
+        the setting (one per declared shape of a problem with SHAPES, ``compile_at``) verified at these inputs (a
+        graph the verifier compiled under it); elsewhere, or for a setting that cannot be used, the defaults
+        compile, said once. (None, None): the defaults."""
         from ..capture import launch_key, launch_signature, signature_key
-
-        try:
-            variant = self.store.compile_variant(self.model)
-            choice = self.store.model_record(self.model).compile if variant is not None else None
-            graphs = choice.graphs if choice is not None else None
-            verified = None if graphs is None else frozenset(signature_key(g) for g in graphs)
-        except Exception as exc:  # noqa: BLE001 - an unknown name or a broken model.json: the defaults, said once
-            self._warn(f"kernelopt: model {self.model}: {exc}; Inductor's default settings are used")
-            return None
-        if variant is None:
-            return None
-        where = f"kernelopt: model {self.model}: {self.store.model_dir(self.model) / 'model.json'}: compile {variant!r}"
-        if verified is None:
-            self._warn(f"{where} records no graph inputs it was verified at (written before kernelopt recorded "
-                       f"them; `kernelopt tune` verifies it again and records them); Inductor's default settings "
-                       f"are used")
-            return None
         from .manifest import verified_elsewhere
 
-        elsewhere = verified_elsewhere(choice.environment if choice is not None else None,
-                                       _device_of(example_inputs, self._device))
-        if elsewhere is not None:  # as for a version: what a gate here checked is this environment's
-            self._warn(f"{where} is not verified here: {elsewhere}; Inductor's default settings compile this graph "
-                       f"(`kernelopt tune` here verifies it and records it)")
-            return None
+        try:
+            choices = self.store.compile_choices(self.model)
+        except Exception as exc:  # noqa: BLE001 - an unknown name or a broken model.json: the defaults, said once
+            self._warn(f"kernelopt: model {self.model}: {exc}; Inductor's default settings are used")
+            return None, None
+        if not choices:
+            return None, None
         training = _training_graph(example_inputs)
-        if bool(choice.training if choice is not None else False) != training:
-            checked = "a training step" if choice is not None and choice.training else "inference"
-            self._warn(f"{where} was verified in {checked}, and this graph is "
-                       f"{'a training step' if training else 'inference'}"
-                       f"{' (for inference, call the model under torch.no_grad())' if training else ''}; Inductor's "
-                       f"default settings compile this graph")
-            return None
-        if launch_key(example_inputs) not in verified:
+        key = launch_key(example_inputs)
+        device = _device_of(example_inputs, self._device)
+        said: list[str] = []
+        for choice in choices:
+            where = (f"kernelopt: model {self.model}: {self.store.model_dir(self.model) / 'model.json'}: "
+                     f"compile {choice.variant!r}")
+            if choice.graphs is None:
+                said.append(f"{where} records no graph inputs it was verified at (written before kernelopt recorded "
+                            f"them; `kernelopt tune` verifies it again and records them)")
+                continue
+            if key not in {signature_key(g) for g in choice.graphs}:
+                continue
+            elsewhere = verified_elsewhere(choice.environment, device)
+            if elsewhere is not None:  # as for a version: what a gate here checked is this environment's
+                said.append(f"{where} is not verified here: {elsewhere} (`kernelopt tune` here verifies it and "
+                            f"records it)")
+                continue
+            if bool(choice.training) != training:
+                checked = "a training step" if choice.training else "inference"
+                said.append(f"{where} was verified in {checked}, and this graph is "
+                            f"{'a training step' if training else 'inference'}"
+                            f"{' (for inference, call the model under torch.no_grad())' if training else ''}")
+                continue
+            return choice.variant, choice.launch_configs
+        if not said:
             shown = launch_signature(example_inputs)
             text = ", ".join(shown[:8]) + (f", ... ({len(shown)} inputs)" if len(shown) > 8 else "")
-            self._warn(f"{where} was not verified at this graph's inputs ({text}); Inductor's default settings "
-                       f"compile this graph")
-            return None
-        return variant
-
-    def _launch_configs(self) -> dict[str, dict[str, int]] | None:
-        try:
-            return self.store.launch_configs(self.model)
-        except Exception:  # noqa: BLE001 - _variant already read model.json; a failure here: Inductor races
-            return None
+            names = ", ".join(sorted({repr(c.variant) for c in choices}))
+            said.append(f"kernelopt: model {self.model}: {self.store.model_dir(self.model) / 'model.json'}: compile "
+                        f"{names} was not verified at this graph's inputs ({text})")
+        for line in said:
+            self._warn(f"{line}; Inductor's default settings compile this graph")
+        return None, None
 
     def _fingerprint(self, module: ModuleType, attr: str, function: str) -> str:
         """The fingerprint of compiler kernel ``attr`` (capture.kernel_fingerprint), computed once per kernel

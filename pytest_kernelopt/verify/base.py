@@ -126,12 +126,13 @@ def what_ran(backend: Any) -> BaseRun:
         if runs == "committed" and isinstance(installed, VerifiedLaunches) and not installed.runs["committed"]:
             runs, why = "compiler", "not verified at these launches"
         kernels.append(BaseKernel(name=k.name, runs=runs, version=k.version, why=why))
+    under = backend.settings_applied
+    # The settings the base's graphs compiled under; none applied: the one model.json records (at no graph here).
+    applied = list(dict.fromkeys(v for v in under if v is not None))
     try:
-        choice = backend.store.model_record(backend.model).compile
-        setting = choice.variant if choice is not None else None
+        setting = ", ".join(applied) or next((c.variant for c in backend.store.compile_choices(backend.model)), None)
     except Exception:  # noqa: BLE001 - a broken model.json: the backend compiled with the defaults
         setting = None
-    under = backend.settings_applied
     return BaseRun(kernels=kernels, compile=setting, graphs=len(under),
                    graphs_under_compile=sum(v is not None for v in under))
 
