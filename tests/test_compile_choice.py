@@ -399,6 +399,54 @@ def test_a_compile_trial_still_running_when_the_run_s_budget_ends_is_stopped_the
     assert outcome.compile.chosen is None and store.compile_variant("m") is None
 
 
+def test_the_trials_after_an_accepted_setting_leave_its_second_compile_the_time_its_check_took(tmp_path,
+                                                                                               monkeypatch):
+    """max-autotune is accepted (1.10x) in a 100 s check of a 300 s budget; nd-tiling's check would take 150 s.
+    It is given 100 s, not 200 (it stops there, an error naming the budget), so max-autotune's second compile
+    still has the 100 s it needs, and max-autotune is chosen (it was dropped unconfirmed before, a ViT block's
+    1.17x on an H100)."""
+    from test_agents import _problem
+
+    session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune": 1.10, "max-autotune-nd-tiling": 1.05},
+                                            compile_variants=["max-autotune", "max-autotune-nd-tiling"])
+    session.compile_seconds = {"max-autotune": 100.0, "max-autotune-nd-tiling": 150.0}
+    clock = [300.0]
+    check = session.verify_compile
+
+    def timed(variant, launch_configs=None, budget_s=None):  # each check spends its seconds, or its budget
+        took = session.compile_seconds[variant]
+        clock[0] -= min(took, budget_s) if budget_s is not None else took
+        return check(variant, launch_configs, budget_s)
+
+    session.verify_compile = timed
+    tuner._run_left = lambda: clock[0]
+    from types import SimpleNamespace
+
+    from pytest_kernelopt.agents import compile_choice
+
+    monkeypatch.setattr(compile_choice, "time", SimpleNamespace(monotonic=lambda: 1000.0 - clock[0]))
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    assert session.compile_calls == ["max-autotune", "max-autotune-nd-tiling", "max-autotune"]
+    assert session.compile_budgets == [300.0, 100.0, 100.0]
+    trials = {t.variant: t for t in outcome.compile.tried}
+    assert trials["max-autotune-nd-tiling"].status == "error" and "ran out" in trials["max-autotune-nd-tiling"].reason
+    assert outcome.compile.chosen == "max-autotune" and trials["max-autotune"].second_speedup == pytest.approx(1.1)
+    # Accepted at 100 s of a 200 s budget: nothing left for another trial, which is said as not tried.
+    clock[0] = 200.0
+    session2, tuner2, run2, store2 = _fake_tune(tmp_path / "b", {"max-autotune": 1.10},
+                                                compile_variants=["max-autotune", "max-autotune-nd-tiling"])
+    session2.compile_seconds = session.compile_seconds
+    check = session2.verify_compile
+    session2.verify_compile = timed
+    session = session2
+    tuner2._run_left = lambda: clock[0]
+    outcome = tuner2.tune_problem(_problem(tmp_path / "b"))
+    assert session2.compile_calls == ["max-autotune", "max-autotune"] and outcome.compile.chosen == "max-autotune"
+    events = [json.loads(line) for line in (run2.root / "trace.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "compile-skip" and "kept for the accepted setting's second compile" in e["data"]["reason"]
+               for e in events)
+
+
 def test_a_trial_given_no_run_budget_is_not_told_one(tmp_path):
     from test_agents import _problem
 

@@ -15,10 +15,12 @@ on that compile: such a setting changes what no kernel swap can (GEMMs as Triton
 templates with their epilogues fused, other fusion), and its kernels are tuned in turn.
 
 A problem with SHAPES gets a setting per declared shape, chosen when that shape is tuned, in a session opened at
-it (``model.json``'s ``compile_at``): a batch size whose GEMMs run faster as Triton templates can take
-max-autotune while a smaller one keeps the defaults (a bf16 ViT block, H100, 2026-12-07, ``kernelopt bench``:
-max-autotune ran at 0.94x the default compile's speed at batch 64, 1.07x at batch 256). The step at a shape spends at most that shape's SHAPE_WEIGHTS
-share of what is left of the run's budget for the problem's shapes still to tune (:func:`shape_deadline`).
+it (``model.json``'s ``compile_at``): a setting slower at one shape no longer keeps another shape from the setting
+that wins there. The trials at a shape spend at most that shape's SHAPE_WEIGHTS share of what is left of the
+run's budget for the problem's shapes still to tune (:func:`shape_deadline`). Once a setting is accepted, the
+trials after it leave the seconds its check took for its second compile (:func:`_reserve`), which may then use
+the rest of the run's budget: a 1.17x max-autotune of a ViT block at batch 64 was thrown away when the trial
+after it spent the seconds its confirmation needed (H100, 2026-12-07).
 An accepted setting whose worst output element used more than SETTING_HEADROOM of its allowance
 (verify/numerics.py) is left for the next: the gate checks the stored setting again on draws of its own. The
 choice stores the graphs of its check, so production applies it at that shape's graph inputs alone.
@@ -77,13 +79,15 @@ def _trial(variant: str, verdict: Verdict, seconds: float) -> CompileTrial:
 def choose(open_session: Opener, variants: list[str], *, previous: str | None, measured: bool,
            say: Callable[[str], None], ev: Callable[..., Any], shape: str | None = None,
            committed: list[str] | None = None, left: Callable[[], float] | None = None,
+           confirm_left: Callable[[], float] | None = None,
            into: CompileOutcome | None = None) -> tuple[CompileOutcome, Verdict | None, list[list[str]] | None]:
     """Try each variant against the default compile, in sessions from ``open_session`` (at declared shape
     ``shape``, None for a problem without SHAPES): the outcome, the chosen one's verdict (None when nothing new
     is to be stored) and the graph inputs the checks compiled (capture.launch_signature; None: none recorded).
 
-    ``left()``: seconds left to the step (the run's budget, ``--run-budget-s``, or the shape's share of it;
-    None: no budget): once spent, the settings not yet checked are not tried.
+    ``left()``: seconds left to the trials (the run's budget, ``--run-budget-s``, or the shape's share of it;
+    None: no budget): once spent, the settings not yet checked are not tried. ``confirm_left()``: seconds left to
+    an accepted setting's second compile (default ``left``; tune passes the run's budget).
 
     ``committed``: kernels with an active version, tuned on ``previous``'s compile. Another
     compile would leave them stale (their fingerprints are that compile's), and the trials
@@ -96,7 +100,8 @@ def choose(open_session: Opener, variants: list[str], *, previous: str | None, m
     """
     # With committed kernels the choice is kept whatever wins (below): no second compile to confirm a winner.
     outcome, verdict, graphs = _choose(open_session, variants, previous=previous, measured=measured, say=say, ev=ev,
-                                       shape=shape, left=left, confirm=not committed, into=into)
+                                       shape=shape, left=left, confirm_left=confirm_left or left,
+                                       confirm=not committed, into=into)
     if committed and outcome.chosen != previous:
         wanted = outcome.chosen or "the default compile"
         outcome.note = (f"{outcome.note}; kept {previous or 'the default compile'!r} instead of {wanted!r}: "
@@ -124,10 +129,24 @@ def _check(session: Any, variant: str, launch_configs: dict[str, dict[str, int]]
         return None, str(exc)[:300], time.monotonic() - t0
 
 
+def _reserve(left: Callable[[], float] | None, outcome: CompileOutcome, confirm: bool) -> Callable[[], float] | None:
+    """What a trial may spend: ``left()`` less, once a setting was accepted (and will be compiled again), the
+    seconds the fastest accepted one's check took, kept for its second compile."""
+    if left is None or not confirm:
+        return left
+    accepted = [t for t in outcome.tried if t.status == "accepted" and t.speedup is not None]
+    if not accepted:
+        return left
+    best = max(accepted, key=lambda t: t.speedup or 0.0)
+    if best.ci_low is not None and best.ci_low >= SURE_GAIN:
+        return left  # chosen without a second compile
+    return lambda: left() - best.seconds
+
+
 def _choose(open_session: Opener, variants: list[str], *, previous: str | None, measured: bool,
             say: Callable[[str], None], ev: Callable[..., Any], shape: str | None, left: Callable[[], float] | None,
-            confirm: bool = True, into: CompileOutcome | None = None
-            ) -> tuple[CompileOutcome, Verdict | None, list[list[str]] | None]:
+            confirm_left: Callable[[], float] | None = None, confirm: bool = True,
+            into: CompileOutcome | None = None) -> tuple[CompileOutcome, Verdict | None, list[list[str]] | None]:
     outcome = into if into is not None else CompileOutcome()
     outcome.previous, outcome.chosen = previous, previous
     outcome.note = "stopped during the compile step, before a setting was chosen: the previous choice stands"
@@ -144,15 +163,17 @@ def _choose(open_session: Opener, variants: list[str], *, previous: str | None, 
             say(f"{name}: not tried: {why}")
         live = [v for v in variants if v not in skipped]
         for i, variant in enumerate(live):
-            if left is not None and left() <= 0:
+            spend = _reserve(left, outcome, confirm)
+            if spend is not None and spend() <= 0:
+                kept = " (what is left is kept for the accepted setting's second compile)" if spend is not left else ""
                 for name in live[i:]:
-                    why = f"not tried{at}: the run's budget (--run-budget-s) for this step is spent"
+                    why = f"not tried{at}: the run's budget (--run-budget-s) for this step is spent{kept}"
                     ev("planner", "compile-skip", variant=name, reason=why)
                     say(f"{name}: {why}")
                 cut = True
                 break
             say(f"compiling the whole model as {variant!r}{at} and checking it against the default compile")
-            verdict, error, seconds = _check(session, variant, left=left)
+            verdict, error, seconds = _check(session, variant, left=spend)
             if verdict is None:
                 trial = CompileTrial(variant=variant, status="error", reason=error, seconds=round(seconds, 2))
             else:
@@ -171,10 +192,10 @@ def _choose(open_session: Opener, variants: list[str], *, previous: str | None, 
             say(f"  {best.variant}: not compiled a second time: its speedup's interval starts at "
                 f"{best.ci_low:.3f}x, beyond what a compile's own race moves a setting by")
         second: Verdict | None
-        if sure or not confirm or (best.variant == previous and left is not None and left() <= 0):
+        if sure or not confirm or (best.variant == previous and confirm_left is not None and confirm_left() <= 0):
             second = checked[best.variant]  # kept, or stored and out of budget
         else:
-            second = _second(open_session, best, ev=ev, say=say, left=left,
+            second = _second(open_session, best, ev=ev, say=say, left=confirm_left,
                              launch_configs=checked[best.variant].launch_configs)
         if second is None:
             continue

@@ -360,7 +360,7 @@ class Tuner:
         chosen, verdict, graphs = compile_choice.choose(
             open_session, variants, previous=previous, measured=self.options.device == "cuda",
             say=lambda text: self.ui.message(f"{model}: {text}"), ev=ev, shape=shape, committed=committed,
-            left=left, into=outcome.compile)
+            left=left, confirm_left=self._run_left, into=outcome.compile)
         outcome.compile = chosen
         if self.options.device == "cuda" and self.store is not None:
             from ..capture.training import is_training
