@@ -115,9 +115,9 @@ def main() -> int:
         row = {"problem": name, "tune_exit": code, "tune_s": round(tune_s, 1)}
         try:
             records = _records(out, runs)
-            chosen = records[0].get("compile") or {}
-            row["compile"] = chosen.get("chosen")
-            row["tried"] = {t["variant"]: t.get("speedup") for t in chosen.get("tried", [])}
+            # Each declared shape chooses its own compile setting (one record per shape; None: no SHAPES).
+            row["compiles"] = {r.get("shape"): {"chosen": (r.get("compile") or {}).get("chosen"), "tried": {
+                t["variant"]: t.get("speedup") for t in (r.get("compile") or {}).get("tried", [])}} for r in records}
             kernels_seen = [k for record in records for k in record.get("kernels", [])]
             row["stored"] = sum(1 for k in kernels_seen if k.get("stored_version"))
             row["origins"] = [k.get("best_origin") for k in kernels_seen if k.get("stored_version")]
@@ -184,6 +184,8 @@ def main() -> int:
         for result in results or [{}]:
             row = dict(tuned_row, bench_exit=code, bench_s=round(bench_s, 1))
             row["problem"] = at_shape(name, result.get("shape"))
+            here = (tuned_row.get("compiles") or {}).get(result.get("shape")) or {}
+            row["compile"], row["tried"] = here.get("chosen"), here.get("tried") or {}
             try:
                 modes = {m["mode"]: m for m in result["modes"]}
                 for mode, key in (("max-autotune-no-cudagraphs", "ma"), ("kernelopt", "ko")):
