@@ -820,6 +820,36 @@ def test_the_gate_compiles_under_model_json_s_settings_checks_them_and_fails_an_
     assert "compiled as" not in "".join(line for line in run.stdout.lines if "unknown.py" in line)
 
 
+@pytest.mark.slow
+def test_the_gate_compiles_each_declared_shape_under_its_own_setting(pytester):
+    """model.json's compile_at: the looped compile at b2, the defaults at b4. Each shape's items are that shape's
+    compile (b2's kernel is the looped compile's, b4's the default compile's), b2's model item checks the setting
+    there; a second copy whose b4 entry lists a graph b4's check never compiled (batch 8) fails at b4's item."""
+    (pytester.path / "problems").mkdir()
+    for model in ("shaped", "shaped_more"):
+        (pytester.path / "problems" / f"{model}.py").write_text(SHAPED)
+    (pytester.path / "pyproject.toml").write_text('[tool.kernelopt]\nproblems = ["problems/*.py"]\ndevice = "cpu"\n')
+    b2, b4, b8 = (f"float32 ({n}, 128) (128, 1)" for n in (2, 4, 8))
+    for model, at_b4 in (("shaped", None), ("shaped_more", _choice(LOOPED, [[b4], [b8]]))):
+        folder = pytester.path / "kernels" / model
+        folder.mkdir(parents=True)
+        (folder / "model.json").write_text(json.dumps({"schema_version": 1, "model": model, "compile_at": {
+            "b2": _choice(LOOPED, [[b2]]), "b4": at_b4}}))
+    run = pytester.runpytest_subprocess("--kernelopt", "--kernelopt-seeds", "1", "-W", "ignore", "-p",
+                                        "no:cacheprovider", "--kernelopt-json", "gate.json")
+    items = json.loads((pytester.path / "gate.json").read_text())["items"]
+    got = {(i["model"], i["item"], i["shape"]): i for i in items}
+    assert got[("shaped", "kernel", "b2")]["kernel"].startswith("triton_red_")
+    assert got[("shaped", "kernel", "b4")]["kernel"].startswith("triton_per_")
+    model_b2, model_b4 = got[("shaped", "model", "b2")], got[("shaped", "model", "b4")]
+    assert model_b2["compile"] == LOOPED and model_b2["outcome"] == "passed", model_b2.get("message")
+    assert model_b4.get("compile") is None and model_b4["outcome"] == "passed", model_b4.get("message")
+    more = got[("shaped_more", "model", "b4")]
+    assert more["outcome"] == "failed" and "compile.graphs lists 1 graph input set(s)" in more["message"]
+    assert b8 in more["message"] and got[("shaped_more", "model", "b2")]["outcome"] == "passed"
+    run.assert_outcomes(passed=7, failed=1)
+
+
 def test_the_gate_checks_model_json_s_compile_at_each_declared_shape_and_names_the_failing_one(tmp_path):
     """No compile: each declared shape's model item checks the setting in its own session (opened at that shape,
     under the setting); rejected at b4, b4's item fails naming the shape, and b2's passes. On a GPU, slower at
