@@ -1099,3 +1099,18 @@ def test_a_training_step_s_compile_setting_wrong_only_on_drawn_incoming_gradient
                                            r"gradient of parameter down.bias"):
         compile_check.compile_stage(prepared, LOOPED, error_factor=4.0, reduced_precision=False)
     assert problem.incoming_draw is None  # put back after the failed draw
+
+
+def test_the_trials_run_the_other_shapes_choices_first_then_the_rewrites_before_the_gemm_templates():
+    from pytest_kernelopt.agents.compile_choice import order
+    from pytest_kernelopt.capture.variants import MODEL_VARIANTS
+
+    assert list(MODEL_VARIANTS) == ["max-autotune-extern", "max-autotune", "max-autotune-rewrites",
+                                    "max-autotune-nd-tiling"]
+    # max-autotune-extern compiles in seconds (library GEMMs): still first; the rewrites before max-autotune.
+    assert order(list(MODEL_VARIANTS)) == ["max-autotune-extern", "max-autotune-rewrites", "max-autotune",
+                                           "max-autotune-nd-tiling"]
+    assert order(list(MODEL_VARIANTS), {"max-autotune"}) == ["max-autotune", "max-autotune-extern",
+                                                             "max-autotune-rewrites", "max-autotune-nd-tiling"]
+    assert order(["max-autotune", "max-autotune-nd-tiling"]) == ["max-autotune", "max-autotune-nd-tiling"]
+    assert order([LOOPED, "max-autotune-rewrites"]) == [LOOPED, "max-autotune-rewrites"]  # no template before it

@@ -342,15 +342,14 @@ class Tuner:
                 outcome.compile = compile_choice.CompileOutcome(previous=previous, chosen=previous,
                                                                 note=f"model.json's {previous!r}")
             return previous
+        elsewhere: set[str] = set()
         if shape is not None and self.store is not None:
-            # The settings chosen at the problem's other shapes first (stably): the likeliest winners are checked
-            # before the step's share of the budget runs out (a ViT block's max-autotune, chosen at batch 64, was
-            # stopped at batch 256 behind a slower setting, H100, 2026-12-07).
+            # The settings chosen at the problem's other shapes go first (compile_choice.order): a ViT block's
+            # max-autotune, chosen at batch 64, was stopped at batch 256 behind a slower setting (H100, 2026-12-07).
             try:
                 elsewhere = {c.variant for c in self.store.compile_choices(model)}
             except KerneloptError:
-                elsewhere = set()
-            variants = sorted(variants, key=lambda v: v not in elsewhere)
+                pass
         # Kernels with an active version at this shape were tuned on its compile.
         committed = [k for k in self.store.kernel_names(model) if split_name(k)[1] == shape
                      and (m := self.store.manifest(model, k)) is not None and m.active is not None
@@ -369,7 +368,7 @@ class Tuner:
         chosen, verdict, graphs = compile_choice.choose(
             open_session, variants, previous=previous, measured=self.options.device == "cuda",
             say=lambda text: self.ui.message(f"{model}: {text}"), ev=ev, shape=shape, committed=committed,
-            left=left, confirm_left=self._run_left, into=outcome.compile)
+            left=left, confirm_left=self._run_left, first=elsewhere, into=outcome.compile)
         outcome.compile = chosen
         if self.options.device == "cuda" and self.store is not None:
             from ..capture.training import is_training

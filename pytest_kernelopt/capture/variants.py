@@ -46,6 +46,13 @@ class CompileVariant:
     rewrites: bool = False
 
     @property
+    def templates(self) -> bool:
+        """Compiles GEMMs and convolutions as raced Triton templates (max-autotune's): a compile of minutes on a
+        model with large GEMMs (a bf16 ViT block: 88 s, H100)."""
+        return bool(self.mode and "max-autotune" in self.mode) and \
+            self.patches.get("max_autotune_gemm_backends") != LIBRARY_GEMMS["max_autotune_gemm_backends"]
+
+    @property
     def uncached(self) -> bool:
         """Compiled without the FX graph and autograd caches: a choices handler is in no cache key
         (torch 2.11), and a rewrite counts its matches (``rewrites_done``) only when it runs."""
