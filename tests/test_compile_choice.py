@@ -824,17 +824,24 @@ def test_the_gate_compiles_under_model_json_s_settings_checks_them_and_fails_an_
 def test_the_gate_compiles_each_declared_shape_under_its_own_setting(pytester):
     """model.json's compile_at: the looped compile at b2, the defaults at b4. Each shape's items are that shape's
     compile (b2's kernel is the looped compile's, b4's the default compile's), b2's model item checks the setting
-    there; a second copy whose b4 entry lists a graph b4's check never compiled (batch 8) fails at b4's item."""
+    there; a second copy whose b4 entry lists a graph b4's check never compiled (batch 8) fails at b4's item; a
+    third with an entry for a shape the file does not declare fails at its first shape's item."""
     (pytester.path / "problems").mkdir()
-    for model in ("shaped", "shaped_more"):
+    for model in ("shaped", "shaped_more", "shaped_stray"):
         (pytester.path / "problems" / f"{model}.py").write_text(SHAPED)
     (pytester.path / "pyproject.toml").write_text('[tool.kernelopt]\nproblems = ["problems/*.py"]\ndevice = "cpu"\n')
     b2, b4, b8 = (f"float32 ({n}, 128) (128, 1)" for n in (2, 4, 8))
-    for model, at_b4 in (("shaped", None), ("shaped_more", _choice(LOOPED, [[b4], [b8]]))):
+    for model, at_b4 in (("shaped", None), ("shaped_more", _choice(LOOPED, [[b4], [b8]])), ("shaped_stray", None)):
         folder = pytester.path / "kernels" / model
         folder.mkdir(parents=True)
         (folder / "model.json").write_text(json.dumps({"schema_version": 1, "model": model, "compile_at": {
             "b2": _choice(LOOPED, [[b2]]), "b4": at_b4}}))
+    # A pull request adds a setting for a shape the file does not declare, listing b4's graph: production would
+    # apply it at b4's inputs, where no item checks it.
+    stray = pytester.path / "kernels" / "shaped_stray" / "model.json"
+    data = json.loads(stray.read_text())
+    data["compile_at"]["b16"] = _choice(LOOPED, [[b4]])
+    stray.write_text(json.dumps(data))
     run = pytester.runpytest_subprocess("--kernelopt", "--kernelopt-seeds", "1", "-W", "ignore", "-p",
                                         "no:cacheprovider", "--kernelopt-json", "gate.json")
     items = json.loads((pytester.path / "gate.json").read_text())["items"]
@@ -847,7 +854,10 @@ def test_the_gate_compiles_each_declared_shape_under_its_own_setting(pytester):
     more = got[("shaped_more", "model", "b4")]
     assert more["outcome"] == "failed" and "compile.graphs lists 1 graph input set(s)" in more["message"]
     assert b8 in more["message"] and got[("shaped_more", "model", "b2")]["outcome"] == "passed"
-    run.assert_outcomes(passed=7, failed=1)
+    strayed = got[("shaped_stray", "model", "b2")]  # the first declared shape's item reports it
+    assert strayed["outcome"] == "failed" and "compile_at records a setting for shape(s) b16" in strayed["message"]
+    assert got[("shaped_stray", "model", "b4")]["outcome"] == "passed"
+    run.assert_outcomes(passed=10, failed=2)
 
 
 def test_the_gate_checks_model_json_s_compile_at_each_declared_shape_and_names_the_failing_one(tmp_path):

@@ -205,7 +205,7 @@ def model_check(speed: SpeedRules, model_timing: Timing,
     store = SimpleNamespace(
         active_file=lambda model, kernel: SimpleNamespace(manifest=manifest, source="def k0(): pass\n",
                                                           path=Path("kernels/softmax_rows/k0/v1.py")),
-        model_record=lambda model: SimpleNamespace(baselines={}), compile_variant=lambda model, shape=None: None,
+        model_record=lambda model: SimpleNamespace(baselines={}, compile_at=None), compile_variant=lambda model, shape=None: None,
         kernel_names=lambda model: ["k0"], model_dir=lambda model: Path("kernels") / model)
     verdict = SimpleNamespace(status=status, reason="model stage: error 3e-02 exceeds the allowed 4e-06", errors=[], speed_measured=True, environment=None, stages=[],
                               wall_seconds=1.0, model_timing=model_timing, base_timing=None, base_run=None)

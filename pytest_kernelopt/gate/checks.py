@@ -273,8 +273,17 @@ class Checks:
         item.prop("baseline", len(problem.kernels) - len(replacements) - len(stale_kernels) - len(broken))
         orphaned: list[str] = []
         try:
-            self.store.model_record(problem.id)  # a broken model.json fails here, measured or not
+            record = self.store.model_record(problem.id)  # a broken model.json fails here, measured or not
             self.store.compile_variant(problem.id, problem.shape)  # and a compile setting this version does not know
+            # A setting for a shape the file does not declare: production applies it wherever a graph's inputs are
+            # among its graphs (another shape's, say), and no item checks it (reported by the first part's item).
+            stray = [s for s, c in (record.compile_at or {}).items()
+                     if c is not None and s not in (problem.declared or [])]
+            if stray and problem.shape == (problem.declared[0] if problem.declared else None):
+                broken.append(f"{self.store.model_dir(problem.id) / 'model.json'}: compile_at records a setting for "
+                              f"shape(s) {', '.join(stray)}, which {problem.path.name} does not declare: production "
+                              f"would apply it at the graph inputs it lists, and the gate checks a setting only at a "
+                              f"declared shape; remove the entries, or declare the shapes and tune them")
             # A folder with no active version (retired by refresh) runs nothing: not stale.
             # Of this shape (``<kernel>@<shape>`` folders; plain ones for a problem without SHAPES), and folders of
             # shapes the file does not declare (reported by its first shape's item).
