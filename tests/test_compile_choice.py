@@ -643,7 +643,8 @@ def test_a_shape_s_compile_step_spends_its_weight_s_share_of_the_run_budget_left
 def test_a_stored_setting_for_every_shape_leaves_the_shape_that_chooses_anew(tmp_path):
     """A store written before per-shape choices: one setting for both shapes, its graphs both shapes'. Tuned at b2,
     where the defaults now win, b2 gets its own entry (the defaults) and its graphs leave the shared setting's
-    list, which still covers b4 (production matches settings to graphs by their inputs)."""
+    list, which still covers b4 (production matches settings to graphs by their inputs); once b4 chooses too, it
+    covers no graph and is removed."""
     from test_agents import _tuner
 
     path = tmp_path / "m.py"
@@ -659,6 +660,9 @@ def test_a_stored_setting_for_every_shape_leaves_the_shape_that_chooses_anew(tmp
     record = store.model_record("m")
     assert record.compile_at == {"b2": None} and record.compile.graphs == [["int 4"]]
     assert store.compile_variant("m", "b2") is None and store.compile_variant("m", "b4") == "max-autotune"
+    tuner.tune_problem(path, "b4", 0.25)  # b4 chooses too: the shared setting now applies nowhere and is removed
+    record = store.model_record("m")
+    assert record.compile is None and record.compile_at["b4"].variant == "max-autotune"
 
 
 def test_tune_tries_compile_settings_on_a_training_step(tmp_path):
@@ -827,11 +831,12 @@ def test_the_gate_compiles_each_declared_shape_under_its_own_setting(pytester):
     there; a second copy whose b4 entry lists a graph b4's check never compiled (batch 8) fails at b4's item; a
     third with an entry for a shape the file does not declare fails at its first shape's item."""
     (pytester.path / "problems").mkdir()
-    for model in ("shaped", "shaped_more", "shaped_stray"):
+    for model in ("shaped", "shaped_more", "shaped_stray", "shaped_dead"):
         (pytester.path / "problems" / f"{model}.py").write_text(SHAPED)
     (pytester.path / "pyproject.toml").write_text('[tool.kernelopt]\nproblems = ["problems/*.py"]\ndevice = "cpu"\n')
     b2, b4, b8 = (f"float32 ({n}, 128) (128, 1)" for n in (2, 4, 8))
-    for model, at_b4 in (("shaped", None), ("shaped_more", _choice(LOOPED, [[b4], [b8]])), ("shaped_stray", None)):
+    for model, at_b4 in (("shaped", None), ("shaped_more", _choice(LOOPED, [[b4], [b8]])), ("shaped_stray", None),
+                         ("shaped_dead", None)):
         folder = pytester.path / "kernels" / model
         folder.mkdir(parents=True)
         (folder / "model.json").write_text(json.dumps({"schema_version": 1, "model": model, "compile_at": {
@@ -842,6 +847,10 @@ def test_the_gate_compiles_each_declared_shape_under_its_own_setting(pytester):
     data = json.loads(stray.read_text())
     data["compile_at"]["b16"] = _choice(LOOPED, [[b4]])
     stray.write_text(json.dumps(data))
+    # ... or keeps a setting for every shape beside compile_at entries for each: it applies at no shape the gate
+    # checks it at, but production would apply it at b4's inputs (b4's entry is the defaults).
+    dead = pytester.path / "kernels" / "shaped_dead" / "model.json"
+    dead.write_text(json.dumps({**json.loads(dead.read_text()), "compile": _choice(LOOPED, [[b4]])}))
     run = pytester.runpytest_subprocess("--kernelopt", "--kernelopt-seeds", "1", "-W", "ignore", "-p",
                                         "no:cacheprovider", "--kernelopt-json", "gate.json")
     items = json.loads((pytester.path / "gate.json").read_text())["items"]
@@ -857,7 +866,10 @@ def test_the_gate_compiles_each_declared_shape_under_its_own_setting(pytester):
     strayed = got[("shaped_stray", "model", "b2")]  # the first declared shape's item reports it
     assert strayed["outcome"] == "failed" and "compile_at records a setting for shape(s) b16" in strayed["message"]
     assert got[("shaped_stray", "model", "b4")]["outcome"] == "passed"
-    run.assert_outcomes(passed=10, failed=2)
+    dead = got[("shaped_dead", "model", "b2")]
+    assert dead["outcome"] == "failed" and "compile_at names every declared shape, so no item checks it" in \
+        dead["message"]
+    run.assert_outcomes(passed=13, failed=3)
 
 
 def test_the_gate_checks_model_json_s_compile_at_each_declared_shape_and_names_the_failing_one(tmp_path):

@@ -277,13 +277,21 @@ class Checks:
             self.store.compile_variant(problem.id, problem.shape)  # and a compile setting this version does not know
             # A setting for a shape the file does not declare: production applies it wherever a graph's inputs are
             # among its graphs (another shape's, say), and no item checks it (reported by the first part's item).
-            stray = [s for s, c in (record.compile_at or {}).items()
-                     if c is not None and s not in (problem.declared or [])]
-            if stray and problem.shape == (problem.declared[0] if problem.declared else None):
-                broken.append(f"{self.store.model_dir(problem.id) / 'model.json'}: compile_at records a setting for "
-                              f"shape(s) {', '.join(stray)}, which {problem.path.name} does not declare: production "
-                              f"would apply it at the graph inputs it lists, and the gate checks a setting only at a "
-                              f"declared shape; remove the entries, or declare the shapes and tune them")
+            own = record.compile_at or {}
+            stray = [s for s, c in own.items() if c is not None and s not in (problem.declared or [])]
+            where = self.store.model_dir(problem.id) / "model.json"
+            if problem.shape == (problem.declared[0] if problem.declared else None):
+                if stray:
+                    broken.append(f"{where}: compile_at records a setting for shape(s) {', '.join(stray)}, which "
+                                  f"{problem.path.name} does not declare: production would apply it at the graph "
+                                  f"inputs it lists, and the gate checks a setting only at a declared shape; remove "
+                                  f"the entries, or declare the shapes and tune them")
+                # The setting for every shape, where compile_at names each declared shape: checked at none of them.
+                if own and record.compile is not None and record.compile.graphs and problem.declared \
+                        and all(s in own for s in problem.declared):
+                    broken.append(f"{where}: compile {record.compile.variant!r} lists graph inputs, and compile_at "
+                                  f"names every declared shape, so no item checks it: production would apply it at "
+                                  f"those inputs; remove it (`kernelopt tune` does, once each shape has its own)")
             # A folder with no active version (retired by refresh) runs nothing: not stale.
             # Of this shape (``<kernel>@<shape>`` folders; plain ones for a problem without SHAPES), and folders of
             # shapes the file does not declare (reported by its first shape's item).

@@ -433,7 +433,8 @@ class KernelStore:
         """Record the model's compile settings (None: back to the defaults); at declared shape ``shape``, that
         shape's alone (``compile_at``). A setting ``compile`` names for every shape (a store written before
         per-shape choices) then no longer applies at ``shape``: the shape's graphs (``graphs``, default
-        ``choice.graphs``) leave its list, since production matches a setting to a graph by the graph's inputs."""
+        ``choice.graphs``) leave its list, since production matches a setting to a graph by the graph's inputs; one
+        left with none is removed."""
         folder = self.model_dir(model)
         with self._locked(folder):
             record = self.model_record(model)
@@ -447,6 +448,8 @@ class KernelStore:
                 shared = record.compile
                 if shared is not None and shared.graphs is not None and here:
                     shared.graphs = [g for g in shared.graphs if tuple(g) not in here]
+                    if not shared.graphs:  # it applies at no graph any more
+                        record.compile = None
             atomic_write(folder / MODEL_RECORD, dump_json(record))
 
     def save_baseline(self, model: str, baseline: ModelBaseline, shape: str | None = None) -> None:
