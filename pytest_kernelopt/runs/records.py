@@ -21,7 +21,8 @@ CompileStatus = Literal["accepted", "correct", "rejected", "error"]
 
 
 class CompileShapeTrial(Record):
-    """A compile setting checked at one declared shape (a problem with SHAPES), in a session opened at it."""
+    """A compile setting checked at one declared shape (a problem with SHAPES), in a session opened at it: run
+    records written before 2026-12-07 (``CompileTrial.shapes``)."""
 
     shape: str
     weight: float  # its share of SHAPE_WEIGHTS (the weights sum to 1)
@@ -36,15 +37,16 @@ class CompileShapeTrial(Record):
 class CompileTrial(Record):
     variant: str
     status: CompileStatus
-    # Over the default compile, whole model; of a problem with SHAPES, the SHAPE_WEIGHTS-weighted geometric mean
-    # of the shapes' speedups (and of their interval ends), once every shape was checked.
+    # Over the default compile, whole model, at the shape being tuned (before 2026-12-07, of a problem with SHAPES:
+    # the SHAPE_WEIGHTS-weighted geometric mean of the shapes' speedups and of their interval ends).
     speedup: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
     reason: str | None = None
     seconds: float = 0.0
-    # A problem with SHAPES: the check at each declared shape, in order, up to the one that refused it
-    # (``refused_at``: rejected, an error, or slower beyond noise there). Empty for a problem without SHAPES.
+    # Run records written before 2026-12-07 (one setting for every declared shape, chosen when the first was tuned):
+    # the check at each declared shape, in order, up to the one that refused it (``refused_at``: rejected, an error,
+    # or slower beyond noise there). Since then each shape's problem entry has its own compile step: empty.
     shapes: list[CompileShapeTrial] = Field(default_factory=list)
     refused_at: str | None = None
     # Its worst output element's error as a fraction of that element's allowance, over every check (None: not
