@@ -6,9 +6,9 @@ Triton GEMM and convolution templates, and with 2-D tiling; ``--compile-variants
 checked (``VerifySession.verify_compile``, ``verify/compile_check.py``): every output element, on the
 seeded inputs and on one input draw of every kind the kernel stage draws (weights varied on half of
 them), against float64 with the default compile's own error on the same inputs as the allowance,
-then timed against the default compile, paired, in one session. The fastest that the speed rule accepts (faster
-beyond noise, by at least the setting gain) and that holds on a second compile in a new session (:func:`_second`)
-becomes ``model.json``'s ``compile``;
+then timed against the default compile, paired, in one session, in the order :func:`order` gives. The fastest that
+the speed rule accepts (faster beyond noise, by at least the setting gain) and that holds on a second compile in a
+new session (:func:`_second`) becomes ``model.json``'s ``compile`` (``compile_at[shape]``: below);
 when none is, a stored choice that no longer wins is removed; committed kernels keep the
 compile they were tuned on (:func:`choose`). The kernel search then runs
 on that compile: such a setting changes what no kernel swap can (GEMMs as Triton
