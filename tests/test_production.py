@@ -753,3 +753,12 @@ def test_each_declared_shape_s_compile_setting_applies_at_that_shape_s_graph_inp
     assert [n.startswith("triton_per_") for n in found] == [True]  # no shape's setting: the defaults, said once
     assert len(messages) == 1 and f"compile '{looped}' was not verified at this graph's inputs" in messages[0]
     assert backend.settings_applied == [looped, looped, None]
+    # A pull request's entry production cannot parse (capture never writes it): said, not used, never a crash.
+    data = json.loads((tmp_path / "kernels" / "softmax_rows" / "model.json").read_text())
+    data["compile_at"]["odd"] = {**data["compile_at"]["wide"], "graphs": [["rm -rf / ; not a signature"]]}
+    (tmp_path / "kernels" / "softmax_rows" / "model.json").write_text(json.dumps(data))
+    problem, model = fresh(softmax)
+    out, found, messages = wrapper_globals(pytest_kernelopt.compile(model, tmp_path / "kernels", quiet=True),
+                                           torch.randn(x.shape[0] + 7, x.shape[1]))
+    assert [n.startswith("triton_per_") for n in found] == [True]
+    assert any("compile.graphs holds an entry that is no graph's inputs" in m for m in messages), messages

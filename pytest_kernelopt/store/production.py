@@ -290,7 +290,12 @@ class KerneloptBackend:
                 said.append(f"{where} records no graph inputs it was verified at (written before kernelopt recorded "
                             f"them; `kernelopt tune` verifies it again and records them)")
                 continue
-            if key not in {signature_key(g) for g in choice.graphs}:
+            try:
+                listed = {signature_key(g) for g in choice.graphs}
+            except ValueError as exc:  # an entry capture never writes (model.json is data from a repository)
+                said.append(f"{where}: compile.graphs holds an entry that is no graph's inputs ({exc}); not used")
+                continue
+            if key not in listed:
                 continue
             elsewhere = verified_elsewhere(choice.environment, device)
             if elsewhere is not None:  # as for a version: what a gate here checked is this environment's
