@@ -386,10 +386,10 @@ class Tuner:
         if variant is None or self.store is None:
             return None
         try:
-            return (self.store.launch_configs(model, shape) if self.store.compile_variant(model, shape) == variant
-                    else None)
+            choice = self.store.compile_choice(model, shape)
         except KerneloptError:
             return None
+        return choice.launch_configs if choice is not None and choice.variant == variant else None
 
     # --- one kernel ---------------------------------------------------------------------
 

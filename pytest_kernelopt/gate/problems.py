@@ -121,13 +121,12 @@ def compile_once(problem: Problem, device: str, store: Any) -> Problem:
         problem.training = is_training(loaded)
         problem.shapes = [Problem(path=problem.path, id=problem.id, loaded=True, shape=shape, declared=declared,
                                   training=problem.training) for shape in declared]
-        for part in problem.parts:  # model.json's compile settings at each part's shape
-            try:
+        for part in problem.parts:
+            try:  # model.json's compile settings at the part's shape
                 part.variant = store.compile_variant(problem.id, part.shape)
                 part.launch_configs = store.launch_configs(problem.id, part.shape) if part.variant is not None else None
             except KerneloptError:
                 part.variant = part.launch_configs = None
-        for part in problem.parts:
             try:
                 with internal_warnings_ignored():
                     at = loaded.at(part.shape) if part.shape is not None else loaded
