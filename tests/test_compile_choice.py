@@ -1127,12 +1127,13 @@ def test_the_trials_run_the_other_shapes_choices_first_then_the_rewrites_before_
     from pytest_kernelopt.agents.compile_choice import order
     from pytest_kernelopt.capture.variants import MODEL_VARIANTS
 
-    assert list(MODEL_VARIANTS) == ["max-autotune-extern", "max-autotune", "max-autotune-rewrites",
-                                    "max-autotune-nd-tiling"]
-    # max-autotune-extern compiles in seconds (library GEMMs): still first; the rewrites before max-autotune.
-    assert order(list(MODEL_VARIANTS)) == ["max-autotune-extern", "max-autotune-rewrites", "max-autotune",
-                                           "max-autotune-nd-tiling"]
+    assert list(MODEL_VARIANTS) == ["max-autotune-extern", "max-autotune-extern-rewrites", "max-autotune",
+                                    "max-autotune-rewrites", "max-autotune-nd-tiling"]
+    # The two library-GEMM settings compile in seconds: first; then the rewrites before max-autotune.
+    assert order(list(MODEL_VARIANTS)) == ["max-autotune-extern", "max-autotune-extern-rewrites",
+                                           "max-autotune-rewrites", "max-autotune", "max-autotune-nd-tiling"]
     assert order(list(MODEL_VARIANTS), {"max-autotune"}) == ["max-autotune", "max-autotune-extern",
-                                                             "max-autotune-rewrites", "max-autotune-nd-tiling"]
+                                                             "max-autotune-extern-rewrites", "max-autotune-rewrites",
+                                                             "max-autotune-nd-tiling"]
     assert order(["max-autotune", "max-autotune-nd-tiling"]) == ["max-autotune", "max-autotune-nd-tiling"]
     assert order([LOOPED, "max-autotune-rewrites"]) == [LOOPED, "max-autotune-rewrites"]  # no template before it

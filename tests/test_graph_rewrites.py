@@ -124,6 +124,30 @@ def test_the_rewrite_setting_is_judged_like_any_compile_and_skipped_where_it_cha
     assert "a training step" in needless(VARIANT, [trained], [])
 
 
+def test_the_library_gemm_rewrite_setting_compiles_no_template_and_is_skipped_where_it_would_repeat_another():
+    """max-autotune-extern-rewrites: the rewrites with GEMMs left to the libraries (a compile of seconds, where the
+    templates' take minutes); skipped on a model without extern calls (it would compile as max-autotune-rewrites)
+    and on one without a pattern the rewrites change."""
+    from pytest_kernelopt.agents.compile_choice import order
+    from pytest_kernelopt.capture.variants import LIBRARY_GEMMS, MODEL_VARIANTS, VARIANTS, inductor_patches, needless
+
+    name = "max-autotune-extern-rewrites"
+    assert name in MODEL_VARIANTS and not VARIANTS[name].harvest and not VARIANTS[name].templates
+    assert VARIANTS[VARIANT].templates
+    patches = inductor_patches(name)
+    assert patches["max_autotune"] and patches["fx_graph_cache"] is False
+    assert {k: patches[k] for k in LIBRARY_GEMMS} == LIBRARY_GEMMS
+    assert "post_grad_custom_pre_pass" in patches and "pre_grad_custom_pass" in patches
+    softmax = SimpleNamespace(name="triton_per_fused__softmax_0", source="tmp = tl.max(x, 1)")
+    bmm = SimpleNamespace(target="extern_kernels.bmm")
+    assert needless(name, [softmax], [bmm]) is None  # attention written out: a softmax between two bmm calls
+    assert "no extern" in needless(name, [softmax], [])
+    pointwise = SimpleNamespace(name="triton_poi_fused_add_0", source="tmp = x + y")
+    assert "no scan" in needless(name, [pointwise], [SimpleNamespace(target="extern_kernels.mm")])
+    # Both rewrite settings run before max-autotune's templates; the library one first (seconds, not minutes).
+    assert order([name, "max-autotune", VARIANT]) == [name, VARIANT, "max-autotune"]
+
+
 @pytest.mark.slow
 def test_a_rewrite_setting_that_rewrites_nothing_is_rejected_without_timing(interpreter, monkeypatch):
     """A model whose scan is not between flips compiles as without the rewrites: said, not timed."""

@@ -83,6 +83,14 @@ VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
                          "cross-entropy over rows of 16 KB or more, read once, with a backward that reads them once "
                          "more; attention written out, without gradients, as torch's fused attention)",
                    harvest=False),
+    # Since 2026-12-07: the rewrites with GEMMs and convolutions left to the libraries, a compile of seconds where
+    # max-autotune-rewrites' GEMM templates take minutes (a bf16 ViT block: 88 s, H100), so that a run with
+    # --run-budget-s still checks the rewrites (attention written out above all) when the templates' compiles
+    # do not fit; max-autotune-rewrites stays for models whose template convolution is the win.
+    CompileVariant("max-autotune-extern-rewrites", "max-autotune-no-cudagraphs", dict(LIBRARY_GEMMS), rewrites=True,
+                   about="max-autotune-rewrites with GEMMs and convolutions left to the libraries (no Triton "
+                         "template compiled or raced)",
+                   externs_only=True, harvest=False),
     CompileVariant("coordinate-descent", None, {"coordinate_descent_tuning": True},
                    about="default compile, launch configurations refined by coordinate descent"),
     CompileVariant("looped-reductions", None, {"triton.persistent_reductions": False},
@@ -110,7 +118,8 @@ HARVEST_VARIANTS = tuple(name for name, v in VARIANTS.items() if v.harvest)
 # max-autotune-extern first (since 2026-12-06): it compiles in seconds, where max-autotune's GEMM templates can
 # take a run's whole --run-budget-s (an H100, a bf16 GPT-2 block's training step: max-autotune's trial took 243 s,
 # and the kernel search never ran); on a model without extern calls it is skipped (``needless``).
-MODEL_VARIANTS = ("max-autotune-extern", "max-autotune", "max-autotune-rewrites", "max-autotune-nd-tiling")
+MODEL_VARIANTS = ("max-autotune-extern", "max-autotune-extern-rewrites", "max-autotune", "max-autotune-rewrites",
+                  "max-autotune-nd-tiling")
 
 
 _SCAN = "tl.associative_scan"  # how Inductor's scan kernels combine (torch 2.11 and 2.13)
