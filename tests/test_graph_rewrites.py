@@ -700,6 +700,11 @@ def _llama(q, k, v):  # Llama's reference code: an additive mask, the softmax in
     return torch.matmul(F.softmax(scores.float(), dim=-1).type_as(q), v)
 
 
+def _einsum(q, k, v):  # einsum products (labels of one's own), the mask filled, the softmax in float32 cast back
+    scores = torch.einsum("znqc,znkc->znqk", q, k).masked_fill(_NEG.isinf(), float("-inf")) / 8.0
+    return torch.einsum("znqk,znkc->znqc", torch.softmax(scores.float(), -1).to(q.dtype), v)
+
+
 def _hugging_face_eager(q, k, v):  # transformers' eager attention: a sliced 4-D additive mask, a float32 softmax
     weights = torch.matmul(q, k.transpose(2, 3)) * q.shape[-1] ** -0.5
     weights = weights + _NEG.to(q.dtype)[None, None, :, : k.shape[-2]]
@@ -714,6 +719,8 @@ def _hugging_face_eager(q, k, v):  # transformers' eager attention: a sliced 4-D
     (lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2) / 4.0, -1) @ v, torch.float32),  # no mask
     (lambda q, k, v: (q.matmul(k.transpose(3, 2)).masked_fill(_NEG.isinf(), float("-inf")) * 0.3).softmax(-1) @ v,
      torch.float32),  # the mask filled before the scale
+    (_einsum, torch.bfloat16),
+    (lambda q, k, v: torch.einsum("...qd, ...kd -> ...qk", q * 0.125, k).softmax(-1) @ v, torch.float32),  # timm-style
 ])
 def test_attention_written_out_becomes_torchs_fused_attention_where_no_gradient_is_recorded(
         interpreter, attention, dtype):
@@ -759,6 +766,11 @@ def test_attention_written_out_becomes_torchs_fused_attention_where_no_gradient_
     lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), 2) @ v,  # over the queries' axis
     lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1, dtype=torch.float64).float() @ v,  # another dtype
     lambda q, k, v: torch.softmax(q[0] @ k[0].transpose(-2, -1), -1) @ v[0],  # 3-D
+    lambda q, k, v: torch.einsum("bhid,bhjd->bhji", q, k).softmax(-1) @ v,  # scores with the axes swapped
+    lambda q, k, v: torch.einsum("bhij,bhjd->bhid", torch.einsum("bhid,bhjd->bhij", q, k).softmax(2), v),  # queries' axis
+    lambda q, k, v: (lambda s: torch.einsum("bhij,bhjd->bhid", s.softmax(-1), v) + s.sum())(
+        torch.einsum("bhid,bhjd->bhij", q, k)),  # the scores used again
+    lambda q, k, v: torch.einsum("bhij,bhjd->bhdi", torch.softmax(q @ k.transpose(-2, -1), -1), v),  # output swapped
 ])
 def test_the_attention_rewrite_leaves_what_fused_attention_would_change(interpreter, attention):
     import torch._inductor.config as inductor_config

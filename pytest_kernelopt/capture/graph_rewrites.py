@@ -814,6 +814,51 @@ def _matmul_of(node: Any) -> tuple[Any, Any] | None:
     return None
 
 
+def _einsum_terms(node: Any) -> tuple[list[str], list[str], list[str], Any, Any] | None:
+    """(labels of a, of b, of the output, a, b) where ``node`` is ``torch.einsum(equation, a, b)`` (or with
+    ``[a, b]``) of an explicit equation; an ellipsis counts as one label. None otherwise."""
+    import re
+
+    import torch
+
+    if getattr(node, "op", None) != "call_function" or node.target is not torch.einsum or node.kwargs \
+            or not node.args or not isinstance(node.args[0], str):
+        return None
+    operands = node.args[1:]
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    equation = node.args[0].replace(" ", "")
+    if len(operands) != 2 or not all(hasattr(t, "op") for t in operands) or equation.count("->") != 1:
+        return None
+    inputs, output = equation.split("->")
+    terms = inputs.split(",")
+    if len(terms) != 2:
+        return None
+    parsed = [re.findall(r"\.\.\.|[A-Za-z]", t) for t in (*terms, output)]
+    if any("".join(labels) != term or len(set(labels)) != len(labels)
+           for labels, term in zip(parsed, (*terms, output))):
+        return None
+    return parsed[0], parsed[1], parsed[2], operands[0], operands[1]
+
+
+def _einsum_product(node: Any, *, transposed: bool) -> tuple[Any, Any] | None:
+    """(a, b) where ``node`` is an einsum that is ``a @ b`` over the last two axes (``"bhij,bhjd->bhid"``), or with
+    ``transposed``, ``a @ b.transpose(-2, -1)`` (``"bhid,bhjd->bhij"``): the same leading (batch) labels in both
+    operands and the output, the contracted label in neither output axis."""
+    terms = _einsum_terms(node)
+    if terms is None:
+        return None
+    a, b, out, x, y = terms
+    if not len(a) == len(b) == len(out) >= 3 or not a[:-2] == b[:-2] == out[:-2]:
+        return None
+    i, j = out[-2:]
+    contracted = a[-1]
+    wanted_b = [j, contracted] if transposed else [contracted, j]
+    if a[-2] != i or b[-2:] != wanted_b or contracted in out or "..." in (i, j, contracted):
+        return None
+    return x, y
+
+
 def _untransposed(node: Any) -> Any:
     """``k`` where ``node`` swaps the last two axes of ``k`` (``k.transpose(-2, -1)``, ``k.transpose(2, 3)``
     of a 4-D tensor, ``torch.transpose``); None otherwise."""
@@ -938,11 +983,11 @@ def _fake(function: Any, *examples: Any) -> Any:
 
 def _attention_parts(node: Any) -> tuple[Any, Any, Any, Any, str, float] | None:
     """(q, k, v, mask, kind, scale) where ``node`` is attention written out: ``softmax(s, -1) @ v`` with
-    ``s = q @ k.transpose(-2, -1)``, perhaps scaled by a positive number, perhaps masked: ``masked_fill(m,
+    ``s = q @ k.transpose(-2, -1)`` (either product perhaps an einsum: ``_einsum_product``), perhaps scaled by a positive number, perhaps masked: ``masked_fill(m,
     -inf)`` (kind "fill", in any order with the scale) or ``+ m`` after the scale (kind "add"); the softmax
     perhaps in float32 of a half-precision ``s`` cast back (``_softmax_input``), perhaps through a dropout that
     does nothing; each step used only on the way (the weights are not returned). mask None where there is none."""
-    operands = _matmul_of(node)
+    operands = _matmul_of(node) or _einsum_product(node, transposed=False)
     if operands is None:
         return None
     p, v = operands
@@ -965,8 +1010,12 @@ def _attention_parts(node: Any) -> tuple[Any, Any, Any, Any, str, float] | None:
             at, scale = scaled
         else:
             break
+    if not hasattr(at, "op") or len(at.users) != 1:
+        return None
+    if (scores := _einsum_product(at, transposed=True)) is not None:
+        return scores[0], scores[1], v, mask, kind, scale
     scores = _matmul_of(at)
-    if scores is None or len(at.users) != 1 or (k := _untransposed(scores[1])) is None:
+    if scores is None or (k := _untransposed(scores[1])) is None:
         return None
     return scores[0], k, v, mask, kind, scale
 
