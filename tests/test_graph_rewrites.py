@@ -720,6 +720,10 @@ def _hugging_face_eager(q, k, v):  # transformers' eager attention: a sliced 4-D
     (lambda q, k, v: (q.matmul(k.transpose(3, 2)).masked_fill(_NEG.isinf(), float("-inf")) * 0.3).softmax(-1) @ v,
      torch.float32),  # the mask filled before the scale
     (_einsum, torch.bfloat16),
+    (lambda q, k, v: torch.where(~_NEG.isinf(), q @ k.transpose(-2, -1) * 0.25, float("-inf")).softmax(-1) @ v,
+     torch.float32),  # the mask as torch.where's condition (True: kept)
+    (lambda q, k, v: torch.where(_NEG.isinf(), float("-inf"), q @ k.transpose(-2, -1)).softmax(-1) @ v,
+     torch.bfloat16),  # True: filled
     (lambda q, k, v: torch.einsum("...qd, ...kd -> ...qk", q * 0.125, k).softmax(-1) @ v, torch.float32),  # timm-style
 ])
 def test_attention_written_out_becomes_torchs_fused_attention_where_no_gradient_is_recorded(
@@ -766,6 +770,7 @@ def test_attention_written_out_becomes_torchs_fused_attention_where_no_gradient_
     lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), 2) @ v,  # over the queries' axis
     lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1, dtype=torch.float64).float() @ v,  # another dtype
     lambda q, k, v: torch.softmax(q[0] @ k[0].transpose(-2, -1), -1) @ v[0],  # 3-D
+    lambda q, k, v: torch.where(~_NEG.isinf(), q @ k.transpose(-2, -1), -1e4).softmax(-1) @ v,  # a finite value
     lambda q, k, v: torch.einsum("bhid,bhjd->bhji", q, k).softmax(-1) @ v,  # scores with the axes swapped
     lambda q, k, v: torch.einsum("bhij,bhjd->bhid", torch.einsum("bhid,bhjd->bhij", q, k).softmax(2), v),  # queries' axis
     lambda q, k, v: (lambda s: torch.einsum("bhij,bhjd->bhid", s.softmax(-1), v) + s.sum())(

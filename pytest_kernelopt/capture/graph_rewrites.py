@@ -909,6 +909,24 @@ def _masked_out(node: Any) -> tuple[Any, Any] | None:
     return x, mask
 
 
+def _where_masked(node: Any) -> tuple[Any, Any, str] | None:
+    """(x, mask, kind) where ``node`` is ``torch.where(mask, x, -inf)`` (kind "keep": True attends) or
+    ``torch.where(mask, -inf, x)`` (kind "fill", as ``x.masked_fill(mask, -inf)``) with a boolean mask."""
+    import torch
+
+    if not _call(node, (torch.where,), "") or len(node.args) != 3 or node.kwargs:
+        return None
+    mask, a, b = node.args
+    example = _example(mask) if hasattr(mask, "op") else None
+    if example is None or example.dtype != torch.bool:
+        return None
+    if b == float("-inf") and hasattr(a, "op"):
+        return a, mask, "keep"
+    if a == float("-inf") and hasattr(b, "op"):
+        return b, mask, "fill"
+    return None
+
+
 def _plus_mask(node: Any) -> tuple[Any, Any] | None:
     """(x, mask) where ``node`` is ``x + mask`` for a floating tensor ``mask`` (an additive attention mask)."""
     import operator
@@ -984,7 +1002,8 @@ def _fake(function: Any, *examples: Any) -> Any:
 def _attention_parts(node: Any) -> tuple[Any, Any, Any, Any, str, float] | None:
     """(q, k, v, mask, kind, scale) where ``node`` is attention written out: ``softmax(s, -1) @ v`` with
     ``s = q @ k.transpose(-2, -1)`` (either product perhaps an einsum: ``_einsum_product``), perhaps scaled by a positive number, perhaps masked: ``masked_fill(m,
-    -inf)`` (kind "fill", in any order with the scale) or ``+ m`` after the scale (kind "add"); the softmax
+    -inf)`` (kind "fill", in any order with the scale), ``torch.where(m, s, -inf)`` (kind "keep", likewise; ``where(m, -inf, s)`` is a fill) or
+    ``+ m`` after the scale (kind "add"); the softmax
     perhaps in float32 of a half-precision ``s`` cast back (``_softmax_input``), perhaps through a dropout that
     does nothing; each step used only on the way (the weights are not returned). mask None where there is none."""
     operands = _matmul_of(node) or _einsum_product(node, transposed=False)
@@ -1004,6 +1023,8 @@ def _attention_parts(node: Any) -> tuple[Any, Any, Any, Any, str, float] | None:
             return None
         if mask is None and (masked := _masked_out(at)) is not None:
             (at, mask), kind = masked, "fill"
+        elif mask is None and (chosen := _where_masked(at)) is not None:
+            at, mask, kind = chosen
         elif mask is None and scale == 1.0 and (added := _plus_mask(at)) is not None:  # added after any scale
             (at, mask), kind = added, "add"
         elif scale == 1.0 and (scaled := _scaled(at)) is not None:
