@@ -720,6 +720,11 @@ def _hugging_face_eager(q, k, v):  # transformers' eager attention: a sliced 4-D
     (lambda q, k, v: (q.matmul(k.transpose(3, 2)).masked_fill(_NEG.isinf(), float("-inf")) * 0.3).softmax(-1) @ v,
      torch.float32),  # the mask filled before the scale
     (_einsum, torch.bfloat16),
+    (lambda q, k, v: torch.bmm(torch.softmax(torch.bmm(q.flatten(0, 1), k.flatten(0, 1).transpose(1, 2)) * 0.125
+                                             + _NEG.to(q.dtype), -1), v.flatten(0, 1)),
+     torch.bfloat16),  # 3-D (batch x heads in one axis) through torch.bmm: older Hugging Face attention
+    (lambda q, k, v: torch.softmax(q[0] @ k[0, :, 1:].transpose(-2, -1), -1) @ v[0, :, :-1], torch.float32),  # 3-D,
+    # by matmul, fewer keys than queries
     (lambda q, k, v: torch.where(~_NEG.isinf(), q @ k.transpose(-2, -1) * 0.25, float("-inf")).softmax(-1) @ v,
      torch.float32),  # the mask as torch.where's condition (True: kept)
     (lambda q, k, v: torch.where(_NEG.isinf(), float("-inf"), q @ k.transpose(-2, -1)).softmax(-1) @ v,
@@ -769,7 +774,7 @@ def test_attention_written_out_becomes_torchs_fused_attention_where_no_gradient_
     lambda q, k, v: torch.softmax((q @ k.transpose(-2, -1) + _NEG) * 0.5, -1) @ v,  # a mask added before the scale
     lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), 2) @ v,  # over the queries' axis
     lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1, dtype=torch.float64).float() @ v,  # another dtype
-    lambda q, k, v: torch.softmax(q[0] @ k[0].transpose(-2, -1), -1) @ v[0],  # 3-D
+    lambda q, k, v: torch.softmax(q[None] @ k[None].transpose(-2, -1), -1) @ v[None],  # 5-D
     lambda q, k, v: torch.where(~_NEG.isinf(), q @ k.transpose(-2, -1), -1e4).softmax(-1) @ v,  # a finite value
     lambda q, k, v: torch.einsum("bhid,bhjd->bhji", q, k).softmax(-1) @ v,  # scores with the axes swapped
     lambda q, k, v: torch.einsum("bhij,bhjd->bhid", torch.einsum("bhid,bhjd->bhij", q, k).softmax(2), v),  # queries' axis

@@ -804,12 +804,13 @@ def _cross_entropies(graph: Any) -> int:
 
 
 def _matmul_of(node: Any) -> tuple[Any, Any] | None:
-    """(a, b) where ``node`` is ``a @ b`` (``torch.matmul``, ``Tensor.matmul``)."""
+    """(a, b) where ``node`` is ``a @ b`` (``torch.matmul``, ``Tensor.matmul``, ``torch.bmm``, ``Tensor.bmm``)."""
     import operator
 
     import torch
 
-    if _call(node, (operator.matmul, torch.matmul), "matmul") and len(node.args) == 2 and not node.kwargs:
+    if (_call(node, (operator.matmul, torch.matmul, torch.bmm), "matmul") or _call(node, (), "bmm")) \
+            and len(node.args) == 2 and not node.kwargs:
         return node.args[0], node.args[1]
     return None
 
@@ -1042,7 +1043,8 @@ def _attention_parts(node: Any) -> tuple[Any, Any, Any, Any, str, float] | None:
 
 
 def _attentions(graph: Any) -> int:
-    """Rewrite attention written out (``_attention_parts``) over 4-D float tensors of one dtype as
+    """Rewrite attention written out (``_attention_parts``) over 4-D float tensors of one dtype (or 3-D ones, batch
+    and heads in one axis as ``torch.bmm`` takes them: run as one batch of that many heads) as
     ``F.scaled_dot_product_attention`` (a filled boolean mask's complement, or an added mask, as its
     ``attn_mask``; the product's scale as its ``scale``): torch's fused attention, which never writes the
     scores, where Inductor's own attention patterns miss (nanoGPT's ``masked_fill`` of a sliced causal
@@ -1066,12 +1068,12 @@ def _attentions(graph: Any) -> int:
             continue
         q, k, v, mask, kind, scale = parts
         qe, ke, ve, out = _example(q), _example(k), _example(v), _example(node)
-        if any(e is None for e in (qe, ke, ve, out)) or qe.dim() != 4 or ke.dim() != 4 or ve.dim() != 4 \
+        if any(e is None for e in (qe, ke, ve, out)) or not qe.dim() == ke.dim() == ve.dim() in (3, 4) \
                 or torch.is_grad_enabled() and any(e is not None and e.requires_grad
                                                    for e in (qe, ke, ve, _example(mask) if mask is not None else None)) \
                 or not qe.dtype == ke.dtype == ve.dtype == out.dtype \
                 or qe.dtype not in (torch.float16, torch.bfloat16, torch.float32) \
-                or qe.shape[:2] != ke.shape[:2] or ke.shape[:2] != ve.shape[:2] \
+                or qe.shape[:-2] != ke.shape[:-2] or ke.shape[:-2] != ve.shape[:-2] \
                 or qe.shape[-1] != ke.shape[-1] or ke.shape[-2] != ve.shape[-2] \
                 or tuple(out.shape) != (*qe.shape[:-1], ve.shape[-1]):
             continue
@@ -1089,7 +1091,16 @@ def _attentions(graph: Any) -> int:
                     mask = graph.call_function(torch.logical_not, (mask,))  # SDPA's boolean mask: True attends
                 mask.meta["example_value"] = _fake(torch.logical_not, me)
             kwargs["attn_mask"] = mask
-        _replace(graph, node, F.scaled_dot_product_attention, (q, k, v), kwargs)
+        if qe.dim() == 3:  # (batch x heads, tokens, features): one batch of that many heads for the fused kernels
+            with graph.inserting_before(node):
+                q, k, v = (graph.call_method("unsqueeze", (t, 0)) for t in (q, k, v))
+                fused = graph.call_function(F.scaled_dot_product_attention, (q, k, v), kwargs)
+            for t, e in ((q, qe), (k, ke), (v, ve)):
+                t.meta["example_value"] = _fake(lambda x: x.unsqueeze(0), e)
+            fused.meta["example_value"] = _fake(lambda x: x.unsqueeze(0), out)
+            _replace(graph, node, torch.squeeze, (fused, 0))
+        else:
+            _replace(graph, node, F.scaled_dot_product_attention, (q, k, v), kwargs)
         count += 1
     if count:
         graph.eliminate_dead_code()
