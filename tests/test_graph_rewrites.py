@@ -777,6 +777,11 @@ def test_attention_written_out_becomes_torchs_fused_attention_where_no_gradient_
     lambda q, k, v: torch.softmax(q[None] @ k[None].transpose(-2, -1), -1) @ v[None],  # 5-D
     lambda q, k, v: torch.where(~_NEG.isinf(), q @ k.transpose(-2, -1), -1e4).softmax(-1) @ v,  # a finite value
     lambda q, k, v: torch.einsum("bhid,bhjd->bhji", q, k).softmax(-1) @ v,  # scores with the axes swapped
+    # Broadcasts that make it no longer one query per output row (own attacks, 2026-12-07): an ellipsis that
+    # broadcasts the queries' heads against the keys', a where-mask wider than the scores.
+    lambda q, k, v: torch.einsum("...id,...jd->...ij", q[:, :1], k).softmax(-1) @ v,
+    lambda q, k, v: torch.where(torch.ones(2, *q.shape[1:-1], k.shape[-2], dtype=torch.bool),
+                                q[:1] @ k[:1].transpose(-2, -1), float("-inf")).softmax(-1) @ v,
     lambda q, k, v: torch.einsum("bhij,bhjd->bhid", torch.einsum("bhid,bhjd->bhij", q, k).softmax(2), v),  # queries' axis
     lambda q, k, v: (lambda s: torch.einsum("bhij,bhjd->bhid", s.softmax(-1), v) + s.sum())(
         torch.einsum("bhid,bhjd->bhij", q, k)),  # the scores used again

@@ -1032,9 +1032,7 @@ def _attention_parts(node: Any) -> tuple[Any, Any, Any, Any, str, float] | None:
             at, scale = scaled
         else:
             break
-    if not hasattr(at, "op") or len(at.users) != 1:
-        return None
-    if (scores := _einsum_product(at, transposed=True)) is not None:
+    if (scores := _einsum_product(at, transposed=True)) is not None:  # ``at`` checked above: one user
         return scores[0], scores[1], v, mask, kind, scale
     scores = _matmul_of(at)
     if scores is None or (k := _untransposed(scores[1])) is None:
