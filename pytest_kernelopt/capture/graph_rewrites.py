@@ -1002,10 +1002,10 @@ def _fake(function: Any, *examples: Any) -> Any:
 
 def _attention_parts(node: Any) -> tuple[Any, Any, Any, Any, str, float] | None:
     """(q, k, v, mask, kind, scale) where ``node`` is attention written out: ``softmax(s, -1) @ v`` with
-    ``s = q @ k.transpose(-2, -1)`` (either product perhaps an einsum: ``_einsum_product``), perhaps scaled by a positive number, perhaps masked: ``masked_fill(m,
-    -inf)`` (kind "fill", in any order with the scale), ``torch.where(m, s, -inf)`` (kind "keep", likewise; ``where(m, -inf, s)`` is a fill) or
-    ``+ m`` after the scale (kind "add"); the softmax
-    perhaps in float32 of a half-precision ``s`` cast back (``_softmax_input``), perhaps through a dropout that
+    ``s = q @ k.transpose(-2, -1)`` (either product perhaps an einsum: ``_einsum_product``), perhaps scaled by a
+    positive number, perhaps masked: ``masked_fill(m, -inf)`` (kind "fill", in any order with the scale),
+    ``torch.where(m, s, -inf)`` (kind "keep", likewise; ``where(m, -inf, s)`` is a fill) or ``+ m`` after the
+    scale (kind "add"); the softmax perhaps in float32 of a half-precision ``s`` cast back (``_softmax_input``), perhaps through a dropout that
     does nothing; each step used only on the way (the weights are not returned). mask None where there is none."""
     operands = _matmul_of(node) or _einsum_product(node, transposed=False)
     if operands is None:
