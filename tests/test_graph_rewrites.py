@@ -834,3 +834,100 @@ def test_the_attention_rewrite_is_judged_on_every_draw_and_the_gate_compiles_it(
     targets = {e.target for e in opened.externs}
     assert any("attention" in t for t in targets), targets
     assert not any("softmax" in k.name for k in opened.kernels), [k.name for k in opened.kernels]
+
+
+def _repeat_kv(x, r):  # Hugging Face's repeat_kv
+    b, h, t, d = x.shape
+    return x[:, :, None, :, :].expand(b, h, r, t, d).reshape(b, h * r, t, d)
+
+
+def _grouped(seed: int, dtype: torch.dtype = torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(2, h, 12, 8, generator=g).to(dtype) for h in (8, 2, 2)]
+
+
+@pytest.mark.parametrize("attention", [
+    lambda q, k, v: F.scaled_dot_product_attention(q, k.repeat_interleave(4, dim=1), v.repeat_interleave(4, dim=1),
+                                                   is_causal=True),  # the Llama block's form
+    lambda q, k, v: F.scaled_dot_product_attention(q, _repeat_kv(k, 4), _repeat_kv(v, 4), None, 0.0, True),
+    lambda q, k, v: F.scaled_dot_product_attention(q, k.unsqueeze(2).expand(2, 2, 4, 12, 8).flatten(1, 2),
+                                                   torch.repeat_interleave(v, 4, dim=-3), scale=0.3),
+    lambda q, k, v: torch.softmax(q @ k.repeat_interleave(4, 1).transpose(-2, -1) * 0.35, -1)
+    @ _repeat_kv(v, 4),  # written out: made fused attention first, then grouped
+])
+def test_key_value_heads_repeated_for_fused_attention_are_passed_grouped_where_no_gradient_is_recorded(
+        interpreter, attention):
+    """Grouped-query attention written with a repeat of the key/value heads: the pre-grad pass calls fused attention
+    on the unrepeated heads with ``enable_gqa=True`` (no repeat left), and the output agrees with float64 as the
+    default compile's does. Where gradients are recorded it declines."""
+    import torch._inductor.config as inductor_config
+
+    from pytest_kernelopt.capture import graph_rewrites
+
+    from torch._inductor.compile_fx import compile_fx
+
+    tensors = _grouped(5)
+    ref = attention(*(t.double() for t in tensors))
+    graphs: list = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return compile_fx(gm, example_inputs)
+
+    for grad in (False, True):
+        torch._dynamo.reset()
+        before = graph_rewrites.rewrites_done()
+        graphs.clear()
+
+        with torch.set_grad_enabled(grad), inductor_config.patch(
+                fx_graph_cache=False, pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass()):
+            out = torch.compile(attention, backend=backend)(*(t.requires_grad_(grad) for t in tensors))
+        done = graph_rewrites.rewrites_done() - before
+        assert done >= 1 if not grad else done == 0
+        assert (out.double() - ref).abs().max() < 1e-5
+        if not grad:
+            calls = [n for n in graphs[0].graph.nodes if n.target is F.scaled_dot_product_attention]
+            assert len(calls) == 1 and calls[0].kwargs["enable_gqa"] is True
+            assert not any(n.target in ("repeat_interleave", "expand", torch.repeat_interleave)
+                           for n in graphs[0].graph.nodes)
+        tensors = [t.detach() for t in tensors]
+
+
+@pytest.mark.parametrize("attention", [
+    lambda q, k, v: F.scaled_dot_product_attention(q, k.repeat(1, 4, 1, 1), v.repeat(1, 4, 1, 1)),  # tiled, not
+    # interleaved: head j reads head j % 2
+    lambda q, k, v: F.scaled_dot_product_attention(q, _repeat_kv(k, 4), v.repeat_interleave(4, dim=1),
+                                                   attn_mask=torch.ones(12, 12, dtype=torch.bool)),  # a mask
+    lambda q, k, v: (lambda kk: F.scaled_dot_product_attention(q, kk, _repeat_kv(v, 4)) + kk.sum())(
+        _repeat_kv(k, 4)),  # the repeated keys used again
+    lambda q, k, v: F.scaled_dot_product_attention(q, k.repeat_interleave(4, dim=2)[:, :, ::4].repeat(1, 4, 1, 1),
+                                                   _repeat_kv(v, 4)),  # a repeat over the tokens
+    lambda q, k, v: F.scaled_dot_product_attention(q, k[:, None].expand(2, 4, 2, 12, 8).reshape(2, 8, 12, 8),
+                                                   _repeat_kv(v, 4)),  # the axis inserted before the heads: tiled
+])
+def test_the_grouped_query_rewrite_leaves_what_grouping_would_change(interpreter, attention):
+    import torch._inductor.config as inductor_config
+
+    from pytest_kernelopt.capture import graph_rewrites
+
+    tensors = _grouped(6)
+    torch._dynamo.reset()
+    before = graph_rewrites.rewrites_done()
+    with torch.no_grad(), inductor_config.patch(pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass(),
+                                                fx_graph_cache=False):
+        out = torch.compile(attention)(*tensors)
+    assert graph_rewrites.rewrites_done() == before
+    ref = attention(*(t.double() for t in tensors))
+    assert (out.double() - ref).abs().max() < 1e-5 * max(1.0, ref.abs().max().item())
+
+
+def test_a_model_with_repeated_key_value_heads_tries_the_rewrites():
+    from pytest_kernelopt.capture.variants import needless
+
+    repeat = SimpleNamespace(name="triton_poi_fused__scaled_dot_product_flash_attention_clone_expand_unsqueeze_0",
+                             source="")
+    sdpa = SimpleNamespace(target="torch.ops.aten._scaled_dot_product_flash_attention.default")
+    assert needless(VARIANT, [repeat], [sdpa]) is None
+    assert "no key/value heads repeated" in needless(VARIANT, [repeat], [])
+    other = SimpleNamespace(name="triton_poi_fused_add_mul_0", source="")
+    assert "no key/value heads repeated" in needless(VARIANT, [other], [sdpa])

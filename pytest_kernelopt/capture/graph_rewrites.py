@@ -31,6 +31,9 @@ The rewrites:
   (``fx_passes/fuse_attention.py``) miss common forms (nanoGPT's ``masked_fill`` of a sliced causal
   buffer, 2026-12-06). The rewrite calls ``F.scaled_dot_product_attention``: torch's fused kernels,
   nothing of this package's. Inference only (``_attentions`` says why).
+* **grouped-query attention.** Key/value heads repeated for fused attention (``repeat_interleave`` over the
+  heads, Hugging Face's ``repeat_kv``) are written to memory ``r`` times before attention reads them; the
+  rewrite passes the unrepeated heads with ``enable_gqa=True`` (``_grouped_queries``). Inference only.
 * wide rows and cross-entropies: see ``_wide_rows`` and ``_cross_entropies``.
 """
 
@@ -1105,10 +1108,104 @@ def _attentions(graph: Any) -> int:
     return count
 
 
+def _repeated_heads(node: Any) -> tuple[Any, int] | None:
+    """(x, r) where ``node`` repeats each head of a 4-D ``x`` (batch, heads, tokens, features) ``r`` times in place
+    (head ``j`` of the result is head ``j // r`` of ``x``): ``x.repeat_interleave(r, dim=1)`` (or ``torch.`` or
+    ``dim=-3``), or Hugging Face's ``repeat_kv``, ``x[:, :, None].expand(b, h, r, t, d).reshape(b, h * r, t, d)``
+    (``unsqueeze(2)`` for the indexing; ``view`` or ``flatten(1, 2)`` for the reshape). None otherwise."""
+    import operator
+
+    import torch
+
+    out = _example(node)
+    if out is None or out.dim() != 4:
+        return None
+    if _call(node, (torch.repeat_interleave,), "repeat_interleave"):
+        x, r = _arg(node, 0, "input"), _arg(node, 1, "repeats")
+        if set(node.kwargs) - {"input", "repeats", "dim", "output_size"} or _arg(node, 2, "dim") not in (1, -3):
+            return None
+    else:
+        merged = node
+        if _call(merged, (torch.flatten,), "flatten"):
+            if tuple(merged.args[1:]) != (1, 2) or merged.kwargs:
+                return None
+        elif not _call(merged, (torch.reshape,), "reshape") and not _call(merged, (), "view"):
+            return None
+        expanded = merged.args[0] if merged.args else None
+        if expanded is None or not _call(expanded, (), "expand") or len(expanded.users) != 1:
+            return None
+        inserted = expanded.args[0]
+        if getattr(inserted, "op", None) not in ("call_function", "call_method") or len(inserted.users) != 1:
+            return None
+        if _call(inserted, (operator.getitem,), "__getitem__"):
+            index = inserted.args[1]
+            full = slice(None, None, None)
+            if not isinstance(index, tuple) or index[:3] != (full, full, None) \
+                    or any(i not in (full, Ellipsis) for i in index[3:]):
+                return None
+        elif not (_call(inserted, (torch.unsqueeze,), "unsqueeze") and tuple(inserted.args[1:]) in ((2,), (-3,))):
+            return None
+        x = inserted.args[0]
+        big = _example(expanded)
+        if big is None or big.dim() != 5:
+            return None
+        r = big.shape[2]
+    source = _example(x) if hasattr(x, "op") else None
+    if source is None or source.dim() != 4 or not isinstance(r, int) or isinstance(r, bool) or r < 2:
+        return None
+    if tuple(out.shape) != (source.shape[0], source.shape[1] * r, *source.shape[2:]):
+        return None
+    if not _call(node, (torch.repeat_interleave,), "repeat_interleave") \
+            and tuple(getattr(_example(node.args[0]), "shape", ())) != (*source.shape[:2], r, *source.shape[2:]):
+        return None
+    return x, r
+
+
+def _grouped_queries(graph: Any) -> int:
+    """Rewrite ``F.scaled_dot_product_attention(q, k', v')`` whose keys and values are heads repeated in place
+    (``_repeated_heads``, the same count for both, used by nothing else) as the call on the unrepeated ``k`` and
+    ``v`` with ``enable_gqa=True``: grouped-query attention, whose flash kernel reads each key/value head once for
+    its group of query heads, where the repeat writes every head ``r`` times to memory first (and attention reads
+    them back). Only where flash attention takes the call on a GPU (half precision, no ``attn_mask``, a head
+    dimension of at most 256, a multiple of 8; sm80 or later): elsewhere ``enable_gqa`` runs the math backend.
+    Inference only, as the attention rewrite (no gradient recorded). How many."""
+    import torch
+
+    F = torch.nn.functional
+    count = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not F.scaled_dot_product_attention or len(node.args) < 3 \
+                or _arg(node, 3, "attn_mask") is not None or _arg(node, 7, "enable_gqa", False) is not False:
+            continue
+        q, keys, values = node.args[:3]
+        key = _repeated_heads(keys) if hasattr(keys, "op") and len(keys.users) == 1 else None
+        value = _repeated_heads(values) if hasattr(values, "op") and len(values.users) == 1 else None
+        qe = _example(q) if hasattr(q, "op") else None
+        if qe is None or key is None or value is None or key[1] != value[1] or qe.dim() != 4:
+            continue
+        (k, r), (v, _) = key, value
+        ke, ve = _example(k), _example(v)
+        if ke.shape[1] * r != qe.shape[1] or ve.shape[1] != ke.shape[1] \
+                or torch.is_grad_enabled() and any(e.requires_grad for e in (qe, ke, ve)):
+            continue
+        if qe.device.type == "cuda" and not (
+                qe.dtype in (torch.float16, torch.bfloat16) and qe.dtype == ke.dtype == ve.dtype
+                and qe.shape[-1] <= 256 and qe.shape[-1] % 8 == 0
+                and torch.cuda.is_available() and torch.cuda.get_device_capability(qe.device) >= (8, 0)):
+            continue
+        args, kwargs = (q, k, v, *node.args[3:7]), {**node.kwargs, "enable_gqa": True}
+        _replace(graph, node, F.scaled_dot_product_attention, args, kwargs)
+        count += 1
+    if count:
+        graph.eliminate_dead_code()
+    return count
+
+
 def _pre_grad_rewrites(graph: Any) -> int:
-    """The rewrites matched before decomposition (attention first: its softmax is not a wide-row one; group
-    norms, wide rows, cross-entropies); how many."""
-    return _attentions(graph) + _group_norms(graph) + _wide_rows(graph) + _cross_entropies(graph)
+    """The rewrites matched before decomposition (attention first: its softmax is not a wide-row one, and the fused
+    attention it makes may then read grouped keys and values; group norms, wide rows, cross-entropies); how many."""
+    return _attentions(graph) + _grouped_queries(graph) + _group_norms(graph) + _wide_rows(graph) \
+        + _cross_entropies(graph)
 
 
 def _reverse_scans(graph: Any) -> int:

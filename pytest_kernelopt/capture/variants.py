@@ -81,7 +81,8 @@ VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
                          "flips of its axis, a group norm, a softmax or L1/L2 normalisation of rows wider than 128 KB: "
                          "one kernel each that reads its input once, where Inductor makes two or three passes; a "
                          "cross-entropy over rows of 16 KB or more, read once, with a backward that reads them once "
-                         "more; attention written out, without gradients, as torch's fused attention)",
+                         "more; without gradients, attention written out as torch's fused attention, and key/value heads "
+                         "repeated for fused attention read once per group of query heads instead)",
                    harvest=False),
     # Since 2026-12-07: the rewrites with GEMMs and convolutions left to the libraries, a compile of seconds where
     # max-autotune-rewrites' GEMM templates take minutes (a bf16 ViT block: 88 s, H100), so that a run with
@@ -132,6 +133,14 @@ def _attention(kernels: list[Any], externs: list[Any]) -> bool:
     return any("softmax" in k.name for k in kernels) and any("bmm" in e.target for e in externs)
 
 
+def _repeated_heads(kernels: list[Any], externs: list[Any]) -> bool:
+    """Whether the model may repeat key/value heads for fused attention (grouped-query attention written with
+    ``repeat_interleave`` or ``repeat_kv``): a fused attention call beside a kernel that copies an expanded tensor
+    (``triton_poi_fused_clone_expand_...``)."""
+    return any("scaled_dot_product" in e.target for e in externs) \
+        and any("expand" in k.name and "clone" in k.name for k in kernels)
+
+
 def _row_reduction(name: str) -> bool:
     """Whether an Inductor kernel called ``name`` may be a softmax or an L1/L2 normalisation over rows
     (``triton_red_fused__softmax_0``, ``..._abs_div_sum_...``, ``..._linalg_vector_norm_...``)."""
@@ -151,10 +160,10 @@ def needless(name: str, kernels: list[Any], externs: list[Any]) -> str | None:
                 "so it compiles as max-autotune does")
     if variant.rewrites and not any(_SCAN in k.source or "group_norm" in k.name or _row_reduction(k.name)
                                     or _CROSS_ENTROPY in k.name for k in kernels) \
-            and not _attention(kernels, externs) \
+            and not _attention(kernels, externs) and not _repeated_heads(kernels, externs) \
             and not any(op in e.target for e in externs for op in ("cumsum", "cumprod")):
         return ("the model has no scan (cumulative sum or product), no group norm, no softmax or norm over rows, "
-                "no cross-entropy and no attention written out, "
+                "no cross-entropy, no attention written out and no key/value heads repeated for fused attention, "
                 "the patterns the graph rewrites change")
     return None
 
