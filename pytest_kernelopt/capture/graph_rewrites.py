@@ -34,6 +34,9 @@ The rewrites:
 * **grouped-query attention.** Key/value heads repeated for fused attention (``repeat_interleave`` over the
   heads, Hugging Face's ``repeat_kv``) are written to memory ``r`` times before attention reads them; the
   rewrite passes the unrepeated heads with ``enable_gqa=True`` (``_grouped_queries``). Inference only.
+* **products of widened operands.** ``F.linear(x.float(), w.float())`` of half-precision ``x`` and ``w`` writes
+  float32 copies, then runs a float32 GEMM without tensor cores; the rewrite runs the half-precision GEMM with
+  float32 accumulation, whose products are the same (exact in float32) (``_widened_products``). Inference only.
 * wide rows and cross-entropies: see ``_wide_rows`` and ``_cross_entropies``.
 """
 
