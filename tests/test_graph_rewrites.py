@@ -939,6 +939,7 @@ _BIAS = torch.randn(16, generator=torch.Generator().manual_seed(9))
 @pytest.mark.parametrize("product", [
     lambda x, w: torch.softmax(F.linear(x.float(), w.float()), -1),  # a mixture of experts' router
     lambda x, w: F.linear(x.float(), w.to(torch.float32), _BIAS),
+    lambda x, w: F.linear(x.type(torch.float32), w.to(dtype=torch.float32, copy=False)),  # DeepSeek's gate's cast
     lambda x, w: x.float() @ w.float().t(),
     lambda x, w: torch.matmul(x.float(), w.float().T),
     lambda x, w: torch.mm(x[0].float(), w.float().transpose(0, 1)),

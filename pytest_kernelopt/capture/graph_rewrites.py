@@ -714,13 +714,21 @@ _CROSS_ENTROPY_ARGS = ("input", "target", "weight", "size_average", "ignore_inde
 
 
 def _is_upcast(node: Any) -> bool:
-    """Whether ``node`` casts a half-precision tensor to float32 (``x.float()``, ``x.to(torch.float32)``)."""
+    """Whether ``node`` casts a half-precision tensor to float32 (``x.float()``, ``x.to(torch.float32)``,
+    ``x.to(dtype=torch.float32)``, ``x.type(torch.float32)``; ``copy`` and ``non_blocking`` change no value)."""
     import torch
 
-    if getattr(node, "op", None) != "call_method" or node.kwargs:
+    if getattr(node, "op", None) != "call_method":
         return False
-    if not (node.target == "float" and len(node.args) == 1
-            or node.target == "to" and len(node.args) == 2 and node.args[1] is torch.float32):
+    if node.target == "float":
+        if len(node.args) != 1 or node.kwargs:
+            return False
+    elif node.target in ("to", "type"):
+        dtype = node.args[1] if len(node.args) == 2 else node.kwargs.get("dtype")
+        if dtype is not torch.float32 or len(node.args) > 2 or len(node.args) == 2 and "dtype" in node.kwargs \
+                or set(node.kwargs) - {"dtype", "copy", "non_blocking"}:
+            return False
+    else:
         return False
     source = _example(node.args[0])
     return source is not None and source.dtype in (torch.float16, torch.bfloat16)
