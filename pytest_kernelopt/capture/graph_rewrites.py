@@ -34,9 +34,6 @@ The rewrites:
 * **grouped-query attention.** Key/value heads repeated for fused attention (``repeat_interleave`` over the
   heads, Hugging Face's ``repeat_kv``) are written to memory ``r`` times before attention reads them; the
   rewrite passes the unrepeated heads with ``enable_gqa=True`` (``_grouped_queries``). Inference only.
-* **products of widened operands.** ``F.linear(x.float(), w.float())`` of half-precision ``x`` and ``w`` writes
-  float32 copies, then runs a float32 GEMM without tensor cores; the rewrite runs the half-precision GEMM with
-  float32 accumulation, whose products are the same (exact in float32) (``_widened_products``). Inference only.
 * wide rows and cross-entropies: see ``_wide_rows`` and ``_cross_entropies``.
 """
 
@@ -1119,86 +1116,6 @@ def _attentions(graph: Any) -> int:
     return count
 
 
-@functools.cache
-def widened_mm() -> Any:
-    """The ``kernelopt::widened_mm(a, b) -> float32`` operator (registered on first use): ``a.float() @ b.float()`` of
-    two 2-D half-precision matrices. On a GPU the library GEMM of the half-precision operands with float32
-    accumulation and output (``aten.mm.dtype``): each product of two half-precision numbers is exact in float32, so
-    the tensor cores' float32 sums are those of the widened copies, where the float32 GEMM runs without them (and
-    reads copies twice the size). Elsewhere, and on a torch without ``mm.dtype``, the widened product itself."""
-    import torch
-
-    @torch.library.custom_op("kernelopt::widened_mm", mutates_args=(), schema="(Tensor a, Tensor b) -> Tensor")
-    def op(a, b):
-        if a.device.type == "cuda" and hasattr(torch.ops.aten.mm, "dtype"):
-            return torch.ops.aten.mm.dtype(a, b, torch.float32)
-        return torch.mm(a.float(), b.float())
-
-    @op.register_fake
-    def _(a, b):
-        return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.float32)
-
-    return torch.ops.kernelopt.widened_mm.default
-
-
-def _widened_product(a: Any, b: Any, bias: Any, weight_rows: bool) -> Any:
-    """What the rewrite puts in place of ``F.linear(a.float(), b.float(), bias)`` (``weight_rows``: ``b`` is
-    (out, in)) or ``a.float() @ b.float()`` (``b`` is (in, out)): ``kernelopt::widened_mm`` over ``a``'s rows."""
-    b = b.t() if weight_rows else b
-    out = widened_mm()(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[-1])
-    return out if bias is None else out + bias
-
-
-def _widened_operand(node: Any) -> tuple[Any, bool] | None:
-    """(the half-precision tensor, whether it is transposed) where ``node`` is a 2-D half-precision tensor cast to
-    float32 (``_is_upcast``), perhaps then transposed (``.t()``, ``.T``, ``.transpose(0, 1)``); None otherwise."""
-    if _call(node, (), "t") and len(node.args) == 1 and not node.kwargs \
-            or _untransposed(node) is not None and _example(node) is not None and _example(node).dim() == 2:
-        inner = node.args[0]
-        return (inner.args[0], True) if _is_upcast(inner) and _example(inner).dim() == 2 else None
-    if getattr(node, "op", None) == "call_function" and getattr(node.target, "__name__", "") == "getattr" \
-            and node.args[1:] == ("T",) and _is_upcast(node.args[0]) and _example(node.args[0]).dim() == 2:
-        return node.args[0].args[0], True
-    return (node.args[0], False) if _is_upcast(node) and _example(node).dim() == 2 else None
-
-
-def _widened_products(graph: Any) -> int:
-    """Rewrite products of half-precision tensors cast to float32 (``F.linear(x.float(), w.float())``, a mixture of
-    experts' router; ``x.float() @ w.float()``, perhaps with ``w`` transposed) as ``kernelopt::widened_mm`` of the
-    half-precision tensors: a tensor-core GEMM of the same exact products summed in float32, without the float32
-    copies. Both operands of one half-precision dtype, the weight 2-D; no gradient recorded (the operator has no
-    backward). How many."""
-    import torch
-
-    F = torch.nn.functional
-    count = 0
-    for node in list(graph.nodes):
-        if node.op == "call_function" and node.target in (F.linear, torch._C._nn.linear):
-            a, w, bias = _arg(node, 0, "input"), _arg(node, 1, "weight"), _arg(node, 2, "bias")
-            if not _is_upcast(a) or not _is_upcast(w) or _example(w).dim() != 2:
-                continue
-            a, (w, weight_rows) = a.args[0], (w.args[0], True)
-        elif (operands := _matmul_of(node) or (tuple(node.args) if _call(node, (torch.mm,), "mm")
-                                                and len(node.args) == 2 and not node.kwargs else None)) is not None:
-            a, b = operands
-            if not _is_upcast(a) or (widened := _widened_operand(b)) is None:
-                continue
-            a, (w, weight_rows), bias = a.args[0], widened, None
-        else:
-            continue
-        ae, we, out = _example(a), _example(w), _example(node)
-        if ae is None or we is None or out is None or ae.dim() < 2 or ae.dtype != we.dtype \
-                or out.dtype != torch.float32 or ae.shape[-1] != we.shape[1 if weight_rows else 0] \
-                or torch.is_grad_enabled() and any(e is not None and e.requires_grad
-                                                   for e in (ae, we, _example(bias) if bias is not None else None)):
-            continue
-        _replace(graph, node, _widened_product, (a, w, bias, weight_rows))
-        count += 1
-    if count:
-        graph.eliminate_dead_code()
-    return count
-
-
 def _repeated_heads(node: Any) -> tuple[Any, int] | None:
     """(x, r) where ``node`` repeats each head of a 4-D ``x`` (batch, heads, tokens, features) ``r`` times in place
     (head ``j`` of the result is head ``j // r`` of ``x``): ``x.repeat_interleave(r, dim=1)`` (or ``torch.`` or
@@ -1296,7 +1213,7 @@ def _pre_grad_rewrites(graph: Any) -> int:
     """The rewrites matched before decomposition (attention first: its softmax is not a wide-row one, and the fused
     attention it makes may then read grouped keys and values; group norms, wide rows, cross-entropies); how many."""
     return _attentions(graph) + _grouped_queries(graph) + _group_norms(graph) + _wide_rows(graph) \
-        + _cross_entropies(graph) + _widened_products(graph)
+        + _cross_entropies(graph)
 
 
 def _reverse_scans(graph: Any) -> int:

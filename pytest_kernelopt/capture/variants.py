@@ -81,10 +81,8 @@ VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
                          "flips of its axis, a group norm, a softmax or L1/L2 normalisation of rows wider than 128 KB: "
                          "one kernel each that reads its input once, where Inductor makes two or three passes; a "
                          "cross-entropy over rows of 16 KB or more, read once, with a backward that reads them once "
-                         "more; without gradients, attention written out as torch's fused attention, key/value heads "
-                         "repeated for fused attention read once per group of query heads instead, and products of "
-                         "half-precision tensors cast to float32 as tensor-core GEMMs of the same products summed "
-                         "in float32)",
+                         "more; without gradients, attention written out as torch's fused attention, and key/value heads "
+                         "repeated for fused attention read once per group of query heads instead)",
                    harvest=False),
     # Since 2026-12-07: the rewrites with GEMMs and convolutions left to the libraries, a compile of seconds where
     # max-autotune-rewrites' GEMM templates take minutes (a bf16 ViT block: 88 s, H100), so that a run with
@@ -143,19 +141,6 @@ def _repeated_heads(kernels: list[Any], externs: list[Any]) -> bool:
         and any("expand" in k.name and "clone" in k.name for k in kernels)
 
 
-def _widening_product(kernels: list[Any], externs: list[Any]) -> bool:
-    """Whether the model may multiply half-precision tensors cast to float32 (``F.linear(x.float(), w.float())``): a
-    pointwise cast kernel (``triton_poi_fused__to_copy_...``) that reads a 16-bit float and writes float32, beside a
-    library GEMM."""
-    def widens(k: Any) -> bool:
-        args = getattr(k, "args", None) or []
-        return k.name.startswith("triton_poi") and "to_copy" in k.name \
-            and any(a.read and a.dtype in ("bfloat16", "float16") for a in args) \
-            and any(a.written and a.dtype == "float32" for a in args)
-
-    return any(widens(k) for k in kernels) and any(e.target.split(".")[-1] in ("mm", "addmm", "bmm") for e in externs)
-
-
 def _row_reduction(name: str) -> bool:
     """Whether an Inductor kernel called ``name`` may be a softmax or an L1/L2 normalisation over rows
     (``triton_red_fused__softmax_0``, ``..._abs_div_sum_...``, ``..._linalg_vector_norm_...``)."""
@@ -176,11 +161,9 @@ def needless(name: str, kernels: list[Any], externs: list[Any]) -> str | None:
     if variant.rewrites and not any(_SCAN in k.source or "group_norm" in k.name or _row_reduction(k.name)
                                     or _CROSS_ENTROPY in k.name for k in kernels) \
             and not _attention(kernels, externs) and not _repeated_heads(kernels, externs) \
-            and not _widening_product(kernels, externs) \
             and not any(op in e.target for e in externs for op in ("cumsum", "cumprod")):
         return ("the model has no scan (cumulative sum or product), no group norm, no softmax or norm over rows, "
-                "no cross-entropy, no attention written out, no key/value heads repeated for fused attention and no "
-                "product of half-precision tensors cast to float32, "
+                "no cross-entropy, no attention written out and no key/value heads repeated for fused attention, "
                 "the patterns the graph rewrites change")
     return None
 
