@@ -640,6 +640,44 @@ def test_a_shape_s_compile_step_spends_its_weight_s_share_of_the_run_budget_left
     assert shape_deadline(lambda: float("inf"), {"b2": 3, "b4": 1}, "b2")() == float("inf")
 
 
+def test_a_shape_s_kernel_search_keeps_to_its_share_and_leaves_the_run_to_the_shapes_after_it(tmp_path, monkeypatch):
+    """A 3-shape router's first shape spent 122 of the run's 152 s on an H100 (its kernel search harvested and searched
+    kernels of 1-2% of its time) and the other shapes' trials were stopped by the budget: the kernel search at a
+    declared shape is bounded by the shape's share as its compile step is. b2 (weight 3 of 4) spends its share in
+    the compile step: its kernels are said as not reached for that reason, no harvest runs, and the run goes on;
+    b4 then checks its settings with what was kept for it."""
+    from types import SimpleNamespace
+
+    from test_agents import _tuner
+
+    from pytest_kernelopt.agents import compile_choice
+
+    path = tmp_path / "m.py"
+    path.write_text(SHAPED)
+    session = _per_shape_session({"b2": {"max-autotune": 1.1}, "b4": {"max-autotune": 1.1}})
+    tuner, run, store = _tuner(tmp_path, session, budget_s=0.01, compile_variants=["max-autotune"])
+    prepared = []
+    tuner.coder.prepare = lambda problem, device, kernels, shape=None, budget_s=None: prepared.append((shape, kernels))
+    clock = [100.0]
+    check = session.verify_compile
+
+    def timed(variant, launch_configs=None, budget_s=None):  # each check (trial or second compile) takes 40 s
+        clock[0] -= 40.0
+        return check(variant, launch_configs, budget_s)
+
+    session.verify_compile = timed
+    tuner._run_left = lambda: clock[0]
+    monkeypatch.setattr(compile_choice, "time", SimpleNamespace(monotonic=lambda: 1000.0 - clock[0]))
+    first = tuner.tune_problem(path, "b2", 0.75)
+    assert first.compile.chosen == "max-autotune" and clock[0] == pytest.approx(20.0)  # 75 s share, 80 s spent
+    assert tuner.stop_reason is None and prepared == [("b2", [])]  # nothing to harvest for
+    (row,) = first.kernels
+    assert row.skipped.startswith("not reached: this shape's share of the run budget"), row.skipped
+    clock[0] = 60.0  # as if b2 had spent less: b4, the last shape, gets all that is left
+    second = tuner.tune_problem(path, "b4", 0.25)
+    assert session.compile_calls[-2:] == ["max-autotune@b4", "max-autotune@b4"] and second.compile.chosen
+
+
 def test_a_stored_setting_for_every_shape_leaves_the_shape_that_chooses_anew(tmp_path):
     """A store written before per-shape choices: one setting for both shapes, its graphs both shapes'. Tuned at b2,
     where the defaults now win, b2 gets its own entry (the defaults) and its graphs leave the shared setting's

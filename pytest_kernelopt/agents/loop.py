@@ -103,6 +103,10 @@ class Tuner:
         self.stop_reason: str | None = None
         self._variant: str | None = None  # the current problem's compile settings (for the Coder's context)
         self._share = 1.0  # of budget_s per kernel: the current declared shape's (SHAPE_WEIGHTS), else all
+        # At a declared shape: seconds left to its share of the run's budget (compile_choice.shape_deadline), for its
+        # compile step and its kernel search alike; and why that share ended the shape's search (not the run).
+        self._shape_left: Callable[[], float] | None = None
+        self._shape_stop: str | None = None
 
     # --- budgets -----------------------------------------------------------------------
 
@@ -111,6 +115,14 @@ class Tuner:
             return float("inf")
         return self.options.run_budget_s - (time.monotonic() - self.started)
 
+    def _left(self) -> float:
+        """Seconds left to the work at hand: the run's budget, at a declared shape that shape's share of it (so that
+        a shape's kernel search leaves the shapes after it their compile trials: on an H100, 2026-12-07, a 3-shape
+        router's first shape spent 122 of the run's 152 s, 60 of them harvesting and searching kernels of 1-2% of
+        its time, and the other two shapes' trials were stopped by the budget)."""
+        run = self._run_left()
+        return min(run, self._shape_left()) if self._shape_left is not None else run
+
     def _out_of_budget(self, state: KernelState, estimate: float) -> str | None:
         if self.coder.stopped:
             return self.coder.stopped
@@ -118,19 +130,29 @@ class Tuner:
         if state.spent + estimate > budget:
             left = f", the next candidate's checks expected to take {estimate:.0f} s more" if state.spent < budget else ""
             return f"kernel budget: {state.spent:.0f} of {budget:g} s spent{left}"
-        if estimate > self._run_left():
-            return self._run_spent()
+        if estimate > self._left():
+            return self._spent()
         return None
 
     def _run_spent(self) -> str:
         budget = self.options.run_budget_s
         return f"run budget: {budget:g} s spent" if budget is not None else "run budget spent"
 
+    def _spent(self) -> str:
+        """What ran out: the run's budget, or the declared shape's share of it."""
+        if self._shape_left is None or self._run_left() <= 0:
+            return self._run_spent()
+        return ("this shape's share of the run budget (--run-budget-s, by SHAPE_WEIGHTS) spent: the rest is kept "
+                "for the problem's other shapes")
+
     def _end_run_if_spent(self) -> None:
         """A kernel's search stopped on a budget: where the run's is spent too (or the backend stopped), the run
-        ends, saying which (not the kernel's budget, which ends only the kernel)."""
+        ends, saying which; where a declared shape's share is spent, that shape's search ends (not the kernel's
+        budget, which ends only the kernel)."""
         if self.coder.stopped or self._run_left() <= 0:
             self.stop_reason = self.coder.stopped or self._run_spent()
+        elif self._left() <= 0:
+            self._shape_stop = self._spent()
 
     # --- one problem --------------------------------------------------------------------
 
@@ -141,11 +163,15 @@ class Tuner:
         from ..capture.problem import load_problem
         from ..capture.training import is_training
         from ..verify import VerifySession
+        from . import compile_choice
         from .profiler import build_profile, ncu_counters
 
         t0 = time.monotonic()
         problem = load_problem(problem_path, shape=shape)
         shape, self._share = problem.shape, share
+        self._shape_stop = None
+        self._shape_left = (compile_choice.shape_deadline(self._run_left, problem.shape_weights, shape)
+                            if shape is not None else None)
         at: dict[str, Any] = {"shape": shape} if shape is not None else {}  # sessions and the coder, at the shape
         model = problem.id
         outcome = ProblemOutcome(model=model, problem=str(problem.path), device=self.options.device,
@@ -210,10 +236,10 @@ class Tuner:
 
                 items = planned(profile)
                 searched = [i.kernel for i in items if i.skip is None]
-                if searched and self._run_left() <= 0:
+                if searched and self._left() <= 0:
                     # Spent in the compile step or the session's start: no counters, harvest or second session
                     # for kernels no candidate of which could be checked (each row says so).
-                    self.stop_reason = self._run_spent()
+                    self._end_run_if_spent()
                     searched = []
                 # Nsight Compute's counters only classify the kernels searched (their strategies; what is searched
                 # comes from the session's timing): read where a kernel is searched, with the session closed.
@@ -226,7 +252,7 @@ class Tuner:
                     if counted:
                         self.ui.message(f"{model}: reading Nsight Compute counters")
                         ncu_started = time.monotonic()
-                        counters, note = ncu_counters(problem.path, timeout=min(600.0, self._run_left()),
+                        counters, note = ncu_counters(problem.path, timeout=min(600.0, self._left()),
                                                       variant=variant, shape=shape, **fixed)
                         ev("profiler", "ncu", kernels=len(counters or {}), note=note,
                            seconds=round(time.monotonic() - ncu_started, 2))
@@ -247,7 +273,7 @@ class Tuner:
                 self.ui.problem(model, sum(1 for i in items if i.skip is None))
                 bench = Benchmarker(session, full_options, self.run, self.ui)
                 keeper = Keeper(self.store, self.coder, bench, self.ui, device=self.options.device,
-                                confirm=self.options.confirm, pin=self.options.pin, run_left=self._run_left,
+                                confirm=self.options.confirm, pin=self.options.pin, run_left=self._left,
                                 shape=shape, policy=full_options.speed,
                                 launch_fixed=frozenset(fixed.get("launch_configs") or ()))
                 stored: dict[str, str] = {}
@@ -255,10 +281,10 @@ class Tuner:
                 for item in items:
                     ev("planner", "plan", kernel=item.kernel, strategies=item.strategies, skip=item.skip)
                     info = session.kernel_info(item.kernel)
-                    if self.stop_reason:  # the run ended at an earlier kernel: this one's row says so
+                    if stopped := self.stop_reason or self._shape_stop:  # at an earlier kernel: this row says so
                         outcome.kernels.append(KernelOutcome(
                             kernel=item.kernel, fingerprint=info.fingerprint, profile=item.profile,
-                            skipped=item.skip or f"not reached: {self.stop_reason}", backward=info.backward))
+                            skipped=item.skip or f"not reached: {stopped}", backward=info.backward))
                         continue
                     if item.skip is not None:
                         result = KernelOutcome(kernel=item.kernel, fingerprint=info.fingerprint, profile=item.profile,
@@ -283,13 +309,14 @@ class Tuner:
                     self.run.save()
                     self.ui.kernel_done(result)
                 if self.options.device == "cuda":
-                    keeper.finish_model(model, outcome, tuned, stored, ev, self.stop_reason)
+                    keeper.finish_model(model, outcome, tuned, stored, ev, self.stop_reason or self._shape_stop)
         except KerneloptError as exc:
             outcome.error = str(exc)
             ev("run", "error", error=str(exc))
             self.ui.message(f"{model}: {exc}")
         finally:
             outcome.seconds = round(time.monotonic() - t0, 2)
+            self._shape_left = None
             self.run.save()
         return outcome
 
@@ -306,7 +333,7 @@ class Tuner:
     def _prepare(self, problem: Path, kernels: list[str], at: dict[str, Any], ev: Callable[..., Any]) -> None:
         """The Coder's preparation for the kernels the plan searches (the search backend's harvest; none when it
         searches none)."""
-        left = self._run_left()  # the harvest's children are stopped where the run's budget ends
+        left = self._left()  # the harvest's children are stopped where the run's budget (the shape's share) ends
         bounded: dict[str, Any] = {"budget_s": max(1.0, left)} if kernels and math.isfinite(left) else {}
         self.coder.prepare(problem, self.options.device, kernels, **at, **bounded)
         harvested = getattr(self.coder, "harvested", None)
@@ -361,8 +388,7 @@ class Tuner:
             where: dict[str, Any] = {"shape": shape} if shape is not None else {}
             return factory(problem.path, self.options.device, options, progress=self.ui.message, **where)
 
-        left = (compile_choice.shape_deadline(self._run_left, problem.shape_weights, shape) if shape is not None
-                else self._run_left)
+        left = self._left  # at a declared shape, its share of the run's budget (set by tune_problem)
         # The run record holds the outcome while it is filled: a run stopped during the trials keeps them.
         outcome.compile = compile_choice.CompileOutcome()
         chosen, verdict, graphs = compile_choice.choose(
@@ -414,7 +440,7 @@ class Tuner:
         rounds = 0
         budget_stop: str | None = None  # the kernel or run budget ended the search (said in the result)
         limit_stop: str | None = None  # the best candidate came near the hardware limit (said in the result)
-        while rounds < self.options.max_rounds and not self.stop_reason:
+        while rounds < self.options.max_rounds and not (self.stop_reason or self._shape_stop):
             ctx = CoderContext(model=model, device=self.options.device, kernel=info, original=original,
                                best=state.best, best_origin=state.best_origin, profile=item.profile,
                                attempts=list(state.attempts), round=rounds, strategies=item.strategies,
