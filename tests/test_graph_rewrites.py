@@ -934,3 +934,24 @@ def test_a_model_with_repeated_key_value_heads_tries_the_rewrites():
     other = SimpleNamespace(name="triton_poi_fused_add_mul_0", source="")
     assert "no key/value heads repeated" in needless(VARIANT, [other], [sdpa])
 
+
+
+def test_the_grouped_query_rewrite_is_judged_on_every_draw_and_the_gate_compiles_it(interpreter, monkeypatch):
+    """The setting judged on the whole model against float64 (the seeds and every input draw); the problem opened
+    under it calls fused attention with no repeat of the key/value heads left."""
+    from pytest_kernelopt.capture import variants
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession
+
+    problem = TESTS / "data" / "grouped_attention.py"
+    monkeypatch.setitem(variants.VARIANTS, VARIANT, variants.CompileVariant(VARIANT, None, rewrites=True))
+    options = VerifyOptions(seeds=1, seed=7)
+    with VerifySession(problem, interpreter, options) as session:
+        opened = session.open()
+        assert any("expand" in k.name and "clone" in k.name for k in opened.kernels), [k.name for k in opened.kernels]
+        assert variants.needless(VARIANT, opened.kernels, opened.externs) is None
+        verdict = session.verify_compile(VARIANT)
+    _judged_on_every_draw(verdict)
+    with VerifySession(problem, interpreter, options, variant=VARIANT) as session:
+        opened = session.open()
+    assert not any("expand" in k.name for k in opened.kernels), [k.name for k in opened.kernels]
+    assert any("scaled_dot_product" in e.target for e in opened.externs)
