@@ -790,17 +790,22 @@ def test_attention_written_out_becomes_torchs_fused_attention_where_no_gradient_
     lambda q, k, v: torch.einsum("bhij,bhjd->bhdi", torch.softmax(q @ k.transpose(-2, -1), -1), v),  # output swapped
 ])
 def test_the_attention_rewrite_leaves_what_fused_attention_would_change(interpreter, attention):
+    assert _rewritten_without_gradients(attention, _heads(4))[0] == 0
+
+
+def _rewritten_without_gradients(fn, tensors):
+    """(how many rewrites the pre-grad pass made, the output) of ``fn`` compiled and run on ``tensors`` under
+    ``torch.no_grad``."""
     import torch._inductor.config as inductor_config
 
     from pytest_kernelopt.capture import graph_rewrites
 
-    tensors = _heads(4)
     torch._dynamo.reset()
     before = graph_rewrites.rewrites_done()
     with torch.no_grad(), inductor_config.patch(pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass(),
                                                 fx_graph_cache=False):
-        torch.compile(attention)(*tensors)
-    assert graph_rewrites.rewrites_done() == before
+        out = torch.compile(fn)(*tensors)
+    return graph_rewrites.rewrites_done() - before, out
 
 
 def test_a_model_with_attention_written_out_tries_the_rewrites_but_not_its_training_step():
@@ -908,17 +913,9 @@ def test_key_value_heads_repeated_for_fused_attention_are_passed_grouped_where_n
                                                    _repeat_kv(v, 4)),  # the axis inserted before the heads: tiled
 ])
 def test_the_grouped_query_rewrite_leaves_what_grouping_would_change(interpreter, attention):
-    import torch._inductor.config as inductor_config
-
-    from pytest_kernelopt.capture import graph_rewrites
-
     tensors = _grouped(6)
-    torch._dynamo.reset()
-    before = graph_rewrites.rewrites_done()
-    with torch.no_grad(), inductor_config.patch(pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass(),
-                                                fx_graph_cache=False):
-        out = torch.compile(attention)(*tensors)
-    assert graph_rewrites.rewrites_done() == before
+    done, out = _rewritten_without_gradients(attention, tensors)
+    assert done == 0
     ref = attention(*(t.double() for t in tensors))
     assert (out.double() - ref).abs().max() < 1e-5 * max(1.0, ref.abs().max().item())
 
