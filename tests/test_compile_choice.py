@@ -640,42 +640,69 @@ def test_a_shape_s_compile_step_spends_its_weight_s_share_of_the_run_budget_left
     assert shape_deadline(lambda: float("inf"), {"b2": 3, "b4": 1}, "b2")() == float("inf")
 
 
-def test_a_shape_s_kernel_search_keeps_to_its_share_and_leaves_the_run_to_the_shapes_after_it(tmp_path, monkeypatch):
-    """A 3-shape router's first shape spent 122 of the run's 152 s on an H100 (its kernel search harvested and searched
-    kernels of 1-2% of its time) and the other shapes' trials were stopped by the budget: the kernel search at a
-    declared shape is bounded by the shape's share as its compile step is. b2 (weight 3 of 4) spends its share in
-    the compile step: its kernels are said as not reached for that reason, no harvest runs, and the run goes on;
-    b4 then checks its settings with what was kept for it."""
+def _timed_shapes(tmp_path, monkeypatch, clock: list[float]):
+    """SHAPED tuned with a run budget read from ``clock``: each compile check (trial or second compile) takes 40 s;
+    (session, tuner, run, what the coder was asked to prepare)."""
     from types import SimpleNamespace
 
     from test_agents import _tuner
 
     from pytest_kernelopt.agents import compile_choice
 
-    path = tmp_path / "m.py"
-    path.write_text(SHAPED)
+    (tmp_path / "m.py").write_text(SHAPED)
     session = _per_shape_session({"b2": {"max-autotune": 1.1}, "b4": {"max-autotune": 1.1}})
     tuner, run, store = _tuner(tmp_path, session, budget_s=0.01, compile_variants=["max-autotune"])
-    prepared = []
+    prepared: list = []
     tuner.coder.prepare = lambda problem, device, kernels, shape=None, budget_s=None: prepared.append((shape, kernels))
-    clock = [100.0]
     check = session.verify_compile
 
-    def timed(variant, launch_configs=None, budget_s=None):  # each check (trial or second compile) takes 40 s
+    def timed(variant, launch_configs=None, budget_s=None):
         clock[0] -= 40.0
         return check(variant, launch_configs, budget_s)
 
     session.verify_compile = timed
     tuner._run_left = lambda: clock[0]
     monkeypatch.setattr(compile_choice, "time", SimpleNamespace(monotonic=lambda: 1000.0 - clock[0]))
-    first = tuner.tune_problem(path, "b2", 0.75)
+    return session, tuner, run, prepared
+
+
+def test_a_shape_s_kernel_search_keeps_to_its_share_and_leaves_the_run_to_the_shapes_after_it(tmp_path, monkeypatch):
+    """A 3-shape router's first shape spent 122 of the run's 152 s on an H100 (its kernel search harvested and searched
+    kernels of 1-2% of its time) and the other shapes' trials were stopped by the budget: the kernel search at a
+    declared shape is bounded by the shape's share as its compile step is. b2 (weight 3 of 4) spends its share in
+    the compile step: no session is opened for its search (a note says why), no harvest runs, and the run goes on;
+    b4 then checks its settings with what was kept for it."""
+    clock = [100.0]
+    session, tuner, run, prepared = _timed_shapes(tmp_path, monkeypatch, clock)
+    first = tuner.tune_problem(tmp_path / "m.py", "b2", 0.75)
     assert first.compile.chosen == "max-autotune" and clock[0] == pytest.approx(20.0)  # 75 s share, 80 s spent
-    assert tuner.stop_reason is None and prepared == [("b2", [])]  # nothing to harvest for
+    assert tuner.stop_reason is None and prepared == [] and first.kernels == []  # no session opened to search
+    assert "kernel search not started: this shape's share of the run budget" in first.notes[-1], first.notes
+    assert session.opened_at == [("b2", None), ("b2", None)] and run.record.environment is not None
+    clock[0] = 60.0  # as if b2 had spent less: b4, the last shape, gets all that is left
+    second = tuner.tune_problem(tmp_path / "m.py", "b4", 0.25)
+    assert session.compile_calls[-2:] == ["max-autotune@b4", "max-autotune@b4"] and second.compile.chosen
+
+
+def test_a_shape_whose_share_ends_while_its_search_session_opens_searches_nothing_and_the_run_goes_on(
+        tmp_path, monkeypatch):
+    """b2's share (150 of 200 s) outlasts its compile step (80 s) but not the opening of its search session (100 s
+    more): its kernels are said as not reached for the shape's share, nothing is harvested, the run is not ended."""
+    clock = [200.0]
+    session, tuner, run, prepared = _timed_shapes(tmp_path, monkeypatch, clock)
+    opened = session.__class__.__call__
+
+    def slow_open(self, problem, device, options, progress=None, variant=None, shape=None, launch_configs=None):
+        if variant is not None:  # the search's session, on the chosen setting
+            clock[0] -= 100.0
+        return opened(self, problem, device, options, progress, variant, shape, launch_configs)
+
+    monkeypatch.setattr(session.__class__, "__call__", slow_open)
+    first = tuner.tune_problem(tmp_path / "m.py", "b2", 0.75)
+    assert first.compile.chosen == "max-autotune" and clock[0] == pytest.approx(20.0)
     (row,) = first.kernels
     assert row.skipped.startswith("not reached: this shape's share of the run budget"), row.skipped
-    clock[0] = 60.0  # as if b2 had spent less: b4, the last shape, gets all that is left
-    second = tuner.tune_problem(path, "b4", 0.25)
-    assert session.compile_calls[-2:] == ["max-autotune@b4", "max-autotune@b4"] and second.compile.chosen
+    assert tuner.stop_reason is None and prepared == [("b2", [])]  # asked to prepare nothing
 
 
 def test_a_stored_setting_for_every_shape_leaves_the_shape_that_chooses_anew(tmp_path):

@@ -186,6 +186,12 @@ class Tuner:
             full_options = self.options.verify
             factory = self.session_factory or VerifySession
             variant = self._variant = self._compile_step(problem, outcome, factory, full_options, ev)
+            if self._shape_left is not None and self._left() <= 0:
+                # The shape's share went to its compile step: no session is opened for a search that could check no
+                # candidate (a session on the chosen setting took 18 s a shape of a Llama block, H100, 2026-12-07).
+                self._end_run_if_spent()
+                self._note(outcome, f"kernel search not started: {self.stop_reason or self._shape_stop}", ev)
+                return outcome
             # The chosen setting's launch configurations (model.json): the search works on the compile that was timed.
             fixed: dict[str, Any] = {"launch_configs": c} if (c := self._launch_configs(model, variant, shape)) else {}
             cuda = self.options.device == "cuda"
@@ -396,6 +402,8 @@ class Tuner:
             say=lambda text: self.ui.message(f"{model}: {text}"), ev=ev, shape=shape, committed=committed,
             left=left, confirm_left=self._run_left, first=elsewhere, into=outcome.compile)
         outcome.compile = chosen
+        if self.run.record.environment is None and verdict is not None:  # a run whose searches are all skipped
+            self.run.record.environment = verdict.environment
         if self.options.device == "cuda" and self.store is not None:
             from ..capture.training import is_training
 
