@@ -1128,6 +1128,7 @@ def _repeated_heads(node: Any) -> tuple[Any, int] | None:
     out = _example(node)
     if out is None or out.dim() != 4:
         return None
+    expanded_example = None  # repeat_kv's 5-D intermediate
     if _call(node, (torch.repeat_interleave,), "repeat_interleave"):
         x, r = _arg(node, 0, "input"), _arg(node, 1, "repeats")
         if set(node.kwargs) - {"input", "repeats", "dim", "output_size"} or _arg(node, 2, "dim") not in (1, -3):
@@ -1153,18 +1154,16 @@ def _repeated_heads(node: Any) -> tuple[Any, int] | None:
                 return None
         elif not (_call(inserted, (torch.unsqueeze,), "unsqueeze") and tuple(inserted.args[1:]) in ((2,), (-3,))):
             return None
-        x = inserted.args[0]
-        big = _example(expanded)
-        if big is None or big.dim() != 5:
+        x, expanded_example = inserted.args[0], _example(expanded)
+        if expanded_example is None or expanded_example.dim() != 5:
             return None
-        r = big.shape[2]
+        r = expanded_example.shape[2]
     source = _example(x) if hasattr(x, "op") else None
     if source is None or source.dim() != 4 or not isinstance(r, int) or isinstance(r, bool) or r < 2:
         return None
     if tuple(out.shape) != (source.shape[0], source.shape[1] * r, *source.shape[2:]):
         return None
-    if not _call(node, (torch.repeat_interleave,), "repeat_interleave") \
-            and tuple(getattr(_example(node.args[0]), "shape", ())) != (*source.shape[:2], r, *source.shape[2:]):
+    if expanded_example is not None and tuple(expanded_example.shape) != (*source.shape[:2], r, *source.shape[2:]):
         return None
     return x, r
 

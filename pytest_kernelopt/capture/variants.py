@@ -133,7 +133,7 @@ def _attention(kernels: list[Any], externs: list[Any]) -> bool:
     return any("softmax" in k.name for k in kernels) and any("bmm" in e.target for e in externs)
 
 
-def _repeated_heads(kernels: list[Any], externs: list[Any]) -> bool:
+def _grouped_attention(kernels: list[Any], externs: list[Any]) -> bool:
     """Whether the model may repeat key/value heads for fused attention (grouped-query attention written with
     ``repeat_interleave`` or ``repeat_kv``): a fused attention call beside a kernel that copies an expanded tensor
     (``triton_poi_fused_clone_expand_...``)."""
@@ -160,7 +160,7 @@ def needless(name: str, kernels: list[Any], externs: list[Any]) -> str | None:
                 "so it compiles as max-autotune does")
     if variant.rewrites and not any(_SCAN in k.source or "group_norm" in k.name or _row_reduction(k.name)
                                     or _CROSS_ENTROPY in k.name for k in kernels) \
-            and not _attention(kernels, externs) and not _repeated_heads(kernels, externs) \
+            and not _attention(kernels, externs) and not _grouped_attention(kernels, externs) \
             and not any(op in e.target for e in externs for op in ("cumsum", "cumprod")):
         return ("the model has no scan (cumulative sum or product), no group norm, no softmax or norm over rows, "
                 "no cross-entropy, no attention written out and no key/value heads repeated for fused attention, "
