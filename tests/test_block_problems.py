@@ -13,7 +13,7 @@ BLOCKS = sorted((Path(__file__).resolve().parent.parent / "bench" / "blocks").gl
 
 
 def test_the_suite_is_there():
-    assert {p.stem for p in BLOCKS} == {"gpt2_block", "llama_block", "vocab_cross_entropy", "vit_block",
+    assert {p.stem for p in BLOCKS} == {"bert_encoder", "gpt2_block", "llama_block", "vocab_cross_entropy", "vit_block",
                                         "convnet_bn_pool", "moe_router", "nanogpt_block"}
 
 

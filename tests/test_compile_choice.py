@@ -327,6 +327,62 @@ def test_a_setting_faster_on_one_compile_only_is_not_chosen(tmp_path):
         ("max-autotune-extern", False), ("max-autotune", True)]
 
 
+def test_a_rewrite_setting_that_rewrote_nothing_drops_the_other_rewrite_settings_at_that_shape(tmp_path):
+    """A convnet's pooling kernel (a sum-like name) let both rewrite settings through: each compiled the whole model
+    to find nothing, and max-autotune, ordered after them, was cut by the budget (0.976x of max-autotune there, H100,
+    2026-12-07). Once one rewrite setting's check found nothing to rewrite, the other rewrite settings at that shape
+    are skipped (the rewrites act on the graph before lowering) and the settings after them run."""
+    from types import SimpleNamespace
+
+    from test_agents import _problem
+
+    from pytest_kernelopt.capture.variants import NOTHING_REWRITTEN
+
+    variants = ["max-autotune-extern", "max-autotune-extern-rewrites", "max-autotune-rewrites", "max-autotune"]
+    session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune-extern": 1.01, "max-autotune": 1.04},
+                                            compile_variants=variants)
+    session.opened.externs = [SimpleNamespace(target="extern_kernels.mm")]
+    scripted = session.verify_compile
+
+    def verify_compile(variant, launch_configs=None, budget_s=None):
+        verdict = scripted(variant, launch_configs, budget_s)
+        if "rewrites" in variant:  # as compile_check says it, through the model stage
+            verdict.status, verdict.model_timing = "rejected", None
+            verdict.reason = f"model: {variant!r}: {NOTHING_REWRITTEN} (it compiles as without them)"
+        return verdict
+
+    session.verify_compile = verify_compile
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    assert session.compile_calls == ["max-autotune-extern", "max-autotune-extern-rewrites", "max-autotune",
+                                     "max-autotune"]  # the winner's second compile last
+    assert [t.variant for t in outcome.compile.tried] == ["max-autotune-extern", "max-autotune-extern-rewrites",
+                                                          "max-autotune"]
+    assert outcome.compile.chosen == "max-autotune"
+    events = [json.loads(line) for line in (run.root / "trace.jsonl").read_text().splitlines()]
+    skips = {e["data"]["variant"]: e["data"]["reason"] for e in events if e["event"] == "compile-skip"}
+    assert skips == {"max-autotune-rewrites": "'max-autotune-extern-rewrites' found nothing to rewrite here"}
+    # Another rejection (an output outside its allowance) drops nothing: each setting is judged on its own.
+    session, tuner, run, store = _fake_tune(tmp_path / "b", {"max-autotune-extern-rewrites": 0, "max-autotune": 1.04},
+                                            compile_variants=variants[1:])
+    session.opened.externs = [SimpleNamespace(target="extern_kernels.mm")]
+    tuner.tune_problem(_problem(tmp_path / "b"))
+    assert session.compile_calls[:3] == variants[1:]
+
+
+def test_a_batch_or_layer_norm_kernel_is_no_pattern_the_rewrites_change():
+    from types import SimpleNamespace
+
+    from pytest_kernelopt.capture.variants import needless
+
+    pooled = SimpleNamespace(name="triton_red_fused__native_batch_norm_legit_no_training_max_pool2d_with_indices_mean_"
+                                  "relu_7", source="tmp = tl.sum(x, 1)")
+    layer = SimpleNamespace(name="triton_red_fused_add_native_layer_norm_1", source="")
+    for name in ("max-autotune-rewrites", "max-autotune-extern-rewrites"):
+        assert "no softmax or norm over rows" in needless(name, [pooled, layer], [SimpleNamespace(target="mm")])
+    l2 = SimpleNamespace(name="triton_red_fused_div_linalg_vector_norm_0", source="")
+    assert needless("max-autotune-rewrites", [l2], []) is None
+
+
 def test_a_second_session_that_fails_to_open_chooses_nothing_and_blames_the_verifier(tmp_path):
     """The verifier's own failure on the second compile is said as its own; the setting is not chosen (nothing
     confirmed it) and the run goes on to the kernels on the default compile."""

@@ -36,7 +36,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from ..capture.variants import needless
+from ..capture.variants import NOTHING_REWRITTEN, VARIANTS, needless
 from ..errors import KerneloptError
 from ..measure.text import interval, speedup_text
 from ..records import Verdict
@@ -76,8 +76,6 @@ def order(variants: list[str], first: set[str] | frozenset[str] = frozenset()) -
     by far (a 128k-vocabulary cross-entropy: 1.944x against max-autotune's 1.094x, H100), and a trial run after
     max-autotune's minutes-long compile was skipped once the budget ran out (a ViT block's attention written out,
     2026-12-07)."""
-    from ..capture.variants import VARIANTS
-
     rewrites = [v for v in variants if VARIANTS[v].rewrites]
     rest = [v for v in variants if v not in rewrites]
     at = next((i for i, v in enumerate(rest) if VARIANTS[v].templates), len(rest))
@@ -178,7 +176,12 @@ def _choose(open_session: Opener, variants: list[str], *, previous: str | None, 
             ev("planner", "compile-skip", variant=name, reason=why)
             say(f"{name}: not tried: {why}")
         live = order([v for v in variants if v not in skipped], first or set())
+        dropped: dict[str, str] = {}  # settings found needless by a trial at this shape
         for i, variant in enumerate(live):
+            if variant in dropped:
+                ev("planner", "compile-skip", variant=variant, reason=dropped[variant])
+                say(f"{variant}: not tried{at}: {dropped[variant]}")
+                continue
             spend = _reserve(left, outcome, confirm)
             if spend is not None and spend() <= 0:
                 kept = " (what is left is kept for the accepted setting's second compile)" if spend is not left else ""
@@ -196,6 +199,11 @@ def _choose(open_session: Opener, variants: list[str], *, previous: str | None, 
                 checked[variant] = verdict
                 trial = _trial(variant, verdict, seconds)
             _said(outcome, _with_headroom(trial, [verdict] if verdict is not None else []), ev, say)
+            if VARIANTS[variant].rewrites and NOTHING_REWRITTEN in (trial.reason or ""):
+                # The rewrites act on the graph before any setting's lowering: under another mode they find the
+                # same nothing (at another shape they may not: some decline by size).
+                dropped.update({v: f"{variant!r} found nothing to rewrite here" for v in live[i + 1:]
+                                if VARIANTS[v].rewrites})
     graphs = next((v.launches for v in checked.values() if v.launches is not None), None)
     if not measured:
         outcome.note = "interpreter mode: compile settings checked for correctness only; nothing stored"

@@ -88,7 +88,7 @@ def _other(prepared: Prepared, variant: str | None, launch_configs: dict[str, di
     from ..capture.compiled import _record_wrapper_modules, autotuner_fingerprint, fresh_races, graph_kernels
     from ..capture.launch_configs import fixed_at_first_call, picked
     from ..capture.graph_rewrites import rewrites_done
-    from ..capture.variants import VARIANTS, compiling
+    from ..capture.variants import NOTHING_REWRITTEN, VARIANTS, compiling
 
     prepared.others.clear()  # one other compile at a time: tune tries several in one session
     gc.collect()
@@ -132,8 +132,7 @@ def _other(prepared: Prepared, variant: str | None, launch_configs: dict[str, di
     other.launch_configs = picked(graph_kernels(modules), autotuner_fingerprint)  # type: ignore[attr-defined]
     other.given = launch_configs  # type: ignore[attr-defined]
     if variant is not None and VARIANTS[variant].rewrites and rewrites_done() == before:
-        raise StageFailure(f"{variant!r}: kernelopt's graph rewrites found nothing to rewrite in this model "
-                           f"(it compiles as without them)")
+        raise StageFailure(f"{variant!r}: {NOTHING_REWRITTEN} (it compiles as without them)")
     prepared.others[variant] = other
     return other
 
