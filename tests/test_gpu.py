@@ -426,6 +426,47 @@ def test_the_attention_rewrite_runs_fused_attention_and_matches_float64_at_gpu_s
     assert graph_rewrites.rewrites_done() == before
 
 
+@pytest.mark.parametrize("rows, width, hidden, dtype, act", [
+    (16 * 1024, 768, 3072, "bfloat16", "gelu"),  # a GPT-2 block's MLP, its first layer
+    (4096, 1024, 4096, "float16", "relu"),
+    (2048, 512, 2048, "float32", "gelu"),
+])
+def test_the_gemm_activation_rewrite_runs_one_library_call_and_matches_float64_at_gpu_sizes(
+        rows: int, width: int, hidden: int, dtype: str, act: str) -> None:
+    """A linear layer's tanh GELU or ReLU compiled with the rewrites: ``_addmm_activation`` in the code and no Triton
+    kernel left, the output within the default compile's error against float64 (and a rounding step)."""
+    import torch
+    import torch._inductor.config as inductor_config
+    import torch.nn.functional as F
+    from torch._inductor.utils import run_and_get_code
+
+    from pytest_kernelopt.capture import graph_rewrites
+
+    def mlp(x, w, b):
+        y = F.linear(x, w, b)
+        return F.gelu(y, approximate="tanh") if act == "gelu" else F.relu(y)
+
+    torch.manual_seed(0)
+    kind = getattr(torch, dtype)
+    x = torch.randn(rows // 1024, 1024, width, device="cuda").to(kind)
+    w = (torch.randn(hidden, width, device="cuda") / width ** 0.5).to(kind)
+    b = torch.randn(hidden, device="cuda").to(kind)
+    ref = mlp(x.double(), w.double(), b.double())
+    outs = {}
+    for rewrite in (False, True):
+        torch._dynamo.reset()
+        before = graph_rewrites.rewrites_done()
+        passes = {"pre_grad_custom_pass": graph_rewrites.pre_grad_rewrite_pass()} if rewrite else {}
+        with torch.no_grad(), inductor_config.patch(fx_graph_cache=False, **passes):
+            outs[rewrite], code = run_and_get_code(torch.compile(mlp), x, w, b)
+        assert graph_rewrites.rewrites_done() - before == int(rewrite)
+        text = "\n".join(code)
+        assert ("_addmm_activation" in text) == rewrite and ("@triton.jit" in text) != rewrite, text[:3000]
+    default_error = (outs[False].double() - ref).abs().max()
+    error = (outs[True].double() - ref).abs().max()
+    assert error <= default_error + torch.finfo(kind).eps * ref.abs().max(), (error, default_error)
+
+
 @pytest.mark.parametrize("problem", ["bench/train/rms_norm_bf16_train.py", "tests/problems/softmax_rows.py"])
 def test_every_launch_point_inductor_reached_is_launched_again_on_a_fresh_compile(
         problem: str, monkeypatch: pytest.MonkeyPatch) -> None:

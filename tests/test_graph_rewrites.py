@@ -6,6 +6,7 @@ Interpreter mode: the rewrite's Triton kernel runs in Triton's interpreter on th
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 from types import SimpleNamespace
 
@@ -952,3 +953,116 @@ def test_the_grouped_query_rewrite_is_judged_on_every_draw_and_the_gate_compiles
         opened = session.open()
     assert not any("expand" in k.name for k in opened.kernels), [k.name for k in opened.kernels]
     assert any("scaled_dot_product" in e.target for e in opened.externs)
+
+
+_RELU_LAYER = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.ReLU())
+
+
+def _mlp(seed: int, dtype: torch.dtype = torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*shape, generator=g).to(dtype) for shape in ((2, 6, 16), (24, 16), (24,))]
+
+
+@pytest.mark.parametrize("mlp", [
+    lambda x, w, b: F.relu(F.linear(x, w, b)),
+    lambda x, w, b: torch.relu(F.linear(x, w, b)) * 2.0,
+    lambda x, w, b: F.linear(x, w, b).relu(),
+    lambda x, w, b: F.relu(F.linear(x.transpose(0, 1), w, b), inplace=True),  # rows not contiguous
+    lambda x, w, b: _RELU_LAYER(x),  # nn.Linear then nn.ReLU, as a model writes them
+])
+def test_a_linear_layers_relu_goes_into_the_gemms_epilogue_where_no_gradient_is_recorded(interpreter, mlp):
+    """``relu(linear(x, w, b))`` becomes ``torch._addmm_activation`` (cuBLASLt's bias and activation epilogue on a
+    GPU): no linear or ReLU call left, the output as float64's. Where gradients are recorded it declines."""
+    import torch._inductor.config as inductor_config
+
+    from torch._inductor.compile_fx import compile_fx
+
+    from pytest_kernelopt.capture import graph_rewrites
+
+    torch.manual_seed(0)
+    tensors = _mlp(3)
+    graphs: list = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return compile_fx(gm, example_inputs)
+
+    for grad in (False, True):
+        torch._dynamo.reset()
+        before, graphs[:] = graph_rewrites.rewrites_done(), []
+        with torch.set_grad_enabled(grad), inductor_config.patch(
+                fx_graph_cache=False, pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass()):
+            out = torch.compile(mlp, backend=backend)(*(t.clone().requires_grad_(grad) for t in tensors))
+        assert graph_rewrites.rewrites_done() - before == (0 if grad else 1)
+        layer = _RELU_LAYER[0]
+        x, w, b = (t.detach().double() for t in tensors)
+        ref = (mlp(x, w, b) if "_RELU_LAYER" not in inspect.getsource(mlp)
+               else F.relu(F.linear(x, layer.weight.detach().double(), layer.bias.detach().double())))
+        assert (out.double() - ref).abs().max() < 1e-5
+        if not grad:
+            targets = [n.target for n in graphs[0].graph.nodes]
+            assert torch._addmm_activation in targets and F.linear not in targets and F.relu not in targets
+
+
+@pytest.mark.parametrize("mlp", [
+    lambda x, w, b: F.gelu(F.linear(x, w, b)),  # the exact GELU: never (the epilogue's is the tanh form)
+    lambda x, w, b: F.gelu(F.linear(x, w, b), approximate="tanh"),  # the tanh GELU: on a GPU only
+    lambda x, w, b: F.relu(F.linear(x, w)),  # no bias
+    lambda x, w, b: (lambda y: F.relu(y) + y)(F.linear(x, w, b)),  # the GEMM's output read again
+    lambda x, w, b: F.relu(F.linear(x[0, 0], w, b)),  # one row: a vector, no matrix product to fuse into
+    lambda x, w, b: F.silu(F.linear(x, w, b)),  # another activation
+])
+def test_the_gemm_activation_rewrite_leaves_what_the_epilogue_would_change(interpreter, mlp):
+    tensors = _mlp(4)
+    done, out = _rewritten_without_gradients(mlp, tensors)
+    assert done == 0
+    ref = mlp(*(t.double() for t in tensors))
+    assert (out.double() - ref).abs().max() < 1e-3
+
+
+def test_the_tanh_gelu_of_a_linear_layer_is_matched_and_rewritten_on_a_gpu_only():
+    """On a CPU ``torch._addmm_activation``'s GELU is the exact one: the match is made (``_gemm_activation``), the
+    rewrite declines for the device."""
+    from pytest_kernelopt.capture import graph_rewrites
+
+    def mlp(x, w, b):
+        return F.gelu(F.linear(x, w, b), approximate="tanh")
+
+    graph = torch.fx.symbolic_trace(mlp).graph
+    (gelu,) = [n for n in graph.nodes if n.target is F.gelu]
+    linear, is_gelu = graph_rewrites._gemm_activation(gelu)
+    assert linear.target is F.linear and is_gelu
+    exact = torch.fx.symbolic_trace(lambda x, w, b: F.gelu(F.linear(x, w, b), approximate="none")).graph
+    assert graph_rewrites._gemm_activation(next(n for n in exact.nodes if n.target is F.gelu)) is None
+
+
+def test_a_model_with_a_relu_or_gelu_beside_a_library_gemm_tries_the_rewrites():
+    from pytest_kernelopt.capture.variants import needless
+
+    gelu = SimpleNamespace(name="triton_poi_fused_gelu_view_2", source="")
+    mm = SimpleNamespace(target="extern_kernels.addmm")
+    assert needless(VARIANT, [gelu], [mm]) is None
+    assert "no ReLU or GELU kernel beside a library GEMM" in needless(VARIANT, [gelu], [])
+    other = SimpleNamespace(name="triton_poi_fused_add_mul_0", source="")
+    assert "no ReLU or GELU kernel" in needless(VARIANT, [other], [mm])
+
+
+def test_the_gemm_activation_rewrite_is_judged_on_every_draw_and_the_gate_compiles_it(interpreter, monkeypatch):
+    """The setting judged on the whole model against float64 (the seeds and every input draw); the problem opened
+    under it runs the GEMM with its ReLU as one library call, no ReLU kernel left."""
+    from pytest_kernelopt.capture import variants
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession
+
+    problem = TESTS / "data" / "linear_relu.py"
+    monkeypatch.setitem(variants.VARIANTS, VARIANT, variants.CompileVariant(VARIANT, None, rewrites=True))
+    options = VerifyOptions(seeds=1, seed=9)
+    with VerifySession(problem, interpreter, options) as session:
+        opened = session.open()
+        assert any("relu" in k.name for k in opened.kernels), [k.name for k in opened.kernels]
+        assert variants.needless(VARIANT, opened.kernels, opened.externs) is None
+        verdict = session.verify_compile(VARIANT)
+    _judged_on_every_draw(verdict)
+    with VerifySession(problem, interpreter, options, variant=VARIANT) as session:
+        opened = session.open()
+    assert not any("relu" in k.name for k in opened.kernels), [k.name for k in opened.kernels]
+    assert any("addmm_activation" in e.target for e in opened.externs), [e.target for e in opened.externs]

@@ -141,6 +141,13 @@ def _grouped_attention(kernels: list[Any], externs: list[Any]) -> bool:
         and any("expand" in k.name and "clone" in k.name for k in kernels)
 
 
+def _gemm_activation(kernels: list[Any], externs: list[Any]) -> bool:
+    """Whether a linear layer's ReLU or GELU may be a kernel of its own after a library GEMM (the rewrite puts it
+    in the GEMM's epilogue): a kernel named after the activation beside an extern matrix product."""
+    return any("mm" in e.target for e in externs) \
+        and any("gelu" in k.name or "relu" in k.name for k in kernels)
+
+
 def _row_reduction(name: str) -> bool:
     """Whether an Inductor kernel called ``name`` may be a softmax or an L1/L2 normalisation over rows
     (``triton_red_fused__softmax_0``, ``..._abs_div_sum_...``, ``..._linalg_vector_norm_...``). A batch or layer
@@ -170,10 +177,11 @@ def needless(name: str, kernels: list[Any], externs: list[Any]) -> str | None:
     if variant.rewrites and not any(_SCAN in k.source or "group_norm" in k.name or _row_reduction(k.name)
                                     or _CROSS_ENTROPY in k.name for k in kernels) \
             and not _attention(kernels, externs) and not _grouped_attention(kernels, externs) \
+            and not _gemm_activation(kernels, externs) \
             and not any(op in e.target for e in externs for op in ("cumsum", "cumprod")):
         return ("the model has no scan (cumulative sum or product), no group norm, no softmax or norm over rows, "
-                "no cross-entropy, no attention written out and no key/value heads repeated for fused attention, "
-                "the patterns the graph rewrites change")
+                "no cross-entropy, no attention written out, no key/value heads repeated for fused attention and "
+                "no ReLU or GELU kernel beside a library GEMM, the patterns the graph rewrites change")
     return None
 
 
