@@ -56,8 +56,9 @@ VARIANTS = {
     "tensor-desc": ("max-autotune-no-cudagraphs", {"triton.use_tensor_descriptor": True}, None),
     "multi-kernel": (None, {"triton.multi_kernel": 1}, None),
 }
-# The catalogue's max-autotune-rewrites (its patches carry its mode's options).
+# The catalogue's rewrite settings (their patches carry their mode's options).
 VARIANTS["max-autotune-rewrites"] = (None, inductor_patches("max-autotune-rewrites"), None)
+VARIANTS["max-autotune-extern-rewrites"] = (None, inductor_patches("max-autotune-extern-rewrites"), None)
 # "NAME#2" compiles variant NAME again (a second, independent compile: its picks may differ).
 
 
