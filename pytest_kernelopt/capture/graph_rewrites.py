@@ -34,6 +34,10 @@ The rewrites:
 * **grouped-query attention.** Key/value heads repeated for fused attention (``repeat_interleave`` over the
   heads, Hugging Face's ``repeat_kv``) are written to memory ``r`` times before attention reads them; the
   rewrite passes the unrepeated heads with ``enable_gqa=True`` (``_grouped_queries``). Inference only.
+* **a linear layer's activation.** ``relu(F.linear(x, w, b))`` and the tanh GELU of one: Inductor keeps the GEMM a
+  library call and writes the activation as a kernel that reads the GEMM's output back and writes it again; the
+  rewrite calls ``torch._addmm_activation``, the activation in cuBLASLt's epilogue (``_gemm_activations``). Inference
+  only; the GELU on a GPU only.
 * wide rows and cross-entropies: see ``_wide_rows`` and ``_cross_entropies``.
 """
 
@@ -1274,7 +1278,8 @@ def _gemm_activations(graph: Any) -> int:
 
 def _pre_grad_rewrites(graph: Any) -> int:
     """The rewrites matched before decomposition (attention first: its softmax is not a wide-row one, and the fused
-    attention it makes may then read grouped keys and values; group norms, wide rows, cross-entropies); how many."""
+    attention it makes may then read grouped keys and values; group norms, wide rows, cross-entropies, a linear
+    layer's activation); how many."""
     return _attentions(graph) + _grouped_queries(graph) + _group_norms(graph) + _wide_rows(graph) \
         + _cross_entropies(graph) + _gemm_activations(graph)
 
