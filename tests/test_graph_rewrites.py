@@ -1066,3 +1066,24 @@ def test_the_gemm_activation_rewrite_is_judged_on_every_draw_and_the_gate_compil
         opened = session.open()
     assert not any("relu" in k.name for k in opened.kernels), [k.name for k in opened.kernels]
     assert any("addmm_activation" in e.target for e in opened.externs), [e.target for e in opened.externs]
+
+
+def test_the_gemm_activation_rewrite_leaves_symbolic_sizes(interpreter):
+    """A dynamic-shape compile's sizes are symbols: the rewrite's reshapes would fix them, so it declines."""
+    import torch._inductor.config as inductor_config
+
+    from pytest_kernelopt.capture import graph_rewrites
+
+    def mlp(x, w, b):
+        return F.relu(F.linear(x, w, b))
+
+    tensors = _mlp(5)
+    torch._dynamo.reset()
+    before = graph_rewrites.rewrites_done()
+    with torch.no_grad(), inductor_config.patch(pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass(),
+                                                fx_graph_cache=False):
+        compiled = torch.compile(mlp, dynamic=True)
+        outs = [compiled(x, *tensors[1:]) for x in (tensors[0], tensors[0][:, :3], tensors[0][:1])]
+    assert graph_rewrites.rewrites_done() == before
+    for x, out in zip((tensors[0], tensors[0][:, :3], tensors[0][:1]), outs):
+        assert out.shape == (*x.shape[:-1], 24) and torch.allclose(out, mlp(x, *tensors[1:]), atol=1e-5)

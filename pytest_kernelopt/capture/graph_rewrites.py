@@ -1242,7 +1242,8 @@ def _gemm_activations(graph: Any) -> int:
     block's GELU kernel: 11% of its GPU time at the copy limit, H100 2026-12-07). The epilogue computes on the
     float32 accumulator, so the output is rounded once, not twice. The GELU only on a GPU (on a CPU the op's GELU
     is the exact one), the exact GELU never (the epilogue's is the tanh form). x, w and b of one float type,
-    at least one row and one column; inference only (no gradient recorded). How many."""
+    at least two rows and columns, sizes known (not symbolic: the reshapes are written with them); inference only
+    (no gradient recorded). How many."""
     import math
 
     import torch
@@ -1258,6 +1259,7 @@ def _gemm_activations(graph: Any) -> int:
         if xe is None or we is None or be is None or xe.dtype not in (torch.float16, torch.bfloat16, torch.float32) \
                 or not xe.dtype == we.dtype == be.dtype or we.dim() != 2 or be.dim() != 1 or xe.dim() < 2 \
                 or xe.shape[-1] != we.shape[1] or be.shape[0] != we.shape[0] or xe.device != we.device \
+                or not all(isinstance(d, int) for d in (*xe.shape, *we.shape)) \
                 or math.prod(xe.shape[:-1]) < 2 or we.shape[1] < 2 \
                 or gelu and xe.device.type != "cuda" \
                 or torch.is_grad_enabled() and any(e.requires_grad for e in (xe, we, be)):
