@@ -1241,7 +1241,9 @@ def _gemm_activations(graph: Any) -> int:
     writes the activation as a Triton kernel that reads the GEMM's output back and writes it again (a GPT-2
     block's GELU kernel: 11% of its GPU time at the copy limit, H100 2026-12-07). The epilogue computes on the
     float32 accumulator, so the output is rounded once, not twice. The GELU only on a GPU (on a CPU the op's GELU
-    is the exact one), the exact GELU never (the epilogue's is the tanh form). x, w and b of one float type,
+    is the exact one) and in half precision (cuBLASLt's tanh may be an approximate one, "close but not bit-exact" by
+    public reports: below a half type's rounding, not below float32's; not measured here), the exact GELU never
+    (the epilogue's is the tanh form). The ReLU is exact in any float type. x, w and b of one float type,
     at least two rows and columns, sizes known (not symbolic: the reshapes are written with them); inference only
     (no gradient recorded). How many."""
     import math
@@ -1261,7 +1263,7 @@ def _gemm_activations(graph: Any) -> int:
                 or xe.shape[-1] != we.shape[1] or be.shape[0] != we.shape[0] or xe.device != we.device \
                 or not all(isinstance(d, int) for d in (*xe.shape, *we.shape)) \
                 or math.prod(xe.shape[:-1]) < 2 or we.shape[1] < 2 \
-                or gelu and xe.device.type != "cuda" \
+                or gelu and (xe.device.type != "cuda" or xe.dtype == torch.float32) \
                 or torch.is_grad_enabled() and any(e.requires_grad for e in (xe, we, be)):
             continue
         rows, n = math.prod(xe.shape[:-1]), we.shape[0]
