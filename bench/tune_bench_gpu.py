@@ -9,7 +9,7 @@ ends by itself before the limit stops it; the defaults otherwise; ``--ncu`` lets
 default,max-autotune-no-cudagraphs,kernelopt``, in which every mode is timed against the
 default compile in one run (paired, interleaved, L2 flushed). The table's kernelopt /
 max-autotune is the ratio of the two modes' medians from that one bench run. Logs and
-JSON go under OUT; the table is printed last.
+JSON go under OUT, all of them also in OUT/logs.tgz; the table is printed last.
 
 With ``--jobs N`` the tunes run N at a time (their compiles use the host's cores), then the benches
 run one at a time, alone on the GPU: the table's figures come from the benches. But what a tune
@@ -71,6 +71,19 @@ def _records(out: str, runs: Path) -> list[dict]:
         if not saved:
             raise
         return json.loads(saved[-1].read_text())["problems"]
+
+
+def _pack(out: Path) -> None:
+    """Every log, table and record under ``out`` (the tunes' run.json and trace.jsonl included, not their candidates)
+    in one ``out/logs.tgz``: a device call brings back a limited number of files, and the tune logs are what says
+    why a setting was not chosen."""
+    import tarfile
+
+    with tarfile.open(out / "logs.tgz", "w:gz") as tar:
+        for f in sorted(out.rglob("*")):
+            if f.is_file() and f.name != "logs.tgz" and "candidates" not in f.parts \
+                    and f.suffix in (".log", ".json", ".jsonl", ".txt"):
+                tar.add(f, arcname=str(f.relative_to(out)))
 
 
 def main() -> int:
@@ -211,6 +224,7 @@ def main() -> int:
     else:  # each problem's bench right after its tune: a deadline then costs at most the problems not reached
         for problem in args.problems:
             bench_one(problem, tune_one(problem))
+    _pack(args.out)
     print("\nproblem | compile chosen (speedup over default) | kernels stored | max-autotune/default | "
           "kernelopt/default | kernelopt/max-autotune | limit % max-autotune -> kernelopt | stored from | correct | "
           "tune s | bench s")

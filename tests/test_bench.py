@@ -849,3 +849,8 @@ def test_tune_bench_gpu_benches_each_problem_after_its_tune_within_the_deadline(
                      ("bench", "b.py", 140.0)]
     rows = json.loads((tmp_path / "out" / "rows.json").read_text())
     assert [r["problem"] for r in rows] == ["a", "b", "c"] and rows[2]["bench_error"] == "not benched: deadline"
+    # Every record and log in one archive (a device call brings back a limited number of files).
+    import tarfile
+
+    with tarfile.open(tmp_path / "out" / "logs.tgz") as tar:
+        assert {"rows.json", "a.tune.json", "b.bench.txt"} <= set(tar.getnames()), tar.getnames()
