@@ -795,7 +795,7 @@ def test_bench_says_when_the_default_compiles_own_error_is_a_large_part_of_an_ou
     assert "49% of its scale" in console.file.getvalue()
 
 
-def test_tune_bench_gpu_lets_each_tune_end_by_its_own_budget(tmp_path, monkeypatch):
+def test_tune_bench_gpu_lets_each_tune_end_by_its_own_budget(tmp_path, monkeypatch, capsys):
     """bench/tune_bench_gpu.py gives each tune --run-budget-s at 80% of --timeout (a tune stopped by the limit
     keeps no compile setting), unless --tune-args names one."""
     import importlib.util
@@ -806,9 +806,15 @@ def test_tune_bench_gpu_lets_each_tune_end_by_its_own_budget(tmp_path, monkeypat
     spec.loader.exec_module(module)
     commands = []
 
+    kernels = [{"kernel": "triton_poi_a", "stored_version": 1, "best_kernel_timing": {"speedup": 1.25},
+                "profile": {"bottleneck": "memory", "share": 0.3, "roofline_pct": 70.0}},
+               {"kernel": "triton_red_b", "profile": {"bottleneck": "memory", "share": 0.2, "roofline_pct": 104.0}},
+               {"kernel": "triton_red_c", "profile": {"bottleneck": "memory", "share": 0.1, "roofline_pct": 300.0}},
+               {"kernel": "triton_per_d", "profile": {"bottleneck": "launch", "share": 0.1, "roofline_pct": 5.0}}]
+
     def run(cmd, log, timeout):
         commands.append(cmd)
-        return 0, 0.0, json.dumps({"problems": []})
+        return 0, 0.0, json.dumps({"problems": [{"kernels": kernels}] if "tune" in cmd else []})
 
     monkeypatch.setattr(module, "_run", run)
     for extra, budget in (([], "92"), (["--tune-args", "--run-budget-s 40"], "40")):
@@ -818,6 +824,10 @@ def test_tune_bench_gpu_lets_each_tune_end_by_its_own_budget(tmp_path, monkeypat
         tune = commands[0]
         assert tune[tune.index("tune") + 1] == "p.py" and tune.count("--run-budget-s") == 1
         assert tune[tune.index("--run-budget-s") + 1] == budget
+    # The memory-bound kernels' mean distance to the limit, as the planner reads it (104% at the limit, 300% an
+    # overcount left out), the compiler's and with the stored version (70% x 1.25).
+    assert "memory-bound kernels profiled: 2, mean % of the memory limit 85.0 (compiler's) -> 93.8" in \
+        capsys.readouterr().out
 
 
 def test_tune_bench_gpu_benches_each_problem_after_its_tune_within_the_deadline(tmp_path, monkeypatch):
