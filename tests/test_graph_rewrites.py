@@ -1045,6 +1045,9 @@ def test_a_model_with_a_relu_or_gelu_beside_a_library_gemm_tries_the_rewrites():
     assert "no ReLU or GELU kernel beside a library GEMM" in needless(VARIANT, [gelu], [])
     other = SimpleNamespace(name="triton_poi_fused_add_mul_0", source="")
     assert "no ReLU or GELU kernel" in needless(VARIANT, [other], [mm])
+    # A convnet's ReLU, fused with its batch norm, beside its classifier's addmm: no linear layer's activation.
+    folded = SimpleNamespace(name="triton_poi_fused__native_batch_norm_legit_no_training_relu_3", source="")
+    assert "no ReLU or GELU kernel" in needless(VARIANT, [folded], [mm])
 
 
 def test_the_gemm_activation_rewrite_is_judged_on_every_draw_and_the_gate_compiles_it(interpreter, monkeypatch):

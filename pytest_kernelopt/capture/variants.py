@@ -143,9 +143,12 @@ def _grouped_attention(kernels: list[Any], externs: list[Any]) -> bool:
 
 def _gemm_activation(kernels: list[Any], externs: list[Any]) -> bool:
     """Whether a linear layer's ReLU or GELU may be a kernel of its own after a library GEMM (the rewrite puts it
-    in the GEMM's epilogue): a kernel named after the activation beside an extern matrix product."""
+    in the GEMM's epilogue): a kernel named after the activation beside an extern matrix product. An activation
+    fused with a norm or a convolution (a convnet's ``..._batch_norm_..._relu_3``, beside its classifier's
+    ``addmm``) is not a linear layer's."""
     return any("mm" in e.target for e in externs) \
-        and any("gelu" in k.name or "relu" in k.name for k in kernels)
+        and any(("gelu" in k.name or "relu" in k.name) and "norm" not in k.name and "convolution" not in k.name
+                for k in kernels)
 
 
 def _row_reduction(name: str) -> bool:
