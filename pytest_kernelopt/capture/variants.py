@@ -81,8 +81,9 @@ VARIANTS: dict[str, CompileVariant] = {v.name: v for v in (
                          "flips of its axis, a group norm, a softmax or L1/L2 normalisation of rows wider than 128 KB: "
                          "one kernel each that reads its input once, where Inductor makes two or three passes; a "
                          "cross-entropy over rows of 16 KB or more, read once, with a backward that reads them once "
-                         "more; without gradients, attention written out as torch's fused attention, and key/value heads "
-                         "repeated for fused attention read once per group of query heads instead)",
+                         "more; without gradients, attention written out as torch's fused attention, key/value heads "
+                         "repeated for fused attention read once per group of query heads instead, and a linear "
+                         "layer's ReLU or tanh GELU in its GEMM's epilogue)",
                    harvest=False),
     # Since 2026-12-07: the rewrites with GEMMs and convolutions left to the libraries, a compile of seconds where
     # max-autotune-rewrites' GEMM templates take minutes (a bf16 ViT block: 88 s, H100), so that a run with
