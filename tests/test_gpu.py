@@ -378,6 +378,27 @@ def test_the_gate_over_three_problems_each_filling_much_of_the_gpu_passes(tmp_pa
     assert len(first) == len(BIG_PROBLEMS) and all(m["free"] > free_before - 3 * gib for m in first.values()), shown
 
 
+def _without_and_with_the_rewrites(fn, *args):
+    """``fn`` compiled without, then with, the pre-grad rewrites and run on ``args`` under ``torch.no_grad``: its
+    outputs and generated code by that flag; with them exactly one rewrite made, without none."""
+    import torch
+    import torch._inductor.config as inductor_config
+    from torch._inductor.utils import run_and_get_code
+
+    from pytest_kernelopt.capture import graph_rewrites
+
+    outs, codes = {}, {}
+    for rewrite in (False, True):
+        torch._dynamo.reset()
+        before = graph_rewrites.rewrites_done()
+        passes = {"pre_grad_custom_pass": graph_rewrites.pre_grad_rewrite_pass()} if rewrite else {}
+        with torch.no_grad(), inductor_config.patch(fx_graph_cache=False, **passes):
+            outs[rewrite], code = run_and_get_code(torch.compile(fn), *args)
+        assert graph_rewrites.rewrites_done() - before == int(rewrite)
+        codes[rewrite] = "\n".join(code)
+    return outs, codes
+
+
 @pytest.mark.parametrize("batch, heads, tokens, dtype", [
     (4, 12, 1024, "bfloat16"),  # a GPT-2 layer's attention, nanoGPT's form
     (1, 16, 4096, "float16"),  # long context
@@ -392,7 +413,6 @@ def test_the_attention_rewrite_runs_fused_attention_and_matches_float64_at_gpu_s
 
     import torch
     import torch._inductor.config as inductor_config
-    from torch._inductor.utils import run_and_get_code
 
     from pytest_kernelopt.capture import graph_rewrites
 
@@ -406,15 +426,9 @@ def test_the_attention_rewrite_runs_fused_attention_and_matches_float64_at_gpu_s
     torch.manual_seed(0)
     q, k, v = (torch.randn(batch, heads, tokens, 64, device="cuda").to(getattr(torch, dtype)) for _ in range(3))
     ref = attention(q.double(), k.double(), v.double())
-    outs = {}
+    outs, codes = _without_and_with_the_rewrites(attention, q, k, v)
     for rewrite in (False, True):
-        torch._dynamo.reset()
-        before = graph_rewrites.rewrites_done()
-        passes = {"pre_grad_custom_pass": graph_rewrites.pre_grad_rewrite_pass()} if rewrite else {}
-        with torch.no_grad(), inductor_config.patch(fx_graph_cache=False, **passes):
-            outs[rewrite], code = run_and_get_code(torch.compile(attention), q, k, v)
-        assert graph_rewrites.rewrites_done() - before == int(rewrite)
-        assert ("scaled_dot_product" in "\n".join(code)) == rewrite
+        assert ("scaled_dot_product" in codes[rewrite]) == rewrite
     default_error = (outs[False].double() - ref).abs().max()
     error = (outs[True].double() - ref).abs().max()
     assert error <= 2 * default_error + torch.finfo(q.dtype).eps * ref.abs().max(), (error, default_error)
@@ -436,11 +450,8 @@ def test_the_gemm_activation_rewrite_runs_one_library_call_and_matches_float64_a
     """A linear layer's tanh GELU or ReLU compiled with the rewrites: ``_addmm_activation`` in the code and no Triton
     kernel left, the output within the default compile's error against float64 (and a rounding step)."""
     import torch
-    import torch._inductor.config as inductor_config
     import torch.nn.functional as F
-    from torch._inductor.utils import run_and_get_code
 
-    from pytest_kernelopt.capture import graph_rewrites
 
     def mlp(x, w, b):
         y = F.linear(x, w, b)
@@ -452,15 +463,8 @@ def test_the_gemm_activation_rewrite_runs_one_library_call_and_matches_float64_a
     w = (torch.randn(hidden, width, device="cuda") / width ** 0.5).to(kind)
     b = torch.randn(hidden, device="cuda").to(kind)
     ref = mlp(x.double(), w.double(), b.double())
-    outs = {}
-    for rewrite in (False, True):
-        torch._dynamo.reset()
-        before = graph_rewrites.rewrites_done()
-        passes = {"pre_grad_custom_pass": graph_rewrites.pre_grad_rewrite_pass()} if rewrite else {}
-        with torch.no_grad(), inductor_config.patch(fx_graph_cache=False, **passes):
-            outs[rewrite], code = run_and_get_code(torch.compile(mlp), x, w, b)
-        assert graph_rewrites.rewrites_done() - before == int(rewrite)
-        text = "\n".join(code)
+    outs, codes = _without_and_with_the_rewrites(mlp, x, w, b)
+    for rewrite, text in codes.items():
         assert ("_addmm_activation" in text) == rewrite and ("@triton.jit" in text) != rewrite, text[:3000]
     default_error = (outs[False].double() - ref).abs().max()
     error = (outs[True].double() - ref).abs().max()

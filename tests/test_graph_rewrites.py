@@ -809,6 +809,28 @@ def _rewritten_without_gradients(fn, tensors):
     return graph_rewrites.rewrites_done() - before, out
 
 
+def _rewritten_graph(fn, tensors, grad: bool):
+    """(how many rewrites the pre-grad pass made, the output, Dynamo's graph after the pass) of ``fn`` compiled and
+    run on copies of ``tensors``, gradients recorded for them or not."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor.compile_fx import compile_fx
+
+    from pytest_kernelopt.capture import graph_rewrites
+
+    graphs: list = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return compile_fx(gm, example_inputs)
+
+    torch._dynamo.reset()
+    before = graph_rewrites.rewrites_done()
+    with torch.set_grad_enabled(grad), inductor_config.patch(
+            fx_graph_cache=False, pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass()):
+        out = torch.compile(fn, backend=backend)(*(t.clone().requires_grad_(grad) for t in tensors))
+    return graph_rewrites.rewrites_done() - before, out, graphs[0].graph
+
+
 def test_a_model_with_attention_written_out_tries_the_rewrites_but_not_its_training_step():
     from pytest_kernelopt.capture.variants import needless
 
@@ -868,37 +890,16 @@ def test_key_value_heads_repeated_for_fused_attention_are_passed_grouped_where_n
     """Grouped-query attention written with a repeat of the key/value heads: the pre-grad pass calls fused attention
     on the unrepeated heads with ``enable_gqa=True`` (no repeat left), and the output agrees with float64 as the
     default compile's does. Where gradients are recorded it declines."""
-    import torch._inductor.config as inductor_config
-
-    from pytest_kernelopt.capture import graph_rewrites
-
-    from torch._inductor.compile_fx import compile_fx
-
     tensors = _grouped(5)
     ref = attention(*(t.double() for t in tensors))
-    graphs: list = []
-
-    def backend(gm, example_inputs):
-        graphs.append(gm)
-        return compile_fx(gm, example_inputs)
-
     for grad in (False, True):
-        torch._dynamo.reset()
-        before = graph_rewrites.rewrites_done()
-        graphs.clear()
-
-        with torch.set_grad_enabled(grad), inductor_config.patch(
-                fx_graph_cache=False, pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass()):
-            out = torch.compile(attention, backend=backend)(*(t.requires_grad_(grad) for t in tensors))
-        done = graph_rewrites.rewrites_done() - before
+        done, out, graph = _rewritten_graph(attention, tensors, grad)
         assert done >= 1 if not grad else done == 0
         assert (out.double() - ref).abs().max() < 1e-5
         if not grad:
-            calls = [n for n in graphs[0].graph.nodes if n.target is F.scaled_dot_product_attention]
+            calls = [n for n in graph.nodes if n.target is F.scaled_dot_product_attention]
             assert len(calls) == 1 and calls[0].kwargs["enable_gqa"] is True
-            assert not any(n.target in ("repeat_interleave", "expand", torch.repeat_interleave)
-                           for n in graphs[0].graph.nodes)
-        tensors = [t.detach() for t in tensors]
+            assert not any(n.target in ("repeat_interleave", "expand", torch.repeat_interleave) for n in graph.nodes)
 
 
 @pytest.mark.parametrize("attention", [
@@ -973,34 +974,17 @@ def _mlp(seed: int, dtype: torch.dtype = torch.float32):
 def test_a_linear_layers_relu_goes_into_the_gemms_epilogue_where_no_gradient_is_recorded(interpreter, mlp):
     """``relu(linear(x, w, b))`` becomes ``torch._addmm_activation`` (cuBLASLt's bias and activation epilogue on a
     GPU): no linear or ReLU call left, the output as float64's. Where gradients are recorded it declines."""
-    import torch._inductor.config as inductor_config
-
-    from torch._inductor.compile_fx import compile_fx
-
-    from pytest_kernelopt.capture import graph_rewrites
-
-    torch.manual_seed(0)
     tensors = _mlp(3)
-    graphs: list = []
-
-    def backend(gm, example_inputs):
-        graphs.append(gm)
-        return compile_fx(gm, example_inputs)
-
     for grad in (False, True):
-        torch._dynamo.reset()
-        before, graphs[:] = graph_rewrites.rewrites_done(), []
-        with torch.set_grad_enabled(grad), inductor_config.patch(
-                fx_graph_cache=False, pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass()):
-            out = torch.compile(mlp, backend=backend)(*(t.clone().requires_grad_(grad) for t in tensors))
-        assert graph_rewrites.rewrites_done() - before == (0 if grad else 1)
+        done, out, graph = _rewritten_graph(mlp, tensors, grad)
+        assert done == (0 if grad else 1)
         layer = _RELU_LAYER[0]
         x, w, b = (t.detach().double() for t in tensors)
         ref = (mlp(x, w, b) if "_RELU_LAYER" not in inspect.getsource(mlp)
                else F.relu(F.linear(x, layer.weight.detach().double(), layer.bias.detach().double())))
         assert (out.double() - ref).abs().max() < 1e-5
         if not grad:
-            targets = [n.target for n in graphs[0].graph.nodes]
+            targets = [n.target for n in graph.nodes]
             assert torch._addmm_activation in targets and F.linear not in targets and F.relu not in targets
 
 
