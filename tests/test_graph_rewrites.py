@@ -845,22 +845,30 @@ def test_a_model_with_attention_written_out_tries_the_rewrites_but_not_its_train
 NAIVE_ATTENTION = TESTS / "data" / "naive_attention.py"
 
 
-def test_the_attention_rewrite_is_judged_on_every_draw_and_the_gate_compiles_it(interpreter, monkeypatch):
-    """The setting judged on the whole model against float64 (the seeds and every input draw), and the problem
-    opened under it runs torch's fused attention, no Inductor softmax kernel left."""
+def _setting_judged_then_opened(problem, interpreter, monkeypatch, seed: int):
+    """The rewrite setting (as a default-mode variant: max-autotune is minutes long in the interpreter) checked on
+    ``problem`` against float64 in a session under the defaults, where ``needless`` must try it, judged on every
+    draw; then the problem opened under the setting as the gate opens it. (the default compile's and the setting's
+    opened problem)"""
     from pytest_kernelopt.capture import variants
     from pytest_kernelopt.verify import VerifyOptions, VerifySession
 
     monkeypatch.setitem(variants.VARIANTS, VARIANT, variants.CompileVariant(VARIANT, None, rewrites=True))
-    options = VerifyOptions(seeds=1, seed=5)
-    with VerifySession(NAIVE_ATTENTION, interpreter, options) as session:
-        opened = session.open()
-        assert any("softmax" in k.name for k in opened.kernels)
-        assert variants.needless(VARIANT, opened.kernels, opened.externs) is None
+    options = VerifyOptions(seeds=1, seed=seed)
+    with VerifySession(problem, interpreter, options) as session:
+        default = session.open()
+        assert variants.needless(VARIANT, default.kernels, default.externs) is None
         verdict = session.verify_compile(VARIANT)
     _judged_on_every_draw(verdict)
-    with VerifySession(NAIVE_ATTENTION, interpreter, options, variant=VARIANT) as session:
-        opened = session.open()
+    with VerifySession(problem, interpreter, options, variant=VARIANT) as session:
+        return default, session.open()
+
+
+def test_the_attention_rewrite_is_judged_on_every_draw_and_the_gate_compiles_it(interpreter, monkeypatch):
+    """The setting judged on the whole model against float64 (the seeds and every input draw), and the problem
+    opened under it runs torch's fused attention, no Inductor softmax kernel left."""
+    default, opened = _setting_judged_then_opened(NAIVE_ATTENTION, interpreter, monkeypatch, seed=5)
+    assert any("softmax" in k.name for k in default.kernels)
     targets = {e.target for e in opened.externs}
     assert any("attention" in t for t in targets), targets
     assert not any("softmax" in k.name for k in opened.kernels), [k.name for k in opened.kernels]
@@ -938,20 +946,9 @@ def test_a_model_with_repeated_key_value_heads_tries_the_rewrites():
 def test_the_grouped_query_rewrite_is_judged_on_every_draw_and_the_gate_compiles_it(interpreter, monkeypatch):
     """The setting judged on the whole model against float64 (the seeds and every input draw); the problem opened
     under it calls fused attention with no repeat of the key/value heads left."""
-    from pytest_kernelopt.capture import variants
-    from pytest_kernelopt.verify import VerifyOptions, VerifySession
-
-    problem = TESTS / "data" / "grouped_attention.py"
-    monkeypatch.setitem(variants.VARIANTS, VARIANT, variants.CompileVariant(VARIANT, None, rewrites=True))
-    options = VerifyOptions(seeds=1, seed=7)
-    with VerifySession(problem, interpreter, options) as session:
-        opened = session.open()
-        assert any("expand" in k.name and "clone" in k.name for k in opened.kernels), [k.name for k in opened.kernels]
-        assert variants.needless(VARIANT, opened.kernels, opened.externs) is None
-        verdict = session.verify_compile(VARIANT)
-    _judged_on_every_draw(verdict)
-    with VerifySession(problem, interpreter, options, variant=VARIANT) as session:
-        opened = session.open()
+    default, opened = _setting_judged_then_opened(TESTS / "data" / "grouped_attention.py", interpreter, monkeypatch,
+                                                  seed=7)
+    assert any("expand" in k.name and "clone" in k.name for k in default.kernels), [k.name for k in default.kernels]
     assert not any("expand" in k.name for k in opened.kernels), [k.name for k in opened.kernels]
     assert any("scaled_dot_product" in e.target for e in opened.externs)
 
@@ -1037,20 +1034,8 @@ def test_a_model_with_a_relu_or_gelu_beside_a_library_gemm_tries_the_rewrites():
 def test_the_gemm_activation_rewrite_is_judged_on_every_draw_and_the_gate_compiles_it(interpreter, monkeypatch):
     """The setting judged on the whole model against float64 (the seeds and every input draw); the problem opened
     under it runs the GEMM with its ReLU as one library call, no ReLU kernel left."""
-    from pytest_kernelopt.capture import variants
-    from pytest_kernelopt.verify import VerifyOptions, VerifySession
-
-    problem = TESTS / "data" / "linear_relu.py"
-    monkeypatch.setitem(variants.VARIANTS, VARIANT, variants.CompileVariant(VARIANT, None, rewrites=True))
-    options = VerifyOptions(seeds=1, seed=9)
-    with VerifySession(problem, interpreter, options) as session:
-        opened = session.open()
-        assert any("relu" in k.name for k in opened.kernels), [k.name for k in opened.kernels]
-        assert variants.needless(VARIANT, opened.kernels, opened.externs) is None
-        verdict = session.verify_compile(VARIANT)
-    _judged_on_every_draw(verdict)
-    with VerifySession(problem, interpreter, options, variant=VARIANT) as session:
-        opened = session.open()
+    default, opened = _setting_judged_then_opened(TESTS / "data" / "linear_relu.py", interpreter, monkeypatch, seed=9)
+    assert any("relu" in k.name for k in default.kernels), [k.name for k in default.kernels]
     assert not any("relu" in k.name for k in opened.kernels), [k.name for k in opened.kernels]
     assert any("addmm_activation" in e.target for e in opened.externs), [e.target for e in opened.externs]
 
