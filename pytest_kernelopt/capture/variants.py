@@ -142,7 +142,7 @@ def _grouped_attention(kernels: list[Any], externs: list[Any]) -> bool:
         and any("expand" in k.name and "clone" in k.name for k in kernels)
 
 
-def _gemm_activation(kernels: list[Any], externs: list[Any]) -> bool:
+def _activation_beside_gemm(kernels: list[Any], externs: list[Any]) -> bool:
     """Whether a linear layer's ReLU or GELU may be a kernel of its own after a library GEMM (the rewrite puts it
     in the GEMM's epilogue): a kernel named after the activation beside an extern matrix product. An activation
     fused with a norm or a convolution (a convnet's ``..._batch_norm_..._relu_3``, beside its classifier's
@@ -181,7 +181,7 @@ def needless(name: str, kernels: list[Any], externs: list[Any]) -> str | None:
     if variant.rewrites and not any(_SCAN in k.source or "group_norm" in k.name or _row_reduction(k.name)
                                     or _CROSS_ENTROPY in k.name for k in kernels) \
             and not _attention(kernels, externs) and not _grouped_attention(kernels, externs) \
-            and not _gemm_activation(kernels, externs) \
+            and not _activation_beside_gemm(kernels, externs) \
             and not any(op in e.target for e in externs for op in ("cumsum", "cumprod")):
         return ("the model has no scan (cumulative sum or product), no group norm, no softmax or norm over rows, "
                 "no cross-entropy, no attention written out, no key/value heads repeated for fused attention and "
