@@ -166,6 +166,23 @@ def test_a_rewrite_setting_that_rewrites_nothing_is_rejected_without_timing(inte
         compile_check.compile_stage(prepared, VARIANT, error_factor=4.0, reduced_precision=False)
 
 
+@pytest.mark.slow
+def test_the_verdict_of_a_rewrite_setting_that_rewrites_nothing_says_so_in_the_words_tune_reads(interpreter,
+                                                                                                 monkeypatch):
+    """The compile step drops the other rewrite settings at a shape when a trial's reason, as agents read it, carries
+    NOTHING_REWRITTEN: through the session, the worker and the verdict, the words arrive whole."""
+    from pytest_kernelopt.agents.compile_choice import _trial
+    from pytest_kernelopt.capture import variants
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession
+
+    monkeypatch.setitem(variants.VARIANTS, VARIANT, variants.CompileVariant(VARIANT, None, rewrites=True))
+    with VerifySession(TESTS / "problems" / "sum_reduce.py", interpreter, VerifyOptions(seeds=1, seed=3)) as session:
+        session.open()
+        verdict = session.verify_compile(VARIANT)
+    trial = _trial(VARIANT, verdict, 1.0)
+    assert trial.status == "rejected" and variants.NOTHING_REWRITTEN in trial.reason, trial.reason
+
+
 @pytest.mark.parametrize("shape, groups, affine, offset, dtype", [
     ((2, 8, 5, 6), 4, True, 0.0, torch.float32),
     ((3, 6, 7), 3, False, 100.0, torch.float32),  # a large mean: Welford statistics, not sums of squares
