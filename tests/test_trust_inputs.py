@@ -205,7 +205,9 @@ def test_wrong_only_where_a_block_of_token_ids_is_all_one_value_is_rejected(tmp_
             f"same = tl.max(tl.where(xmask, {ids}, -1), 0) == tl.min(tl.where(xmask, {ids}, 1 << 40), 0)"))
         verdict = session.verify(name, source_of(edited, "pad_trigger.py"))
         assert verdict.status == "rejected", verdict.reason
-        assert re.match(r"kernel: draw 'int_(constant|padded)'", verdict.reason), verdict.reason
+        # Caught by an integer draw: 'int_constant' or 'int_padded' make a block one value by design, and 'int_few'
+        # (two values per element) now and then does too, first in the draws' order (a CI try, 2026-12-07).
+        assert re.match(r"kernel: draw 'int_(constant|padded|few)'", verdict.reason), verdict.reason
         honest = session.verify(name, source_of(dump, "dump.py"))
         assert honest.status == "correct", honest.reason
         kernel = next(s for s in honest.stages if s.name == "kernel")
