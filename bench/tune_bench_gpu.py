@@ -131,8 +131,13 @@ def main() -> int:
         try:
             records = _records(out, runs)
             # Each declared shape chooses its own compile setting (one record per shape; None: no SHAPES).
+            # ... and why each trial ended as it did (its status, its second compile's figure, the reason): what
+            # says why a setting faster on its trial was not chosen.
             row["compiles"] = {r.get("shape"): {"chosen": (r.get("compile") or {}).get("chosen"), "tried": {
-                t["variant"]: t.get("speedup") for t in (r.get("compile") or {}).get("tried", [])}} for r in records}
+                t["variant"]: t.get("speedup") for t in (r.get("compile") or {}).get("tried", [])}, "trials": {
+                t["variant"]: {"status": t.get("status"), "second": t.get("second_speedup"),
+                               "reason": (t.get("reason") or "")[:200]}
+                for t in (r.get("compile") or {}).get("tried", [])}} for r in records}
             kernels_seen = [k for record in records for k in record.get("kernels", [])]
             row["stored"] = sum(1 for k in kernels_seen if k.get("stored_version"))
             row["origins"] = [k.get("best_origin") for k in kernels_seen if k.get("stored_version")]

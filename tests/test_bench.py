@@ -814,7 +814,9 @@ def test_tune_bench_gpu_lets_each_tune_end_by_its_own_budget(tmp_path, monkeypat
 
     def run(cmd, log, timeout):
         commands.append(cmd)
-        return 0, 0.0, json.dumps({"problems": [{"kernels": kernels}] if "tune" in cmd else []})
+        compile = {"chosen": None, "tried": [{"variant": "max-autotune-nd-tiling", "status": "correct", "speedup": 1.03,
+                                              "second_speedup": 1.001, "reason": "not confirmed on a second compile"}]}
+        return 0, 0.0, json.dumps({"problems": [{"kernels": kernels, "compile": compile}] if "tune" in cmd else []})
 
     monkeypatch.setattr(module, "_run", run)
     for extra, budget in (([], "92"), (["--tune-args", "--run-budget-s 40"], "40")):
@@ -828,6 +830,10 @@ def test_tune_bench_gpu_lets_each_tune_end_by_its_own_budget(tmp_path, monkeypat
     # overcount left out), the compiler's and with the stored version (70% x 1.25).
     assert "memory-bound kernels profiled: 2, mean % of the memory limit 85.0 (compiler's) -> 93.8" in \
         capsys.readouterr().out
+    # Why a setting faster on its trial was not chosen, in the row.
+    (row,) = json.loads((tmp_path / "out" / "rows.json").read_text())
+    assert row["compiles"]["null"]["trials"]["max-autotune-nd-tiling"] == {
+        "status": "correct", "second": 1.001, "reason": "not confirmed on a second compile"}
 
 
 def test_tune_bench_gpu_benches_each_problem_after_its_tune_within_the_deadline(tmp_path, monkeypatch):
