@@ -808,22 +808,7 @@ def test_attention_written_out_becomes_torchs_fused_attention_where_no_gradient_
     lambda q, k, v: torch.einsum("bhij,bhjd->bhdi", torch.softmax(q @ k.transpose(-2, -1), -1), v),  # output swapped
 ])
 def test_the_attention_rewrite_leaves_what_fused_attention_would_change(interpreter, attention):
-    assert _rewritten_without_gradients(attention, _heads(4))[0] == 0
-
-
-def _rewritten_without_gradients(fn, tensors):
-    """(how many rewrites the pre-grad pass made, the output) of ``fn`` compiled and run on ``tensors`` under
-    ``torch.no_grad``."""
-    import torch._inductor.config as inductor_config
-
-    from pytest_kernelopt.capture import graph_rewrites
-
-    torch._dynamo.reset()
-    before = graph_rewrites.rewrites_done()
-    with torch.no_grad(), inductor_config.patch(pre_grad_custom_pass=graph_rewrites.pre_grad_rewrite_pass(),
-                                                fx_graph_cache=False):
-        out = torch.compile(fn)(*tensors)
-    return graph_rewrites.rewrites_done() - before, out
+    assert _rewritten_graph(attention, _heads(4), False)[0] == 0
 
 
 def _rewritten_graph(fn, tensors, grad: bool):
@@ -941,7 +926,7 @@ def test_key_value_heads_repeated_for_fused_attention_are_passed_grouped_where_n
 ])
 def test_the_grouped_query_rewrite_leaves_what_grouping_would_change(interpreter, attention):
     tensors = _grouped(6)
-    done, out = _rewritten_without_gradients(attention, tensors)
+    done, out, _ = _rewritten_graph(attention, tensors, False)
     assert done == 0
     ref = attention(*(t.double() for t in tensors))
     assert (out.double() - ref).abs().max() < 1e-5 * max(1.0, ref.abs().max().item())
@@ -1012,7 +997,7 @@ def test_a_linear_layers_relu_goes_into_the_gemms_epilogue_where_no_gradient_is_
 ])
 def test_the_gemm_activation_rewrite_leaves_what_the_epilogue_would_change(interpreter, mlp):
     tensors = _mlp(4)
-    done, out = _rewritten_without_gradients(mlp, tensors)
+    done, out, _ = _rewritten_graph(mlp, tensors, False)
     assert done == 0
     ref = mlp(*(t.double() for t in tensors))
     assert (out.double() - ref).abs().max() < 1e-3
