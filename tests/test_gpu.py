@@ -442,6 +442,7 @@ def test_the_attention_rewrite_runs_fused_attention_and_matches_float64_at_gpu_s
 
 @pytest.mark.parametrize("rows, width, hidden, dtype, act", [
     (16 * 1024, 768, 3072, "bfloat16", "gelu"),  # a GPT-2 block's MLP, its first layer
+    (16 * 1024, 768, 3072, "bfloat16", "gelu_new"),  # the same as Hugging Face writes it: Conv1D, gelu_new
     (4096, 1024, 4096, "float16", "relu"),
     (2048, 512, 2048, "float32", "relu"),
 ])
@@ -449,11 +450,15 @@ def test_the_gemm_activation_rewrite_runs_one_library_call_and_matches_float64_a
         rows: int, width: int, hidden: int, dtype: str, act: str) -> None:
     """A linear layer's tanh GELU or ReLU compiled with the rewrites: ``_addmm_activation`` in the code and no Triton
     kernel left, the output within the default compile's error against float64 (and a rounding step)."""
+    import math
+
     import torch
     import torch.nn.functional as F
 
-
     def mlp(x, w, b):
+        if act == "gelu_new":
+            y = torch.addmm(b, x.view(-1, x.size(-1)), w.t()).view(*x.shape[:-1], w.shape[0])
+            return 0.5 * y * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (y + 0.044715 * torch.pow(y, 3.0))))
         y = F.linear(x, w, b)
         return F.gelu(y, approximate="tanh") if act == "gelu" else F.relu(y)
 

@@ -940,6 +940,8 @@ def test_a_model_with_repeated_key_value_heads_tries_the_rewrites():
     sdpa = SimpleNamespace(target="torch.ops.aten._scaled_dot_product_flash_attention.default")
     assert needless(VARIANT, [repeat], [sdpa]) is None
     assert "no key/value heads repeated" in needless(VARIANT, [repeat], [])
+    written = SimpleNamespace(name="triton_poi_fused_add_mul_pow_tanh_view_2", source="")  # gelu_new, written out
+    assert needless(VARIANT, [written], [mm]) is None
     other = SimpleNamespace(name="triton_poi_fused_add_mul_0", source="")
     assert "no key/value heads repeated" in needless(VARIANT, [other], [sdpa])
 
@@ -1012,11 +1014,84 @@ def test_the_tanh_gelu_of_a_linear_layer_is_matched_and_rewritten_on_a_gpu_only(
         return F.gelu(F.linear(x, w, b), approximate="tanh")
 
     graph = torch.fx.symbolic_trace(mlp).graph
-    (gelu,) = [n for n in graph.nodes if n.target is F.gelu]
-    linear, is_gelu = graph_rewrites._gemm_activation(gelu)
-    assert linear.target is F.linear and is_gelu
+    (linear,) = [n for n in graph.nodes if n.target is F.linear]
+    gemm, act, is_gelu = graph_rewrites._gemm_activation(linear)
+    assert gemm is linear and [n.target for n in act] == [F.gelu] and is_gelu
     exact = torch.fx.symbolic_trace(lambda x, w, b: F.gelu(F.linear(x, w, b), approximate="none")).graph
-    assert graph_rewrites._gemm_activation(next(n for n in exact.nodes if n.target is F.gelu)) is None
+    assert graph_rewrites._gemm_activation(next(n for n in exact.nodes if n.target is F.linear)) is None
+
+
+def _conv1d(x, w, b):
+    """Hugging Face's ``Conv1D`` (GPT-2's linear layers): the weight stored [in, out], the GEMM on rows, viewed back."""
+    return torch.addmm(b, x.view(-1, x.size(-1)), w).view(*x.shape[:-1], w.shape[-1])
+
+
+def _gelu_new(x):  # Hugging Face's ``gelu_new`` (GPT-2's activation), written out
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+@pytest.mark.parametrize("form", [
+    lambda x, w, b: _gelu_new(F.linear(x, w, b)),
+    lambda x, w, b: _gelu_new(_conv1d(x, w.t(), b)),
+    lambda x, w, b: F.gelu(_conv1d(x, w.t(), b), approximate="tanh"),
+    lambda x, w, b: (lambda y: y * 0.5 * (1 + (y * 0.7978845608028654 * (1 + 0.044715 * y * y)).tanh()))(
+        F.linear(x, w, b)),  # another arrangement of the same GELU
+    lambda x, w, b: torch.relu(_conv1d(x, w.t(), b)),
+    lambda x, w, b: torch.relu(torch.addmm(b, x.view(-1, x.size(-1)), w.t())),  # no view back
+])
+def test_the_gemm_activation_rewrite_matches_hugging_faces_forms(form):
+    """GPT-2 as Hugging Face writes it: ``Conv1D`` (``addmm`` on rows, viewed back) and ``gelu_new`` written out
+    (in any arrangement: the written-out steps are evaluated in float64 against the tanh GELU)."""
+    from pytest_kernelopt.capture import graph_rewrites
+
+    x, w, b = _mlp(6)
+    graph = _dynamo_graph(form, x, w, b)
+    found = [graph_rewrites._gemm_activation(n) for n in graph.nodes]
+    (match,) = [m for m in found if m]
+    assert match[0].target in (F.linear, torch.addmm) and match[2] == ("relu" not in inspect.getsource(form))
+
+
+@pytest.mark.parametrize("form", [
+    lambda x, w, b: (lambda y: 0.5 * y * (1.0 + torch.erf(y / math.sqrt(2.0))))(F.linear(x, w, b)),  # exact GELU
+    lambda x, w, b: (lambda y: 0.5 * y * (1.0 + torch.tanh(0.8 * (y + 0.044715 * y ** 3))))(F.linear(x, w, b)),
+    lambda x, w, b: (lambda y: _gelu_new(y) + y)(F.linear(x, w, b)),  # the GEMM's output read again
+    lambda x, w, b: (lambda y: (_gelu_new(y), 0.5 * y))(F.linear(x, w, b)),  # a step read outside
+    lambda x, w, b: _gelu_new(torch.addmm(b, x.view(-1, x.size(-1)), w.t(), beta=0.5).view(*x.shape[:-1], -1)),
+    lambda x, w, b: _gelu_new(_conv1d(x, w.t(), b) * 2.0),
+])
+def test_the_written_out_gelu_is_matched_only_where_it_is_the_tanh_gelu_of_the_gemm_alone(form):
+    from pytest_kernelopt.capture import graph_rewrites
+
+    x, w, b = _mlp(7)
+    graph = _dynamo_graph(form, x, w, b)
+    assert not any(graph_rewrites._gemm_activation(n) for n in graph.nodes)
+
+
+def _dynamo_graph(fn, *tensors):
+    """Dynamo's graph of ``fn`` on ``tensors`` (before any pass), not compiled."""
+    graphs: list = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    torch._dynamo.reset()
+    torch.compile(fn, backend=backend)(*tensors)
+    return graphs[0].graph
+
+
+def test_hugging_faces_gpt2_mlp_is_rewritten_and_stays_correct(interpreter):
+    """``Conv1D`` then ReLU rewritten on a CPU (its GELU only on a GPU), the view back kept, float64's output."""
+    tensors = _mlp(8)
+
+    def mlp(x, w, b):
+        return torch.relu(_conv1d(x, w.t(), b)) * 3.0
+
+    done, out, graph = _rewritten_graph(mlp, tensors, False)
+    targets = [n.target for n in graph.nodes]
+    assert done == 1 and torch._addmm_activation in targets and torch.addmm not in targets
+    ref = mlp(*(t.double() for t in tensors))
+    assert out.shape == ref.shape and (out.double() - ref).abs().max() < 1e-5
 
 
 def test_a_model_with_a_relu_or_gelu_beside_a_library_gemm_tries_the_rewrites():
@@ -1026,6 +1101,8 @@ def test_a_model_with_a_relu_or_gelu_beside_a_library_gemm_tries_the_rewrites():
     mm = SimpleNamespace(target="extern_kernels.addmm")
     assert needless(VARIANT, [gelu], [mm]) is None
     assert "no ReLU or GELU kernel beside a library GEMM" in needless(VARIANT, [gelu], [])
+    written = SimpleNamespace(name="triton_poi_fused_add_mul_pow_tanh_view_2", source="")  # gelu_new, written out
+    assert needless(VARIANT, [written], [mm]) is None
     other = SimpleNamespace(name="triton_poi_fused_add_mul_0", source="")
     assert "no ReLU or GELU kernel" in needless(VARIANT, [other], [mm])
     # A convnet's ReLU, fused with its batch norm, beside its classifier's addmm: no linear layer's activation.

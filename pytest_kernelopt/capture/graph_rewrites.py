@@ -34,7 +34,8 @@ The rewrites:
 * **grouped-query attention.** Key/value heads repeated for fused attention (``repeat_interleave`` over the
   heads, Hugging Face's ``repeat_kv``) are written to memory ``r`` times before attention reads them; the
   rewrite passes the unrepeated heads with ``enable_gqa=True`` (``_grouped_queries``). Inference only.
-* **a linear layer's activation.** ``relu(F.linear(x, w, b))`` and the tanh GELU of one: Inductor keeps the GEMM a
+* **a linear layer's activation.** ``relu(F.linear(x, w, b))`` and the tanh GELU of one (Hugging Face's ``Conv1D``
+  and ``gelu_new`` too): Inductor keeps the GEMM a
   library call and writes the activation as a kernel that reads the GEMM's output back and writes it again; the
   rewrite calls ``torch._addmm_activation``, the activation in cuBLASLt's epilogue (``_gemm_activations``). Inference
   only; the GELU on a GPU only.
@@ -1212,70 +1213,162 @@ def _grouped_queries(graph: Any) -> int:
     return count
 
 
-def _gemm_activation(node: Any) -> tuple[Any, bool] | None:
-    """(the ``F.linear`` call, whether GELU) where ``node`` applies ReLU or the tanh-approximated GELU to a linear
-    layer's output with a bias, which nothing else reads; None otherwise."""
+def _library_gemm(node: Any) -> tuple[Any, Any] | None:
+    """(the GEMM call, the node the activation reads) where ``node`` is a linear layer's output: ``F.linear(x, w, b)``
+    (``nn.Linear``), or ``torch.addmm(b, x, w)`` (Hugging Face's ``Conv1D``) viewed as the rows' shape or not, with a
+    bias, each read by nothing else; None otherwise."""
     import torch
 
     F = torch.nn.functional
-    if getattr(node, "op", None) not in ("call_function", "call_method") or not node.args:
+    if getattr(node, "op", None) == "call_function" and node.target is F.linear:
+        fits = _arg(node, 2, "bias") is not None and len(node.args) + len(node.kwargs) == 3
+        return (node, node) if fits else None
+    gemm = node
+    if _call(node, (torch.reshape,), "view") or _call(node, (torch.reshape,), "reshape"):
+        gemm = node.args[0]
+        if len(getattr(gemm, "users", ())) != 1:
+            return None
+    fits = getattr(gemm, "op", None) == "call_function" and gemm.target is torch.addmm and len(gemm.args) == 3 \
+        and not gemm.kwargs
+    return (gemm, node) if fits else None
+
+
+def _pointwise(node: Any) -> bool:
+    """Whether ``node`` is one of the arithmetic steps a GELU is written out with (``0.5 * x * (1 + tanh(...))``),
+    on tensors and Python numbers only."""
+    import operator
+
+    import torch
+
+    functions = (operator.mul, operator.add, operator.sub, operator.truediv, operator.pow, operator.neg,
+                 torch.mul, torch.add, torch.sub, torch.div, torch.pow, torch.tanh, torch.neg)
+    return (_call(node, functions, "") or node.op == "call_method" and node.target in
+            ("mul", "add", "sub", "div", "pow", "tanh", "neg")) and not node.kwargs \
+        and all(hasattr(a, "op") or isinstance(a, (int, float)) and not isinstance(a, bool) for a in node.args)
+
+
+def _written_tanh_gelu(y: Any) -> list[Any] | None:
+    """The nodes, in graph order, of a tanh GELU written out on ``y`` (Hugging Face's ``gelu_new``, GPT-2's
+    ``0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3)))``, in any arrangement): every reader of ``y`` and
+    of what they compute is arithmetic on ``y`` and numbers, with one result read outside, and that result is the tanh
+    GELU of ``y`` (evaluated in float64 on numbers from -30 to 30, within 1e-9). None otherwise."""
+    import torch
+
+    F = torch.nn.functional
+    example = _example(y)
+    if example is None or not example.is_floating_point():
         return None
-    linear = node.args[0]
-    if not (getattr(linear, "op", None) == "call_function" and linear.target is F.linear and len(linear.users) == 1
-            and _arg(linear, 2, "bias") is not None and len(linear.args) + len(linear.kwargs) == 3):
+    members, grown = {y}, True
+    while grown and len(members) <= 32:
+        grown = False
+        for node in list(members):
+            for user in node.users:
+                if user not in members and _pointwise(user) and all(a in members for a in user.all_input_nodes):
+                    members.add(user)
+                    grown = True
+    inner = [n for n in y.graph.nodes if n in members and n is not y]
+    outside = [n for n in inner if any(u not in members for u in n.users)]
+    if len(members) > 32 or len(outside) != 1 or outside[0] is not inner[-1] \
+            or any(u not in members for u in y.users) or any(not n.users for n in inner) \
+            or not any(_call(n, (torch.tanh,), "tanh") for n in inner) \
+            or any(getattr(_example(n), "dtype", None) != example.dtype for n in inner):
         return None
-    options = [*node.args[1:], *node.kwargs.values()]
-    if _call(node, (F.gelu,), ""):  # F.gelu(y, approximate="tanh"), nn.GELU("tanh")
-        tanh = options == ["tanh"] and set(node.kwargs) <= {"approximate"}
-        return (linear, True) if tanh else None
-    if _call(node, (F.relu, torch.relu), "relu") and len(options) <= 1 and all(isinstance(o, bool) for o in options) \
-            and set(node.kwargs) <= {"inplace"}:  # in place on an output nothing else reads: the same values
-        return linear, False
-    return None
+    t = torch.cat([torch.linspace(-10, 10, 4001, dtype=torch.float64),
+                   torch.tensor([-30.0, -1e-4, 0.0, 1e-4, 30.0], dtype=torch.float64)])
+    values = {y: t}
+    try:
+        for n in inner:
+            args = [values.get(a, a) if hasattr(a, "op") else a for a in n.args]
+            values[n] = n.target(*args) if n.op == "call_function" else getattr(args[0], n.target)(*args[1:])
+        error = (values[inner[-1]] - F.gelu(t, approximate="tanh")).abs() / (1 + t.abs())
+    except (TypeError, RuntimeError, ValueError):
+        return None
+    return inner if error.shape == t.shape and float(error.max()) <= 1e-9 else None
+
+
+def _gemm_activation(node: Any) -> tuple[Any, list[Any], bool] | None:
+    """(the GEMM call, the activation's nodes in graph order, whether GELU) where ``node`` is a linear layer's
+    output (``_library_gemm``) that only ReLU or the tanh-approximated GELU reads (``F.relu``, ``F.gelu(...,
+    approximate="tanh")``, or the tanh GELU written out: ``_written_tanh_gelu``); None otherwise."""
+    import torch
+
+    F = torch.nn.functional
+    found = _library_gemm(node)
+    if found is None:
+        return None
+    gemm, y = found
+    if len(y.users) == 1:
+        act = next(iter(y.users))
+        options = [*act.args[1:], *act.kwargs.values()]
+        if act.args and act.args[0] is y:
+            if _call(act, (F.gelu,), "") and options == ["tanh"] and set(act.kwargs) <= {"approximate"}:
+                return gemm, [act], True  # F.gelu(y, approximate="tanh"), nn.GELU("tanh")
+            if _call(act, (F.relu, torch.relu), "relu") and len(options) <= 1 \
+                    and all(isinstance(o, bool) for o in options) and set(act.kwargs) <= {"inplace"}:
+                return gemm, [act], False  # in place on an output nothing else reads: the same values
+    written = _written_tanh_gelu(y)
+    return (gemm, written, True) if written else None
 
 
 def _gemm_activations(graph: Any) -> int:
-    """Rewrite ``relu(F.linear(x, w, b))`` and ``gelu(F.linear(x, w, b), approximate="tanh")`` (``nn.Linear``
-    then ``nn.ReLU`` or ``nn.GELU("tanh")``, a GPT-2 MLP's first layer) as ``torch._addmm_activation``, the GEMM
-    with the bias and the activation in its epilogue (cuBLASLt's): Inductor keeps the GEMM a library call and
-    writes the activation as a Triton kernel that reads the GEMM's output back and writes it again (a GPT-2
-    block's GELU kernel: 11% of its GPU time at the copy limit, H100 2026-12-07). The epilogue computes on the
-    float32 accumulator, so the output is rounded once, not twice. The GELU only on a GPU (on a CPU the op's GELU
-    is the exact one) and in half precision (cuBLASLt's tanh may be an approximate one, "close but not bit-exact" by
-    public reports: below a half type's rounding, not below float32's; not measured here), the exact GELU never
-    (the epilogue's is the tanh form). The ReLU is exact in any float type. x, w and b of one float type,
-    at least two rows and columns, sizes known (not symbolic: the reshapes are written with them); inference only
-    (no gradient recorded). How many."""
+    """Rewrite a linear layer's ReLU or tanh GELU (``_gemm_activation``: ``nn.Linear`` then ``nn.ReLU`` or
+    ``nn.GELU("tanh")``, a GPT-2 MLP's first layer; Hugging Face's ``Conv1D`` then ``gelu_new``) as
+    ``torch._addmm_activation``, the GEMM with the bias and the activation in its epilogue (cuBLASLt's): Inductor
+    keeps the GEMM a library call and writes the activation as a Triton kernel that reads the GEMM's output back and
+    writes it again (a GPT-2 block's GELU kernel: 11% of its GPU time at the copy limit, H100 2026-12-07). The
+    epilogue computes on the float32 accumulator, so the output is rounded once, not twice. The GELU only on a GPU
+    (on a CPU the op's GELU is the exact one) and in half precision (cuBLASLt's tanh may be an approximate one, "close
+    but not bit-exact" by public reports: below a half type's rounding, not below float32's; not measured here), the
+    exact GELU never (the epilogue's is the tanh form). The ReLU is exact in any float type. x, w and b of one float
+    type, at least two rows and columns, sizes known (not symbolic: the reshapes are written with them); inference
+    only (no gradient recorded). How many."""
     import math
 
     import torch
 
+    F = torch.nn.functional
     count = 0
     for node in list(graph.nodes):
+        if getattr(node, "_erased", False):  # an activation an earlier match removed
+            continue
         found = _gemm_activation(node)
         if found is None:
             continue
-        linear, gelu = found
-        x, w, b = (_arg(linear, i, name) for i, name in enumerate(("input", "weight", "bias")))
+        gemm, act, gelu = found
+        linear = gemm.target is F.linear
+        if linear:
+            x, w, b = (_arg(gemm, i, name) for i, name in enumerate(("input", "weight", "bias")))
+        else:
+            b, x, w = gemm.args
         xe, we, be = (_example(v) if hasattr(v, "op") else None for v in (x, w, b))
         if xe is None or we is None or be is None or xe.dtype not in (torch.float16, torch.bfloat16, torch.float32) \
                 or not xe.dtype == we.dtype == be.dtype or we.dim() != 2 or be.dim() != 1 or xe.dim() < 2 \
-                or xe.shape[-1] != we.shape[1] or be.shape[0] != we.shape[0] or xe.device != we.device \
-                or not all(isinstance(d, int) for d in (*xe.shape, *we.shape)) \
-                or math.prod(xe.shape[:-1]) < 2 or we.shape[1] < 2 \
+                or (not linear and xe.dim() != 2) or xe.device != we.device \
+                or not all(isinstance(d, int) for d in (*xe.shape, *we.shape, *be.shape)):
+            continue
+        k, n = (we.shape[1], we.shape[0]) if linear else (we.shape[0], we.shape[1])
+        if xe.shape[-1] != k or be.shape[0] != n or math.prod(xe.shape[:-1]) < 2 or k < 2 or n < 2 \
                 or gelu and (xe.device.type != "cuda" or xe.dtype == torch.float32) \
                 or torch.is_grad_enabled() and any(e.requires_grad for e in (xe, we, be)):
             continue
-        rows, n = math.prod(xe.shape[:-1]), we.shape[0]
-        with graph.inserting_before(node):
-            flat = graph.call_method("reshape", (x, rows, xe.shape[-1]))
-            turned = graph.call_method("t", (w,))
-            product = graph.call_function(torch._addmm_activation, (b, flat, turned), {"use_gelu": gelu})
-            out = graph.call_method("reshape", (product, *xe.shape[:-1], n))
-        out.meta.update(node.meta)
-        node.replace_all_uses_with(out)
-        graph.erase_node(node)
-        graph.erase_node(linear)
+        if linear:
+            rows = math.prod(xe.shape[:-1])
+            with graph.inserting_before(gemm):
+                flat = graph.call_method("reshape", (x, rows, k))
+                turned = graph.call_method("t", (w,))
+                product = graph.call_function(torch._addmm_activation, (b, flat, turned), {"use_gelu": gelu})
+                out = graph.call_method("reshape", (product, *xe.shape[:-1], n))
+            out.meta.update(gemm.meta)
+        else:  # Conv1D: the GEMM is already on rows; its view, if any, now views the activated output
+            with graph.inserting_before(gemm):
+                product = graph.call_function(torch._addmm_activation, (b, x, w), {"use_gelu": gelu})
+            product.meta.update(gemm.meta)
+            out = node if node is not gemm else product
+            gemm.replace_all_uses_with(product)
+        act[-1].replace_all_uses_with(out)
+        for step in reversed(act):
+            graph.erase_node(step)
+        graph.erase_node(gemm)
         count += 1
     return count
 

@@ -144,12 +144,13 @@ def _grouped_attention(kernels: list[Any], externs: list[Any]) -> bool:
 
 def _activation_beside_gemm(kernels: list[Any], externs: list[Any]) -> bool:
     """Whether a linear layer's ReLU or GELU may be a kernel of its own after a library GEMM (the rewrite puts it
-    in the GEMM's epilogue): a kernel named after the activation beside an extern matrix product. An activation
+    in the GEMM's epilogue): a kernel named after the activation beside an extern matrix product (a GELU written
+    out, Hugging Face's ``gelu_new``, is named after its steps: ``..._add_mul_pow_tanh_view_2``). An activation
     fused with a norm or a convolution (a convnet's ``..._batch_norm_..._relu_3``, beside its classifier's
     ``addmm``) is not a linear layer's."""
     return any("mm" in e.target for e in externs) \
-        and any(("gelu" in k.name or "relu" in k.name) and "norm" not in k.name and "convolution" not in k.name
-                for k in kernels)
+        and any(any(word in k.name for word in ("gelu", "relu", "tanh")) and "norm" not in k.name
+                and "convolution" not in k.name for k in kernels)
 
 
 def _row_reduction(name: str) -> bool:
