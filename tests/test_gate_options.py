@@ -107,6 +107,20 @@ def test_without_settings_the_error_says_what_to_do(pytester: pytest.Pytester) -
                  f"{pytester.path / 'pyproject.toml'} has no [tool.kernelopt] table", "--kernelopt-problems")
 
 
+def test_without_settings_a_problem_file_on_the_command_line_is_gated(pytester: pytest.Pytester) -> None:
+    """``pytest --kernelopt my_model.py`` in a repository without [tool.kernelopt]: the file named is the problem
+    (one defining get_inputs); a test file named is not."""
+    if any((p / "pyproject.toml").is_file() for p in pytester.path.parents):
+        pytest.skip("a pyproject.toml above the temp folder")
+    shutil.copy(PROBLEM, pytester.path)
+    pytester.makepyfile(test_plain="def test_one():\n    assert True\n")
+    result = pytester.runpytest("--kernelopt", PROBLEM.name, "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines([f"*{PROBLEM.stem}*compiler baseline*"])
+    _usage_error(pytester.runpytest("--kernelopt", "test_plain.py", "-p", "no:cacheprovider"),
+                 "no pyproject.toml found above")
+
+
 @pytest.mark.parametrize(("tables", "needles"), [
     ("[tool.kernelopt.thresholds.elementwise_chian]\nmax_slowdown = 0.05\n",
      ("thresholds.elementwise_chian", "matches no problem of the run (elementwise_chain)")),

@@ -116,6 +116,18 @@ def test_interpreter_run_says_not_measured_and_draws_no_chart(tmp_path):
     assert "- model speedup: not measured" in text
 
 
+def test_a_problem_with_shapes_has_a_row_and_a_section_per_shape(tmp_path):
+    """Two shapes' outcomes of one model: each labelled ``<model>@<shape>``, as the terminal table labels them."""
+    outcomes = [ProblemOutcome(model=s.SOFTMAX, problem="p.py", device="cpu", speed_measured=False, shape=shape,
+                               kernels=[s.softmax_outcome(s.variant(512), None)]) for shape in ("b8", "b64")]
+    for outcome in outcomes:
+        outcome.kernels[0].best_timing = outcome.kernels[0].best_kernel_timing = None
+    text = write_report(s.write_run(tmp_path / "runs", tmp_path / "kernels", outcomes)).report.read_text()
+    for shape in ("b8", "b64"):  # "@" in a code span: no GitHub mention
+        assert f"| ` softmax_rows@{shape} ` | `p.py` |" in text
+        assert f"### ` softmax_rows@{shape} `" in text
+
+
 def test_without_matplotlib_the_report_says_how_to_get_the_chart(run, monkeypatch):
     run_dir, _ = run
     for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:

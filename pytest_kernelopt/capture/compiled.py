@@ -745,8 +745,10 @@ def recompiled_error(problem: Problem) -> ProblemError:
     return ProblemError(problem.path, f"the compiled model compiled again for another input draw{reason}: its "
                                       "graph specialises on what the draws change (a Python number from `.item()`, a "
                                       "float input, a size get_inputs() varies), so its kernels differ from one input "
-                                      "to the next and none can be verified or stored; keep such values tensors (or "
-                                      "set torch._dynamo.config.capture_scalar_outputs = True in the problem file), "
+                                      "to the next and none can be verified or stored; keep such values tensors (a branch "
+                                      "on one as `torch.where(cond, a, b)`; "
+                                      "torch._dynamo.config.capture_scalar_outputs = True in the problem file "
+                                      "keeps an `.item()` used in arithmetic in the graph, never one branched on), "
                                       "and draw one shape per declared SHAPES entry")
 
 

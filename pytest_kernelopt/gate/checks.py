@@ -243,10 +243,11 @@ class Checks:
                 found.append(f"{folder.name}/ ({what})")
         if not found:
             return None
-        return (f"{root} holds model folder(s) no configured problem owns: {', '.join(found[:10])}"
-                f"{', ...' if len(found) > 10 else ''}; production runs kernels/<id>/ for any model whose id is <id>, "
-                "and the gate verifies a folder only through its problem file, so these would run unverified: add "
-                "their problem files to [tool.kernelopt] problems, or remove the folders")
+        return (f"the store-wide check (run with the first gate item, whichever problem it is): {root} holds model "
+                f"folder(s) no configured problem owns: {', '.join(found[:10])}{', ...' if len(found) > 10 else ''}; "
+                "production runs kernels/<id>/ for any model whose id is <id>, and the gate verifies a folder only "
+                "through its problem file, so these would run unverified: add their problem files to "
+                "[tool.kernelopt] problems (or name them in this run), or remove the folders")
 
     def _model(self, item: ModelItem, accepted: list[str | None]) -> str:
         """The model item's checks; returns its status when they pass (``accepted``: what an accepted

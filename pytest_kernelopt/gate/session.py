@@ -46,7 +46,7 @@ class GateSession:
 
         self.settings = load_config(self.rootpath)
         self.options = read_options(self.config, self.settings)
-        self.problems: dict[Path, Problem] = find_problems(self.options.problem_globs, self.settings, self.rootpath)
+        self.problems: dict[Path, Problem] = find_problems(self._problem_globs(), self.settings, self.rootpath)
         # The names in [tool.kernelopt] thresholds and accepted_regressions refer to the configured
         # problems, whichever of them --kernelopt-problems runs.
         models = [p.id for p in self.problems.values()] + [p.stem for p in self.settings.problem_files()]
@@ -65,6 +65,19 @@ class GateSession:
                              sessions=sessions, base=self.base, before=self.tuning.before_checks, owners=models)
         self.publisher = Publisher(self.rootpath) if self.options.open_pr else None
         self.output = GateOutput(self.options, self.rootpath, self.rules)
+
+    def _problem_globs(self) -> list[str] | None:
+        """``--kernelopt-problems``; else, where no ``[tool.kernelopt] problems`` are configured, the problem files
+        named on the command line (``pytest --kernelopt models/my_model.py`` in a repository without a
+        pyproject.toml: a ``.py`` file defining ``get_inputs``); else None (the configured ones)."""
+        if self.options.problem_globs is not None or self.settings.problems \
+                or self.config.args_source != pytest.Config.ArgsSource.ARGS:
+            return self.options.problem_globs
+        here = Path(self.config.invocation_params.dir)
+        named = [(here / arg.split("::")[0]).resolve() for arg in self.config.args]
+        files = [str(path) for path in named if path.suffix == ".py" and path.is_file()
+                 and "def get_inputs" in path.read_text(errors="replace")]
+        return files or None
 
     def start(self) -> None:
         """Register for the items' reports; collect the problem files outside pytest's own paths too."""

@@ -20,7 +20,7 @@ from ..capture.shapes import store_name
 from ..runs.records import Attempt, KernelOutcome, ProblemOutcome, RunRecord, TraceEvent
 from ..errors import StoreError
 from ..measure.text import speedup_text
-from ..records import Environment, SeedErrors, Timing
+from ..records import Environment, SeedErrors, Timing, at_shape
 from ..verify import stages as cascade
 
 
@@ -245,7 +245,8 @@ def relative_paths(view: RunView, roots: Sequence[Path]) -> RunView:
 def _model_view(problem: ProblemOutcome) -> ModelView:
     profile = problem.profile
     return ModelView(
-        model=problem.model, problem=problem.problem, device=problem.device, speed_measured=problem.speed_measured,
+        model=at_shape(problem.model, problem.shape), problem=problem.problem, device=problem.device,
+        speed_measured=problem.speed_measured,
         timing=problem.model_timing, triton_share=profile.triton_share if profile else None,
         swap_bound=profile.swap_bound if profile else None,
         model_gpu_us=profile.model_gpu_us if profile else None, error=problem.error, note=problem.note,
@@ -278,7 +279,7 @@ def _kernel_view(problem: ProblemOutcome, outcome: KernelOutcome, store_root: Pa
     best = _best_attempt(outcome)
     limits = kernel_limits(outcome, profile, problem.compile.chosen if problem.compile else None)
     view = KernelView(
-        model=problem.model, kernel=outcome.kernel, fingerprint=outcome.fingerprint,
+        model=at_shape(problem.model, problem.shape), kernel=outcome.kernel, fingerprint=outcome.fingerprint,
         bottleneck=profile.bottleneck if profile else None, profile_source=profile.source if profile else None,
         roofline_pct=profile.roofline_pct if profile else None,
         roofline_pct_max_autotune=limits.max_autotune, roofline_pct_after=limits.stored,
