@@ -177,6 +177,9 @@ def test_tune_tunes_each_shape_with_its_share_of_the_budget_and_stores_per_shape
     for o in outcomes:
         (k,) = o.kernels
         assert k.stored_version == 1 and k.stored_file.startswith(f"m/{name}@{o.shape}/")
+        # The run's candidates and profile of each shape are its own, named as the store names them.
+        assert k.history and all(a.file.startswith(f"candidates/m/{name}@{o.shape}/") for a in k.history if a.file)
+        assert (run.root / "profile" / f"m@{o.shape}.json").is_file()
     spent = [o.kernels[0].gpu_seconds for o in outcomes]
     assert spent[0] <= 0.6 + 0.2 and spent[1] <= 0.2 + 0.2 and spent[0] > spent[1]  # 0.75 and 0.25 of 0.8 s
     _, events = load_run(run.root)

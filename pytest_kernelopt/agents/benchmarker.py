@@ -58,9 +58,11 @@ def score(verdict: Verdict) -> float | None:
 
 
 class Benchmarker:
-    def __init__(self, session: Any, full_options: Any, run: RunDir, ui: UI):
-        """``session`` times with the exploration's short options; ``full_options`` are the verifier's own."""
+    def __init__(self, session: Any, full_options: Any, run: RunDir, ui: UI, shape: str | None = None):
+        """``session`` times with the exploration's short options; ``full_options`` are the verifier's own;
+        ``shape``: the problem's declared shape it is open at (None: a problem without SHAPES)."""
         self.session = session
+        self.shape = shape
         self.full_options = full_options
         self.run = run
         self.ui = ui
@@ -79,7 +81,7 @@ class Benchmarker:
             ev("reviewer", r.status, origin=proposal.origin, reason=r.reason)
             self.ui.attempt(attempt, state.spent)
             return None
-        file = self.run.save_candidate(model, state.info.name, r.sha256, proposal.source)
+        file = self.run.save_candidate(model, state.info.name, r.sha256, proposal.source, self.shape)
         label = f"{proposal.origin} ({Path(file).name})"
         t0 = time.monotonic()
         try:

@@ -271,13 +271,13 @@ class Tuner:
                 else:  # nothing searched (no counters, nothing to harvest), or a CPU: the session stays open
                     self._prepare(problem.path, searched, at, ev)
                 outcome.profile = profile
-                self.run.save_profile(profile)
+                self.run.save_profile(profile, shape)
                 ev("profiler", "profile", triton_share=profile.triton_share, model_gpu_us=profile.model_gpu_us,
                    swap_bound=profile.swap_bound,
                    kernels=[k.model_dump(include={"kernel", "bottleneck", "share", "roofline_pct", "source"})
                             for k in profile.kernels])
                 self.ui.problem(model, sum(1 for i in items if i.skip is None))
-                bench = Benchmarker(session, full_options, self.run, self.ui)
+                bench = Benchmarker(session, full_options, self.run, self.ui, shape)
                 keeper = Keeper(self.store, self.coder, bench, self.ui, device=self.options.device,
                                 confirm=self.options.confirm, pin=self.options.pin, run_left=self._left,
                                 shape=shape, policy=full_options.speed,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..records import dump_json, load_json
+from ..records import at_shape, dump_json, load_json
 from ..store.files import atomic_write
 from .records import ModelProfile, RunRecord, TraceEvent
 
@@ -77,17 +77,19 @@ class RunDir:
         self._trace.write(event.model_dump_json() + "\n")
         self._trace.flush()
 
-    def save_candidate(self, model: str, kernel: str, sha256: str, source: str) -> str:
-        """Store an attempt's exact bytes; returns the path relative to the run directory."""
+    def save_candidate(self, model: str, kernel: str, sha256: str, source: str, shape: str | None = None) -> str:
+        """Store an attempt's exact bytes, under ``candidates/<model>/<kernel>[@<shape>]/`` (the kernel's store folder
+        name: a problem's declared shapes each have their own); returns the path relative to the run directory."""
         self._count += 1
-        rel = Path("candidates") / model / kernel / f"{self._count:03d}-{sha256[:12]}.py"
+        rel = Path("candidates") / model / at_shape(kernel, shape) / f"{self._count:03d}-{sha256[:12]}.py"
         path = self.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(source.encode("utf-8"))
         return str(rel)
 
-    def save_profile(self, profile: ModelProfile) -> None:
-        atomic_write(self.root / "profile" / f"{profile.model}.json", dump_json(profile))
+    def save_profile(self, profile: ModelProfile, shape: str | None = None) -> None:
+        """``profile/<model>[@<shape>].json``: each declared shape's own."""
+        atomic_write(self.root / "profile" / f"{at_shape(profile.model, shape)}.json", dump_json(profile))
 
     def save(self) -> None:
         atomic_write(self.root / RUN_FILE, dump_json(self.record))
