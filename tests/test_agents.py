@@ -1795,3 +1795,18 @@ def test_tune_reads_nsight_counters_at_the_shape_it_tunes(tmp_path, monkeypatch)
     assert asked == [{"timeout": 600.0, "variant": None, "shape": "r8"}]
     ncu, = [e for e in map(json.loads, (run.root / "trace.jsonl").read_text().splitlines()) if e["event"] == "ncu"]
     assert ncu["data"]["seconds"] >= 0.0 and ncu["data"]["note"] == "stub"  # the child's time, for what it costs
+
+
+def test_the_tune_table_names_the_problems_not_tuned_and_claims_nothing_of_them(capsys):
+    from pytest_kernelopt.agents.progress import print_tune_table
+    from pytest_kernelopt.runs.records import ProblemOutcome
+
+    bad = ProblemOutcome(model="m", problem="m.py", device="cpu", speed_measured=False, shape="b2",
+                         error="m.py: the compiled model compiled again for another input draw")
+    print_tune_table(RunRecord(run_id="t", started="now", agent="search", kernels_dir="k", problems=[bad]))
+    out = capsys.readouterr().out
+    assert "not tuned, each for the error in its row: m@b2" in out and "nothing was stored as faster" not in out
+    good = bad.model_copy(update={"model": "n", "shape": None, "error": None})
+    print_tune_table(RunRecord(run_id="t", started="now", agent="search", kernels_dir="k", problems=[bad, good]))
+    out = capsys.readouterr().out
+    assert "error in its row: m@b2\n" in out and "nothing was stored as faster" in out

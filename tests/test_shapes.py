@@ -205,6 +205,10 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (repo / "kernel_name").write_text(kernel)
     refused = _cli("accept", FILE, "--kernel", kernel, "--candidate", f"dumps/b2/{kernel}.py", cwd=repo)
     assert refused.returncode == 2 and "declares 2 shapes (b2, b4); name one with --shape" in refused.stderr
+    unknown = _cli("verify", FILE, "--shape", "b4", "--kernel", "triton_no_such", "--candidate",
+                   f"dumps/b2/{kernel}.py", "--seeds", "1", cwd=repo)
+    assert unknown.returncode == 2 and "no Triton kernel named 'triton_no_such' at shape b4" in unknown.stderr
+    assert "is it another shape's?" in unknown.stderr, unknown.stderr
     for shape in ("b2", "b4"):
         accepted = _cli("accept", FILE, "--shape", shape, "--kernel", kernel, "--candidate",
                         f"dumps/{shape}/{kernel}.py", "--seeds", "2", cwd=repo)

@@ -51,7 +51,7 @@ class RichUI(UI):
             # The candidate's file (candidates/<model>/<kernel>/NNN-<sha12>.py) beside the strategy that wrote it,
             # so a log line leads to the file; a candidate the reviewer stopped was not saved.
             file = f" ({Path(attempt.file).name})" if attempt.file else ""
-            self.console.print(f"  {attempt.origin}{file}: {status}", markup=False, highlight=False)
+            self.console.print(f"  {attempt.origin}{file}: {status}", markup=False, highlight=False, soft_wrap=True)
 
     def kernel_done(self, outcome: KernelOutcome) -> None:
         if self._task is not None:
@@ -100,7 +100,11 @@ def print_tune_table(record: Any) -> None:
         if p.model_timing is not None:
             table.add_row(label, "(whole model, stored kernels)", "", "", "", "", "", _x(p.model_timing), "", "", "")
     console = print_whole(table)  # a terminal at its width, a log (CI) 200 wide; wider where names need it
-    if not any(p.speed_measured for p in record.problems):
+    failed = [at_shape(p.model, p.shape) for p in record.problems if p.error]
+    if failed:
+        console.print(f"not tuned, each for the error in its row: {', '.join(failed)}", markup=False,
+                      highlight=False, soft_wrap=True)
+    if len(failed) < len(record.problems) and not any(p.speed_measured for p in record.problems):
         console.print("speed not measured (interpreter mode): nothing was stored as faster")
     if record.interrupted or record.stop_reason:
         console.print(f"stopped early: {record.stop_reason or 'interrupted (Ctrl-C); what was stored stays'}")

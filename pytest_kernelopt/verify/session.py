@@ -220,7 +220,10 @@ class VerifySession:
         kernels = self.kernels
         if name not in kernels:
             known = ", ".join(kernels) or "none"
-            raise UsageError(f"{self.problem}: no Triton kernel named {name!r} (kernels: {known})")
+            at = f" at shape {self.shape}" if self.shape else ""
+            other = ("; each declared shape compiles kernels of its own (`kernelopt kernels PROBLEM.py` lists every "
+                     "shape's): is it another shape's?") if self.shape else ""
+            raise UsageError(f"{self.problem}: no Triton kernel named {name!r}{at} (kernels{at}: {known}){other}")
         return kernels[name]
 
     def profile(self, runs: int = 20) -> Any:
