@@ -214,6 +214,55 @@ def test_wrong_only_where_a_block_of_token_ids_is_all_one_value_is_rejected(tmp_
         assert "int_constant" in kernel.detail and "no floating-point model input" in kernel.detail, kernel.detail
 
 
+EMBEDDING = '''"""An embedding layer's rows, scaled: token ids are the only model input."""
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 16)
+
+    def forward(self, ids):
+        return self.emb(ids) * 2.0
+
+
+def get_inputs():
+    return [torch.randint(0, 50, (4, 32))]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.slow
+def test_a_model_of_token_ids_gets_its_embedding_tables_drawn(tmp_path, interpreter):
+    """With no floating-point input (a language model's ids), the stress draws turn the embedding tables, what its
+    kernels read as floating-point input (a trial found a token-id model checked on five integer draws only): a
+    candidate wrong only on huge values is rejected, the honest kernel passes, and the weights are put back."""
+    from pytest_kernelopt.candidate import render_dump
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession, source_of
+
+    problem = tmp_path / "embed_layer.py"
+    problem.write_text(EMBEDDING)
+    with VerifySession(problem, interpreter, VerifyOptions(seeds=2)) as session:
+        (name, info), = session.kernels.items()
+        dump = render_dump(info, problem.stem)
+        edited = _edit_result(dump, "tl.where(tl.abs({v}) > 1e4, {v} * 0.5, {v})")
+        verdict = session.verify(name, source_of(edited, "huge_only.py"))
+        assert verdict.status == "rejected", verdict.reason
+        assert re.match(r"kernel: draw '\w+' \(input seed \d+, embedding tables ", verdict.reason), verdict.reason
+        honest = session.verify(name, source_of(dump, "dump.py"))
+        assert honest.status == "correct", honest.reason
+        kernel = next(s for s in honest.stages if s.name == "kernel")
+        from pytest_kernelopt.verify.tensors import STRESS_VARIANTS
+
+        assert "every stress draw" not in kernel.detail, kernel.detail
+        # (a draw whose doubled values all overflow is skipped as writing no finite number: not all of them count)
+        assert sum(f"{v} (seed " in kernel.detail for v in STRESS_VARIANTS) > len(STRESS_VARIANTS) // 2, kernel.detail
+
+
 def test_seed_reproduces_the_seeds_and_no_seed_draws_new_ones():
     from pytest_kernelopt.verify import VerifyOptions, VerifySession
 

@@ -47,7 +47,8 @@ over 16 decades (float32) with exact zeros, one-signed, NaN/+-Inf at random plac
 offset far from zero against their spread, constant rows, small integers (exact ties), a
 few repeated values, subnormals (alone and mixed with normals), values near the dtype's
 largest and smallest normal, rows sorted either way, zeros, and values on coarser grids (bfloat16, float16,
-float8, fixed point: inputs that came from a narrower type). Integer inputs stay as drawn in those; a model
+float8, fixed point: inputs that came from a narrower type). Integer inputs stay as drawn in those (a model
+with no floating-point input gets them on its embedding tables: :meth:`.prepared.Prepared.stress_tables`); a model
 with integer inputs (token ids, labels, indices) gets draws of its own for them (:data:`.tensors.INT_VARIANTS`:
 one value, rows ending in a pad run, sorted rows, two values), each value one of that tensor's own draw, the
 floating-point inputs as drawn; a candidate that fails one is held to it only where the compiler's kernel,
@@ -643,8 +644,8 @@ def _draws(prepared: Prepared, name: str, candidate: Any, rule: NumericsRule, ro
         inputs, condition, gradients = _drawn(prepared, seed, variant, transform, within, on_gradients)
         label = f"{variant} of the incoming gradients" if on_gradients else variant
         if inputs is None:
-            if "every stress draw (no floating-point model input)" not in rows.skipped:
-                rows.skipped.append("every stress draw (no floating-point model input)")
+            if "every stress draw (no floating-point model input or embedding table)" not in rows.skipped:
+                rows.skipped.append("every stress draw (no floating-point model input or embedding table)")
             continue
         if on_gradients:
             where = (f"draw {variant!r} of the incoming gradients (input seed {seed}, "
@@ -737,6 +738,8 @@ def _text(variant: str, inputs: list[Any], within: Any = None) -> str:
     if variant in INT_TEXT:
         return INT_TEXT[variant]
     dtypes = sorted({x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.dtype.is_floating_point}, key=str)
+    if not dtypes:  # a model of token ids: its embedding tables were drawn (Prepared.stress_tables)
+        return f"embedding tables {stress_text(variant, limits_of(within or torch.float32, within))}"
     texts = [stress_text(variant, limits_of(d, within)) for d in dtypes]
     if len(set(texts)) <= 1:
         return "floating-point inputs " + (texts[0] if texts else variant)
@@ -761,6 +764,8 @@ def _stressed_inputs(prepared: Prepared, seed: int, variant: str, transform: int
                 stress_integers(x, variant, transform + k)
         return (inputs if done else None), 1.0
     floating, condition = stress_inputs(inputs, variant, transform, within)
+    if not floating:  # token ids only: the embedding tables are what the kernels read as floating-point input
+        floating, condition = prepared.stress_tables(variant, transform, within)
     return (inputs if floating else None), condition
 
 

@@ -118,6 +118,8 @@ class Prepared:
     # seed they were perturbed from (:meth:`use_weights`).
     weight_seed: int | None = None
     weights_written: bool = False  # a run changed the weights before they were switched
+    # A stress draw turned the embedding tables (:meth:`stress_tables`): the next :meth:`use_weights` puts them back.
+    tables_stressed: bool = False
     # The model stage's runs on inputs lying far from zero against their spread: seed -> its draw, one of
     # each of tensors.OFFSET_VARIANTS (:func:`offset_runs`; empty: none). Their inputs are drawn by
     # :meth:`inputs` like a seed's, then shifted; the kernel stage's seeds do not include them.
@@ -189,7 +191,7 @@ class Prepared:
         run that wrote into them before the switch is remembered (:attr:`weights_written`).
         """
         wanted = None if seed == self.seeds[0] else seed
-        if wanted == self.weight_seed or self._originals is None:
+        if (wanted == self.weight_seed and not self.tables_stressed) or self._originals is None:
             return
         model = self.compiled.model
         if self.weights is not None and weight_sums(model) != self.weights:
@@ -205,9 +207,33 @@ class Prepared:
                 mine.copy_(original, non_blocking=False)
             if seed is not None:
                 perturb_weights(model, seed)
-        self.weight_seed = seed
+        self.weight_seed, self.tables_stressed = seed, False
         if self.weights is not None:
             self.weights = weight_sums(model)
+
+    def stress_tables(self, variant: str, transform: int, within: Any = None) -> tuple[bool, float]:
+        """For a model whose inputs hold no floating-point tensor (token ids): turn its embedding tables
+        (``nn.Embedding`` and ``nn.EmbeddingBag`` weights, what its kernels read as floating-point input) into a draw
+        of ``variant``, as :func:`.tensors.stress_inputs` turns inputs. Returns (whether there was one, the
+        condition). The weights' checksums are taken again, so a candidate's write is still told from the draw,
+        and the next :meth:`use_weights` puts the seed's weights back (no second copy on the device)."""
+        import torch
+
+        from .tensors import stress_inputs
+
+        model = getattr(self.compiled, "model", None)
+        if model is None or self._originals is None:  # nothing to put them back from: left as they are
+            return False, 1.0
+        tables = [m.weight for m in model.modules() if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag))
+                  and m.weight.dtype.is_floating_point and m.weight.numel() > 0]
+        if not tables:
+            return False, 1.0
+        with _no_grad():
+            floating, condition = stress_inputs([t.data for t in tables], variant, transform, within)
+        self.tables_stressed = True
+        if self.weights is not None:
+            self.weights = weight_sums(model)
+        return floating, condition
 
     def extra_run_count(self) -> int:
         """How many unchecked runs precede a checked one: 1 to MAX_EXTRA_RUNS, unpredictable."""
