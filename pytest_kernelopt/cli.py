@@ -389,7 +389,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
         if shape is not None:
             print(f"shape {shape} ({_overrides(at.shapes[shape])}): stored as kernels/{problem.id}/<kernel>@{shape}/, "
                   f"--shape {shape} for verify and accept", file=sys.stderr)
-        print_table(kernels_table(summary))
+        print_table(kernels_table(summary, shape))
         if not summary.kernels:
             targets = sorted({e.target for e in summary.externs})
             print(f"{problem.id}: no Triton kernels: Inductor generated none"

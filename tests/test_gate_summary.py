@@ -126,3 +126,11 @@ def test_a_model_failed_on_numbers_shows_its_real_worst_error_never_a_made_up_ze
         result = _result(_model(CHAIN, "failed", kernels=1, committed=1, stale=0, baseline=0,
                                 error_vs_fp64=item.props.get("error_vs_fp64")))
         assert _row(gate_lines(result.rows()), CHAIN)[8] == shown  # after "not measured" and vs base
+
+
+def test_a_problems_shapes_are_listed_by_their_numbers_value() -> None:
+    """``chain.py@b8`` before ``chain.py@b32`` (a trial found them in text order), the same in every shard's merge."""
+    items = [ItemResult(nodeid=f"{CHAIN}::model@{shape}", problem=CHAIN, model="chain", item="model", shape=shape,
+                        outcome="passed") for shape in ("b32", "b8", "b128")]
+    summary = GateSummary.of_result(_result(*items, problems=("chain",)))
+    assert [p.problem for p in summary.problems] == [f"{CHAIN}@b8", f"{CHAIN}@b32", f"{CHAIN}@b128"]

@@ -46,9 +46,10 @@ from .ui import UI
 __all__ = ["UI", "TuneOptions", "Tuner"]
 
 # A training problem's tuning run says this once (run.json's ``notes``, the trace, the log).
-REWRITES_DECLINE = ("training step: of kernelopt's graph rewrites only the cross-entropy's has a backward and is tried "
-                    "(the others decline where gradients are recorded: capture/graph_rewrites.py); forward and "
-                    "backward kernels are tuned, each judged on the whole step, gradients included")
+REWRITES_DECLINE = ("training step: of kernelopt's graph rewrites only the cross-entropy's has a backward (the others "
+                    "decline where gradients are recorded: capture/graph_rewrites.py; compile settings, the rewrites' "
+                    "among them, are tried on a GPU only); forward and backward kernels are tuned, each judged on "
+                    "the whole step, gradients included")
 
 
 class TuneOptions(BaseModel):

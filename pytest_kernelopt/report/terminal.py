@@ -41,8 +41,9 @@ def _arg(a: ArgInfo) -> str:
     return a.name
 
 
-def kernels_table(summary: CaptureSummary) -> Table:
-    table = Table(title=f"{summary.model} ({summary.device}, {summary.graphs} graph(s)); * = written")
+def kernels_table(summary: CaptureSummary, shape: str | None = None) -> Table:
+    """``kernelopt kernels``' table of one problem (at its declared ``shape``: the title says which)."""
+    table = Table(title=f"{at_shape(summary.model, shape)} ({summary.device}, {summary.graphs} graph(s)); * = written")
     table.add_column("kernel", **unbroken([k.name for k in summary.kernels] + [e.name for e in summary.externs]))
     for col in ("kind", "graph", "pass", "fingerprint"):
         table.add_column(col, no_wrap=True)

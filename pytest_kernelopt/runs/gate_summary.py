@@ -189,7 +189,15 @@ def summarize(items: list[ItemResult], problems: Iterable[str] = ()) -> GateSumm
     for model in problems:  # responsible for, but no item ran (deselected, or collection failed)
         if not any(p.model == model for p in rows.values()):
             rows[model] = ProblemSummary(problem=model, model=model)
-    return GateSummary(problems=[rows[name] for name in sorted(rows)], items=sorted(items, key=lambda i: i.nodeid))
+    return GateSummary(problems=[rows[name] for name in sorted(rows, key=_natural)],
+                       items=sorted(items, key=lambda i: i.nodeid))
+
+
+def _natural(name: str) -> list[Any]:
+    """A sort key that orders numbers in names by value: ``m@b8`` before ``m@b32`` (shards merge the same)."""
+    import re
+
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)]
 
 
 def _model_figures(row: ProblemSummary, item: ItemResult) -> None:
