@@ -12,6 +12,8 @@ import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
+from types import SimpleNamespace
+
 import pytest
 
 from conftest import TESTS
@@ -304,7 +306,7 @@ def test_a_setting_faster_on_one_compile_only_is_not_chosen(tmp_path):
     from test_agents import _problem
 
     session, tuner, run, store = _fake_tune(tmp_path, {}, compile_variants=["max-autotune", "max-autotune-extern"])
-    session.opened.externs = [object()]
+    session.opened.externs = [SimpleNamespace(target="extern_kernels.mm")]
     speeds = {"max-autotune-extern": [1.027, 1.001], "max-autotune": [1.02, 1.019]}
     scripted = session.verify_compile
 
@@ -552,7 +554,7 @@ def test_max_autotune_without_templates_is_tried_only_on_a_model_with_library_ca
 
     session, tuner, run, store = _fake_tune(tmp_path, {"max-autotune": 1.03, "max-autotune-extern": 1.05},
                                             compile_variants=["max-autotune", "max-autotune-extern"])
-    session.opened.externs = [object()] * externs
+    session.opened.externs = [SimpleNamespace(target="extern_kernels.mm")] * externs
     outcome = tuner.tune_problem(_problem(tmp_path))
     if externs:
         assert session.compile_calls == ["max-autotune", "max-autotune-extern", "max-autotune-extern"]
@@ -1258,3 +1260,10 @@ def test_the_trials_run_the_other_shapes_choices_first_then_the_rewrites_before_
                                                              "max-autotune-nd-tiling"]
     assert order(["max-autotune", "max-autotune-nd-tiling"]) == ["max-autotune", "max-autotune-nd-tiling"]
     assert order([LOOPED, "max-autotune-rewrites"]) == [LOOPED, "max-autotune-rewrites"]  # no template before it
+    # A model with library convolutions: max-autotune's template convolutions first of all (a convnet's win; run
+    # second, a shape's budget share cut it), another shape's choice still ahead of it.
+    convnet = ["max-autotune-extern", "max-autotune", "max-autotune-nd-tiling"]
+    assert order(convnet, convolutions=True) == ["max-autotune", "max-autotune-extern", "max-autotune-nd-tiling"]
+    assert order(list(MODEL_VARIANTS), convolutions=True)[0] == "max-autotune"
+    assert order(convnet, {"max-autotune-extern"}, convolutions=True)[:2] == ["max-autotune-extern", "max-autotune"]
+    assert order(["max-autotune-extern", LOOPED], convolutions=True) == ["max-autotune-extern", LOOPED]

@@ -68,18 +68,26 @@ def shape_deadline(run_left: Callable[[], float], weights: dict[str, float], sha
     return lambda: run_left() - keep
 
 
-def order(variants: list[str], first: set[str] | frozenset[str] = frozenset()) -> list[str]:
+def order(variants: list[str], first: set[str] | frozenset[str] = frozenset(), *, convolutions: bool = False) -> list[str]:
     """The order the trials run in: ``first`` (the settings chosen at the problem's other shapes: the likeliest
     winners, checked before a budget runs out), then ``variants``' own order, except that a setting with the graph
     rewrites (on a model with a pattern they change: the others were skipped) runs before the first one that
     compiles GEMM templates without them. On the two blocks measured with such a pattern the rewrites' setting won
     by far (a 128k-vocabulary cross-entropy: 1.944x against max-autotune's 1.094x, H100), and a trial run after
     max-autotune's minutes-long compile was skipped once the budget ran out (a ViT block's attention written out,
-    2026-12-07)."""
+    2026-12-07). On a model with library ``convolutions`` the first setting with templates (max-autotune) runs first
+    of all: its template convolutions were the win on every convolutional model measured (a bf16 convnet, H100
+    2026-12-07: 1.063x and 1.267x of the default compile where max-autotune-extern made 1.045x and 1.034x, and run
+    second it was cut by the shape's budget share: 0.984x of max-autotune; a conv + group norm + SiLU problem, H200
+    2026-12-03: 1.039x, the rewrites without templates 0.858x)."""
     rewrites = [v for v in variants if VARIANTS[v].rewrites]
     rest = [v for v in variants if v not in rewrites]
     at = next((i for i, v in enumerate(rest) if VARIANTS[v].templates), len(rest))
-    return sorted(rest[:at] + rewrites + rest[at:], key=lambda v: v not in first)
+    ordered = rest[:at] + rewrites + rest[at:]
+    if convolutions and at < len(rest):
+        ordered.remove(rest[at])
+        ordered.insert(0, rest[at])
+    return sorted(ordered, key=lambda v: v not in first)
 
 
 def _trial(variant: str, verdict: Verdict, seconds: float) -> CompileTrial:
@@ -175,7 +183,8 @@ def _choose(open_session: Opener, variants: list[str], *, previous: str | None, 
         for name, why in skipped.items():
             ev("planner", "compile-skip", variant=name, reason=why)
             say(f"{name}: not tried: {why}")
-        live = order([v for v in variants if v not in skipped], first or set())
+        live = order([v for v in variants if v not in skipped], first or set(),
+                     convolutions=any("convolution" in e.target for e in opened.externs))
         dropped: dict[str, str] = {}  # settings found needless by a trial at this shape
         for i, variant in enumerate(live):
             if variant in dropped:
