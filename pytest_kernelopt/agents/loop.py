@@ -449,6 +449,7 @@ class Tuner:
         rounds = 0
         budget_stop: str | None = None  # the kernel or run budget ended the search (said in the result)
         limit_stop: str | None = None  # the best candidate came near the hardware limit (said in the result)
+        done_stop: str | None = None  # the coder had nothing more to propose (said in the result)
         while rounds < self.options.max_rounds and not (self.stop_reason or self._shape_stop):
             ctx = CoderContext(model=model, device=self.options.device, kernel=info, original=original,
                                best=state.best, best_origin=state.best_origin, profile=item.profile,
@@ -469,7 +470,8 @@ class Tuner:
                 if error and not self.coder.stopped:
                     rounds += 1  # a reply without usable code: the next round's prompt says why
                     continue
-                ev("planner", "stop", reason=self.coder.stopped or "the coder has nothing new to try")
+                done_stop = self.coder.stopped or "the coder has nothing new to try"
+                ev("planner", "stop", reason=done_stop)
                 break
             why = None
             for proposal in proposals:
@@ -497,6 +499,8 @@ class Tuner:
         _tally(result, state)
         if limit_stop:
             result.message += f"; {limit_stop}"
+        if done_stop and not budget_stop and not limit_stop:
+            result.message += f"; search ended before its budget: {done_stop}"
         if budget_stop and budget_stop.startswith("kernel budget"):
             # On a CPU one candidate's checks take tens of seconds: the budget, not the ideas, ran out.
             result.message += (f"; stopped by the {budget_stop} after {result.attempts} candidate(s): "
