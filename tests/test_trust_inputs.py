@@ -192,26 +192,35 @@ def get_init_inputs():
 def test_wrong_only_where_a_block_of_token_ids_is_all_one_value_is_rejected(tmp_path, interpreter):
     """A padded batch (every id in a block the pad id) was never drawn: integer inputs stayed as drawn, and a
     model whose inputs are all integers had no input draw at all."""
+    problem = tmp_path / "embed_ids.py"
+    problem.write_text(EMBED)
+
+    def pad_trigger(dump):
+        ids = re.search(r"(tmp\d+) = tl\.load\(in_ptr0", dump)[1]
+        return _edit_result(dump, "tl.where(same, {v} + 1.0, {v})", before=(
+            f"same = tl.max(tl.where(xmask, {ids}, -1), 0) == tl.min(tl.where(xmask, {ids}, 1 << 40), 0)"))
+
+    reason, detail = _edited_rejected_dump_passes(problem, interpreter, 1, pad_trigger)
+    # Caught by an integer draw: 'int_constant' or 'int_padded' make a block one value by design, and 'int_few'
+    # (two values per element) now and then does too, first in the draws' order (a CI try, 2026-12-07).
+    assert re.match(r"kernel: draw 'int_(constant|padded|few)'", reason), reason
+    assert "int_constant" in detail and "no floating-point model input" in detail, detail
+
+
+def _edited_rejected_dump_passes(problem, interpreter, seeds: int, edit) -> tuple[str, str]:
+    """In one session of ``problem``: its one kernel's dump edited by ``edit`` must be rejected, the dump itself
+    judged correct; (the rejection's reason, the dump's kernel-stage detail)."""
     from pytest_kernelopt.candidate import render_dump
     from pytest_kernelopt.verify import VerifyOptions, VerifySession, source_of
 
-    problem = tmp_path / "embed_ids.py"
-    problem.write_text(EMBED)
-    with VerifySession(problem, interpreter, VerifyOptions(seeds=1)) as session:
+    with VerifySession(problem, interpreter, VerifyOptions(seeds=seeds)) as session:
         (name, info), = session.kernels.items()
         dump = render_dump(info, problem.stem)
-        ids = re.search(r"(tmp\d+) = tl\.load\(in_ptr0", dump)[1]
-        edited = _edit_result(dump, "tl.where(same, {v} + 1.0, {v})", before=(
-            f"same = tl.max(tl.where(xmask, {ids}, -1), 0) == tl.min(tl.where(xmask, {ids}, 1 << 40), 0)"))
-        verdict = session.verify(name, source_of(edited, "pad_trigger.py"))
+        verdict = session.verify(name, source_of(edit(dump), "edited.py"))
         assert verdict.status == "rejected", verdict.reason
-        # Caught by an integer draw: 'int_constant' or 'int_padded' make a block one value by design, and 'int_few'
-        # (two values per element) now and then does too, first in the draws' order (a CI try, 2026-12-07).
-        assert re.match(r"kernel: draw 'int_(constant|padded|few)'", verdict.reason), verdict.reason
         honest = session.verify(name, source_of(dump, "dump.py"))
         assert honest.status == "correct", honest.reason
-        kernel = next(s for s in honest.stages if s.name == "kernel")
-        assert "int_constant" in kernel.detail and "no floating-point model input" in kernel.detail, kernel.detail
+        return verdict.reason, next(s for s in honest.stages if s.name == "kernel").detail
 
 
 # The same lookup through an nn.Embedding layer (a language model's first layer).
@@ -224,26 +233,16 @@ def test_a_model_of_token_ids_gets_its_embedding_tables_drawn(tmp_path, interpre
     """With no floating-point input (a language model's ids), the stress draws turn the embedding tables, what its
     kernels read as floating-point input (a trial found a token-id model checked on five integer draws only): a
     candidate wrong only on huge values is rejected, the honest kernel passes, and the weights are put back."""
-    from pytest_kernelopt.candidate import render_dump
-    from pytest_kernelopt.verify import VerifyOptions, VerifySession, source_of
+    from pytest_kernelopt.verify.tensors import STRESS_VARIANTS
 
     problem = tmp_path / "embed_layer.py"
     problem.write_text(EMBEDDING)
-    with VerifySession(problem, interpreter, VerifyOptions(seeds=2)) as session:
-        (name, info), = session.kernels.items()
-        dump = render_dump(info, problem.stem)
-        edited = _edit_result(dump, "tl.where(tl.abs({v}) > 1e4, {v} * 0.5, {v})")
-        verdict = session.verify(name, source_of(edited, "huge_only.py"))
-        assert verdict.status == "rejected", verdict.reason
-        assert re.match(r"kernel: draw '\w+' \(input seed \d+, embedding tables ", verdict.reason), verdict.reason
-        honest = session.verify(name, source_of(dump, "dump.py"))
-        assert honest.status == "correct", honest.reason
-        kernel = next(s for s in honest.stages if s.name == "kernel")
-        from pytest_kernelopt.verify.tensors import STRESS_VARIANTS
-
-        assert "every stress draw" not in kernel.detail, kernel.detail
-        # (a draw whose doubled values all overflow is skipped as writing no finite number: not all of them count)
-        assert sum(f"{v} (seed " in kernel.detail for v in STRESS_VARIANTS) > len(STRESS_VARIANTS) // 2, kernel.detail
+    reason, detail = _edited_rejected_dump_passes(
+        problem, interpreter, 2, lambda dump: _edit_result(dump, "tl.where(tl.abs({v}) > 1e4, {v} * 0.5, {v})"))
+    assert re.match(r"kernel: draw '\w+' \(input seed \d+, embedding tables ", reason), reason
+    assert "every stress draw" not in detail, detail
+    # (a draw whose doubled values all overflow is skipped as writing no finite number: not all of them count)
+    assert sum(f"{v} (seed " in detail for v in STRESS_VARIANTS) > len(STRESS_VARIANTS) // 2, detail
 
 
 def test_seed_reproduces_the_seeds_and_no_seed_draws_new_ones():
