@@ -46,8 +46,8 @@ def tune(problems: list[Path], options: TuneOptions, *, agent: str = "search", a
         work = [(problem, shape, share) for problem in problems for shape, share in shape_shares(problem)]
         for i, (problem, shape, share) in enumerate(work):
             if shape is not None:
-                shares = [s for p, _, s in work if p == problem]
-                why = "by SHAPE_WEIGHTS" if len(set(shares)) > 1 else "equal shares: no SHAPE_WEIGHTS differ"
+                equal = len({s for p, _, s in work if p == problem}) == 1
+                why = "equal shares: no SHAPE_WEIGHTS differ" if equal else "by SHAPE_WEIGHTS"
                 ui.message(f"{Path(problem).stem}: tuning shape {shape} ({share:.0%} of each kernel's budget, {why})")
             tuner.tune_problem(problem, shape, share) if shape is not None else tuner.tune_problem(problem)
             if tuner.stop_reason:

@@ -20,6 +20,7 @@ junit XML and ``--kernelopt-json`` carry the items' own figures it is computed f
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -195,8 +196,6 @@ def summarize(items: list[ItemResult], problems: Iterable[str] = ()) -> GateSumm
 
 def _natural(name: str) -> list[Any]:
     """A sort key that orders numbers in names by value: ``m@b8`` before ``m@b32`` (shards merge the same)."""
-    import re
-
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)]
 
 
