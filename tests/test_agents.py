@@ -817,9 +817,10 @@ def test_loop_records_rejections_by_stage_and_stores_nothing_slower(tmp_path):
 class TwoKernelSession(FakeSession):
     """Two kernels, each half the model's time: the model gains half of each kernel's gain (summed together)."""
 
-    def __init__(self, speed: dict[str, dict[int, float]]):
-        first = _inductor_info()
-        self.infos = {first.name: first, "k2": first.model_copy(update={"name": "k2"})}
+    def __init__(self, speed: dict[str, dict[int, float]], twins: bool = False):
+        first = _inductor_info()  # k2: another kernel, or (twins) the same compiler kernel under a second name
+        self.infos = {first.name: first, "k2": first.model_copy(update={"name": "k2", "fingerprint": (
+            first.fingerprint if twins else "e" * 16)})}
         super().__init__(first, {}, seconds=0.0)
         self.per_kernel = speed
         self.opened = type("O", (), {"kernels": list(self.infos.values()), "externs": [], "environment": ENV, "seconds": 0.1})()
@@ -913,6 +914,30 @@ def test_a_lone_near_miss_is_not_combined(tmp_path):
     assert session.models == []
     _, events = load_run(run.root)
     assert not any(e.event == "combine" for e in events)
+
+
+def test_a_kernel_of_a_searched_fingerprint_checks_that_kernels_best_and_is_not_searched_again(tmp_path):
+    # Inductor writes one text twice (BERT's two add + LayerNorm kernels): the second is not searched again, the
+    # first's best goes through its own checks and is stored for it when it is faster there.
+    session = TwoKernelSession({_info().name: {8: 1.1, 16: 1.2}, "k2": {8: 1.1, 16: 1.2}}, twins=True)
+    tuner, run, store = _tuner(tmp_path, session)
+    first, second = tuner.tune_problem(_problem(tmp_path)).kernels
+    run.close()
+    assert first.attempts > 2 and first.stored_version == 1
+    assert [a.origin for a in second.history if "(confirm)" not in a.origin] == [f"twin:{_info().name}"]
+    assert second.stored_version == 1 and read_point(store.active_file("m", "k2").source)["num_warps"] == 16
+    assert f"the same compiler kernel as {_info().name} (equal fingerprint): its best candidate checked here" \
+        in second.message, second.message
+
+
+def test_a_kernel_of_a_searched_fingerprint_whose_search_found_nothing_is_not_searched_again(tmp_path):
+    session = TwoKernelSession({_info().name: {}, "k2": {8: 1.2}}, twins=True)
+    tuner, run, store = _tuner(tmp_path, session)
+    first, second = tuner.tune_problem(_problem(tmp_path)).kernels
+    run.close()
+    assert first.attempts > 2 and second.attempts == 0 and second.stored_version is None
+    assert "its search found nothing faster; not searched again" in second.message, second.message
+    assert not list((tmp_path / "kernels").rglob("v*.py"))
 
 
 @pytest.mark.parametrize("breaks", [[], ["Attempted to wrap RNN, GRU, or LSTM"]])

@@ -146,7 +146,7 @@ class Keeper:
         if verdict.status != "rejected" and any(r.stored_version for _, r, _ in tuned.values()):
             self._save_baseline(model, stored, verdict, ev)
 
-    def _near_miss(self, state: KernelState) -> str | None:
+    def near_miss(self, state: KernelState) -> str | None:
         """The kernel's best correct candidate that is faster alone beyond noise but missed the model's threshold."""
         origin = {a.sha256: a.origin for a in state.attempts}
         best: tuple[str, float] | None = None
@@ -177,7 +177,7 @@ class Keeper:
         if stop_reason or self.coder.stopped:
             return None
         near = {name: (state, result, sha) for name, (state, result, source) in tuned.items()
-                if source is None and (sha := self._near_miss(state)) is not None}
+                if source is None and (sha := self.near_miss(state)) is not None}
         if not near or len(near) + len(stored) < 2:
             return None
         ev("planner", "combine", kernels=sorted(near), in_force=sorted(stored))
@@ -267,7 +267,7 @@ class Keeper:
             if self.run_left() < 2 * state.estimate():
                 result.message += "; not pinned: the run's budget is spent"
                 break
-            sha = self._near_miss(state)
+            sha = self.near_miss(state)
             if sha is not None:
                 origin = next(a.origin for a in state.attempts if a.sha256 == sha)
                 v = self.bench.confirm(state, sha, f"{origin} (pin)", ev)

@@ -285,6 +285,7 @@ class Tuner:
                                 launch_fixed=frozenset(fixed.get("launch_configs") or ()))
                 stored: dict[str, str] = {}
                 tuned: dict[str, tuple[KernelState, KernelOutcome, str | None]] = {}
+                searched_as: dict[str, str] = {}  # fingerprint -> the first kernel of it searched at this shape
                 for item in items:
                     ev("planner", "plan", kernel=item.kernel, strategies=item.strategies, skip=item.skip)
                     info = session.kernel_info(item.kernel)
@@ -304,8 +305,10 @@ class Tuner:
                             tuned[item.kernel] = (_fresh_state(info, model), result, None)
                         continue
                     state = _fresh_state(info, model)
+                    first = searched_as.setdefault(info.fingerprint, item.kernel)
+                    twin = (first, *tuned[first][::2]) if first != item.kernel and first in tuned else None
                     try:
-                        result, source, state = self._tune_kernel(bench, keeper, model, info, item, state)
+                        result, source, state = self._tune_kernel(bench, keeper, model, info, item, state, twin)
                     except KeyboardInterrupt:  # the run record keeps what this kernel tried before Ctrl-C
                         outcome.kernels.append(_interrupted(info, item, state))
                         raise
@@ -429,7 +432,13 @@ class Tuner:
     # --- one kernel ---------------------------------------------------------------------
 
     def _tune_kernel(self, bench: Benchmarker, keeper: Keeper, model: str, info: KernelInfo,
-                     item: PlanItem, state: KernelState) -> tuple[KernelOutcome, str | None, KernelState]:
+                     item: PlanItem, state: KernelState,
+                     twin: tuple[str, KernelState, str | None] | None = None,
+                     ) -> tuple[KernelOutcome, str | None, KernelState]:
+        """Search ``info`` and keep its best; ``twin``: (name, search state, stored source) of a kernel of the same
+        fingerprint searched before at this shape (Inductor writes one text twice, e.g. a model's two add +
+        LayerNorm kernels): its best candidate goes through this kernel's own checks and the search is not run
+        again (it would propose the same candidates)."""
         original = state.original
         result = KernelOutcome(kernel=info.name, fingerprint=info.fingerprint, profile=item.profile,
                                backward=info.backward)
@@ -450,7 +459,20 @@ class Tuner:
         budget_stop: str | None = None  # the kernel or run budget ended the search (said in the result)
         limit_stop: str | None = None  # the best candidate came near the hardware limit (said in the result)
         done_stop: str | None = None  # the coder had nothing more to propose (said in the result)
-        while rounds < self.options.max_rounds and not (self.stop_reason or self._shape_stop):
+        if twin is not None:
+            name, twin_state, twin_source = twin
+            seed = twin_source or _twin_best(keeper, twin_state)
+            twin_note = (f"the same compiler kernel as {name} (equal fingerprint): "
+                         + ("its best candidate checked here" if seed is not None
+                            else "its search found nothing faster") + "; not searched again")
+            if seed is not None and (budget_stop := self._out_of_budget(state, state.estimate())):
+                twin_note = f"the same compiler kernel as {name} (equal fingerprint); not searched again"
+            elif seed is not None:
+                bench.judge(model, state, Proposal(source=seed, origin=f"twin:{name}", rationale=(
+                    f"the best candidate of {name}, the same compiler kernel (equal fingerprint)")), ev)
+            ev("planner", "stop", reason=twin_note)
+        while (twin is None and rounds < self.options.max_rounds
+               and not (self.stop_reason or self._shape_stop)):
             ctx = CoderContext(model=model, device=self.options.device, kernel=info, original=original,
                                best=state.best, best_origin=state.best_origin, profile=item.profile,
                                attempts=list(state.attempts), round=rounds, strategies=item.strategies,
@@ -499,6 +521,8 @@ class Tuner:
         _tally(result, state)
         if limit_stop:
             result.message += f"; {limit_stop}"
+        if twin is not None:
+            result.message += f"; {twin_note}"
         if done_stop and not budget_stop and not limit_stop:
             result.message += f"; search ended before its budget: {done_stop}"
         if budget_stop and budget_stop.startswith("kernel budget"):
@@ -506,6 +530,15 @@ class Tuner:
             result.message += (f"; stopped by the {budget_stop} after {result.attempts} candidate(s): "
                                f"raise --budget-s to try more")
         return result, source, state
+
+
+def _twin_best(keeper: Keeper, state: KernelState) -> str | None:
+    """The source a kernel's twin starts from when the twin's search stored nothing: its near miss (correct, faster
+    alone beyond noise, the model faster), else its best correct candidate; None when the compiler's stayed best."""
+    sha = keeper.near_miss(state)
+    if sha is not None:
+        return state.sources.get(sha)
+    return None if state.best_origin == "compiler" or state.best_origin.startswith("active:") else state.best
 
 
 def _same_kernels(before: list[KernelInfo], after: list[KernelInfo]) -> None:
