@@ -113,6 +113,10 @@ def test_bench_reads_the_declared_names_from_the_text(tmp_path):
     assert declared_names(_problem(tmp_path, PROBLEM)) == ["b2", "b4"]
     assert declared_names(_problem(tmp_path, "import torch\nSHAPES = dict(b2={})\n")) is None  # the child decides
     assert declared_names(_problem(tmp_path, "import torch\n")) == []
+    # Chosen at import (an environment variable's sizes), assigned twice: only loading the file tells.
+    for text in ("import os\nif os.environ.get('BIG'):\n    SHAPES = {'l1': {}}\nelse:\n    SHAPES = {'s1': {}}\n",
+                 "SHAPES = {'l1': {}}\nif True:\n    SHAPES = {'s1': {}}\n", "globals()['SHAPES'] = {'b2': {}}\n"):
+        assert declared_names(_problem(tmp_path, text)) is None, text
 
 
 def test_an_undeclared_shape_is_refused_naming_the_declared_ones(tmp_path):
@@ -305,6 +309,22 @@ def test_bench_has_a_row_group_per_shape(repo, tmp_path):
         (ours,) = [m for m in p["modes"] if m["mode"] == "kernelopt"]
         assert f"{kernel}@{p['shape']} v1" in ours["kernels_note"], ours
     assert "rows_sin@b2" in result.stdout and "rows_sin@b4" in result.stdout
+
+
+def test_bench_benches_every_shape_of_a_shapes_chosen_at_import(tmp_path):
+    # As the bundled examples size themselves: SHAPES picked under an `if` by an environment variable. The text
+    # cannot say which branch runs (the other's names would be asked for): the first child loads the file and
+    # says its shapes; the others are benched after it.
+    text = PROBLEM.replace('SHAPES = {"b2": {"batch_size": 2}, "b4": {"batch_size": 4}}', (
+        'import os\nif os.environ.get("KERNELOPT_SIZE") == "large":\n    SHAPES = {"l64": {"batch_size": 64}}\n'
+        'else:\n    SHAPES = {"b2": {"batch_size": 2}, "b4": {"batch_size": 4}}')).replace("SHAPE_WEIGHTS", "# ")
+    problem = _problem(tmp_path, text)
+    result = _cli("bench", str(problem), "--device", "cpu", "--modes", "default", "--seconds", "0.2", "--json",
+                  str(tmp_path / "bench.json"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    problems = json.loads((tmp_path / "bench.json").read_text())["problems"]
+    assert [(p["shape"], p["status"]) for p in problems] == [("b2", "ok"), ("b4", "ok")], problems
+    assert "shaped@b2" in result.stdout and "shaped@b4" in result.stdout
 
 
 def _stale_at_b2(repo: Path, to: Path) -> tuple[Path, str]:

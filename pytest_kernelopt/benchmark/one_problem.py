@@ -366,8 +366,7 @@ def bench_problem(job: BenchJob, step: Callable[[str], None]) -> ProblemResult:
         result.model = problem.id
         result.shape = problem.shape
         if job.shape is None and len(problem.shapes) > 1:
-            result.shape_note = (f"benched at shape {problem.shape} only (its first declared); "
-                                 f"{', '.join(list(problem.shapes)[1:])} not benched yet")
+            result.declared_shapes = list(problem.shapes)  # the parent benches the others next
         from ..capture.compiled import fresh_races
         from ..capture.training import is_training, output_names
 

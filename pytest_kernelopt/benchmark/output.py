@@ -66,8 +66,6 @@ def bench_table(result: BenchResult) -> Any:
                     notes.append(p.method_note)
             if m.mode == "kernelopt" and m.kernels_note:
                 notes.append(m.kernels_note)
-            if i == 0 and p.shape_note:
-                notes.append(p.shape_note)
             if i == 0 and p.baseline_note:
                 notes.append(p.baseline_note)
             if i == 0 and p.reference == "eager":
@@ -92,9 +90,6 @@ def _label(p: Any) -> str:
 
 def print_bench(result: BenchResult) -> None:
     print_whole(bench_table(result))
-    for p in result.problems:
-        if p.shape_note:
-            print(f"{p.model}: {p.shape_note}")
     if result.gpu_neighbour:
         print(f"warning: {result.gpu_neighbour}")
     if not result.speed_measured:

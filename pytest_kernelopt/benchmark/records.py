@@ -107,10 +107,11 @@ class ProblemResult(Record):
     # The default compile's own error on some output is a large part of that output's scale
     # (``BASELINE_SUSPECT``): every mode is judged within that envelope, so it admits large errors there.
     baseline_note: str | None = None
-    # A problem with SHAPES: the declared shape benched (a row group per shape); ``shape_note``: the shapes not
-    # benched, when the parent could not read SHAPES from the file's text (not a literal dict) and its first ran.
+    # A problem with SHAPES: the declared shape benched (a row group per shape). ``declared_shapes``: every shape
+    # the file declares, set where the parent could not read SHAPES from the file's text (not one literal dict)
+    # and the child benched the first (the parent then benches the others).
     shape: str | None = None
-    shape_note: str | None = None
+    declared_shapes: list[str] = Field(default_factory=list)
     modes: list[ModeResult] = Field(default_factory=list)
     speed_measured: bool = False
     method: Literal["cuda-graph", "eager"] | None = None

@@ -97,7 +97,9 @@ def run_bench(jobs: list[BenchJob], settings: BenchSettings, *, quiet: bool = Fa
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=quiet) as bar:
         task = bar.add_task("bench", total=len(jobs))
-        for job in jobs:
+        queue = list(jobs)
+        while queue:
+            job = queue.pop(0)
             name = Path(job.problem).stem + (f"@{job.shape}" if job.shape else "")
             bar.update(task, description=f"{name}: starting")
 
@@ -106,6 +108,11 @@ def run_bench(jobs: list[BenchJob], settings: BenchSettings, *, quiet: bool = Fa
 
             result = run_problem(job, settings.timeout, progress)
             problems.append(result)
+            if job.shape is None and result.shape is not None and result.declared_shapes:
+                # SHAPES the file's text did not show: the child benched the first; the others follow it.
+                more = [job.model_copy(update={"shape": s}) for s in result.declared_shapes if s != result.shape]
+                queue[:0] = more
+                bar.update(task, total=len(problems) + len(queue))
             bar.advance(task)
             if not quiet:
                 outcome = f"error: {result.error}" if result.status == "error" else "done"

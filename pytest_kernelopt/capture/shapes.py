@@ -123,22 +123,27 @@ def split_name(folder: str) -> tuple[str, str | None]:
 
 def declared_names(path: Path) -> list[str] | None:
     """The shape names a problem file declares, read from its text without running it (bench's parent imports
-    no torch): [] when it assigns no module-level ``SHAPES``; None when ``SHAPES`` is not a literal dict with
-    string keys (then only loading the file tells)."""
+    no torch): [] when nothing in it names ``SHAPES``; the names when it assigns ``SHAPES`` once, at module level,
+    a literal dict with string keys; else None (``SHAPES`` chosen under an ``if``, built by a call, assigned twice,
+    set through ``globals()``: only loading the file tells)."""
     import ast
 
     try:
-        tree = ast.parse(Path(path).read_text())
+        text = Path(path).read_text()
+        tree = ast.parse(text)
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None  # loading it says what is wrong
-    found: list[str] | None = []
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-            node, ast.AnnAssign) else []
-        if any(isinstance(t, ast.Name) and t.id == "SHAPES" for t in targets):
-            value = getattr(node, "value", None)
-            keys = value.keys if isinstance(value, ast.Dict) else None
-            names = [k.value for k in keys or [] if isinstance(k, ast.Constant) and isinstance(k.value, str)]
-            found = names if keys is not None and len(names) == len(keys) else None
-    return found
+    top = [node for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
+        isinstance(t, ast.Name) and t.id == "SHAPES"
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))]
+    named = sum(1 for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id == "SHAPES"
+                and isinstance(node.ctx, (ast.Store, ast.Del)))
+    if not top and not named and "SHAPES" not in text:
+        return []
+    if len(top) != 1 or named != 1:
+        return None
+    value = top[0].value
+    keys = value.keys if isinstance(value, ast.Dict) else None
+    names = [k.value for k in keys or [] if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+    return names if keys is not None and len(names) == len(keys) else None
 
