@@ -664,7 +664,8 @@ class FakeSession:
     def __exit__(self, *exc):
         return None
 
-    def open(self):
+    def open(self, budget_s=None):
+        self.open_budgets = [*getattr(self, "open_budgets", []), budget_s]
         return self.opened
 
     def profile(self):
@@ -914,6 +915,32 @@ def test_a_lone_near_miss_is_not_combined(tmp_path):
     assert session.models == []
     _, events = load_run(run.root)
     assert not any(e.event == "combine" for e in events)
+
+
+class SlowToOpenSession(FakeSession):
+    """Opening takes longer than the budget it is given (a full-size model compiled and referenced on a CPU)."""
+
+    def open(self, budget_s=None):
+        from pytest_kernelopt.errors import BudgetSpent
+
+        super().open(budget_s)
+        if budget_s is not None:
+            raise BudgetSpent(f"stopped {budget_s:.0f} s into opening the problem (...): the run's budget ran out")
+        return self.opened
+
+
+def test_the_run_budget_bounds_opening_the_search_session_and_ends_the_run_without_an_error(tmp_path):
+    session = SlowToOpenSession(_inductor_info(), {8: 1.2})
+    tuner, run, store = _tuner(tmp_path, session, run_budget_s=30.0)
+    outcome = tuner.tune_problem(_problem(tmp_path))
+    run.close()
+    assert 0 < session.open_budgets[0] <= 30.0  # the budget's remainder, not the 30-minute opening limit
+    assert outcome.error is None and not outcome.kernels
+    assert outcome.notes and outcome.notes[0].startswith("kernel search not started: stopped"), outcome.notes
+    assert tuner.stop_reason == "run budget: 30 s spent" or tuner._shape_stop, (tuner.stop_reason, tuner._shape_stop)
+    no_budget = SlowToOpenSession(_inductor_info(), {8: 1.2})  # without --run-budget-s: opened as before
+    tuner, run, _ = _tuner(tmp_path / "again", no_budget)
+    assert tuner.tune_problem(_problem(tmp_path)).kernels and set(no_budget.open_budgets) == {None}
 
 
 def test_a_kernel_of_a_searched_fingerprint_checks_that_kernels_best_and_is_not_searched_again(tmp_path):
@@ -1586,7 +1613,7 @@ class _Held(FakeSession):
     def __exit__(self, *exc):
         self.log.append("exit")
 
-    def open(self):
+    def open(self, budget_s=None):
         self.log.append("open")
         return self.opened
 
@@ -1649,7 +1676,7 @@ def test_the_harvest_ends_with_the_run_s_budget_and_is_not_started_once_it_is_sp
     clock = _Clock(monkeypatch, loop)
     session = _Held(_inductor_info(), {8: 1.3}, seconds=0.0)
     opened = session.open
-    session.open = lambda: (setattr(clock, "now", clock.now + 30.0), opened())[1]  # each start takes 30 s
+    session.open = lambda budget_s=None: (setattr(clock, "now", clock.now + 30.0), opened())[1]  # each start takes 30 s
     tuner, run, _, harvests = _harvesting(tmp_path, session, monkeypatch, run_budget_s=100)
     limits: list[float] = []
     monkeypatch.setattr(search_coder, "harvest", lambda problem, device, variants, timeout, shape, jobs=None: (
@@ -1661,7 +1688,7 @@ def test_the_harvest_ends_with_the_run_s_budget_and_is_not_started_once_it_is_sp
     clock.now = 0.0
     session = _Held(_inductor_info(), {8: 1.3}, seconds=0.0)
     opened = session.open
-    session.open = lambda: (setattr(clock, "now", clock.now + 30.0), opened())[1]
+    session.open = lambda budget_s=None: (setattr(clock, "now", clock.now + 30.0), opened())[1]
     tuner, run, _, harvests = _harvesting(tmp_path / "spent", session, monkeypatch, run_budget_s=20)
     tuner.options = tuner.options.model_copy(update={"ncu": True})
     monkeypatch.setattr(profiler, "ncu_counters", lambda *a, **k: pytest.fail("Nsight Compute ran"))
@@ -1711,7 +1738,7 @@ def test_a_session_that_compiles_other_kernels_after_the_harvest_is_the_problems
     other = type("O", (), {"kernels": [_inductor_info().model_copy(update={"name": "triton_per_fused_other_0"})],
                            "externs": [], "environment": ENV, "seconds": 0.1})()
     opens = iter([first, other])
-    session.open = lambda: next(opens)  # type: ignore[method-assign]
+    session.open = lambda budget_s=None: next(opens)  # type: ignore[method-assign]
     outcome = tuner.tune_problem(_problem(tmp_path))
     run.close()
     assert outcome.error and "compiled other Triton kernels when the session opened again" in outcome.error

@@ -96,7 +96,7 @@ def _tune_and_store(tmp_path, prepared, variant):
     from pytest_kernelopt.store import KernelStore
 
     class Session:
-        def open(self):
+        def open(self, budget_s=None):
             return SimpleNamespace(kernels=[], externs=[])
 
         def verify_compile(self, name):

@@ -472,3 +472,16 @@ def test_a_rounded_reference_judges_small_elements_by_their_own_rounding(monkeyp
     off[10] *= 1 + 1e-4
     with pytest.raises(StageFailure, match=r"flat index 10|\[10\]"):
         model.judge_output(off, out, NumericsRule(), "off")
+
+
+def test_opening_is_stopped_where_the_callers_budget_ends_never_as_the_problems_error(interpreter):
+    # tune's --run-budget-s bounds opening a session (a full-size model on a CPU: minutes of compiling and float64
+    # references); the 30-minute opening limit is the bound without a budget.
+    from pytest_kernelopt.errors import BudgetSpent
+    from pytest_kernelopt.verify import VerifyOptions, VerifySession
+
+    started = time.monotonic()
+    with VerifySession(PROBLEM, "cpu", VerifyOptions(model_seconds=0.1, kernel_seconds=0.1)) as session, \
+            pytest.raises(BudgetSpent, match=r"into opening the problem .*: the run's budget ran out"):
+        session.open(budget_s=0.2)  # opening takes seconds here: torch's import alone
+    assert time.monotonic() - started < 30

@@ -178,7 +178,8 @@ def _choose(open_session: Opener, variants: list[str], *, previous: str | None, 
     with open_session() as session:
         # Whether a setting could compile otherwise than another is a matter of the model's graph (its extern
         # calls, its patterns); the checks then decide.
-        opened = session.open()
+        budget = left() if left is not None else None  # a full-size model on a CPU: minutes to open
+        opened = session.open(budget_s=budget if budget is not None and budget != float("inf") else None)
         skipped = {v: why for v in variants if (why := needless(v, opened.kernels, opened.externs))}
         for name, why in skipped.items():
             ev("planner", "compile-skip", variant=name, reason=why)

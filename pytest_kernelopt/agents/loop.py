@@ -32,7 +32,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from .. import settings
-from ..errors import KerneloptError
+from ..errors import BudgetSpent, KerneloptError
 from ..records import KernelInfo
 from ..verify.options import VerifyOptions
 from .benchmarker import Benchmarker, KernelState, score
@@ -206,7 +206,8 @@ class Tuner:
             def open_session() -> tuple[Any, Any]:
                 session = stack.enter_context(factory(problem.path, self.options.device, options,
                                                       progress=self.ui.message, variant=variant, **at, **fixed))
-                opened = session.open()
+                left = self._left()  # the run's budget (a shape's share of it) bounds the opening too
+                opened = session.open(budget_s=left if left != float("inf") else None)
                 ev("benchmarker", "opened", seconds=round(opened.seconds, 2), kernels=len(opened.kernels),
                    isolation=getattr(session, "isolation", None))
                 return session, opened
@@ -320,6 +321,10 @@ class Tuner:
                     self.ui.kernel_done(result)
                 if self.options.device == "cuda":
                     keeper.finish_model(model, outcome, tuned, stored, ev, self.stop_reason or self._shape_stop)
+        except BudgetSpent as exc:  # opening a session outlasted the budget (a large model on a CPU): not an error
+            self._end_run_if_spent()
+            self._shape_stop = self._shape_stop or (None if self.stop_reason else self._spent())
+            self._note(outcome, f"kernel search not started: {exc} ({self.stop_reason or self._shape_stop})", ev)
         except KerneloptError as exc:
             outcome.error = str(exc)
             ev("run", "error", error=str(exc))

@@ -139,8 +139,11 @@ class VerifySession:
                 checker.close()
         self._checker = self._used = None
 
-    def open(self) -> Opened:
-        """Start the worker and prepare the problem (again, after a candidate killed the last worker)."""
+    def open(self, budget_s: float | None = None) -> Opened:
+        """Start the worker and prepare the problem (again, after a candidate killed the last worker).
+        ``budget_s``: the caller's time left (tune's ``--run-budget-s``), where sooner than ``open_timeout``: an
+        opening still running then is stopped, :class:`~pytest_kernelopt.errors.BudgetSpent` (never the problem's
+        error)."""
         if self._worker is not None and self._worker.alive and self._opened is not None:
             return self._opened
         if self._worker is not None:
@@ -151,7 +154,7 @@ class VerifySession:
         self.progress(f"opening {self.problem.name}{at}: starting the worker, compiling, preparing "
                       f"{len(self.seeds)} seed(s)")
         try:
-            return self._open_worker()
+            return self._open_worker(budget_s)
         except VerifierError as exc:
             from . import sandbox
 
@@ -161,9 +164,9 @@ class VerifySession:
                 raise
             sandbox.disable(f"CUDA failed inside the namespaces: {str(exc)[-200:]}")
             self.progress("the GPU is not usable inside the worker's namespaces; retrying without them")
-            return self._open_worker()
+            return self._open_worker(budget_s)
 
-    def _open_worker(self) -> Opened:
+    def _open_worker(self, budget_s: float | None = None) -> Opened:
         from . import sandbox
         from .protocol import Failure, Opened, OpenRequest
         from .worker import OPENED_BYTES, WorkerExited, WorkerProcess
@@ -177,7 +180,9 @@ class VerifySession:
         self._worker = worker = spare if spare is not None else WorkerProcess()
         if self._checker is None:
             self._checker = _static_checker()  # starts while the problem compiles
-        limit = self.options.open_timeout
+        budgeted = budget_s is not None and budget_s < self.options.open_timeout
+        limit = max(1.0, budget_s) if budget_s is not None and budgeted else self.options.open_timeout
+        started = time.monotonic()
         try:
             worker.send(OpenRequest(problem=str(self.problem), device=self.device, seeds=self.seeds,
                                     variant=self.variant, launch_configs=self.launch_configs, shape=self.shape))
@@ -185,6 +190,10 @@ class VerifySession:
         except WorkerExited as exc:
             self.close()
             raise VerifierError(f"{self.problem}: the verifier's worker failed while opening the problem ({exc})") from exc
+        if reply is None and budgeted:
+            self.close()
+            raise BudgetSpent(f"stopped {time.monotonic() - started:.0f} s into opening the problem (compiling it, "
+                              f"drawing inputs, computing the float64 reference): the run's budget ran out")
         if reply is None:
             self.close()
             raise VerifierError(f"{self.problem}: opening the problem (compiling it, drawing inputs, computing the "
