@@ -405,7 +405,7 @@ def test_cuda_failing_inside_the_namespaces_falls_back_once_and_says_so(monkeypa
     monkeypatch.setattr(sandbox, "_warned", [])
     calls = []
 
-    def fake_open(self):
+    def fake_open(self, budget_s=None):
         calls.append(tuple(sandbox.isolation().namespaces))
         if len(calls) == 1:
             raise VerifierError("p.py: the verifier's worker failed while opening the problem (RuntimeError: "
