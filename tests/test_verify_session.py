@@ -423,7 +423,7 @@ def test_cuda_failing_inside_the_namespaces_falls_back_once_and_says_so(monkeypa
     monkeypatch.setattr(sandbox, "_probed", {"probed": sandbox.Isolation(("pid",), ("unshare",))})
     calls.clear()
 
-    def broken(self):
+    def broken(self, budget_s=None):
         calls.append(1)
         raise VerifierError("p.py: opening took longer than 5 s")
 
