@@ -925,15 +925,20 @@ class SlowToOpenSession(FakeSession):
 
         super().open(budget_s)
         if budget_s is not None:
-            raise BudgetSpent(f"stopped {budget_s:.0f} s into opening the problem (...): the run's budget ran out")
+            raise BudgetSpent(f"stopped {budget_s:.0f} s into opening the problem (...): the budget it was given "
+                              f"ran out")
         return self.opened
 
 
-def test_the_run_budget_bounds_opening_the_search_session_and_ends_the_run_without_an_error(tmp_path):
+def test_the_run_budget_bounds_opening_the_search_session_and_ends_the_run_without_an_error(tmp_path, capsys):
+    from pytest_kernelopt.agents.progress import print_tune_table
+
     session = SlowToOpenSession(_inductor_info(), {8: 1.2})
     tuner, run, store = _tuner(tmp_path, session, run_budget_s=30.0)
     outcome = tuner.tune_problem(_problem(tmp_path))
     run.close()
+    print_tune_table(load_run(run.root)[0])  # the problem's row says why it has no kernel rows
+    assert "kernel search not started" in capsys.readouterr().out
     assert 0 < session.open_budgets[0] <= 30.0  # the budget's remainder, not the 30-minute opening limit
     assert outcome.error is None and not outcome.kernels
     assert outcome.notes and outcome.notes[0].startswith("kernel search not started: stopped"), outcome.notes

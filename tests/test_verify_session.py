@@ -482,6 +482,6 @@ def test_opening_is_stopped_where_the_callers_budget_ends_never_as_the_problems_
 
     started = time.monotonic()
     with VerifySession(PROBLEM, "cpu", VerifyOptions(model_seconds=0.1, kernel_seconds=0.1)) as session, \
-            pytest.raises(BudgetSpent, match=r"into opening the problem .*: the run's budget ran out"):
+            pytest.raises(BudgetSpent, match=r"into opening the problem .*: the budget it was given ran out"):
         session.open(budget_s=0.2)  # opening takes seconds here: torch's import alone
     assert time.monotonic() - started < 30

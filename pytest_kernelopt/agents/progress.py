@@ -64,6 +64,14 @@ def _x(t: Any) -> str:
     return timing_text(t) if t is not None else "-"
 
 
+def _no_kernels(p: Any) -> str | None:
+    """Why a problem has no kernel rows: its error, its note (no Triton kernels), or, where no kernel was reached,
+    the last of its notes (the kernel search not started: the budget spent in the compile step or opening)."""
+    if p.error:
+        return f"error: {p.error}"
+    return p.note or (p.notes[-1] if not p.kernels and p.notes else None)
+
+
 def print_tune_table(record: Any) -> None:
     """The table at the end of ``kernelopt tune``: per kernel, class, share, percent of its memory limit
     (compiler / max-autotune -> stored), candidates, outcome by stage, speedup."""
@@ -81,8 +89,7 @@ def print_tune_table(record: Any) -> None:
         table.add_column(col, **(unbroken(names) if col == "kernel" else {"no_wrap": col != "outcome by stage"}))
     for p in record.problems:
         label = at_shape(p.model, p.shape)  # a row group per declared shape
-        if p.error or p.note:
-            what = f"error: {p.error}" if p.error else p.note
+        if what := _no_kernels(p):
             table.add_row(label, "-", "-", "-", "-", "-", what, "-", "-", "-", "0")  # no candidate ran
             continue
         chosen = p.compile.chosen if p.compile else None
@@ -118,8 +125,8 @@ def problem_lines(record: Any) -> list[str]:
     lines = []
     for p in record.problems:
         label = at_shape(p.model, p.shape)  # a line per declared shape
-        if p.error or p.note:
-            lines.append(f"{label}: {'error: ' + p.error if p.error else p.note}")
+        if what := _no_kernels(p):
+            lines.append(f"{label}: {what}")
             continue
         tuned = [k for k in p.kernels if not k.skipped]
         tried = sum(k.attempts for k in p.kernels)

@@ -193,7 +193,7 @@ class VerifySession:
         if reply is None and budgeted:
             self.close()
             raise BudgetSpent(f"stopped {time.monotonic() - started:.0f} s into opening the problem (compiling it, "
-                              f"drawing inputs, computing the float64 reference): the run's budget ran out")
+                              f"drawing inputs, computing the float64 reference): the budget it was given ran out")
         if reply is None:
             self.close()
             raise VerifierError(f"{self.problem}: opening the problem (compiling it, drawing inputs, computing the "
